@@ -19,6 +19,7 @@ def get_config(variant: str = "smoke") -> ml_collections.ConfigDict:
         c.activations = ["identity", "relu", "swish"]
         c.losses = ["mse_target", "simsiam", "vicreg"]
         c.batch_norm = [False]
+        c.states = ["pseudo_collapsed"]
         c.predictor = False
     elif variant == "smoke":
         c.n, c.d, c.hidden, c.k = 8, 6, 12, 6

@@ -1,0 +1,84 @@
+"""The suite runner and experiments 1 and 3 end to end on their tiny configs."""
+import json
+
+import numpy as np
+import pytest
+
+from experiments import collapse_hessians, common, reproduce, whitening
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("suite")
+    res = {name: reproduce.run_one(name, "tiny", out) for name in ("collapse_hessians", "whitening")}
+    return out, res
+
+
+def test_collapse_hessians_tiny_schema_and_rule(tiny_runs):
+    out, res = tiny_runs
+    r = res["collapse_hessians"]
+    common.check_verdict(r)
+    assert (out / "collapse_hessians" / "lambda_min_by_case.png").exists()
+    rows = r["cases"]
+    assert all(np.isfinite(c["lambda_min_H_eff"]) for c in rows)
+    # The rule, recomputed from the stored rows.
+    v, _ = collapse_hessians.verdict(rows)
+    assert v == r["verdict"]
+    for c in rows:
+        # Exact maths: a linear head has M = 0, so lambda_min(M) = lambda_max(M) = 0.
+        if c["head_kind"] == "linear":
+            assert c["lambda_min_M"] == 0.0 and c["lambda_max_M"] == 0.0
+        # With H_L PSD, G = J^T H_L J is PSD (up to rounding).
+        if c["H_L_psd"]:
+            assert c["lambda_min_G"] > -1e-10 * max(1.0, abs(c["lambda_max_H_eff"]))
+    # SimSiam's negative cosine has an indefinite H_L (DESIGN.md s.4): the premise fails.
+    assert all(not c["H_L_psd"] for c in rows if c["loss"] == "simsiam")
+    assert r["headline"]["simsiam_cases_H_L_indefinite"] == r["headline"]["simsiam_cases"] > 0
+
+
+def test_whitening_tiny_construction_exact_and_rule(tiny_runs):
+    _, res = tiny_runs
+    r = res["whitening"]
+    common.check_verdict(r)
+    A = r["construction"]
+    assert A["max_rel_error_on_S"] < 1e-10
+    assert A["max_abs_eig_off_S"] < 1e-8
+    # Locality: away from the base point the same head no longer whitens S exactly.
+    assert A["max_rel_error_on_S_at_other_points"] > 1e-6
+    for row in r["trained"]:
+        assert np.isfinite(row["decorrelation_error_trained"]) and row["cond_C_trained"] >= 1.0
+
+
+def test_resume_skips_finished_experiment_and_seed_changes_numbers(tiny_runs, tmp_path):
+    out, res = tiny_runs
+    path = out / "whitening" / "results.json"
+    before = path.stat().st_mtime_ns
+    again = reproduce.run_one("whitening", "tiny", out)
+    assert path.stat().st_mtime_ns == before  # reused, not rerun
+    assert again["headline"] == res["whitening"]["headline"]
+    other = reproduce.run_one("whitening", "tiny", tmp_path, seed=1)
+    assert other["trained"][0]["decorrelation_error_trained"] != res["whitening"]["trained"][0]["decorrelation_error_trained"]
+
+
+def test_report_assembly_lists_verdicts_and_figures(tiny_runs, tmp_path):
+    out, res = tiny_runs
+    report_path = tmp_path / "REPORT.md"
+    text = reproduce.assemble_report(out, report_path, "python -m experiments.reproduce --variant tiny")
+    assert report_path.read_text() == text
+    assert "python -m experiments.reproduce --variant tiny" in text.splitlines()[2]
+    for name in ("collapse_hessians", "whitening"):
+        assert f"**{res[name]['verdict']}**" in text
+    assert "lambda_min_by_case.png" in text and "training_curves.png" in text
+
+
+def test_write_results_rejects_bad_verdict_and_keeps_nonfinite_visible(tmp_path):
+    with pytest.raises(ValueError, match="verdict"):
+        common.write_results(tmp_path, {"verdict": "maybe", "verdict_rule": "", "headline": {}, "paper": {}})
+    common.write_results(tmp_path, {"verdict": "inconclusive", "verdict_rule": "r", "headline": {"x": float("nan")},
+                                    "paper": {}})
+    assert json.loads((tmp_path / "results.json").read_text())["headline"]["x"] == "nan"
+
+
+def test_unknown_experiment_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="Unknown experiment"):
+        reproduce.load("nope")
