@@ -1,0 +1,361 @@
+"""Tests for ssl_geometry.curvature (float64 unless stated; conftest enables x64)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+from ssl_geometry import curvature as cv
+
+N = 2000
+
+
+def dense_matvec(v, A):
+    return A @ v
+
+
+def _orthonormal_columns(n, r, seed):
+    return np.linalg.qr(np.random.default_rng(seed).standard_normal((n, r)))[0]
+
+
+def _rotate(A, seed, reflections=4):
+    """``P A P`` for a product ``P`` of random Householder reflections (dense, same spectrum, O(n^2))."""
+    rng = np.random.default_rng(seed)
+    for _ in range(reflections):
+        u = rng.standard_normal(A.shape[0])
+        u /= np.linalg.norm(u)
+        Au = A @ u
+        A = A - 2 * np.outer(u, Au) - 2 * np.outer(Au, u) + 4 * (u @ Au) * np.outer(u, u)
+    return 0.5 * (A + A.T)
+
+
+def _with_spectrum(lam, seed):
+    A = _rotate(np.diag(lam), seed)
+    assert np.count_nonzero(np.abs(A) > 1e-6) > 0.9 * A.size  # genuinely dense
+    return A, np.linalg.eigvalsh(A)  # eigvalsh computed once per module (fixtures are module-scoped)
+
+
+@pytest.fixture(scope="module")
+def indefinite():
+    rng = np.random.default_rng(1)
+    lam = np.concatenate([[-3.0, -2.4, -2.0], rng.uniform(-1.0, 1.5, N - 6), [2.5, 3.1, 4.0]])
+    return _with_spectrum(lam, 1)
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    rng = np.random.default_rng(2)
+    top = 5.0 - 2e-3 * np.arange(12)          # 12 eigenvalues packed in [4.978, 5]
+    bottom = -2.0 + 2e-3 * np.arange(12)      # 12 packed in [-2, -1.978]
+    lam = np.concatenate([bottom, rng.uniform(-1.0, 3.0, N - 24), top])
+    return _with_spectrum(lam, 2)
+
+
+@pytest.fixture(scope="module")
+def power_trap():
+    """|lambda_min| > lambda_max and a close second eigenvalue: the paper's estimator fails."""
+    rng = np.random.default_rng(3)
+    lam = np.concatenate([[-1.05, -1.0], rng.uniform(-0.5, 0.95, N - 4), [0.99, 1.0]])
+    return _with_spectrum(lam, 3)
+
+
+# ----------------------------------------------------------------------------- Hessian / HVP
+
+
+def _pytree_fn(p):
+    return jnp.sum(jnp.sin(p["a"])) * p["b"][0, 0] ** 2 + jnp.prod(p["b"]) * jnp.sum(p["a"] ** 3)
+
+
+@pytest.fixture(scope="module")
+def tree_params():
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    return {"a": jax.random.normal(k1, (3,)), "b": jax.random.normal(k2, (2, 2))}
+
+
+def test_hessian_quadratic_closed_form(tree_params):
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((7, 7))
+    A = M + M.T
+    b = rng.standard_normal(7)
+
+    def f(p):
+        x, _ = ravel_pytree(p)
+        return 0.5 * x @ A @ x + b @ x
+
+    np.testing.assert_allclose(cv.hessian(f, tree_params), A, atol=1e-12)
+
+
+def test_hessian_matches_jax_hessian_on_pytree(tree_params):
+    H = np.asarray(cv.hessian(_pytree_fn, tree_params))
+    flat, unravel = ravel_pytree(tree_params)
+    ref = jax.hessian(lambda x: _pytree_fn(unravel(x)))(flat)
+    np.testing.assert_allclose(H, ref, rtol=1e-12, atol=1e-12)
+    # explicit cross-block entry d^2 f / da_0 db_00 = 2 b00 cos(a0) + 3 a0^2 * prod(b)/b00
+    a, b = np.asarray(tree_params["a"]), np.asarray(tree_params["b"])
+    expect = 2 * b[0, 0] * np.cos(a[0]) + 3 * a[0] ** 2 * np.prod(b) / b[0, 0]
+    np.testing.assert_allclose(H[0, 3], expect, rtol=1e-12)
+
+
+def test_hvp_matches_dense(tree_params):
+    H = np.asarray(cv.hessian(_pytree_fn, tree_params))
+    v = jax.tree_util.tree_map(lambda x: jnp.cos(3.0 * x + 1.0), tree_params)
+    hv = cv.hvp(_pytree_fn, tree_params, v)
+    np.testing.assert_allclose(ravel_pytree(hv)[0], H @ ravel_pytree(v)[0], rtol=1e-12, atol=1e-12)
+    mv, x0 = cv.flat_hvp(_pytree_fn, tree_params)
+    np.testing.assert_allclose(mv(ravel_pytree(v)[0], x0), H @ ravel_pytree(v)[0], rtol=1e-12, atol=1e-12)
+    # the flat matvec drives Lanczos: full Krylov space = exact spectrum of the 7x7 Hessian
+    r = cv.extreme_eigenvalues(mv, 7, k=2, num_steps=7, args=(x0,))
+    ev = np.linalg.eigvalsh(H)
+    np.testing.assert_allclose(r.smallest, ev[:2], rtol=1e-10)
+    np.testing.assert_allclose(r.largest, ev[::-1][:2], rtol=1e-10)
+
+
+def test_bad_arguments_are_named(tree_params):
+    with pytest.raises(ValueError, match="`f` must return a scalar"):
+        cv.hessian(lambda p: p["a"], tree_params)
+    with pytest.raises(ValueError, match="`v`"):
+        cv.hvp(_pytree_fn, tree_params, {"a": jnp.ones(3)})
+    with pytest.raises(ValueError, match="`num_steps`"):
+        cv.extreme_eigenvalues(dense_matvec, 5, num_steps=6, args=(jnp.eye(5),))
+    with pytest.raises(ValueError, match="`k`"):
+        cv.extreme_eigenvalues(dense_matvec, 5, k=0, args=(jnp.eye(5),))
+    with pytest.raises(TypeError, match="`matvec`"):
+        cv.extreme_eigenvalues(np.eye(5), 5)
+    with pytest.raises(ValueError, match="`H` must be symmetric"):
+        cv.psd_certificate(np.array([[1.0, 2.0], [0.0, 1.0]]))
+
+
+def test_non_finite_matvec_is_reported():
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        cv.extreme_eigenvalues(lambda v, a: a @ v * jnp.nan, 10, num_steps=5, args=(jnp.eye(10),))
+
+
+# ----------------------------------------------------------------------------- block structure
+
+
+def _per_sample_loss(x, W):
+    return jnp.mean(jnp.sum(jnp.tanh(x @ W) ** 2, axis=1) - jnp.sum(x**3, axis=1) / 7)
+
+
+def test_block_diagonal_hessian_and_blockwise_lanczos():
+    n, d = 6, 5
+    x = jax.random.normal(jax.random.PRNGKey(1), (n, d))
+    W = jax.random.normal(jax.random.PRNGKey(2), (d, 4))
+    full = np.asarray(jax.hessian(lambda y: _per_sample_loss(y, W))(x)).reshape(n * d, n * d)
+    blocks = np.asarray(cv.block_diagonal_hessian(_per_sample_loss, x, W, chunk_size=2))
+    for i in range(n):
+        np.testing.assert_allclose(blocks[i], full[i * d:(i + 1) * d, i * d:(i + 1) * d], atol=1e-13)
+    assert cv.block_coupling(_per_sample_loss, x, W) < 1e-14
+    coupled = lambda y, W: _per_sample_loss(y - jnp.mean(y, axis=0), W)  # batch centring couples samples
+    assert cv.block_coupling(coupled, x, W) > 1e-2
+
+    mv, _ = cv.flat_hvp(lambda y, W: _per_sample_loss(y, W), x)
+    block_mv = lambda V, x, W: mv(V.reshape(-1), x.reshape(-1), W).reshape(V.shape)
+    r = cv.blockwise_extreme_eigenvalues(block_mv, n, d, k=2, num_steps=d, args=(x, W))
+    ev = np.linalg.eigvalsh(blocks)
+    np.testing.assert_allclose(r.smallest, ev[:, :2], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(r.largest, ev[:, ::-1][:, :2], rtol=1e-10, atol=1e-14)
+    assert r.smallest.shape == (n, 2) and r.num_breakdowns.shape == (n,)
+    np.testing.assert_allclose(r.smallest[:, 0].min(), np.linalg.eigvalsh(full)[0], rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- Lanczos accuracy
+
+
+def test_lanczos_indefinite_matches_eigvalsh(indefinite):
+    A, ev = indefinite
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=3, num_steps=300, args=(jnp.asarray(A),), tol=1e-10,
+                               key=jax.random.PRNGKey(5))
+    assert r.converged and not r.breakdown and r.num_steps < 300
+    np.testing.assert_allclose(r.smallest, ev[:3], rtol=1e-8)
+    np.testing.assert_allclose(r.largest, ev[::-1][:3], rtol=1e-8)
+    assert r.smallest[0] < 0 < r.largest[0]
+    assert np.all(r.smallest_residuals <= 1e-10 * 4.0) and np.all(r.largest_residuals <= 1e-10 * 4.0)
+
+
+def test_lanczos_clustered_spectrum_k_gt_1(clustered):
+    A, ev = clustered
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=5, num_steps=600, args=(jnp.asarray(A),), tol=1e-11,
+                               key=jax.random.PRNGKey(6))
+    assert r.converged, (r.num_steps, r.smallest_residuals, r.largest_residuals)
+    np.testing.assert_allclose(r.smallest, ev[:5], rtol=1e-8)
+    np.testing.assert_allclose(r.largest, ev[::-1][:5], rtol=1e-8)
+    # the packed eigenvalues are resolved individually (spacing 2e-3)
+    np.testing.assert_allclose(np.diff(r.largest), -2e-3, rtol=1e-5)
+
+
+def test_residual_estimates_equal_true_residuals(indefinite):
+    A, ev = indefinite
+    Aj = jnp.asarray(A)
+    # unconverged run (10 steps): residuals are large and the estimate must match the truth
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=10, args=(Aj,), early_stop=False,
+                               return_vectors=True, key=jax.random.PRNGKey(7))
+    assert r.num_steps == 10 and not r.converged
+    for vals, vecs, est, true in ((r.smallest, r.smallest_vectors, r.smallest_residuals, r.smallest_true_residuals),
+                                  (r.largest, r.largest_vectors, r.largest_residuals, r.largest_true_residuals)):
+        Y = np.asarray(vecs)
+        assert Y.shape == (2, N)
+        np.testing.assert_allclose(np.linalg.norm(Y, axis=1), 1.0, rtol=1e-12)
+        ref = np.linalg.norm(Y @ A - vals[:, None] * Y, axis=1)  # independent NumPy residual
+        np.testing.assert_allclose(true, ref, rtol=1e-8)
+        np.testing.assert_allclose(est, ref, rtol=1e-6)
+        assert np.all(ref > 1e-6)  # genuinely unconverged, so the comparison is meaningful
+    # converged run: the true residuals are small too
+    rc = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=300, args=(Aj,), return_vectors=True,
+                                key=jax.random.PRNGKey(7))
+    assert rc.converged and rc.largest_true_residuals[0] < 1e-7 and rc.smallest_true_residuals[0] < 1e-7
+    np.testing.assert_allclose(rc.largest_residuals, rc.largest_true_residuals, rtol=1e-2, atol=1e-12)
+
+
+def test_lanczos_float32(indefinite):
+    A, ev = indefinite
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=200, args=(jnp.asarray(A, jnp.float32),),
+                               dtype=jnp.float32, key=jax.random.PRNGKey(8))
+    assert r.converged and r.tol == 1e-4
+    np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-4)
+
+
+def test_breakdown_identity_plus_low_rank():
+    U = _orthonormal_columns(N, 3, 4)
+    A = np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T  # eigenvalues 6, 3, -2 and 1 (x 1997)
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(jnp.asarray(A),),
+                               key=jax.random.PRNGKey(9))
+    assert r.breakdown and r.num_breakdowns >= 1
+    assert np.all(np.isfinite(r.ritz_values))
+    np.testing.assert_allclose(r.smallest, [-2.0, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(r.largest, [6.0, 3.0], rtol=1e-12)
+    assert r.converged and r.num_steps == 12  # stopped at the first check: all residuals ~ 0
+
+
+def test_breakdown_rank_3_with_vectors():
+    U = _orthonormal_columns(N, 3, 5)
+    A = (U * np.array([4.0, -1.5, 0.5])) @ U.T  # eigenvalues 4, 0.5, -1.5 and 0 (x 1997)
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=10, args=(jnp.asarray(A),),
+                               return_vectors=True, key=jax.random.PRNGKey(10))
+    assert r.breakdown
+    np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1.5, 4.0], rtol=1e-12)
+    assert np.all(np.isfinite(np.asarray(r.largest_vectors)))
+    assert r.largest_true_residuals[0] < 1e-12 and r.smallest_true_residuals[0] < 1e-12
+
+
+# ----------------------------------------------------------------------------- SLQ and traces
+
+
+def test_slq_density_integrates_to_one_and_moments_exact_for_diagonal():
+    d = jnp.asarray(np.random.default_rng(11).uniform(-2.0, 3.0, 400))
+    mv = lambda v, d: d * v
+    sd = cv.slq_density(mv, 400, num_probes=6, num_steps=30, args=(d,), key=jax.random.PRNGKey(12))
+    np.testing.assert_allclose(sd.weights.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(np.trapezoid(sd.density, sd.grid), 1.0, rtol=1e-6)
+    # Rademacher probes: v^T D v / n = tr(D)/n exactly, and Gauss quadrature is exact for degree < 2m
+    np.testing.assert_allclose(sd.moment(1), float(jnp.mean(d)), rtol=1e-12)
+    np.testing.assert_allclose(sd.moment(2), float(jnp.mean(d**2)), rtol=1e-12)
+    assert sd.nodes.min() >= float(d.min()) - 1e-12 and sd.nodes.max() <= float(d.max()) + 1e-12
+
+
+def test_slq_moments_dense(indefinite):
+    A, ev = indefinite
+    P = 8
+    sd = cv.slq_density(dense_matvec, N, num_probes=P, num_steps=40, args=(jnp.asarray(A),),
+                        key=jax.random.PRNGKey(13))
+    # Var(v^T A v / n) = 2 (|A|_F^2 - sum A_ii^2) / n^2 for Rademacher v
+    std = np.sqrt(2 * (np.sum(A**2) - np.sum(np.diag(A) ** 2)) / N**2 / P)
+    assert abs(sd.moment(1) - np.trace(A) / N) < 5 * std
+    np.testing.assert_allclose(np.trapezoid(sd.density, sd.grid), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(sd.nodes.min(), ev[0], rtol=1e-6)  # the extremes converge in 40 steps
+
+
+def test_hutchpp_beats_hutchinson_on_low_rank_plus_noise():
+    n, r = 1000, 10
+    rng = np.random.default_rng(14)
+    U = np.linalg.qr(rng.standard_normal((n, r)))[0]
+    G = rng.standard_normal((n, n)) / n
+    A = jnp.asarray((U * np.linspace(50, 100, r)) @ U.T + 0.01 * (G @ G.T))
+    exact = float(jnp.trace(A))
+    err_h, err_pp = [], []
+    for s in range(8):
+        key = jax.random.PRNGKey(100 + s)
+        err_h.append(abs(float(cv.hutchinson_trace(dense_matvec, n, num_matvecs=60, args=(A,), key=key)) - exact))
+        err_pp.append(abs(float(cv.hutchpp_trace(dense_matvec, n, num_matvecs=60, args=(A,), key=key)) - exact))
+    assert np.mean(err_pp) < 0.01 * np.mean(err_h), (np.mean(err_pp), np.mean(err_h))
+    assert np.mean(err_pp) / exact < 1e-3
+
+
+def test_hutchinson_unbiased_scale():
+    n = 300
+    A = jnp.asarray(np.random.default_rng(15).standard_normal((n, n)))
+    A = A + A.T
+    est = cv.hutchinson_trace(dense_matvec, n, num_matvecs=3000, args=(A,), key=jax.random.PRNGKey(16))
+    std = np.sqrt(2 * (np.sum(np.asarray(A) ** 2) - np.sum(np.diag(A) ** 2)) / 3000)
+    assert abs(float(est) - float(jnp.trace(A))) < 5 * std
+
+
+# ----------------------------------------------------------------------------- certificates
+
+
+def test_witness_proves_instability_of_indefinite_matrix():
+    rng = np.random.default_rng(17)
+    Q5 = np.linalg.qr(rng.standard_normal((50, 50)))[0]
+    H = (Q5 * np.concatenate([[-1e-3], np.linspace(0.5, 2.0, 49)])) @ Q5.T
+    v = np.linalg.eigh(H)[1][:, 0]
+    w = cv.negative_curvature_witness(H, v)
+    assert w.rigorous and w.proves_instability
+    np.testing.assert_allclose(w.quotient, -1e-3, rtol=1e-9)
+    assert 0 < w.error_bound < 1e-12
+    # the same via a callable with a stated matvec error bound
+    wc = cv.negative_curvature_witness(lambda x: H @ x, v, matvec_error=1e-12)
+    assert wc.rigorous and wc.proves_instability
+    # without a matvec error bound a callable never "proves"
+    assert not cv.negative_curvature_witness(lambda x: H @ x, v).proves_instability
+
+
+def test_witness_does_not_prove_on_psd_null_direction():
+    rng = np.random.default_rng(18)
+    B = rng.standard_normal((40, 39))
+    H = B @ B.T  # PSD, singular; null vector has exact quotient 0
+    v = np.linalg.svd(B.T)[2][-1]
+    w = cv.negative_curvature_witness(H, v)
+    assert abs(w.quotient) <= w.error_bound  # the rounding noise is inside the bound
+    assert not w.proves_instability
+
+
+def test_psd_certificate():
+    rng = np.random.default_rng(19)
+    B = rng.standard_normal((60, 60))
+    ok = cv.psd_certificate(B @ B.T + np.eye(60))
+    assert ok.certified and ok.lower_bound == 0.0 and ok.shift > 0
+    Bs = rng.standard_normal((60, 59))
+    near_singular = Bs @ Bs.T + 1e-15 * np.eye(60)  # PSD, lambda_min ~ 1e-15
+    refused = cv.psd_certificate(near_singular, 0.0)
+    assert not refused.certified and refused.lower_bound is None and "NOT certified" in refused.message
+    with_margin = cv.psd_certificate(near_singular, 1e-6)
+    assert with_margin.certified and with_margin.lower_bound == -1e-6
+    indef = cv.psd_certificate(np.diag([1.0, -1e-3, 2.0]), 1e-4)
+    assert not indef.certified
+    assert cv.psd_certificate(np.diag([1.0, -1e-3, 2.0]), 2e-3).certified
+
+
+# ----------------------------------------------------------------------------- the paper's baseline
+
+
+def test_paper_power_iteration_is_inaccurate_where_lanczos_is_exact(power_trap):
+    A, ev = power_trap
+    Aj32 = jnp.asarray(A, jnp.float32)
+    p = cv.paper_power_iteration(dense_matvec, N, steps=20, args=(Aj32,), key=jax.random.PRNGKey(20))
+    assert p.num_matvecs == 40
+    err_max = abs(p.lambda_max - ev[-1]) / abs(ev[-1])
+    err_min = abs(p.lambda_min - ev[0]) / abs(ev[0])
+    # largest magnitude is lambda_min = -1.05: lambda_max comes out with the wrong sign or far off
+    assert err_max > 0.1 and max(err_max, err_min) > 0.1
+    r = cv.extreme_eigenvalues(dense_matvec, N, num_steps=400, args=(jnp.asarray(A),), key=jax.random.PRNGKey(20))
+    assert r.converged
+    np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-8)
+
+
+def test_paper_power_iteration_converges_on_easy_spectrum():
+    lam = np.concatenate([[-0.2], np.linspace(0.0, 1.0, 98), [10.0]])
+    p = cv.paper_power_iteration(lambda v, d: d * v, 100, steps=20, args=(jnp.asarray(lam, jnp.float32),))
+    np.testing.assert_allclose(p.lambda_max, 10.0, rtol=1e-5)  # ratio 0.1: converged in 20 steps
+    # Rayleigh quotients never overshoot (lambda_min >= -0.2), but the shifted operator's
+    # ratio 10/10.2 makes 20 steps far too few: lambda_min is not resolved
+    assert -0.2 - 1e-5 <= p.lambda_min and abs(p.lambda_min + 0.2) > 1e-3
