@@ -103,7 +103,7 @@ def write_results(out_dir, results: dict, config=None) -> pathlib.Path:
     payload["environment"] = environment()
     path = out / "results.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_jsonable(payload), indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(to_jsonable(payload), indent=2))  # insertion order: headline keys keep their order
     tmp.replace(path)  # atomic: a killed run never leaves a half-written results.json
     return path
 

@@ -1,0 +1,177 @@
+"""Experiments 2 (metric adaptation, Prop 3.3) and 7 (objectives) end to end on their tiny configs,
+plus exact checks of the pieces they are built from."""
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments import common, metric_adaptation, objectives, reproduce
+from experiments.configs import objectives as objectives_config
+from ssl_geometry import riemann
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("geometry_suite")
+    res = {name: reproduce.run_one(name, "tiny", out) for name in ("metric_adaptation", "objectives")}
+    return out, res
+
+
+def _finite_numbers(d):
+    return all(math.isfinite(v) for v in d.values() if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+# ------------------------------------------------------------------ experiment 2
+
+
+def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
+    out, res = tiny_runs
+    r = res["metric_adaptation"]
+    common.check_verdict(r)
+    assert _finite_numbers(r["headline"])
+    cfg = ml_collections.ConfigDict(r["config"])
+    v, stats = metric_adaptation.verdict(r["curvature"], r["isotropy_fits"], cfg)
+    assert v == r["verdict"] and stats["depth_gain"] == pytest.approx(r["headline"]["depth_gain"])
+    # The rule, recomputed independently from the stored rows.
+    ctrl = next(c for c in r["curvature"] if c["loss"] == "mse")
+    others = [c for c in r["curvature"] if c["loss"] != "mse" and c["definite_points"] > 0]
+    eps_lin = min(f["eps_max"] for f in r["isotropy_fits"] if f["depth"] == 1)
+    eps_mlp = min(f["eps_max"] for f in r["isotropy_fits"] if f["depth"] >= 2)
+    falsified = any(c["max_abs_scalar_curvature"] > cfg.curvature_tol and c["constant_W_residual"] <= cfg.flat_residual_tol
+                    for c in others)
+    if falsified:
+        expected = "not supported"
+    elif not others:
+        expected = "premise violated"
+    elif eps_mlp <= cfg.eps_target and eps_mlp * cfg.depth_factor <= eps_lin:
+        expected = "supported"
+    else:
+        expected = "inconclusive"
+    assert r["verdict"] == expected
+    # Flat control: constant metric 2I -> curvature exactly 0, a constant W whitens it to rounding.
+    assert ctrl["max_abs_scalar_curvature"] < 1e-12 and ctrl["max_abs_sectional_curvature"] < 1e-12
+    assert ctrl["constant_W_residual"] < 1e-12 and ctrl["metric_cv"] < 1e-12
+    # Curved losses: non-zero curvature and a residual no constant W removes.
+    for c in others:
+        assert c["max_abs_scalar_curvature"] > 1e-3 and c["constant_W_residual"] > 1e-3
+        if c["metric_dim"] == 2:  # in 2-d every plane is the tangent plane: K = S / 2 (checks the contractions)
+            assert c["max_abs_sectional_curvature"] == pytest.approx(c["max_abs_scalar_curvature"] / 2, rel=1e-8)
+        assert c["constant_W_rms"] <= c["constant_W_residual"] + 1e-12
+    # A linear head has a constant Jacobian: CV(J^T J) = 0 to rounding; a swish MLP's varies.
+    for row in r["variation"]:
+        if row["depth"] == 1 or row["activation"] == "identity":
+            assert row["cv_JtJ"] < 1e-12
+        else:
+            assert row["cv_JtJ"] > 1e-3
+    affine = next(f for f in r["isotropy_fits"] if f["depth"] == 1)
+    assert affine["cv_JtJ_along_curve"] < 1e-12
+    assert (out / "metric_adaptation" / "metric_adaptation.png").exists()
+    text = metric_adaptation.report(r, "figs")
+    assert "| loss | domain |" in text and "| activation | depth |" in text
+    assert "](figs/metric_adaptation.png)" in text
+
+
+def test_riemann_contractions_match_closed_forms():
+    # Round 2-sphere of radius 2: K = 1/4, S = 1/2 (sectional from any plane).
+    g = lambda x: jnp.diag(jnp.array([4.0, 4.0 * jnp.sin(x[0]) ** 2]))
+    x = jnp.array([0.7, 0.1])
+    Rm = np.asarray(riemann.lowered_riemann(g, x))
+    gx = np.asarray(g(x))
+    assert metric_adaptation.scalar_from_riemann(Rm, gx) == pytest.approx(0.5, rel=1e-12)
+    assert metric_adaptation.sectional_from_riemann(Rm, gx, np.array([1.0, 0.3]), np.array([0.2, 1.0])) == \
+        pytest.approx(0.25, rel=1e-12)
+
+
+def test_per_sample_losses_closed_forms():
+    K = jax.random.normal(jax.random.PRNGKey(0), (4, 3))
+    u = jnp.array([0.3, -0.2, 0.5])
+    tau = 0.7
+    H = np.asarray(jax.jit(jax.hessian(lambda v: metric_adaptation.softmax_dot_loss(v, K, tau)))(u))
+    p = np.asarray(jax.nn.softmax(K @ u / tau))
+    Kn = np.asarray(K)
+    assert np.allclose(H, Kn.T @ (np.diag(p) - np.outer(p, p)) @ Kn / tau**2, atol=1e-13)
+    t = jnp.array([1.0, 0.5, -0.2])
+    assert np.allclose(jax.hessian(metric_adaptation.make_per_sample_loss("mse", t, None, 1.0))(u), 2 * np.eye(3))
+    # Scale invariance L(c u) = L(u): u^T g_L u = 0 and g_L u = -grad L (why the chart is needed).
+    for name in metric_adaptation.SCALE_INVARIANT:
+        f = metric_adaptation.make_per_sample_loss(name, t, K, tau)
+        gL, gr = jax.jit(lambda v, f=f: (jax.hessian(f)(v), jax.grad(f)(v)))(u)
+        gL, gr = np.asarray(gL), np.asarray(gr)
+        assert np.allclose(gL @ np.asarray(u), -gr, atol=1e-12)
+        assert abs(float(np.asarray(u) @ gL @ np.asarray(u))) < 1e-12
+
+
+def test_constant_whitener_and_cv():
+    A = np.array([[2.0, 0.3], [0.3, 0.5]])
+    r0, r1, rms, W = metric_adaptation.best_constant_whitener(np.stack([A] * 4))
+    assert max(r0, r1, rms) < 1e-12 and np.allclose(W.T @ A @ W, np.eye(2), atol=1e-12)
+    B = np.diag([1.0, 3.0])
+    _, r1, rms, _ = metric_adaptation.best_constant_whitener(np.stack([A, B]))
+    assert r1 > 0.05 and rms > 0.01
+    G = np.stack([np.eye(2), 3 * np.eye(2)])  # mean 2I, deviations +-I: CV = sqrt(2) / sqrt(8) = 0.5
+    assert metric_adaptation.coefficient_of_variation(G) == pytest.approx(0.5, rel=1e-14)
+
+
+# ------------------------------------------------------------------ experiment 7
+
+
+def test_objectives_schema_rule_and_exact_relations(tiny_runs):
+    out, res = tiny_runs
+    r = res["objectives"]
+    common.check_verdict(r)
+    assert _finite_numbers(r["headline"])
+    rows = r["rows"]
+    v, stats = objectives.verdict(rows)
+    assert v == r["verdict"] and stats == pytest.approx(r["headline"])
+    # The rule, recomputed independently from the stored rows.
+    held = [x for x in rows if x["H_L_psd_pseudo_collapsed"] and x["rho_nonzero_pseudo_collapsed"]]
+    unstable = [x for x in held if x["lambda_min_H_eff_pseudo_collapsed"] < -x["eig_tol_pseudo_collapsed"]]
+    if not held:
+        expected = "premise violated"
+    elif len(unstable) < len(held):
+        expected = "not supported"
+    elif any(x["deg_ratio_trained"] >= 1.0 for x in rows):
+        expected = "inconclusive"
+    else:
+        expected = "supported"
+    assert r["verdict"] == expected
+    for x in rows:
+        for state in ("trained", "pseudo_collapsed"):
+            lmin, lmax = x[f"lambda_min_H_eff_{state}"], x[f"lambda_max_H_eff_{state}"]
+            tol = 1e-10 * max(1.0, abs(lmax))
+            # Weyl's inequalities for H_eff = G + M.
+            assert x[f"lambda_min_G_{state}"] + x[f"lambda_min_M_{state}"] <= lmin + tol
+            assert lmax <= x[f"lambda_max_G_{state}"] + x[f"lambda_max_M_{state}"] + tol
+            if x[f"H_L_psd_{state}"]:  # G = J^T H_L J inherits PSD
+                assert x[f"lambda_min_G_{state}"] >= -tol
+        assert x["erank_squared_trained"] <= x["erank_rankme_trained"] + 1e-6
+        assert 1.0 <= x["erank_rankme_trained"] <= 4.0 + 1e-6 and x["cond_trained"] >= 1.0
+        assert x["deg_ratio_trained"] == pytest.approx(x["deg_view_trained"] / x["deg_random_trained"])
+    assert (out / "objectives" / "objectives.png").exists()
+    text = objectives.report(r, "figs")
+    assert "| objective | family |" in text and "| objective | state |" in text
+    assert "](figs/objectives.png)" in text
+
+
+@pytest.mark.parametrize("name", ["simsiam", "byol", "dino"])
+def test_first_view_problem_gives_the_objectives_z1_gradient(name):
+    """loss_fn(head_fn(z1)) has the same z1-gradient as the full two-view objective (stop-gradients included)."""
+    cfg = objectives_config.get_config("tiny")
+    proj, pred = objectives._models(cfg, name)
+    key = jax.random.PRNGKey(3)
+    params = {"proj": proj.init(key)["params"]}
+    if pred is not None:
+        params["pred"] = pred.init(jax.random.fold_in(key, 1))["params"]
+    target = jax.tree_util.tree_map(lambda w: 0.9 * w, params["proj"])
+    center = 0.1 * jnp.ones((cfg.k,))
+    z1 = jax.random.normal(jax.random.fold_in(key, 2), (6, cfg.d))
+    z2 = z1 + 0.3 * jax.random.normal(jax.random.fold_in(key, 3), z1.shape)
+    full = objectives.objective_loss(cfg, name, proj, pred)
+    g_full = jax.jit(jax.grad(lambda a: full(params, target, center, a, z2)[0]))(z1)
+    head_fn, loss_fn = objectives.first_view_problem(cfg, name, params, target, center, z1, z2)
+    g_part = jax.jit(jax.grad(lambda a: loss_fn(head_fn(a))))(z1)
+    assert np.allclose(g_part, g_full, atol=1e-12, rtol=1e-10)
+    assert float(jnp.linalg.norm(g_full)) > 1e-6
