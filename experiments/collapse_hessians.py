@@ -77,7 +77,10 @@ def run_case(cfg, activation, loss_name, batch_norm, state, key):
     p = res.premises
     return {
         "activation": activation, "loss": loss_name, "batch_norm": batch_norm, "state": state,
-        "head_kind": res.head_kind, "conclusion": res.conclusion, "predicted": res.predicted,
+        # Train-mode BatchNorm normalises by batch statistics: the head is no longer linear (or
+        # piecewise linear) in z, whatever its activation, so its cases are classed apart.
+        "head_kind": ("batchnorm/" + res.head_kind) if batch_norm else res.head_kind,
+        "conclusion": res.conclusion, "predicted": res.predicted,
         "method": res.method, "eig_tol": res.eig_tol,
         "H_L_psd": p["loss_hessian_psd"]["met"], "lambda_min_H_L": res.lambda_min["loss_hessian"],
         "rho_norm": p["residual_nonzero"]["value"], "rho_nonzero": p["residual_nonzero"]["met"],
@@ -92,11 +95,13 @@ def _premises_hold(r):
 
 
 def verdict(rows):
-    """Rule: among cases whose premises hold (H_L PSD, rho != 0): every linear/ReLU head has
-    lambda_min(H_eff) >= -tol and every smooth head lambda_min(H_eff) < -tol -> supported;
-    a linear/ReLU head with a negative eigenvalue -> not supported; smooth heads that are not
-    unstable are reported (the theorem says 'generically') and make it inconclusive when they
-    are the majority. No premise-holding case -> premise violated."""
+    """Rule: among cases whose premises hold (H_L PSD, rho != 0) and whose head has no train-mode
+    BatchNorm: every linear/ReLU head has lambda_min(H_eff) >= -tol and every smooth head
+    lambda_min(H_eff) < -tol -> supported; a linear/ReLU head with a negative eigenvalue -> not
+    supported; smooth heads that are not unstable are reported (the theorem says 'generically')
+    and make it inconclusive when they are the majority. No premise-holding case -> premise
+    violated. Heads with train-mode BatchNorm are nonlinear in z whatever their activation;
+    their unstable fraction is reported beside the verdict, not in it."""
     held = [r for r in rows if _premises_hold(r)]
     if not held:
         return "premise violated", {}
@@ -105,12 +110,16 @@ def verdict(rows):
     lin_bad = [r for r in lin if r["lambda_min_H_eff"] < -r["eig_tol"]]
     smooth_unstable = [r for r in smooth if r["lambda_min_H_eff"] < -r["eig_tol"]]
     frac_smooth = len(smooth_unstable) / len(smooth) if smooth else float("nan")
+    bn = [r for r in held if r["head_kind"].startswith("batchnorm/")]
+    bn_lin = [r for r in bn if not r["head_kind"].endswith("smooth")]
     stats = {
         "premise_holding_cases": len(held), "cases": len(rows),
         "linear_relu_cases_with_negative_curvature": len(lin_bad),
         "smooth_cases_unstable_fraction": frac_smooth,
         "min_lambda_min_H_eff_linear_relu": min((r["lambda_min_H_eff"] for r in lin), default=float("nan")),
         "max_lambda_min_H_eff_smooth": max((r["lambda_min_H_eff"] for r in smooth), default=float("nan")),
+        "batchnorm_linear_relu_cases": len(bn_lin),
+        "batchnorm_linear_relu_unstable": sum(1 for r in bn_lin if r["lambda_min_H_eff"] < -r["eig_tol"]),
     }
     if lin_bad:
         return "not supported", stats
@@ -153,16 +162,17 @@ def _figure(rows, out_dir):
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     kinds = {"linear": "tab:blue", "piecewise": "tab:orange", "smooth": "tab:red"}
+    kinds.update({f"batchnorm/{k}": c for k, c in list(kinds.items())})
     losses_ = sorted({r["loss"] for r in rows})
     for r in rows:
-        x = losses_.index(r["loss"]) + (0.15 if r["batch_norm"] else -0.15)
+        x = losses_.index(r["loss"]) + (0.15 if r["batch_norm"] else -0.15)  # right of each tick: BN
         y = r["lambda_min_H_eff"] / max(abs(r["lambda_max_H_eff"]), 1e-300)
         marker = "o" if _premises_hold(r) else "x"
         ax.scatter(x, y, c=kinds.get(r["head_kind"], "k"), marker=marker, s=18)
     ax.axhline(0, color="k", lw=0.5)
     ax.set_xticks(range(len(losses_)), losses_, rotation=30, ha="right")
     ax.set_ylabel("lambda_min(H_eff) / |lambda_max(H_eff)|")
-    ax.set_title("o: premises hold, x: violated; blue linear, orange ReLU, red smooth")
+    ax.set_title("o: premises hold, x: violated; blue linear, orange ReLU, red smooth; right: BN", fontsize=8)
     common.save_figure(fig, out_dir, "lambda_min_by_case")
 
 
@@ -173,18 +183,23 @@ def report(results, rel_dir) -> str:
         cases = [r for r in results["cases"] if r["loss"] == loss_name]
         held = [r for r in cases if _premises_hold(r)]
         sm = [r for r in held if r["head_kind"] == "smooth"]
-        li = [r for r in held if r["head_kind"] != "smooth"]
+        li = [r for r in held if r["head_kind"] in ("linear", "piecewise")]
+        bn = [r for r in held if r["head_kind"].startswith("batchnorm/") and not r["head_kind"].endswith("smooth")]
         rows.append({
             "loss": loss_name, "cases": d["cases"], "H_L PSD": d["H_L_psd"], "rho != 0": d["rho_nonzero"],
             "premises hold": len(held),
             "smooth unstable": f"{sum(r['lambda_min_H_eff'] < -r['eig_tol'] for r in sm)}/{len(sm)}",
             "lin/ReLU escape-free": f"{sum(r['lambda_min_H_eff'] >= -r['eig_tol'] for r in li)}/{len(li)}",
+            "lin/ReLU+BN unstable": f"{sum(r['lambda_min_H_eff'] < -r['eig_tol'] for r in bn)}/{len(bn)}",
             "min lambda_min(H_L)": min(r["lambda_min_H_L"] for r in cases),
         })
     text = [
         f"{h['premise_holding_cases']} of {h['cases']} cases meet the premises (H_L PSD and rho != 0). "
         f"Linear/ReLU heads with a negative H_eff eigenvalue among them: {h['linear_relu_cases_with_negative_curvature']}; "
         f"fraction of smooth-head cases that are strictly unstable: {h['smooth_cases_unstable_fraction']:.3g}. "
+        f"Linear/ReLU heads with train-mode BatchNorm (nonlinear in z through the batch statistics) are "
+        f"strictly unstable in {h['batchnorm_linear_relu_unstable']} of {h['batchnorm_linear_relu_cases']} "
+        "premise-holding cases: BatchNorm supplies the negative curvature the activation does not. "
         f"The paper's own objective (SimSiam negative cosine) has an indefinite H_L in "
         f"{h['simsiam_cases_H_L_indefinite']} of {h['simsiam_cases']} cases, so Thm 4.1 says nothing there.",
         "",
