@@ -89,6 +89,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _cell(text: str) -> str:
+    """Escape a markdown table cell (``|`` would end the cell; newlines would end the row)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def headline_table(entries: list[tuple[str, str, dict]]) -> str:
     """The claim table: one row per experiment with its verdict and deciding numbers."""
     lines = ["| experiment | claim | verdict | deciding numbers (ours) | paper |", "|---|---|---|---|---|"]
@@ -97,7 +102,7 @@ def headline_table(entries: list[tuple[str, str, dict]]) -> str:
         head = res.get("headline", {})
         nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in list(head.items())[:6])
         paper = "; ".join(f"{k} = {_fmt(v)}" for k, v in res.get("paper", {}).items()) or "-"
-        lines.append(f"| {label} | {mod.CLAIM} | **{res['verdict']}** | {nums} | {paper} |")
+        lines.append(f"| {_cell(label)} | {_cell(mod.CLAIM)} | **{res['verdict']}** | {_cell(nums)} | {_cell(paper)} |")
     return "\n".join(lines)
 
 
