@@ -3,9 +3,14 @@
     python -m experiments.reproduce [--out DIR] [--only NAME[,NAME]] [--variant smoke|tiny|paper]
                                     [--force] [--report PATH]
 
-Each experiment writes ``DIR/<name>/results.json`` and its figures. A finished
-experiment whose stored config equals the requested one is not run again, so an
-interrupted ``reproduce`` resumes where it stopped. ``REPORT.md`` is assembled from
+Each experiment writes ``DIR/<name>/results.json`` and its figures. While a run is in
+progress ``DIR/.reproduce_in_progress.json`` marks it; if the run is interrupted (or an
+experiment fails) the marker stays, and the next ``reproduce`` on the same ``DIR`` resumes:
+experiments whose stored config equals the requested one are not run again. Without a
+marker (a finished run, or the results committed in the repository) every requested
+experiment is computed afresh, so the numbers always come from the code being run.
+``--resume`` reuses stored results even without a marker; ``--force`` never does.
+``REPORT.md`` is assembled from
 the stored results of every experiment (a claim table with verdicts first, then one
 section per experiment) and names the command and date at its top.
 """
@@ -40,6 +45,8 @@ EXPERIMENTS = [
     ("pretrained_orbits", "9. Foundation models: released vision checkpoints"),
 ]
 NAMES = [n for n, _ in EXPERIMENTS]
+#: File that marks an unfinished run in the output directory (its presence means "resume").
+MARKER = ".reproduce_in_progress.json"
 
 
 def load(name: str):
@@ -148,7 +155,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="results", help="output directory (default: results)")
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {NAMES}")
     parser.add_argument("--variant", default="smoke", choices=["tiny", "smoke", "paper"])
-    parser.add_argument("--force", action="store_true", help="rerun experiments that already have results")
+    parser.add_argument("--force", action="store_true", help="rerun every experiment, even when resuming")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse stored results with the same config even if no interrupted run is marked")
     parser.add_argument("--seed", type=int, default=None, help="override every experiment's seed")
     parser.add_argument("--report", default=None, help="where to write the report (default: REPORT.md, or DIR/REPORT.md with --out)")
     args = parser.parse_args(argv)
@@ -165,12 +174,18 @@ def main(argv=None) -> int:
 
     from tqdm.auto import tqdm
 
+    marker = out_root / MARKER
+    resuming = (marker.exists() or args.resume) and not args.force
+    if resuming and marker.exists():
+        tqdm.write(f"resuming the interrupted run recorded in {marker}")
+    marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
+                                  "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
     failures = {}
     bar = tqdm(names, desc="reproduce", unit="exp")
     for name in bar:
         bar.set_postfix_str(name)
         try:
-            res = run_one(name, args.variant, out_root, force=args.force, seed=args.seed)
+            res = run_one(name, args.variant, out_root, force=not resuming, seed=args.seed)
             tqdm.write(f"[{name}] {res['verdict']} ({res.get('wall_time_s', 0):.1f} s)")
         except Exception:  # keep going: one broken experiment must not lose the others' results
             failures[name] = traceback.format_exc()
@@ -178,9 +193,10 @@ def main(argv=None) -> int:
     command = "python -m experiments.reproduce" + ("" if argv is None and len(sys.argv) <= 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
     assemble_report(out_root, report_path, command.strip())
     print(f"wrote {report_path}")
-    if failures:
+    if failures:  # the marker stays: the next run resumes and retries the failed experiments
         print(f"{len(failures)} experiment(s) failed: {sorted(failures)}", file=sys.stderr)
         return 1
+    marker.unlink()
     return 0
 
 

@@ -82,3 +82,21 @@ def test_write_results_rejects_bad_verdict_and_keeps_nonfinite_visible(tmp_path)
 def test_unknown_experiment_name_is_a_clear_error():
     with pytest.raises(ValueError, match="Unknown experiment"):
         reproduce.load("nope")
+
+
+def test_main_recomputes_unless_an_interrupted_run_is_marked(tmp_path):
+    out = tmp_path / "suite"
+    argv = ["--only", "whitening", "--variant", "tiny", "--out", str(out)]
+    assert reproduce.main(argv) == 0
+    path = out / "whitening" / "results.json"
+    marker = out / reproduce.MARKER
+    assert path.exists() and (out / "REPORT.md").exists() and not marker.exists()
+    first = path.stat().st_mtime_ns
+    # A finished run (or committed results): the next run computes afresh.
+    assert reproduce.main(argv) == 0
+    second = path.stat().st_mtime_ns
+    assert second > first
+    # An interrupted run leaves the marker: the next run resumes and reuses what finished.
+    marker.write_text("{}")
+    assert reproduce.main(argv) == 0
+    assert path.stat().st_mtime_ns == second and not marker.exists()
