@@ -74,6 +74,8 @@ def _check_pair(a, b, name_a: str, name_b: str, min_batch: int = 1, why: str = "
     check_min_batch(a, name_a, max(min_batch, 1), why)
     if jnp.shape(a)[1] < 1:
         raise ValueError(f"`{name_a}` must have at least one feature; got shape {tuple(jnp.shape(a))}.")
+    check_finite(a, name_a)  # concrete inputs only: a no-op under jit/grad/vmap tracing
+    check_finite(b, name_b)
 
 
 def _check_unit_interval(value, name: str) -> None:
@@ -520,6 +522,8 @@ def dino(
     check_rank(student, "student", 3)
     check_rank(teacher, "teacher", 3)
     check_rank(center, "center", 1)
+    for arr, arg in ((student, "student"), (teacher, "teacher"), (center, "center")):
+        check_finite(arr, arg)
     v_s, n, k = student.shape
     v_t = teacher.shape[0]
     if teacher.shape[1:] != (n, k):

@@ -489,3 +489,16 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(FloatingPointError, match="not positive definite"):
         L.wmse(jnp.asarray(z), jnp.asarray(rng.standard_normal((8, 3))))
     assert np.isfinite(float(L.wmse(jnp.asarray(z), jnp.asarray(z), eps=1e-3)))
+
+
+@pytest.mark.parametrize("name", ["simsiam", "byol", "info_nce", "barlow_twins", "vicreg", "mse", "spectral_contrastive"])
+def test_non_finite_concrete_input_is_a_clear_error(name):
+    a = np.random.default_rng(0).normal(size=(4, 3))
+    b = a.copy()
+    b[1, 2] = np.nan
+    fn = L.get(name)
+    args = (a, a, a, b) if name in ("simsiam", "byol") else (a, b)
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        fn(*map(jnp.asarray, args))
+    # Under jit the check is skipped (values are unknown at trace time) and NaN propagates.
+    assert not bool(jnp.isfinite(jax.jit(fn)(*map(jnp.asarray, args))))
