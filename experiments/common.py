@@ -54,6 +54,19 @@ def environment() -> dict:
     }
 
 
+def require_x64(experiment: str) -> None:
+    """Raise ``RuntimeError`` unless float64 is enabled (exact Hessians and eigenvalues need it).
+
+    ``python -m experiments.reproduce`` enables it; a caller running an experiment's ``run``
+    directly must call ``jax.config.update("jax_enable_x64", True)`` first.
+    """
+    import jax
+
+    if not jax.config.read("jax_enable_x64"):
+        raise RuntimeError(f"{experiment} computes exact Hessians in float64: call "
+                           "jax.config.update('jax_enable_x64', True) first (experiments.reproduce does).")
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy/jax scalars and arrays, tuples and ConfigDicts into JSON types.
 

@@ -380,9 +380,7 @@ def verdict(curv_rows, fit_rows, cfg):
 
 
 def run(config, out_dir) -> dict:
-    if not jax.config.read("jax_enable_x64"):
-        raise RuntimeError("this experiment computes exact Hessians in float64: call "
-                           "jax.config.update('jax_enable_x64', True) first (experiments.reproduce does).")
+    common.require_x64(NAME)
     key = jax.random.PRNGKey(config.seed)
     kA, kB, kC, kK = jax.random.split(key, 4)
     fit_keys = jax.random.normal(kK, (config.n_keys, config.k), jnp.float64)

@@ -285,9 +285,7 @@ def verdict(rows):
 
 
 def run(config, out_dir) -> dict:
-    if not jax.config.read("jax_enable_x64"):
-        raise RuntimeError("this experiment computes exact Hessians in float64: call "
-                           "jax.config.update('jax_enable_x64', True) first (experiments.reproduce does).")
+    common.require_x64(NAME)
     key = jax.random.PRNGKey(config.seed)
     k_s, k_a, k_o = jax.random.split(key, 3)
     lo, hi = config.spectrum

@@ -100,3 +100,12 @@ def test_main_recomputes_unless_an_interrupted_run_is_marked(tmp_path):
     marker.write_text("{}")
     assert reproduce.main(argv) == 0
     assert path.stat().st_mtime_ns == second and not marker.exists()
+
+
+def test_require_x64_names_the_experiment_and_the_fix():
+    import jax
+
+    with jax.enable_x64(False):
+        with pytest.raises(RuntimeError, match="objectives computes exact Hessians in float64"):
+            common.require_x64("objectives")
+    common.require_x64("objectives")  # enabled by conftest: no error
