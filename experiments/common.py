@@ -142,6 +142,17 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt:
     return "\n".join(lines)
 
 
+def plot_normalised_curves(ax, curves: dict, *, fontsize: int = 7) -> None:
+    """Plot each loss curve as ``(v - min) / range + 1e-6`` on a log axis (shapes comparable)."""
+    for name, vals in curves.items():
+        v = np.asarray(vals)
+        ax.plot((v - v.min()) / max(v.max() - v.min(), 1e-300) + 1e-6, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("(loss - min) / range")
+    ax.legend(fontsize=fontsize)
+
+
 def save_figure(fig, out_dir, name: str) -> pathlib.Path:
     """Save a matplotlib figure as ``out_dir/name.png`` (100 dpi) and close it."""
     import matplotlib.pyplot as plt

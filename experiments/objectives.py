@@ -312,13 +312,7 @@ def _figure(rows, curves, out_dir):
     import matplotlib.pyplot as plt
 
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(13, 3.6))
-    for name, v in curves.items():
-        v = np.asarray(v)
-        a1.plot((v - v.min()) / max(v.max() - v.min(), 1e-300) + 1e-6, label=name)
-    a1.set_yscale("log")
-    a1.set_xlabel("step")
-    a1.set_ylabel("(loss - min) / range")
-    a1.legend(fontsize=6)
+    common.plot_normalised_curves(a1, curves, fontsize=6)
     names = [r["objective"] for r in rows]
     x = np.arange(len(rows))
     for state, off, c in (("trained", -0.15, "tab:blue"), ("pseudo_collapsed", 0.15, "tab:red")):

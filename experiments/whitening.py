@@ -187,13 +187,7 @@ def _figure(curves, out_dir):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    for name, vals in curves.items():
-        v = np.asarray(vals)
-        ax.plot((v - v.min()) / max(v.max() - v.min(), 1e-300) + 1e-6, label=name)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("(loss - min) / range")
-    ax.legend(fontsize=7)
+    common.plot_normalised_curves(ax, curves)
     common.save_figure(fig, out_dir, "training_curves")
 
 

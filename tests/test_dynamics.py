@@ -10,6 +10,9 @@ from ssl_geometry import dynamics as D
 from ssl_geometry import heads
 from ssl_geometry.metrics import normalized_std
 
+# The small tanh-MLP regression shared with the flow benchmark (one definition).
+from experiments.bench_flow import problem as _regression
+
 
 # ---------------------------------------------------------------- quadratic problem
 
@@ -71,21 +74,6 @@ def test_gd_deviates_from_flow_at_order_lr_and_igr_at_order_lr2(quad):
 
 
 # ---------------------------------------------------------------- small network
-
-
-def _regression(n, width):
-    key = jax.random.PRNGKey(0)
-    x = jax.random.normal(key, (n, 4), dtype=jnp.float64)
-    y = jnp.sin(x @ jnp.array([1.0, -2.0, 0.5, 1.5]))[:, None] + 0.5 * jnp.cos(3 * x[:, :1])
-    net = heads.mlp(4, (width, width), 1, activation="tanh", dtype=jnp.float64)
-    p0 = net.init(jax.random.PRNGKey(1))["params"]
-
-    def loss(p, data):
-        xb, yb = data
-        u, _ = net.apply({"params": p}, xb)
-        return 0.5 * jnp.mean((u - yb) ** 2)
-
-    return loss, p0, (x, y)
 
 
 @pytest.fixture(scope="module")
