@@ -1,48 +1,6 @@
-"""Named activation functions (selectable by string or passed as a callable).
+"""Stable import path ``ssl_geometry.activations``: the module itself is :mod:`ssl_geometry.models.activations`."""
+import sys
 
-``get("swish")`` and ``get(jax.nn.silu)`` both return a callable. GELU is the
-exact (erf) form, as in PyTorch's ``nn.GELU()`` default; ``gelu_tanh`` is the
-tanh approximation. ``leaky_relu`` uses slope 0.01 (PyTorch default).
-"""
-from __future__ import annotations
+from ssl_geometry.models import activations as _impl
 
-from typing import Callable
-
-import jax
-import jax.numpy as jnp
-
-from ssl_geometry._checks import check_choice
-
-
-def _identity(x):
-    return x
-
-
-ACTIVATIONS: dict[str, Callable] = {
-    "identity": _identity,
-    "linear": _identity,
-    "relu": jax.nn.relu,
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "swish": jax.nn.silu,
-    "silu": jax.nn.silu,
-    "tanh": jnp.tanh,
-    "softplus": jax.nn.softplus,
-    "elu": jax.nn.elu,
-    "leaky_relu": lambda x: jax.nn.leaky_relu(x, negative_slope=0.01),
-    "sigmoid": jax.nn.sigmoid,
-}
-
-#: Activations whose second derivative is zero almost everywhere (the head's
-#: interaction term M vanishes away from kinks; DESIGN.md section 2).
-PIECEWISE_LINEAR = frozenset({"identity", "linear", "relu", "leaky_relu"})
-
-
-def get(activation: str | Callable) -> Callable:
-    """Return the activation callable for a name in :data:`ACTIVATIONS` or a callable."""
-    if callable(activation):
-        return activation
-    if not isinstance(activation, str):
-        raise TypeError(f"`activation` must be a name or a callable; got {type(activation).__name__}.")
-    check_choice(activation.lower(), "activation", ACTIVATIONS)
-    return ACTIVATIONS[activation.lower()]
+sys.modules[__name__] = _impl

@@ -57,7 +57,7 @@ import numpy as np
 import optax
 
 from ssl_geometry._checks import check_choice, check_positive, check_rank
-from ssl_geometry.metrics import normalized_std
+from ssl_geometry.instrument.metrics import normalized_std
 
 PyTree = Any
 

@@ -1,0 +1,3 @@
+"""Dynamics: gradient flow (diffrax) against discrete optax optimisers on one time axis."""
+from ssl_geometry.dynamics.flow import *  # noqa: F401,F403
+from ssl_geometry.dynamics.flow import __all__ as __all__

@@ -1,0 +1,697 @@
+"""Data sets as ``uint8`` NHWC numpy batches, with resumable, seed-deterministic order.
+
+Two kinds of source, one name space (:data:`DATASETS`, :func:`info`):
+
+* **Embedded, offline** (no download, generated or shipped with an installed package),
+  loaded into memory as a :class:`Dataset`:
+
+  - ``"shapes"``: procedurally rendered shapes (:func:`make_shapes`): ``num_classes``
+    (<= 8) shape classes rendered at a random rotation angle, scale, position,
+    foreground hue, background hue and blur. The per-image nuisance factors are
+    returned (``Dataset.factors``) and :func:`render_shapes` re-renders any image
+    from its label and factors -- differentiably in the factors, so tangents of
+    the *true* nuisance orbits are available (``jax.jvp`` in a factor). Colour is
+    drawn independently of the class, so classes are not separable by colour.
+  - ``"digits"``: scikit-learn's 8x8 handwritten digits (1797 images,
+    ``sklearn.datasets.load_digits``), resized bilinearly to ``image_size`` and
+    replicated to 3 channels, with a fixed stratified-by-permutation train/test split.
+
+* **tensorflow-datasets** (must be prepared on disk beforehand; never downloaded
+  implicitly): ``"cifar10"``, ``"cifar100"``, ``"stl10"``, ``"imagenette"``
+  (tfds ``imagenette/320px-v2``), ``"imagenet2012"``. Read from ``data_dir`` (default:
+  tfds's, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``). Images are resized so
+  that the shorter side is ``image_size`` and centre-cropped to a square (bilinear,
+  antialiased); a data set's default ``image_size`` is its native size for CIFAR/STL,
+  160 for Imagenette, 224 for ImageNet. When the data is absent a
+  :class:`DataNotFoundError` says how to prepare it.
+
+Iteration and resume
+--------------------
+:func:`batches` (in-memory) and :func:`tfds_batches` (tfds) return a
+:class:`BatchIterator` that yields dicts ``{"image": uint8 (B, H, W, 3),
+"label": int32 (B,)}`` (in-memory sets add ``"index"``: positions in the
+:class:`Dataset`, to look up ``factors``); every batch has exactly ``batch_size``
+examples (``drop_remainder``). Its :attr:`BatchIterator.position` is a
+:class:`Position` ``(epoch, step)``: the epoch and the number of batches of that
+epoch already yielded, i.e. the position of the *next* batch. The order of an
+epoch is a pure function of ``(seed, epoch, process_index)``, so
+``batches(..., position=it.position)`` (or ``Position(**saved_dict)``) re-creates
+the iterator exactly where it was: checkpoint ``it.position._asdict()`` next to the
+model and pass it back as ``position=`` on resume. (tfds: the epoch pipeline is
+rebuilt with the same shuffle seeds and the first ``step * batch_size`` examples are
+skipped before image decoding, so resuming costs reading, not decoding, them.)
+
+Multi-host: with ``process_count > 1`` each process reads a disjoint part --
+``tfds.even_splits(split, process_count, drop_remainder=True)[process_index]`` for
+tfds (what ``tfds.split_for_jax_process`` does), and for in-memory sets the slice
+``[p B, (p+1) B)`` of every global batch of ``process_count * B`` examples drawn from
+one permutation shared by all processes. ``process_index`` / ``process_count``
+default to ``jax.process_index()`` / ``jax.process_count()``; ``batch_size`` is per
+process.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Callable, Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ssl_geometry.ssl import augment as _aug
+from ssl_geometry._checks import check_choice
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A tfds data set is not prepared in ``data_dir`` (nothing is downloaded implicitly)."""
+
+
+class Dataset(NamedTuple):
+    """An in-memory image data set.
+
+    ``images``: uint8 ``(n, H, W, 3)``; ``labels``: int32 ``(n,)``; ``factors``:
+    ``{name: float (n,)}`` per-image nuisance factors (``{}`` when none are known);
+    ``num_classes``; ``name``.
+    """
+
+    images: np.ndarray
+    labels: np.ndarray
+    factors: dict
+    num_classes: int
+    name: str
+
+    def __len__(self) -> int:  # number of examples, not of fields
+        return int(self.labels.shape[0])
+
+
+class Position(NamedTuple):
+    """Position of the next batch: ``epoch`` and batches already yielded in it (``step``)."""
+
+    epoch: int = 0
+    step: int = 0
+
+
+class DatasetInfo(NamedTuple):
+    """Static description of a named data set."""
+
+    name: str
+    num_classes: int
+    image_size: int | None  # default output side (None: native size kept)
+    splits: tuple
+    source: str  # "embedded" or "tfds:<tfds name>"
+
+
+DATASETS = {
+    "shapes": DatasetInfo("shapes", 8, 32, ("train", "test"), "embedded"),
+    "digits": DatasetInfo("digits", 10, 32, ("train", "test"), "embedded"),
+    "cifar10": DatasetInfo("cifar10", 10, None, ("train", "test"), "tfds:cifar10"),
+    "cifar100": DatasetInfo("cifar100", 100, None, ("train", "test"), "tfds:cifar100"),
+    "stl10": DatasetInfo("stl10", 10, None, ("train", "test", "unlabelled"), "tfds:stl10"),
+    "imagenette": DatasetInfo("imagenette", 10, 160, ("train", "validation"), "tfds:imagenette/320px-v2"),
+    "imagenet2012": DatasetInfo("imagenet2012", 1000, 224, ("train", "validation"), "tfds:imagenet2012"),
+}
+
+
+def info(name: str) -> DatasetInfo:
+    """The :class:`DatasetInfo` of a named data set (see :data:`DATASETS`)."""
+    check_choice(name, "dataset name", tuple(DATASETS))
+    return DATASETS[name]
+
+
+def _check_split(name: str, split: str) -> None:
+    base = split.split("[")[0].split("+")[0]
+    if DATASETS[name].source == "embedded":
+        check_choice(split, f"split of {name!r}", DATASETS[name].splits)
+    elif base not in DATASETS[name].splits:
+        raise ValueError(
+            f"Unknown split {split!r} of {name!r}; expected one of {list(DATASETS[name].splits)} "
+            "(tfds slicing such as 'train[:90%]' is allowed)."
+        )
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}; got {value!r}.")
+    return int(value)
+
+
+def _processes(process_index, process_count):
+    pi = jax.process_index() if process_index is None else process_index
+    pc = jax.process_count() if process_count is None else process_count
+    pc = _check_int(pc, "process_count", 1)
+    pi = _check_int(pi, "process_index", 0)
+    if pi >= pc:
+        raise ValueError(f"`process_index` must be < process_count={pc}; got {pi}.")
+    return pi, pc
+
+
+def _epoch_seed(seed: int, epoch: int, process_index: int = 0) -> int:
+    """A 31-bit seed that is a pure function of ``(seed, epoch, process_index)``."""
+    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch), int(process_index)])
+    return int(state.generate_state(1)[0] & 0x7FFFFFFF)
+
+
+# ------------------------------------------------------------------ the iterator
+
+
+class BatchIterator:
+    """Resumable iterator over ``(epoch, step)`` positions.
+
+    ``make_epoch(epoch, start_step)`` returns an iterator over the batches of
+    ``epoch`` starting at batch ``start_step``; it must be a pure function of its
+    arguments (the data order is fixed by the seed). Iteration stops after
+    ``num_epochs`` epochs (``None``: never). :attr:`position` is the position of
+    the next batch; re-create the iterator with ``position=`` to resume.
+    """
+
+    def __init__(self, make_epoch: Callable[[int, int], Iterator[dict]], *,
+                 position: Position = Position(), num_epochs: int | None = None,
+                 steps_per_epoch: int | None = None, description: str = ""):
+        position = Position(*position) if not isinstance(position, Position) else position
+        _check_int(position.epoch, "position.epoch", 0)
+        _check_int(position.step, "position.step", 0)
+        if num_epochs is not None:
+            _check_int(num_epochs, "num_epochs", 1)
+        self._make_epoch = make_epoch
+        self._num_epochs = num_epochs
+        self.steps_per_epoch = steps_per_epoch
+        self.description = description
+        self._position = self._normalise(position)
+        self._it = None
+
+    def _normalise(self, pos: Position) -> Position:
+        spe = self.steps_per_epoch
+        if spe and pos.step >= spe:
+            return Position(pos.epoch + pos.step // spe, pos.step % spe)
+        return pos
+
+    @property
+    def position(self) -> Position:
+        """``(epoch, step)`` of the next batch."""
+        return self._position
+
+    def state(self) -> dict:
+        """``{"epoch": int, "step": int}``: the position as a JSON/orbax-friendly dict."""
+        return dict(self._position._asdict())
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        empty_epochs = 0
+        while True:
+            epoch, step = self._position
+            if self._num_epochs is not None and epoch >= self._num_epochs:
+                raise StopIteration
+            if self._it is None:
+                self._it = iter(self._make_epoch(epoch, step))
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                self._it = None
+                if step == 0:
+                    empty_epochs += 1
+                    if empty_epochs > 1:
+                        raise ValueError(
+                            f"{self.description or 'the data'} yields no full batch in an epoch "
+                            "(fewer examples per process than batch_size)."
+                        ) from None
+                self._position = Position(epoch + 1, 0)
+                continue
+            self._position = self._normalise(Position(epoch, step + 1))
+            if self._position.step == 0:
+                self._it = None  # epoch finished: the next call builds the next one
+            return batch
+
+
+# ----------------------------------------------------------- in-memory iteration
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """Example order of an epoch: ``default_rng(SeedSequence([seed, epoch])).permutation(n)``."""
+    if not shuffle:
+        return np.arange(n)
+    return np.random.default_rng(_epoch_seed(seed, epoch)).permutation(n)
+
+
+def batches(data: Dataset, *, batch_size: int, seed: int = 0, position: Position = Position(),
+            num_epochs: int | None = None, shuffle: bool = True,
+            process_index: int | None = None, process_count: int | None = None) -> BatchIterator:
+    """Batches of an in-memory :class:`Dataset` (see the module docstring for semantics).
+
+    Epoch ``e`` visits ``epoch_order(n, seed, e)``; global batch ``k`` is
+    ``order[k G : (k+1) G]`` with ``G = process_count * batch_size`` and this process
+    takes its slice ``[p B, (p+1) B)``; ``n // G`` steps per epoch (remainder dropped).
+    """
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    pi, pc = _processes(process_index, process_count)
+    n = len(data)
+    G = batch_size * pc
+    steps = n // G
+    if steps == 0:
+        raise ValueError(
+            f"`batch_size`={batch_size} x process_count={pc} exceeds the {n} examples of {data.name!r}."
+        )
+
+    def make_epoch(epoch, start):
+        order = epoch_order(n, seed, epoch, shuffle)
+        for k in range(start, steps):
+            idx = order[k * G + pi * batch_size: k * G + (pi + 1) * batch_size]
+            yield {"image": data.images[idx], "label": data.labels[idx], "index": idx}
+
+    return BatchIterator(make_epoch, position=position, num_epochs=num_epochs,
+                         steps_per_epoch=steps, description=data.name)
+
+
+# ------------------------------------------------------------------------ shapes
+
+SHAPE_NAMES = ("disk", "square", "triangle", "plus", "ring", "ell", "bar", "half_disk")
+FACTOR_NAMES = ("angle", "scale", "tx", "ty", "hue", "bg_hue", "blur")
+
+
+class ShapesConfig(NamedTuple):
+    """Ranges of the uniform nuisance factors of ``"shapes"``.
+
+    ``angle`` in radians (counter-clockwise); ``scale``: shape radius as a fraction of
+    the half image side; ``shift``: centre offset, same unit, in ``[-shift, shift]``;
+    foreground / background hues uniform in ``[0, 1)`` (saturation, value fixed at
+    (0.85, 0.95) and (0.35, 0.3)); ``blur``: Gaussian sigma in pixels.
+    """
+
+    angle: tuple = (-math.pi / 4, math.pi / 4)
+    scale: tuple = (0.45, 0.75)
+    shift: float = 0.2
+    blur: tuple = (0.0, 1.0)
+    fg_sv: tuple = (0.85, 0.95)
+    bg_sv: tuple = (0.35, 0.3)
+
+
+def _norm2(x, y):
+    """``sqrt(x^2 + y^2)`` with a finite gradient at the origin."""
+    r2 = x * x + y * y
+    return jnp.where(r2 > 0, jnp.sqrt(jnp.where(r2 > 0, r2, 1.0)), 0.0)
+
+
+def _box(x, y, bx, by):
+    dx, dy = jnp.abs(x) - bx, jnp.abs(y) - by
+    return _norm2(jnp.maximum(dx, 0.0), jnp.maximum(dy, 0.0)) + jnp.minimum(jnp.maximum(dx, dy), 0.0)
+
+
+def _triangle(x, y, r=0.85):
+    """Signed distance to the equilateral triangle with vertices (+-r, -r/sqrt3), (0, 2r/sqrt3)."""
+    k = math.sqrt(3.0)
+    px, py = jnp.abs(x) - r, y + r / k
+    fold = px + k * py > 0
+    px, py = jnp.where(fold, (px - k * py) / 2, px), jnp.where(fold, (-k * px - py) / 2, py)
+    px = px - jnp.clip(px, -2 * r, 0.0)
+    return -_norm2(px, py) * jnp.sign(py)
+
+
+def _sdf(label, x, y):
+    """Signed distance (shape units, radius ~1) of every class; selects ``label``."""
+    sdfs = jnp.stack([
+        _norm2(x, y) - 0.9,
+        _box(x, y, 0.75, 0.75),
+        _triangle(x, y),
+        jnp.minimum(_box(x, y, 0.9, 0.3), _box(x, y, 0.3, 0.9)),
+        jnp.abs(_norm2(x, y) - 0.7) - 0.22,
+        jnp.minimum(_box(x + 0.45, y, 0.3, 0.9), _box(x, y + 0.6, 0.75, 0.3)),
+        _box(x, y, 0.95, 0.35),
+        jnp.maximum(_norm2(x, y + 0.4) - 0.95, -(y + 0.4)),
+    ])
+    return jnp.take(sdfs, label, axis=0)
+
+
+def _hsv_color(h, s, v):
+    return _aug.hsv_to_rgb(jnp.stack([h, jnp.full_like(h, s), jnp.full_like(h, v)], -1))
+
+
+def render_shape(label, factors: dict, image_size: int = 32, *, config: ShapesConfig = ShapesConfig(),
+                 max_blur: float | None = None):
+    """Render one image (float ``(S, S, 3)`` in ``[0, 1]``) from a label and its factors.
+
+    Pixel centres ``p`` in ``[-1, 1]^2`` (x right, y up); shape coordinates
+    ``q = R(-angle) (p - (tx, ty)) / scale``; coverage ``clip(1/2 - d S scale / 2, 0, 1)``
+    with ``d`` the signed distance of the class's shape at ``q`` (one-pixel
+    anti-aliasing ramp); colour ``bg + coverage (fg - bg)`` with
+    ``fg = hsv(hue, *fg_sv)``, ``bg = hsv(bg_hue, *bg_sv)``; then
+    :func:`ssl_geometry.augment.gaussian_blur` with sigma ``blur`` (kernel radius
+    fixed by ``max_blur``, default ``config.blur[1]``). Smooth almost everywhere in
+    every factor, so ``jax.jvp`` in a factor gives the true orbit tangent.
+    """
+    dt = jnp.result_type(factors["angle"])
+    dt = dt if jnp.issubdtype(dt, jnp.floating) else jnp.float32
+    S = int(image_size)
+    c = (jnp.arange(S, dtype=dt) + 0.5) / S * 2 - 1
+    px, py = jnp.meshgrid(c, -c, indexing="xy")  # py: +1 at the top row
+    ang, sc = factors["angle"], factors["scale"]
+    dx, dy = px - factors["tx"], py - factors["ty"]
+    cos, sin = jnp.cos(ang), jnp.sin(ang)
+    qx, qy = (cos * dx + sin * dy) / sc, (-sin * dx + cos * dy) / sc
+    d = _sdf(label, qx, qy)
+    cover = jnp.clip(0.5 - d * sc * S / 2, 0.0, 1.0)[..., None]
+    fg = _hsv_color(factors["hue"], *config.fg_sv)
+    bg = _hsv_color(factors["bg_hue"], *config.bg_sv)
+    img = bg + cover * (fg - bg)
+    max_blur = config.blur[1] if max_blur is None else max_blur
+    radius = _aug.blur_radius(max_blur)
+    if radius > 0:
+        img = _aug.gaussian_blur(img, factors["blur"], radius=radius, mode="nearest")
+    return img
+
+
+@functools.partial(jax.jit, static_argnames=("image_size", "config"))
+def _render_batch(labels, factors, image_size, config):
+    return jax.vmap(lambda lab, f: render_shape(lab, f, image_size, config=config))(labels, factors)
+
+
+def render_shapes(labels, factors: dict, image_size: int = 32, *, config: ShapesConfig = ShapesConfig()):
+    """:func:`render_shape` vmapped over a batch (jitted): float ``(n, S, S, 3)`` in ``[0, 1]``.
+
+    ``factors`` maps every name of :data:`FACTOR_NAMES` to an ``(n,)`` array; the
+    dtype of ``factors["angle"]`` sets the rendering precision.
+    """
+    missing = [k for k in FACTOR_NAMES if k not in factors]
+    if missing:
+        raise ValueError(f"`factors` lacks {missing}; expected the keys {list(FACTOR_NAMES)}.")
+    return _render_batch(jnp.asarray(labels), {k: jnp.asarray(factors[k]) for k in FACTOR_NAMES},
+                         int(image_size), config)
+
+
+def shapes_factors(num_examples: int, num_classes: int = 8, *, seed: int = 0,
+                   config: ShapesConfig = ShapesConfig()):
+    """Labels (balanced: ``i mod K``, shuffled) and factors ``{name: float64 (n,)}`` from ``seed``."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5A4E]))
+    labels = rng.permutation(np.arange(num_examples) % num_classes).astype(np.int32)
+    u = lambda lo, hi: rng.uniform(lo, hi, num_examples)  # noqa: E731
+    factors = {
+        "angle": u(*config.angle),
+        "scale": u(*config.scale),
+        "tx": u(-config.shift, config.shift),
+        "ty": u(-config.shift, config.shift),
+        "hue": u(0.0, 1.0),
+        "bg_hue": u(0.0, 1.0),
+        "blur": u(*config.blur),
+    }
+    return labels, factors
+
+
+def to_uint8(images) -> np.ndarray:
+    """Float images in ``[0, 1]`` -> uint8 by ``round(255 x)`` (clipped)."""
+    return np.asarray(np.clip(np.round(np.asarray(images, np.float64) * 255.0), 0, 255), np.uint8)
+
+
+def make_shapes(num_examples: int = 10_000, *, num_classes: int = 8, image_size: int = 32,
+                seed: int = 0, config: ShapesConfig = ShapesConfig(), chunk: int = 2048) -> Dataset:
+    """The procedural ``"shapes"`` set: deterministic in ``seed`` (rendered in float32 on CPU).
+
+    Classes are the first ``num_classes`` of :data:`SHAPE_NAMES`, balanced; the
+    factors of :func:`shapes_factors` are returned in ``Dataset.factors`` (float32,
+    the values the images were rendered from).
+    """
+    num_examples = _check_int(num_examples, "num_examples", 1)
+    image_size = _check_int(image_size, "image_size", 4)
+    if not 2 <= num_classes <= len(SHAPE_NAMES):
+        raise ValueError(f"`num_classes` must be in [2, {len(SHAPE_NAMES)}]; got {num_classes}.")
+    labels, factors = shapes_factors(num_examples, num_classes, seed=seed, config=config)
+    factors = {k: v.astype(np.float32) for k, v in factors.items()}
+    out = np.empty((num_examples, image_size, image_size, 3), np.uint8)
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        for s in range(0, num_examples, chunk):
+            sl = slice(s, s + chunk)
+            n = labels[sl].shape[0]
+            pad = chunk - n if num_examples > chunk else 0  # one compiled shape for all chunks
+            lab = np.pad(labels[sl], (0, pad))
+            fac = {k: np.pad(v[sl], (0, pad), mode="edge") for k, v in factors.items()}
+            imgs = render_shapes(lab, fac, image_size, config=config)
+            out[sl] = to_uint8(imgs)[:n]
+    return Dataset(out, labels, factors, num_classes, "shapes")
+
+
+# ------------------------------------------------------------------------ digits
+
+
+def make_digits(split: str = "train", *, image_size: int = 32, test_fraction: float = 0.2,
+                split_seed: int = 0) -> Dataset:
+    """scikit-learn's 8x8 digits as uint8 ``(n, S, S, 3)`` images.
+
+    Pixel values ``0..16`` scaled to ``0..255``, resized bilinearly (antialiased
+    when shrinking) to ``S x S``, grey replicated to RGB. The train/test split is
+    a fixed permutation (``split_seed``) with ``round(test_fraction n)`` test
+    images (359 of 1797 by default).
+    """
+    from sklearn.datasets import load_digits
+
+    check_choice(split, "split", ("train", "test"))
+    image_size = _check_int(image_size, "image_size", 1)
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"`test_fraction` must be in (0, 1); got {test_fraction}.")
+    d = load_digits()
+    x = d.images.astype(np.float64) / 16.0
+    y = d.target.astype(np.int32)
+    perm = np.random.default_rng(split_seed).permutation(len(y))
+    n_test = int(round(test_fraction * len(y)))
+    idx = perm[:n_test] if split == "test" else perm[n_test:]
+    x, y = x[idx], y[idx]
+    with jax.default_device(jax.devices("cpu")[0]):  # the (S, 8) bilinear weights of crop_and_resize
+        r = np.asarray(_aug._resample_matrix(image_size, 8, 0.0, 8.0, True, jnp.float64
+                                             if jax.config.read("jax_enable_x64") else jnp.float32))
+    big = np.einsum("oh,nhw,pw->nop", r.astype(np.float64), x, r.astype(np.float64))
+    imgs = to_uint8(np.repeat(big[..., None], 3, axis=-1))
+    return Dataset(imgs, y, {}, 10, "digits")
+
+
+# -------------------------------------------------------------------------- tfds
+
+
+def _tf():
+    """Import TensorFlow for the input pipeline only (hidden from GPUs/TPUs)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # already initialised: visibility can no longer change
+        pass
+    return tf
+
+
+def _prepare_instructions(name: str, data_dir) -> str:
+    tname = DATASETS[name].source.split(":", 1)[1]
+    dd = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
+    if name == "imagenet2012":
+        return (
+            "ImageNet needs a manual download: put ILSVRC2012_img_train.tar and "
+            f"ILSVRC2012_img_val.tar (from image-net.org) into {dd}/downloads/manual/, then run\n"
+            f"    tfds build imagenet2012 --data_dir={dd} --manual_dir={dd}/downloads/manual\n"
+            "(or, in Python, tfds.builder('imagenet2012', data_dir=...).download_and_prepare("
+            "download_config=tfds.download.DownloadConfig(manual_dir=...)))."
+        )
+    return (
+        "Prepare it once on a machine with network access:\n"
+        f"    tfds build {tname} --data_dir={dd}\n"
+        f"(or, in Python, tfds.builder({tname!r}, data_dir={dd!r}).download_and_prepare()) "
+        "and copy the directory here if needed."
+    )
+
+
+def _builder(name: str, data_dir):
+    import tensorflow_datasets as tfds
+
+    return tfds.builder(DATASETS[name].source.split(":", 1)[1], data_dir=data_dir)
+
+
+def _as_dataset(builder, name, data_dir, **kwargs):
+    try:
+        return builder.as_dataset(**kwargs)
+    except AssertionError as err:  # tfds: "Dataset X: could not find data in ..."
+        raise DataNotFoundError(
+            f"Data set {name!r} is not prepared in data_dir={str(builder.data_dir)!r} "
+            f"(nothing is downloaded implicitly). {_prepare_instructions(name, data_dir)}"
+        ) from err
+
+
+def process_split(split: str, process_index: int | None = None, process_count: int | None = None):
+    """This process's part of a tfds ``split``: ``tfds.even_splits(split, count, drop_remainder=True)[index]``.
+
+    The same as ``tfds.split_for_jax_process(split, drop_remainder=True)`` with the
+    process index/count given explicitly (defaults: ``jax.process_index()/count()``).
+    """
+    import tensorflow_datasets as tfds
+
+    pi, pc = _processes(process_index, process_count)
+    if pc == 1:
+        return split
+    return tfds.even_splits(split, n=pc, drop_remainder=True)[pi]
+
+
+def _resize_fn(tf, image_size):
+    """Resize the shorter side to ``image_size`` (bilinear, antialiased), centre-crop square."""
+
+    def resize(img):
+        if image_size is None:
+            return img
+        shape = tf.shape(img)
+        h, w = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
+        s = tf.cast(image_size, tf.float32) / tf.minimum(h, w)
+        nh = tf.maximum(image_size, tf.cast(tf.round(h * s), tf.int32))
+        nw = tf.maximum(image_size, tf.cast(tf.round(w * s), tf.int32))
+        out = tf.image.resize(img, tf.stack([nh, nw]), method="bilinear", antialias=True)
+        top, left = (nh - image_size) // 2, (nw - image_size) // 2
+        out = out[top:top + image_size, left:left + image_size, :]
+        out = tf.cast(tf.clip_by_value(tf.round(out), 0.0, 255.0), tf.uint8)
+        return tf.ensure_shape(out, [image_size, image_size, 3])
+
+    return resize
+
+
+def _tfds_pipeline(name, split, *, data_dir, image_size, batch_size, shuffle, shuffle_seed,
+                   shuffle_buffer, skip_examples, drop_remainder):
+    import tensorflow_datasets as tfds
+
+    tf = _tf()
+    builder = _builder(name, data_dir)
+    read_config = tfds.ReadConfig(shuffle_seed=shuffle_seed, try_autocache=False)
+    ds = _as_dataset(builder, name, data_dir, split=split, shuffle_files=shuffle,
+                     read_config=read_config, decoders={"image": tfds.decode.SkipDecoding()})
+    options = tf.data.Options()
+    options.deterministic = True
+    ds = ds.with_options(options)
+    if shuffle:
+        ds = ds.shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+    if skip_examples:
+        ds = ds.skip(skip_examples)  # before decoding: resuming reads but does not decode
+    image_feature = builder.info.features["image"]
+    resize = _resize_fn(tf, image_size)
+
+    def decode(ex):
+        img = image_feature.decode_example(ex["image"])
+        return {"image": resize(img), "label": tf.cast(ex["label"], tf.int32)}
+
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(2)
+    return builder, tfds.as_numpy(ds)
+
+
+def _default_size(name, image_size):
+    return DATASETS[name].image_size if image_size is None else _check_int(image_size, "image_size", 1)
+
+
+def tfds_batches(name: str, split: str = "train", *, batch_size: int, seed: int = 0,
+                 position: Position = Position(), num_epochs: int | None = None,
+                 shuffle: bool = True, shuffle_buffer: int = 10_000, data_dir: str | None = None,
+                 image_size: int | None = None, process_index: int | None = None,
+                 process_count: int | None = None) -> BatchIterator:
+    """Batches of a prepared tfds data set (``uint8`` NHWC ``"image"``, int32 ``"label"``).
+
+    Epoch ``e`` of process ``p`` reads :func:`process_split` with file order and a
+    ``shuffle_buffer``-example shuffle both seeded by ``SeedSequence([seed, e, p])``
+    (``reshuffle_each_iteration=False``, deterministic tf.data), so the order is a
+    pure function of ``(seed, e, p)`` and :class:`Position` resumes exactly (module
+    docstring). Raises :class:`DataNotFoundError` when the data is not prepared.
+    """
+    check_choice(name, "tfds dataset", tuple(k for k, v in DATASETS.items() if v.source != "embedded"))
+    _check_split(name, split)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    shuffle_buffer = _check_int(shuffle_buffer, "shuffle_buffer", 1)
+    pi, pc = _processes(process_index, process_count)
+    size = _default_size(name, image_size)
+    sub = process_split(split, pi, pc)
+    import tensorflow_datasets as tfds
+
+    # Fail now, not at the first batch, when the data is not prepared.
+    _as_dataset(_builder(name, data_dir), name, data_dir, split=sub,
+                decoders={"image": tfds.decode.SkipDecoding()})
+
+    def make_epoch(epoch, start):
+        _, it = _tfds_pipeline(name, sub, data_dir=data_dir, image_size=size, batch_size=batch_size,
+                               shuffle=shuffle, shuffle_seed=_epoch_seed(seed, epoch, pi),
+                               shuffle_buffer=shuffle_buffer, skip_examples=start * batch_size,
+                               drop_remainder=True)
+        return iter(it)
+
+    steps = None
+    try:  # known when the data is really prepared (not under tfds.testing.mock_data)
+        n = _builder(name, data_dir).info.splits[sub].num_examples
+        steps = n // batch_size if n else None
+    except Exception:  # noqa: BLE001 - split sizes unknown: the epoch ends when the data does
+        steps = None
+    return BatchIterator(make_epoch, position=position, num_epochs=num_epochs,
+                         steps_per_epoch=steps or None, description=f"{name}[{split}]")
+
+
+def load_tfds(name: str, split: str = "train", *, data_dir: str | None = None,
+              image_size: int | None = None, process_index: int | None = 0,
+              process_count: int | None = 1, chunk: int = 1024) -> Dataset:
+    """A whole tfds split in memory, in file order (CIFAR/STL/Imagenette; not ImageNet)."""
+    check_choice(name, "tfds dataset", tuple(k for k, v in DATASETS.items() if v.source != "embedded"))
+    if name == "imagenet2012":
+        raise ValueError("imagenet2012 does not fit in memory; iterate it with tfds_batches(...).")
+    _check_split(name, split)
+    pi, pc = _processes(process_index, process_count)
+    _, it = _tfds_pipeline(name, process_split(split, pi, pc), data_dir=data_dir,
+                           image_size=_default_size(name, image_size), batch_size=chunk,
+                           shuffle=False, shuffle_seed=None, shuffle_buffer=1, skip_examples=0,
+                           drop_remainder=False)
+    parts = list(it)
+    if not parts:
+        raise ValueError(f"split {split!r} of {name!r} is empty.")
+    images = np.concatenate([p["image"] for p in parts])
+    labels = np.concatenate([p["label"] for p in parts]).astype(np.int32)
+    return Dataset(images, labels, {}, DATASETS[name].num_classes, name)
+
+
+# ---------------------------------------------------------------- by-name access
+
+
+def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | None = None,
+         data_dir: str | None = None, num_examples: int | None = None, **kwargs) -> Dataset:
+    """An in-memory :class:`Dataset` by name (the string configs use).
+
+    ``"shapes"``: :func:`make_shapes` with ``num_examples`` (default 10000 train / 2000
+    test) rendered from seed stream ``(seed, split)``, so train and test differ;
+    ``"digits"``: :func:`make_digits`; tfds names: :func:`load_tfds` (``data_dir``).
+    Extra ``kwargs`` go to the maker (e.g. ``num_classes`` for shapes).
+    """
+    check_choice(name, "dataset name", tuple(DATASETS))
+    _check_split(name, split)
+    size = _default_size(name, image_size)
+    if name == "shapes":
+        n = num_examples if num_examples is not None else (10_000 if split == "train" else 2_000)
+        split_seed = [int(seed) & 0xFFFFFFFF, DATASETS[name].splits.index(split)]
+        stream = int(np.random.SeedSequence(split_seed).generate_state(1)[0])
+        return make_shapes(n, image_size=size, seed=stream, **kwargs)
+    if name == "digits":
+        return make_digits(split, image_size=size, **kwargs)
+    data = load_tfds(name, split, data_dir=data_dir, image_size=image_size, **kwargs)
+    if num_examples is not None:
+        data = subset(data, np.arange(min(num_examples, len(data))))
+    return data
+
+
+def subset(data: Dataset, index) -> Dataset:
+    """The examples ``index`` of ``data`` (factors sliced alike)."""
+    index = np.asarray(index)
+    return data._replace(images=data.images[index], labels=data.labels[index],
+                         factors={k: v[index] for k, v in data.factors.items()})
+
+
+def make_batches(name: str, split: str = "train", *, batch_size: int, seed: int = 0,
+                 position: Position = Position(), num_epochs: int | None = None,
+                 shuffle: bool = True, data_dir: str | None = None, image_size: int | None = None,
+                 process_index: int | None = None, process_count: int | None = None,
+                 **load_kwargs) -> BatchIterator:
+    """A :class:`BatchIterator` by name: embedded sets via :func:`load` + :func:`batches`,
+    tfds sets streamed via :func:`tfds_batches`. Same ``(seed, position)`` semantics."""
+    check_choice(name, "dataset name", tuple(DATASETS))
+    if DATASETS[name].source == "embedded":
+        data = load(name, split, seed=seed, image_size=image_size, **load_kwargs)
+        return batches(data, batch_size=batch_size, seed=seed, position=position,
+                       num_epochs=num_epochs, shuffle=shuffle, process_index=process_index,
+                       process_count=process_count)
+    return tfds_batches(name, split, batch_size=batch_size, seed=seed, position=position,
+                        num_epochs=num_epochs, shuffle=shuffle, data_dir=data_dir,
+                        image_size=image_size, process_index=process_index,
+                        process_count=process_count, **load_kwargs)

@@ -1,0 +1,353 @@
+"""Train an SSL model from a config file; resume from ``--workdir`` when run again.
+
+Usage::
+
+    python -m ssl_geometry.train --config experiments/configs/tiny.py --workdir /tmp/tiny \\
+        [--config.train.steps=200] [--config.objective.name=byol] ...
+
+``--config`` is a Python file with ``get_config()`` returning an
+``ml_collections.ConfigDict`` (``path.py:arg`` passes ``arg`` to ``get_config``);
+``--config.a.b=value`` overrides a field (``ml_collections.config_flags``: the
+value is parsed to the field's type; unknown fields are an error). The run writes
+``<workdir>/metrics.jsonl`` (one JSON record per log step, per tracked-metric
+evaluation and a final ``"event": "final"`` record with the offline probes) and
+orbax checkpoints under ``<workdir>/checkpoints/`` every
+``train.checkpoint_every`` steps (keeping ``train.keep_checkpoints``); a second
+run on the same workdir restores the newest readable step (parameters, optimiser
+and objective state, RNG key, data position) and continues.
+
+The config fields (see ``experiments/configs/tiny.py`` for a complete example):
+
+* ``seed``, ``dtype`` (``"float32"`` | ``"float64"``);
+* ``data``: ``name``, ``image_size``, ``data_dir``, ``num_train``, ``num_test`` (see
+  :func:`load_dataset`; ``0`` / ``""`` for the data set's defaults), ``batch_size`` (global);
+* ``augment``: ``name`` in :data:`AUGMENTS`;
+* ``model``: ``backbone`` (name in :data:`BACKBONES`) and ``backbone_kwargs``;
+  ``projector`` / ``predictor`` :func:`ssl_geometry.heads.mlp` arguments
+  (``hidden``, ``out_dim``, ``activation``, ``batch_norm``, ``final_batch_norm``,
+  ``bias``, ``scale``);
+* ``objective``: ``name`` and the constants of :func:`ssl_geometry.objectives.make_objective`;
+* ``optimizer``: see :func:`ssl_geometry.trainer.make_optimizer` (+ ``probe_lr``);
+* ``train``: ``steps``, ``log_every``, ``metrics_every``, ``checkpoint_every``,
+  ``keep_checkpoints``, ``progress`` (tqdm bar), ``tensorboard``;
+* ``eval``: ``max_train``, ``max_test``, ``knn_k``, ``ridge_l2``, ``rotation`` (run the
+  rotation probe), ``rotation_epochs``, ``metrics_images`` (test images for the
+  tracked metrics of :func:`ssl_geometry.trainer.make_eval_metrics`);
+* ``mesh``: ``data``, ``model``, ``min_model_dim``;
+* ``distributed``: ``initialize``, ``coordinator_address``, ``num_processes``, ``process_id``.
+"""
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ssl_geometry.ssl import augment as _aug
+from ssl_geometry.models import backbones as _bb
+from ssl_geometry.training import checkpoint as ckpt
+from ssl_geometry.ssl import data as _data
+from ssl_geometry.models import heads as _heads
+from ssl_geometry.ssl import objectives as _obj
+from ssl_geometry.training import probes as _probes
+from ssl_geometry.training import trainer as _tr
+from ssl_geometry._checks import check_choice
+
+BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
+AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet")
+DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_dataset(name: str, split: str, *, image_size: int | None = None, num_examples: int | None = None,
+                 data_dir: str | None = None):
+    """``(images, labels)`` as NumPy (``uint8`` NHWC, ``int32``) from :func:`ssl_geometry.data.load`.
+
+    Embedded sets (``"digits"``, ``"shapes"``) need no download; tfds sets
+    (``"cifar10"``, ...) must be prepared in ``data_dir``. The trainer keeps the
+    arrays in host memory and draws batches with
+    :func:`ssl_geometry.trainer.batch_indices` (order a pure function of
+    ``(seed, step)``, so the data position is the step).
+    """
+    check_choice(split, "split", ("train", "test"))
+    ds = _data.load(name, split, image_size=image_size, num_examples=num_examples, data_dir=data_dir)
+    return np.asarray(ds.images), np.asarray(ds.labels, np.int32)
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def build_augment(cfg, image_shape):
+    """``augment(key, images) -> (view1, view2)`` for ``cfg.name`` in :data:`AUGMENTS`.
+
+    ``crop_flip`` / ``simsiam_cifar``: RandomResizedCrop(scale 0.2-1) + horizontal
+    flip (the paper's SimSiam CIFAR pipeline; works for any channel count);
+    ``simclr_cifar`` / ``simclr_imagenet``: :data:`ssl_geometry.augment.SIMCLR_CIFAR` /
+    ``SIMCLR_IMAGENET`` (RGB only); ``none``: both views are the clean images.
+    """
+    name = cfg.get("name", "crop_flip")
+    check_choice(name, "augment.name", AUGMENTS)
+    if name == "none":
+        return _obj.identity_views
+    if name in ("crop_flip", "simsiam_cifar"):
+        size = int(image_shape[0])
+        return lambda key, x: _aug.two_views(key, x, _aug.simsiam_cifar_augment, size=size)
+    if image_shape[-1] != 3:
+        raise ValueError(f"augment.name={name!r} needs RGB images; the data set has {image_shape[-1]} channel(s). "
+                         "Use 'crop_flip'.")
+    conf = _aug.SIMCLR_CIFAR if name == "simclr_cifar" else _aug.SIMCLR_IMAGENET
+    return lambda key, x: _aug.two_views(key, x, _aug.simclr_augment, config=conf)
+
+
+def build_backbone(cfg, image_shape, dtype):
+    """Backbone :class:`~ssl_geometry.models.Model` from ``cfg.backbone`` and ``cfg.backbone_kwargs``."""
+    name = cfg.get("backbone", "small_cnn")
+    check_choice(name, "model.backbone", BACKBONES)
+    kw = dict(cfg.get("backbone_kwargs", {}) or {})
+    if name == "mlp":
+        return _bb.mlp(int(np.prod(image_shape)), dtype=dtype, **kw)
+    if name == "small_cnn":
+        return _bb.small_cnn(tuple(image_shape), dtype=dtype, **kw)
+    return getattr(_bb, name)(dtype=dtype, **kw)
+
+
+def _head(cfg, in_dim, dtype, default_out):
+    cfg = dict(cfg)
+    hidden = tuple(cfg.pop("hidden", ()))
+    out_dim = cfg.pop("out_dim", None) or default_out
+    return _heads.mlp(in_dim, hidden, int(out_dim), dtype=dtype, **cfg)
+
+
+def build_objective(config, image_shape, total_steps: int) -> _obj.Objective:
+    """The :class:`~ssl_geometry.objectives.Objective` described by ``config``."""
+    dtype = DTYPES[config.dtype]
+    backbone = build_backbone(config.model, image_shape, dtype)
+    projector = _head(config.model.projector, backbone.out_dim, dtype, backbone.out_dim)
+    ocfg = dict(config.objective)
+    name = ocfg.pop("name")
+    check_choice(name, "objective.name", _obj.OBJECTIVES)
+    predictor = None
+    if name in _obj.PREDICTOR_METHODS:
+        predictor = _head(config.model.predictor, projector.out_dim, dtype, projector.out_dim)
+    for key in ("vicreg_coeffs", "dino_temps"):
+        if key in ocfg:
+            ocfg[key] = tuple(ocfg[key])
+    return _obj.make_objective(name, backbone, projector, predictor, augment=build_augment(config.augment, image_shape),
+                               total_steps=total_steps, **ocfg)
+
+
+def validate_config(config) -> None:
+    """Raise ``ValueError`` naming the field for values the trainer cannot run with."""
+    check_choice(config.dtype, "dtype", tuple(DTYPES))
+    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
+        v = config.train[field]
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"`train.{field}` must be a positive int; got {v!r}.")
+    if not isinstance(config.train.metrics_every, int) or config.train.metrics_every < 0:
+        raise ValueError(f"`train.metrics_every` must be an int >= 0 (0: off); got {config.train.metrics_every!r}.")
+    b = config.data.batch_size
+    if not isinstance(b, int) or b < 2:
+        raise ValueError(f"`data.batch_size` must be an int >= 2 (batch statistics); got {b!r}.")
+    n_dev = len(jax.devices())
+    data_axis = config.mesh.data if config.mesh.data != -1 else n_dev // max(config.mesh.model, 1)
+    if isinstance(data_axis, int) and data_axis >= 1 and b % data_axis:
+        raise ValueError(f"`data.batch_size` {b} must divide by the mesh data axis size {data_axis}.")
+    if config.dtype == "float64" and not jax.config.read("jax_enable_x64"):
+        raise ValueError("`dtype='float64'` needs jax_enable_x64 (set JAX_ENABLE_X64=1).")
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _apply_in_batches(fn, params, obj_state, images, batch_size=512):
+    out = [np.asarray(fn(params, obj_state, jnp.asarray(images[i:i + batch_size])))
+           for i in range(0, len(images), batch_size)]
+    return np.concatenate(out, 0)
+
+
+def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=None) -> dict:
+    """Offline probes on frozen backbone features and projector outputs.
+
+    Ridge (closed form) and cosine kNN on ``backbone`` and ``head`` outputs of up to
+    ``cfg.max_train`` / ``cfg.max_test`` images; with ``cfg.rotation`` also the
+    rotation probe (linear and MLP) on both.
+    """
+    (xtr, ytr), (xte, yte) = train_data, test_data
+    xtr, ytr = xtr[: cfg.max_train], ytr[: cfg.max_train]
+    xte, yte = xte[: cfg.max_test], yte[: cfg.max_test]
+    feat = jax.jit(objective.features)
+    emb = jax.jit(objective.embed)
+    out = {}
+    for where, fn in (("backbone", feat), ("head", emb)):
+        ftr = _apply_in_batches(fn, params, obj_state, xtr)
+        fte = _apply_in_batches(fn, params, obj_state, xte)
+        out[f"{where}/ridge_acc"] = _probes.ridge_probe(ftr, ytr, fte, yte, l2=cfg.ridge_l2)["acc"]
+        out[f"{where}/knn_acc"] = _probes.knn_probe(ftr, ytr, fte, yte, k=min(cfg.knn_k, len(ftr)))["acc"]
+        if cfg.get("rotation", False):
+            if xtr.shape[1] != xtr.shape[2]:
+                raise ValueError("eval.rotation needs square images.")
+            r = _probes.rotation_probe(lambda x, fn=fn: fn(params, obj_state, x), xtr, xte,
+                                       epochs=cfg.get("rotation_epochs", 5), key=key)
+            out[f"{where}/rotation_linear"] = r["linear"]
+            out[f"{where}/rotation_mlp"] = r["mlp"]
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train(config, workdir, *, verbose: bool = True) -> dict:
+    """Train ``config`` in ``workdir`` (resuming from its newest checkpoint); return a summary.
+
+    The summary has ``step``, ``resumed_from`` (``None`` for a fresh start),
+    ``last`` (the last logged metrics), ``final`` (offline probe accuracies) and
+    ``images_per_s`` (training throughput over this invocation, compilation excluded).
+    Raises ``FloatingPointError`` when the loss becomes non-finite.
+    """
+    dist = config.get("distributed", None)
+    if dist is not None and dist.get("initialize", False):
+        kw = {}
+        if dist.get("coordinator_address"):
+            kw["coordinator_address"] = dist.coordinator_address
+        if dist.get("num_processes", 0) > 0:
+            kw["num_processes"] = int(dist.num_processes)
+        if dist.get("process_id", -1) >= 0:
+            kw["process_id"] = int(dist.process_id)
+        jax.distributed.initialize(**kw)
+    validate_config(config)
+    workdir = pathlib.Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    seed, steps, batch_size = int(config.seed), int(config.train.steps), int(config.data.batch_size)
+    # 0 / "" in a config mean "the data set's default".
+    dkw = {"image_size": config.data.get("image_size") or None, "data_dir": config.data.get("data_dir") or None}
+    train_data = load_dataset(config.data.name, "train", num_examples=config.data.get("num_train") or None, **dkw)
+    test_data = load_dataset(config.data.name, "test", num_examples=config.data.get("num_test") or None, **dkw)
+    xtr, ytr = train_data
+    num_classes = int(max(ytr.max(), test_data[1].max())) + 1
+    objective = build_objective(config, xtr.shape[1:], steps)
+    tx, sched = _tr.make_optimizer(config.optimizer, steps, batch_size,
+                                   probe_lr=float(config.optimizer.get("probe_lr", 1e-3)))
+    mesh = _tr.make_mesh(config.mesh.data, config.mesh.model)
+    mmd = int(config.mesh.get("min_model_dim", 1024))
+    state = _tr.init_train_state(objective, tx, jax.random.PRNGKey(seed), num_classes)
+    state = _tr.place_state(state, mesh, min_model_dim=mmd)
+
+    mngr = ckpt.manager(workdir / "checkpoints", max_to_keep=int(config.train.keep_checkpoints))
+    restored = ckpt.restore_latest(mngr, state)
+    start, resumed_from = 0, None
+    if restored is not None:
+        if restored.meta.get("seed", seed) != seed:
+            raise ValueError(f"workdir {workdir} holds a run with seed {restored.meta.get('seed')}; config has "
+                             f"seed {seed}. Use a fresh --workdir.")
+        state, start, resumed_from = restored.state, int(restored.meta["data_position"]), restored.step
+        if verbose:
+            print(f"resumed from checkpoint step {resumed_from}", flush=True)
+
+    step_fn = _tr.jit_train_step(_tr.make_train_step(objective, tx, sched), mesh, state, min_model_dim=mmd)
+    eval_fn = jax.jit(_tr.make_eval_metrics(objective))
+    n_eval = min(len(test_data[0]), int(config.eval.get("metrics_images", 512)))
+    eval_images = jnp.asarray(test_data[0][:n_eval])
+    logger = _tr.MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))
+    bar = None
+    if verbose and config.train.get("progress", True) and jax.process_index() == 0:
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        bar = tqdm(total=steps, initial=start, desc=f"{config.objective.name}", dynamic_ncols=True)
+    last = {}
+    t_mark, s_mark, n_images, t_train = None, start, 0, 0.0
+    for s in range(start, steps):
+        idx = _tr.host_slice(_tr.batch_indices(seed, s, len(xtr), batch_size))
+        batch = _tr.place_batch({"images": xtr[idx], "labels": ytr[idx]}, mesh)
+        state, metrics = step_fn(state, batch)
+        done = s + 1
+        if t_mark is None:  # first step includes compilation: start the clock after it
+            jax.block_until_ready(metrics)
+            t_mark, s_mark = time.perf_counter(), done
+        if done % config.train.log_every == 0 or done == steps:
+            rec = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            now = time.perf_counter()
+            if done > s_mark:
+                t_train += now - t_mark
+                n_images += (done - s_mark) * batch_size
+                rec["images_per_s"] = (done - s_mark) * batch_size / (now - t_mark)
+            t_mark, s_mark = now, done
+            rec["step"] = done
+            if not math.isfinite(rec["loss"]):
+                raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; the last checkpoint "
+                                         f"is step {mngr.latest_step()}.")
+            logger.write(rec)
+            last = rec
+            if bar is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", probe=f"{rec['probe_acc']:.3f}",
+                                img_s=f"{rec.get('images_per_s', float('nan')):.0f}")
+        if config.train.metrics_every and (done % config.train.metrics_every == 0 or done == steps):
+            em = jax.device_get(eval_fn(state["params"], state["obj_state"], eval_images))
+            logger.write({"step": done, "event": "tracked", **{k: float(v) for k, v in em.items()}})
+            t_mark = time.perf_counter()
+        if done % config.train.checkpoint_every == 0 or done == steps:
+            ckpt.save(mngr, done, state, {"data_position": done, "seed": seed})
+            mngr.wait_until_finished()
+            if verbose:
+                msg = f"checkpoint saved: step {done}"
+                (bar.write(msg) if bar is not None else print(msg, flush=True))
+            t_mark = time.perf_counter()
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    mngr.wait_until_finished()
+    mngr.close()
+    final = evaluate(objective, state["params"], state["obj_state"], train_data, test_data, config.eval,
+                     key=jax.random.PRNGKey(seed))
+    logger.write({"step": steps, "event": "final", **final})
+    return {"step": steps, "resumed_from": resumed_from, "last": last, "final": final,
+            "images_per_s": n_images / t_train if t_train > 0 else float("nan"), "state": state}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv):
+    """``(config, workdir)`` from ``argv`` (``argv[0]`` is the program name).
+
+    Uses a private ``absl.flags.FlagValues`` with ``ml_collections.config_flags``,
+    so it can be called repeatedly (tests) without touching global flags.
+    """
+    from absl import flags  # noqa: PLC0415
+    from ml_collections import config_flags  # noqa: PLC0415
+
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "Training config file (get_config()).", flag_values=fv,
+                                    lock_config=True, sys_argv=list(argv))
+    flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and checkpoints.", flag_values=fv)
+    fv(list(argv))
+    if fv["config"].value is None:
+        raise flags.IllegalFlagValueError("--config is required (a path to a config file with get_config()).")
+    if not fv["workdir"].value:
+        raise flags.IllegalFlagValueError("--workdir is required (where metrics and checkpoints go).")
+    return fv["config"].value, fv["workdir"].value
+
+
+def main(argv=None) -> int:
+    argv = sys.argv if argv is None else argv
+    try:
+        config, workdir = parse_args(argv)
+    except Exception as err:  # absl flag errors: print a clear message, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary = train(config, workdir)
+    print(f"final step {summary['step']}: loss {summary['last'].get('loss', float('nan')):.4f}, "
+          f"throughput {summary['images_per_s']:.1f} images/s")
+    for k, v in sorted(summary["final"].items()):
+        print(f"  {k}: {v:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
