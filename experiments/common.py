@@ -1,22 +1,27 @@
-"""What every experiment of the suite shares: the module contract and result I/O.
+"""What every experiment of the suite shares: the module contract, the runner, result I/O, plotting.
 
-An experiment is a module ``experiments/<name>.py`` with a config module
-``experiments/configs/<name>.py``:
+An experiment is a module ``experiments/<name>.py`` (or a package ``experiments/<name>/``) with
+a config module ``experiments/configs/<name>.py``. The module separates four things:
 
-* ``configs/<name>.py`` defines ``get_config(variant: str = "smoke") -> ml_collections.ConfigDict``
-  for ``variant`` in ``{"tiny", "smoke", "paper"}``: ``tiny`` runs in seconds (tests),
-  ``smoke`` in minutes on 2 CPU cores on the embedded data set, ``paper`` with the
-  paper's settings for a GPU/TPU (its ``expected_runtime`` field says how long, on what).
-* ``<name>.py`` defines ``NAME``, ``TITLE``, ``CLAIM`` (the paper's statement it tests),
-  ``run(config, out_dir) -> dict`` and ``report(results, out_dir) -> str`` (a markdown section).
+* **config** -- ``configs/<name>.py`` defines ``get_config(arg=None)``: a base config with sections
+  (``data``, ``model``, ``train``, ``analysis``, ``verdict``, ...) where every field is defined, and
+  variants ``tiny`` (seconds, tests), ``smoke`` (default; minutes on 2 CPU cores) and ``paper`` (the
+  authors' recipe, for an accelerator) applied as overrides by :func:`experiments.configs.build`.
+  ``--config experiments/configs/<name>.py:tiny`` works with ``ml_collections.config_flags``.
+* **measuring** -- ``measure(config) -> dict``: numbers only (JSON-able: floats, lists, dicts);
+  no verdict, no markdown, no figures.
+* **deciding** -- the module constant ``RULE`` (the rule in words, a format string over the config)
+  beside ``decide(measurements, config) -> {"verdict", "headline", "paper"}`` which applies it.
+  The stated rule and the code that applies it sit together; no docstring is parsed.
+* **reporting** -- ``report(results, rel_dir) -> str`` (a markdown section) and optionally
+  ``figures(results, out_dir)``; both read the *stored* results, never module state.
 
-``run`` writes ``out_dir/results.json`` through :func:`write_results` and PNG figures
-into ``out_dir``; the returned dict has at least
-
-* ``"verdict"``: one of :data:`VERDICTS`,
-* ``"verdict_rule"``: the rule, stated in words, that maps the numbers to the verdict,
-* ``"headline"``: a flat ``{name: number}`` dict of the numbers that decide it,
-* ``"paper"``: the paper's numbers for the same quantities where they exist (else ``{}``).
+Besides these the module defines ``NAME``, ``TITLE`` and ``CLAIM`` (the paper's claim, as the paper
+makes it). :func:`run_experiment` runs measure, then decide, then writes ``results.json`` atomically,
+then draws the figures. The stored ``results.json`` holds ``measurements``, ``verdict``,
+``verdict_rule``, ``headline``, ``paper``, ``config`` and ``environment``. JSON has no NaN or
+infinity: they are stored as the strings ``"nan"``, ``"inf"``, ``"-inf"`` by :func:`to_jsonable`
+and turned back into floats by :func:`read_results` -- here, once, for every experiment.
 """
 from __future__ import annotations
 
@@ -121,9 +126,52 @@ def write_results(out_dir, results: dict, config=None) -> pathlib.Path:
     return path
 
 
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def from_jsonable(obj: Any) -> Any:
+    """Inverse of :func:`to_jsonable` for numbers: ``"nan"``, ``"inf"``, ``"-inf"`` become floats again."""
+    if isinstance(obj, dict):
+        return {k: from_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(v) for v in obj]
+    if isinstance(obj, str) and obj in _NON_FINITE:
+        return _NON_FINITE[obj]
+    return obj
+
+
 def read_results(out_dir) -> dict:
-    """Read ``out_dir/results.json``."""
-    return json.loads((pathlib.Path(out_dir) / "results.json").read_text())
+    """Read ``out_dir/results.json``, non-finite numbers restored as floats (see :func:`from_jsonable`)."""
+    return from_jsonable(json.loads((pathlib.Path(out_dir) / "results.json").read_text()))
+
+
+def rule_text(module, config) -> str:
+    """The experiment's stated rule, ``module.RULE`` formatted with the config's fields."""
+    cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    return " ".join(module.RULE.format(**cfg).split())
+
+
+def run_experiment(module, config, out_dir) -> dict:
+    """Measure, then decide, then write ``out_dir/results.json`` atomically, then draw the figures.
+
+    ``module`` follows the contract of this module's docstring. Returns the results as stored
+    (read back, so a caller sees exactly what ``report`` will see).
+    """
+    measurements = module.measure(config)
+    decision = module.decide(measurements, config)
+    unknown = set(decision) - {"verdict", "headline", "paper", "verdict_reason"}
+    if unknown:
+        raise ValueError(f"{module.__name__}.decide returned unknown keys {sorted(unknown)}.")
+    results = {"verdict": decision["verdict"], "verdict_rule": rule_text(module, config),
+               "headline": decision["headline"], "paper": decision.get("paper", {}),
+               "measurements": measurements}
+    if "verdict_reason" in decision:
+        results["verdict_reason"] = decision["verdict_reason"]
+    write_results(out_dir, results, config)
+    stored = read_results(out_dir)
+    if hasattr(module, "figures"):
+        module.figures(stored, pathlib.Path(out_dir))
+    return stored
 
 
 def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".4g") -> str:
@@ -153,10 +201,19 @@ def plot_normalised_curves(ax, curves: dict, *, fontsize: int = 7) -> None:
     ax.legend(fontsize=fontsize)
 
 
-def save_figure(fig, out_dir, name: str) -> pathlib.Path:
-    """Save a matplotlib figure as ``out_dir/name.png`` (100 dpi) and close it."""
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (set here, once, for every experiment)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig, out_dir, name: str) -> pathlib.Path:
+    """Save a matplotlib figure as ``out_dir/name.png`` (100 dpi) and close it."""
+    plt = pyplot()
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
