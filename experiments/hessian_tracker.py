@@ -238,7 +238,7 @@ def measure(config) -> dict:
         training.append(t)
         step_t.append(st)
         ck_t.append(ct)
-        e0 = config.analysis.spearman_from_epoch if len(t["epochs"]["std_backbone"]) > 3 else 0
+        e0 = config.analysis.spearman_from_epoch
         spear[f"spearman_{init}_{act}"] = spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
     out = {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
            "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training]))}
