@@ -44,16 +44,21 @@ def _plan(cfg, n_images):
     return cfg.train.batch_size, cfg.train.epochs, spe
 
 
+def _path(activation: str, bn: bool) -> str:
+    """The code path of a run's heads: ``linear`` (no activation, no BN), ``bn`` or ``plain`` (activation only).
+    Runs on one path differ only in an elementwise activation and in constants (lr, seed)."""
+    return "linear" if activation == "linear" else ("bn" if bn else "plain")
+
+
 def _runs(cfg):
-    """``(activation, bn, lr name, seed)`` of every run executed (dry run: one per model graph)."""
+    """``(activation, bn, lr name, seed)`` of every run executed (dry run: the first run of each code path)."""
     out = [(a, bool(bn), lr, cfg.seed + s) for a, bn, lr in cfg.runs for s in range(cfg.seeds)]
     if not cfg.dry_run:
         return out
     seen, first = set(), []
     for a, bn, lr, s in out:
-        graph = (a, bn and a != "linear")
-        if graph not in seen:
-            seen.add(graph)
+        if _path(a, bn) not in seen:
+            seen.add(_path(a, bn))
             first.append((a, bn, lr, s))
     return first
 
@@ -98,9 +103,10 @@ def measure(config) -> dict:
 
 
 def _projection(config, n_images, rows) -> dict:
-    """Projected wall time of the full variant: every run at the measured step time of its model graph,
-    cost linear in the batch size (an upper bound on an accelerator, which small batches underuse)."""
-    per_graph = {(r["activation"], r["batch_norm"]): r["step_time_s"] for r in rows}
+    """Projected wall time of the full variant: every run at the measured step time of its code path
+    (:func:`_path`), cost linear in the batch size (an upper bound on an accelerator, which small batches
+    underuse)."""
+    per_graph = {_path(r["activation"], r["batch_norm"]): r["step_time_s"] for r in rows}
     n_full = config.dry.full_examples or n_images
     spe = n_full // config.train.batch_size
     if config.train.steps_per_epoch:
@@ -108,9 +114,9 @@ def _projection(config, n_images, rows) -> dict:
     scale = config.train.batch_size / config.dry.batch_size
     total = 0.0
     for a, bn, _ in config.runs:
-        total += config.seeds * config.train.epochs * spe * per_graph[(a, bool(bn) and a != "linear")] * scale
+        total += config.seeds * config.train.epochs * spe * per_graph[_path(a, bool(bn))] * scale
     return {"step_time_s": float(np.nanmean(list(per_graph.values()))), "batch": config.dry.batch_size,
-            "graphs_run": len(per_graph), "projected_wall_time_s": total, "device": jax.devices()[0].device_kind}
+            "paths_run": sorted(per_graph), "projected_wall_time_s": total, "device": jax.devices()[0].device_kind}
 
 
 def _fraction(rows, pred):
@@ -177,7 +183,7 @@ def report(results, rel_dir) -> str:
             f"![std of normalised outputs]({rel_dir}/escape_std_paper.png)"]
     if "dry_run" in m:
         d = m["dry_run"]
-        text.insert(0, f"**Dry run** (batch {d['batch']}, 2 steps, mock data, {d['graphs_run']} model graphs): "
+        text.insert(0, f"**Dry run** (batch {d['batch']}, 2 steps, mock data, head paths {', '.join(d['paths_run'])}): "
                        f"step {d['step_time_s']:.3g} s; projected full variant {d['projected_wall_time_s'] / 3600:.3g} h "
                        f"on {d['device']}.\n")
     return "\n".join(text)

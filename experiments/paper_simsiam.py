@@ -18,7 +18,11 @@ them from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identic
   ``1e7 * lambda_max``, not a condition number);
 * ``rel_update_projector`` / ``rel_update_backbone``: the authors' "relative update size"
   ``lr * |grad_g| / (|theta_g| + 1e-7)`` (Frobenius norms over the group's parameters, gradient
-  *before* momentum), next to the trainer's actual ``|Delta theta| / |theta|`` per group.
+  *before* momentum, read off the trainer's SGD momentum buffer, so no second backward pass), next
+  to the trainer's actual ``|Delta theta| / |theta|`` per group.
+
+The tracked step is the trainer's step plus one forward pass of backbone and projector on the two
+views (the trainer's step returns no head outputs).
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from experiments.configs import simsiam_cifar10
 from ssl_geometry.instrument import metrics as _metrics
@@ -120,22 +125,33 @@ def _build(key: str, image_shape, total_steps):
     def step_views(state, images):
         return views(augment, state, images, jax.tree_util.tree_leaves(state["params"]["backbone"])[0].dtype)
 
+    momentum = float(tc.optimizer.momentum)
+
     def observe(state, batch):
         x1, x2 = step_views(state, batch["images"])
         params, obj_state = state["params"], state["obj_state"]
         z1, u1 = online(params, obj_state, x1)
         z2, u2 = online(params, obj_state, x2)
-        rng = jax.random.fold_in(state["rng"], state["step"])
-        ssl = {k: v for k, v in params.items() if k != "probe"}
-        grads = jax.grad(lambda p: objective.loss_fn({**p, "probe": params["probe"]}, obj_state, rng, batch)[0])(ssl)
         out = {}
         for name, rep in (("head", jnp.concatenate([u1, u2])), ("backbone", jnp.concatenate([z1, z2]))):
             zn = rep / jnp.maximum(jnp.linalg.norm(rep, axis=1, keepdims=True), 1e-12)
             out[f"std_{name}"] = _metrics.normalized_std(zn)
             out[f"cond_{name}"] = _metrics.covariance_condition_number(zn, eig_floor=PAPER_EIG_FLOOR)
+        return out
+
+    def paper_update_sizes(old, new):
+        """The authors' ``lr |g| / (|theta| + 1e-7)`` per module, the gradient ``g`` read off the SGD
+        momentum buffer: ``trace_t = g_t + mu trace_{t-1}`` (optax ``sgd``), so ``g_t = trace_t - mu trace_{t-1}``;
+        without momentum ``g_t = -(theta_{t+1} - theta_t) / lr``."""
+        out = {}
         for g in ("projector", "backbone"):
-            gn = jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(grads[g])))
-            wn = jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(params[g])))
+            if momentum:
+                t_old, t_new = _trace(old["opt_state"])[g], _trace(new["opt_state"])[g]
+                grad = jax.tree_util.tree_map(lambda a, b: b - momentum * a, t_old, t_new)
+            else:
+                grad = jax.tree_util.tree_map(lambda a, b: (a - b) / lr, old["params"][g], new["params"][g])
+            gn = jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(grad)))
+            wn = jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(old["params"][g])))
             out[f"rel_update_{g}"] = lr * gn / (wn + 1e-7)
         return out
 
@@ -143,6 +159,7 @@ def _build(key: str, image_shape, total_steps):
     def step(state, batch):
         obs = observe(state, batch)
         new_state, m = train_step(state, batch)
+        obs.update(paper_update_sizes(state, new_state))
         return new_state, m, obs
 
     @jax.jit
@@ -151,6 +168,15 @@ def _build(key: str, image_shape, total_steps):
         return online(state["params"], state["obj_state"], x1)[0], online(state["params"], state["obj_state"], x2)[0]
 
     return Run(objective, backbone, projector, predictor, augment, tx, step, features, lr)
+
+
+def _trace(opt_state):
+    """The momentum buffer (``optax.TraceState.trace``, a params-shaped tree) inside the trainer's optimiser state."""
+    found = [x for x in jax.tree_util.tree_leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.TraceState))
+             if isinstance(x, optax.TraceState)]
+    if len(found) != 1:
+        raise ValueError(f"expected one SGD momentum buffer in the optimiser state; found {len(found)}.")
+    return found[0].trace
 
 
 def views(augment, state, images, dtype):

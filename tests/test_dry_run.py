@@ -93,3 +93,13 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     ev = np.linalg.eigvalsh(np.cov(zn, rowvar=False))
     assert float(obs["cond_backbone"]) == pytest.approx(ev[-1] / max(ev[0], 1e-7), rel=1e-3)
     assert int(new_state["step"]) == 1
+    # The authors' relative update size lr |g| / (|theta| + 1e-7), g read off the momentum buffer: against
+    # jax.grad of the SSL loss, at the second step (non-zero buffer from the first).
+    state2 = new_state
+    _, _, obs2 = run.step(state2, batch)
+    rng = jax.random.fold_in(state2["rng"], state2["step"])
+    g = jax.grad(lambda q: run.objective.loss_fn(q, state2["obj_state"], rng, batch)[0])(state2["params"])
+    norm = lambda t: float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(t))))
+    for grp in ("projector", "backbone"):
+        want = 0.05 * norm(g[grp]) / (norm(state2["params"][grp]) + 1e-7)
+        assert float(obs2[f"rel_update_{grp}"]) == pytest.approx(want, rel=1e-3)

@@ -100,6 +100,10 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
         assert abs(row["lambda_min_lanczos"] - row["lambda_min_exact"]) <= 1e-9 * scale
         assert abs(row["lambda_max_lanczos"] - row["lambda_max_exact"]) <= 1e-9 * scale
         assert row["lanczos_true_residual_min"] <= 1e-6 * scale
+        # So does the blockwise Lanczos (one Krylov space per sample block), the reference at paper size.
+        assert row["block_lanczos_valid"]
+        assert abs(row["lambda_min_block_lanczos"] - row["lambda_min_exact"]) <= 1e-9 * scale
+        assert abs(row["lambda_max_block_lanczos"] - row["lambda_max_exact"]) <= 1e-9 * scale
         # Stored derived numbers match their definitions.
         assert row["underestimate_ratio"] == pytest.approx(abs(row["lambda_min_exact"]) / abs(row["lambda_min_power"]))
         if np.isfinite(row["rel_error_min_power"]):
@@ -152,4 +156,4 @@ def test_hessian_tracker_paper_config_is_the_authors_recipe():
     assert (c.train.batch_size, c.train.epochs, c.analysis.tracker_batches, c.analysis.power_steps) == (256, 100, 5, 20)
     assert (c.model.hidden, c.model.out_dim, c.model.pred_hidden) == (2048, 2048, 512)
     assert c.runs == [["swish", "normal"], ["swish", "collapsed"], ["relu", "collapsed"]]
-    assert not c.analysis.exact_blocks and c.train.lr == 0.05
+    assert not c.analysis.exact_blocks and c.analysis.blockwise_lanczos and c.train.lr == 0.05

@@ -14,9 +14,10 @@ actual ``|Delta theta| / |theta|``.
 
 Variants: ``paper`` (the authors' recipe, for an accelerator, ``data.data_dir`` = prepared tfds
 CIFAR-10), ``smoke`` (default; the same pipeline on the embedded digits with a small CNN, a few
-runs; CPU minutes) and ``tiny`` (tests). Under ``dry_run`` one seed of each distinct model graph
-(activation x BN) runs 2 steps at batch ``dry.batch_size`` on mock CIFAR-10 and the full variant's
-wall time is projected from the measured step times.
+runs; CPU minutes) and ``tiny`` (tests). Under ``dry_run`` the first run of each head code path
+(linear; activation without BN; activation with BN) runs 2 steps at batch ``dry.batch_size`` on
+mock CIFAR-10, and the full variant's wall time is projected from the measured step time of each
+run's path.
 
 ``paper`` deviations from the authors' code, with their reasons:
 
