@@ -14,7 +14,10 @@ measured step time and the projected wall time of the full variant, and writes i
 Two experiment contracts are accepted while the suite is converted to the skeleton of
 :mod:`experiments.common`: a module with ``measure``/``decide`` runs through
 :func:`experiments.common.run_experiment`; an old module through its ``run(config, out_dir)``.
-A config without a ``dry_run`` field (not on the skeleton yet) is listed as skipped by a dry run.
+A dry run runs only modules that declare ``DRY_RUN = True`` (they honour ``config.dry_run``: reduced
+batch, 2 steps per training phase, ``measurements["dry_run"]`` with ``step_time_s``,
+``projected_wall_time_s`` and ``device``); any other experiment is listed as skipped, with the
+reason, because running it would run its full paper variant.
 
 Each experiment writes ``DIR/<name>/results.json`` and its figures. While a run is in
 progress ``DIR/.reproduce_in_progress.json`` marks it; if the run is interrupted (or an
@@ -90,9 +93,13 @@ def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: s
 
     ``data_dir`` goes to ``config.data.data_dir`` (or a top-level ``data_dir``) where the config has
     the field; ``dry_run`` sets ``config.dry_run = True`` and raises ``NotImplementedError`` when the
-    config has no such field (an experiment not yet on the skeleton cannot dry-run).
+    module does not declare ``DRY_RUN = True`` or the config has no ``dry_run`` field (such an
+    experiment would ignore the flag and run its full variant).
     """
-    _, cfg_module = load(name, variant)
+    module, cfg_module = load(name, variant)
+    if dry_run and not getattr(module, "DRY_RUN", False):
+        raise NotImplementedError(f"{name}: module {module.__name__} does not declare DRY_RUN = True (it does not "
+                                  "honour config.dry_run yet), so a dry run would run its full variant.")
     config = cfg_module.get_config(variant)
     if seed is not None and "seed" in config:
         config.seed = seed
@@ -139,6 +146,8 @@ def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False
     else:  # the old contract, until the module is converted
         results = module.run(config, out_dir)
     results = dict(results)
+    if dry_run and "dry_run" not in results.get("measurements", {}):
+        raise RuntimeError(f"{name}: declares DRY_RUN but its measurements carry no `dry_run` timing record.")
     results["wall_time_s"] = time.perf_counter() - t0
     results["variant"] = variant
     common.write_results(out_dir, results, config)

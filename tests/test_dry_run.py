@@ -3,7 +3,8 @@
 Each test runs one experiment's ``paper`` config end to end with ``config.dry_run = True`` (the
 paper's models and image shapes, tfds mock data, a reduced batch, 2 steps per training phase plus
 every analysis step) and checks the timing it reports. An experiment whose paper config has no
-``dry_run`` field (not converted to the skeleton yet) is skipped with that reason, visibly.
+``dry_run`` field, or whose module does not declare ``DRY_RUN = True`` (not converted yet), is
+skipped with that reason, visibly.
 The ResNet-18 paper variants compile the full model on CPU: each of these tests takes about a minute
 on 2 cores (compilation dominates; the 2 steps themselves take seconds).
 """
@@ -14,15 +15,11 @@ import pytest
 from experiments import reproduce
 
 
-def _paper_config(name):
-    _, cfg_module = reproduce.load(name, "paper")
-    return cfg_module.get_config("paper")
-
-
 @pytest.mark.parametrize("name", reproduce.NAMES)
 def test_paper_variant_dry_run(name, tmp_path):
-    if "dry_run" not in _paper_config(name):
-        pytest.skip(f"{name}: its paper config has no dry_run field (not on the experiment skeleton yet)")
+    module, cfg_module = reproduce.load(name, "paper")
+    if not getattr(module, "DRY_RUN", False) or "dry_run" not in cfg_module.get_config("paper"):
+        pytest.skip(f"{name}: {module.__name__} does not declare DRY_RUN = True yet (it would run its full variant)")
     res = reproduce.run_one(name, "paper", tmp_path, force=True, dry_run=True)
     assert res["config"]["dry_run"] is True and res["variant"] == "paper"
     d = res["measurements"]["dry_run"]

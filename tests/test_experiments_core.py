@@ -118,8 +118,16 @@ def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
         def get_config(arg=None):
             return ml_collections.ConfigDict({"seed": 0})
 
-    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (None, FakeCfg))
+    class Declares:
+        __name__ = "fake"
+        DRY_RUN = True
+
+    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (Declares, FakeCfg))
     with pytest.raises(NotImplementedError, match="no `dry_run` field"):
+        reproduce.make_config("whitening", "paper", dry_run=True)
+    # A module that does not declare DRY_RUN would ignore the flag and run its full variant: refused.
+    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (type("M", (), {"__name__": "m"}), FakeCfg))
+    with pytest.raises(NotImplementedError, match="does not declare DRY_RUN"):
         reproduce.make_config("whitening", "paper", dry_run=True)
 
 
