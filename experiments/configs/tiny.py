@@ -25,7 +25,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         "predictor": {"hidden": (16,), "out_dim": 64, "activation": "relu", "batch_norm": True,
                       "final_batch_norm": False, "bias": False, "scale": 1.0},
     })
-    c.objective = ml_collections.ConfigDict({"name": "simsiam", "temperature": 0.1, "ema": 0.99})
+    # The constants of every objective (make_objective's defaults), so any can be set from the command line.
+    c.objective = ml_collections.ConfigDict({"name": "simsiam", "temperature": 0.1, "ema": 0.99, "queue_size": 4096,
+                                             "barlow_lambda": 5e-3, "vicreg_coeffs": (25.0, 25.0, 1.0),
+                                             "dino_temps": (0.1, 0.04), "dino_center_momentum": 0.9})
     c.optimizer = ml_collections.ConfigDict({
         "name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4, "nesterov": False,
         "schedule": "cosine", "warmup_steps": 0, "lr_batch_scaling": False, "probe_lr": 1e-2,
