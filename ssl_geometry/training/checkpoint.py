@@ -43,7 +43,7 @@ import orbax.checkpoint as ocp
 
 
 __all__ = ["CheckpointWarning", "Restored", "manager", "fingerprint", "save", "restore", "restore_latest",
-           "quarantine"]
+           "latest_meta", "quarantine"]
 
 
 class CheckpointWarning(UserWarning):
@@ -150,13 +150,26 @@ def restore(mngr: ocp.CheckpointManager, step: int, target) -> Restored:
     return Restored(int(step), state, meta)
 
 
+def latest_meta(mngr: ocp.CheckpointManager) -> dict | None:
+    """The ``meta`` JSON of the newest step whose meta is readable (``None``: none is), read
+    without touching the state arrays -- to check a resume's config before restoring."""
+    mngr.reload()
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            return dict(mngr.restore(int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
+        except Exception:  # noqa: BLE001 - damaged step: restore_latest reports it
+            continue
+    return None
+
+
 def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = True) -> Restored | None:
     """Restore the newest readable step, or return ``None`` when there is no step.
 
     Steps that fail to restore (truncated / half-written files, fingerprint
     mismatch) are skipped with a :class:`CheckpointWarning` and, with
-    ``move_aside`` (default), moved out of the way by :func:`quarantine`, so the
-    resumed run can write that step again; if every step fails,
+    ``move_aside`` (default), once an older step restores, moved out of the way by
+    :func:`quarantine` so the resumed run can write those steps again; if every step fails
+    (nothing is moved),
     :class:`RuntimeError` is raised listing the errors (never a silent fresh start
     over a directory that holds checkpoints).
     """
@@ -164,20 +177,25 @@ def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = Tr
     steps = sorted(mngr.all_steps(), reverse=True)
     if not steps:
         return None
-    errors = []
+    errors, bad = [], []
     for step in steps:
         try:
-            return restore(mngr, step, target)
+            out = restore(mngr, step, target)
         except Exception as err:  # orbax/tensorstore raise many types for damaged files
             msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             errors.append(f"step {step}: {msg}")
-            moved = quarantine(mngr, step) if move_aside else None
+            bad.append(step)
             warnings.warn(
                 f"checkpoint step {step} in {mngr.directory} could not be restored ({msg}); "
-                + (f"moved it to {moved}; " if moved else "") + "falling back to the previous step.",
+                "falling back to the previous step.",
                 CheckpointWarning,
                 stacklevel=2,
             )
+            continue
+        for b in bad if move_aside else ():  # only once a good step is found: never leave a run with nothing
+            moved = quarantine(mngr, b)
+            warnings.warn(f"moved the unreadable checkpoint step {b} to {moved}.", CheckpointWarning, stacklevel=2)
+        return out
     raise RuntimeError(f"no checkpoint in {mngr.directory} could be restored: " + "; ".join(errors))
 
 

@@ -241,12 +241,15 @@ def _final_record(workdir) -> dict | None:
 def _resume(run: dict, config, workdir, verbose: bool):
     """Restore the newest readable checkpoint into ``run`` (state, start step, data position);
     refuses a mismatched config (see :func:`ssl_geometry.training.workdir.check_resume`)."""
+    allow = bool(config.train.get("allow_config_change", False))
+    meta = ckpt.latest_meta(run["mngr"])
+    if meta is not None:  # refuse a different run before orbax fails on mismatched shapes
+        _wd.check_resume(meta, config, run["state"], allow_config_change=allow)
     restored = ckpt.restore_latest(run["mngr"], run["state"])
     if restored is None:
         if jax.process_index() == 0:
             _wd.truncate_metrics(workdir / "metrics.jsonl", 0)
         return None
-    allow = bool(config.train.get("allow_config_change", False))
     changed = _wd.check_resume(restored.meta, config, run["state"], allow_config_change=allow)
     steps = int(config.train.steps)
     if restored.step > steps:
@@ -424,7 +427,7 @@ def main(argv=None) -> int:
         return 2
     try:
         summary = train(config, workdir)
-    except (_wd.WorkdirLockedError, _wd.ConfigMismatchError, NotADirectoryError, PermissionError) as err:
+    except (_wd.WorkdirLockedError, ValueError, NotADirectoryError, PermissionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if jax.process_index() != 0:
@@ -432,9 +435,11 @@ def main(argv=None) -> int:
     if summary["status"] == "stopped":
         print(f"stopped at step {summary['step']} (train.stop_after); run again to continue.")
         return 0
-    if summary["status"] == "finished":
-        print(f"final step {summary['step']}: loss {summary['last'].get('loss', float('nan')):.4f}, "
+    if summary["status"] == "finished" and summary["last"]:
+        print(f"final step {summary['step']}: loss {summary['last']['loss']:.4f}, "
               f"throughput {summary['images_per_s']:.1f} images/s")
+    elif summary["status"] == "finished":
+        print(f"final step {summary['step']} (restored; no training step in this invocation)")
     for k, v in sorted(summary["final"].items()):
         print(f"  {k}: {v:.4f}" if isinstance(v, float) else f"  {k}: {v}")
     return 0
