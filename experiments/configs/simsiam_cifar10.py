@@ -46,7 +46,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.seed = 0
     c.dtype = "float32"
     c.data = ml_collections.ConfigDict({"name": "cifar10", "image_size": 32, "batch_size": _BATCH, "data_dir": "",
-                                        "num_train": 0, "num_test": 0})
+                                        "num_train": 0, "num_test": 0,
+                                        "stream": False, "shuffle_buffer": 10_000})
     c.augment = ml_collections.ConfigDict({"name": "simsiam_cifar"})
     c.model = ml_collections.ConfigDict({
         "backbone": "resnet18_cifar",
@@ -65,11 +66,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.train = ml_collections.ConfigDict({
         "steps": _EPOCHS * steps_per_epoch, "log_every": 20, "metrics_every": steps_per_epoch,
         "checkpoint_every": 5 * steps_per_epoch, "keep_checkpoints": 3, "progress": True, "tensorboard": False,
+        "stop_after": 0, "allow_config_change": False,
     })
     c.eval = ml_collections.ConfigDict({"max_train": 50_000, "max_test": 10_000, "knn_k": 200, "ridge_l2": 1e-3,
                                         "rotation": True, "rotation_epochs": 5, "metrics_images": 2048})
     c.mesh = ml_collections.ConfigDict({"data": -1, "model": 1, "min_model_dim": 1024})
     c.distributed = ml_collections.ConfigDict({"initialize": False, "coordinator_address": "",
-                                               "num_processes": 0, "process_id": -1})
+                                               "num_processes": 0, "process_id": -1,
+                                               "cpu_collectives": "gloo"})
     c.expected_runtime = "about 1 h on one A100/H100-class GPU (50 epochs x 97 steps at batch 512); not measured here"
     return c
