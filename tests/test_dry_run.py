@@ -35,6 +35,7 @@ def test_paper_variant_dry_run(name, tmp_path):
     assert res["verdict"] in ("supported", "not supported", "premise violated", "inconclusive")
 
 
+@pytest.mark.slow
 def test_simsiam_cifar10_recipe_trains_two_steps_on_mock_cifar(tmp_path):
     """The trainer config of the paper's SimSiam (``configs/simsiam_cifar10.py``) through ``cli.train``."""
     import tensorflow_datasets as tfds
@@ -105,3 +106,19 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     for grp in ("projector", "backbone"):
         want = 0.05 * norm(g[grp]) / (norm(state2["params"][grp]) + 1e-7)
         assert float(obs2[f"rel_update_{grp}"]) == pytest.approx(want, rel=1e-3)
+
+
+@pytest.mark.parametrize("m,k", [(6, 10), (12, 5)])
+def test_paper_condition_number_equals_the_clamped_covariance_ratio(m, k):
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments import paper_simsiam
+    from ssl_geometry.instrument import metrics
+
+    z = np.random.default_rng(m).normal(size=(m, k))
+    zn = jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True))
+    want = float(metrics.covariance_condition_number(zn, eig_floor=1e-7))
+    ev = np.linalg.eigvalsh(np.cov(np.asarray(zn), rowvar=False))
+    assert want == pytest.approx(ev[-1] / max(ev[0], 1e-7), rel=1e-9)
+    assert float(paper_simsiam.paper_condition_number(zn)) == pytest.approx(want, rel=1e-9)
