@@ -223,39 +223,42 @@ def load_images(data_cfg, *, seed: int, dry_run: bool, dry_examples: int):
 
 
 def train_run(run: Run, state, images, labels, *, seed: int, epochs: int, steps_per_epoch: int, batch_size: int,
-              before_step: Callable | None = None, label: str = "") -> dict:
+              before_step: Callable | None = None, label: str = "", timed_steps: int = 4) -> dict:
     """Train ``epochs`` x ``steps_per_epoch`` trainer steps; return per-epoch means of the tracked numbers.
 
     ``before_step(epoch, i, state, batch)`` is called before step ``i`` of each epoch (the Hessian
-    tracker measures there). A non-finite loss stops the run: the result then says at which step
-    (``diverged_at_step``) and holds the epochs completed before it -- never NaN-filled series.
-    Returns ``{"epochs": {name: [per-epoch mean]}, "loss": [...], "diverged_at_step", "state",
-    "step_time_s"}`` (``step_time_s``: median wall time of a step after the first, compilation excluded).
+    tracker measures there). The tracked numbers stay on the device until the end of each epoch (no
+    host sync per step, so the next batch is prepared while the device works). A non-finite loss
+    stops the run at the end of its epoch: ``diverged_at_step`` names the first non-finite step and
+    the series hold the epochs completed before it -- never NaN-filled series (``state`` is then the
+    last, non-finite state). ``step_time_s``: median wall time of steps 2..``timed_steps`` (each
+    timed to completion; the first includes compilation and is left out).
+    Returns ``{"epochs": {name: [per-epoch mean]}, "diverged_at_step", "state", "label", "step_time_s"}``.
     """
     n = len(images)
     series: dict[str, list] = {}
     times, diverged, step_no = [], None, int(state["step"])
     for ep in range(epochs):
-        per = []
+        per, first = [], step_no
         for i in range(steps_per_epoch):
             idx = _trainer.batch_indices(seed, step_no, n, batch_size)
             batch = {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx])}
             if before_step is not None:
                 before_step(ep, i, state, batch)
             t0 = time.perf_counter()
-            new_state, m, obs = run.step(state, batch)
-            jax.block_until_ready(m["loss"])
-            times.append(time.perf_counter() - t0)
-            rec = {"loss": m["loss"], "rel_update_trainer_backbone": m["rel_update/backbone"],
-                   "rel_update_trainer_head": m["rel_update/head"], **obs}
-            per.append(jax.device_get(rec))
-            if not np.isfinite(float(per[-1]["loss"])):
-                diverged = step_no
-                break
-            state, step_no = new_state, step_no + 1
-        if diverged is not None:
+            state, m, obs = run.step(state, batch)
+            if len(times) < timed_steps:
+                jax.block_until_ready(m["loss"])
+                times.append(time.perf_counter() - t0)
+            per.append({"loss": m["loss"], "rel_update_trainer_backbone": m["rel_update/backbone"],
+                        "rel_update_trainer_head": m["rel_update/head"], **obs})
+            step_no += 1
+        per = {k: np.asarray(v, np.float64) for k, v in jax.device_get(
+            {k: jnp.stack([r[k] for r in per]) for k in per[0]}).items()} if per else {}
+        if per and not np.all(np.isfinite(per["loss"])):
+            diverged = first + int(np.argmin(np.isfinite(per["loss"])))
             break
-        for k in per[0]:
-            series.setdefault(k, []).append(float(np.mean([float(r[k]) for r in per])))
+        for k, v in per.items():
+            series.setdefault(k, []).append(float(np.mean(v)))
     return {"epochs": series, "diverged_at_step": diverged, "state": state, "label": label,
             "step_time_s": float(np.median(times[1:])) if len(times) > 1 else float("nan")}

@@ -122,3 +122,24 @@ def test_paper_condition_number_equals_the_clamped_covariance_ratio(m, k):
     ev = np.linalg.eigvalsh(np.cov(np.asarray(zn), rowvar=False))
     assert want == pytest.approx(ev[-1] / max(ev[0], 1e-7), rel=1e-9)
     assert float(paper_simsiam.paper_condition_number(zn)) == pytest.approx(want, rel=1e-9)
+
+
+def test_train_run_reports_divergence_and_keeps_only_finished_epochs():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments import paper_simsiam
+
+    def step(state, batch):  # a stand-in trainer step whose loss turns NaN at step 5 (epoch 2 of 3 x 3 steps)
+        s = state["step"]
+        loss = jnp.where(s == 5, jnp.nan, 1.0 / (1.0 + s))
+        m = {"loss": loss, "rel_update/backbone": jnp.float32(0.1), "rel_update/head": jnp.float32(0.2)}
+        return {"step": s + 1}, m, {"std_head": jnp.float32(s)}
+
+    run = paper_simsiam.Run(*([None] * 6), step=step, features=None, lr=0.1)
+    images, labels = np.zeros((8, 2, 2, 3), np.uint8), np.zeros(8, np.int32)
+    out = paper_simsiam.train_run(run, {"step": jnp.int32(0)}, images, labels, seed=0, epochs=3, steps_per_epoch=3,
+                                  batch_size=2)
+    assert out["diverged_at_step"] == 5
+    assert out["epochs"]["std_head"] == [1.0]  # epoch 0 (steps 0, 1, 2) only; epoch 1 held the NaN
+    assert out["epochs"]["loss"] == pytest.approx([np.mean([1.0, 0.5, 1 / 3])])
