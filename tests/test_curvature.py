@@ -441,3 +441,23 @@ def test_blockwise_compiles_once_and_linearized_hvp_matches_jvp_of_grad():
     # the flat view of the same map as a full-operator matvec
     r = cv.extreme_eigenvalues(cv.LinearMatvec(x.shape), x.size, num_steps=20, args=(lin,))
     np.testing.assert_allclose(r.largest[0], ev[:, -1].max(), rtol=1e-9)
+
+
+def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
+    rng = np.random.default_rng(24)
+    nb, d = 12, 40
+    lam = rng.uniform(-1.0, 1.0, (nb, d))
+    lam[3, 0], lam[7, -1] = -2.0, 2.5   # the union's extremes sit in blocks 3 and 7
+    Q = np.linalg.qr(rng.standard_normal((nb, d, d)))[0]
+    A = jnp.asarray(np.einsum("bij,bj,bkj->bik", Q, lam, Q))
+    mv = lambda V, A: jnp.einsum("bij,bj->bi", A, V)  # noqa: E731
+    kw = dict(num_steps=d, args=(A,), tol=1e-8, check_every=4)
+    full = cv.blockwise_extreme_eigenvalues(mv, nb, d, **kw)
+    union = cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", **kw)
+    assert full.converged and union.converged
+    assert union.num_steps < full.num_steps
+    assert abs(union.smallest[:, 0].min() + 2.0) <= 1e-8 * 2.5 and abs(union.largest[:, 0].max() - 2.5) <= 1e-8 * 2.5
+    with pytest.raises(ValueError, match="`k` must be 1"):
+        cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", k=2, **kw)
+    with pytest.raises(ValueError, match="`target`"):
+        cv.blockwise_extreme_eigenvalues(mv, nb, d, target="some", **kw)

@@ -19,7 +19,7 @@ from jaxtyping import Array, Float
 from ssl_geometry._checks import check_positive
 from ssl_geometry.linalg._operators import (_Vmapped, _as_dtype, _check_callable, _check_int,
                                             _check_matvec_output, _key)
-from ssl_geometry.linalg.lanczos import _lanczos_chunk, _lanczos_init, _prepare, _ritz_batch
+from ssl_geometry.linalg.lanczos import _lanczos_chunk, _lanczos_init, _prepare, _ritz_batch, _round_rows
 
 __all__ = ["SpectralDensity", "slq_density", "hutchinson_trace", "hutchpp_trace"]
 
@@ -79,7 +79,7 @@ def slq_density(
     v0 = jax.random.rademacher(k0, (num_probes, dim), dtype)
     _check_matvec_output(_Vmapped(matvec), (num_probes, dim), dtype, tuple(args))
     btol = jnp.asarray(100 * float(jnp.finfo(dtype).eps), dtype)
-    state = _lanczos_init(v0, num_steps, dtype)
+    state = _lanczos_init(v0, num_steps, dtype, _round_rows(num_steps + 1))
     state = _lanczos_chunk(_Vmapped(matvec), state, jnp.asarray(0), jnp.asarray(num_steps), key, btol, tuple(args))
     alpha, beta, resid, broke = (np.asarray(a, np.float64).T for a in state[1:5])
     if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(beta))):
