@@ -82,3 +82,24 @@ def test_environment_records_versions_and_device():
     env = harness.environment()
     assert "jax" in env["versions"] and env["device"].startswith("cpu")
     assert "jax " in harness.environment_line(env)
+
+
+def test_assemble_marks_each_section_and_can_require_quiet(tmp_path):
+    from experiments import assemble_benchmarks as ab
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    env = {"device": "cpu:cpu", "processor": "x", "cpu_count": 2, "python": "3", "versions": {"jax": "0"}}
+    harness.write_table(docs / "bench_hessian.md", "H", "| q |", command="c", load_before=0.5, load_after=0.5,
+                        threshold=2, env=env)
+    harness.write_table(docs / "bench_flow.md", "F", "| f |", command="c", load_before=5, load_after=5,
+                        threshold=2, force=True, env=env)
+    (docs / "bench_forward.md").write_text("# old\n\n| x |\n")
+    text, states = ab.assemble(tmp_path)
+    assert states == {"bench_hessian.md": "quiet", "bench_flow.md": "FORCED UNDER LOAD", "bench_forward.md": "legacy"}
+    assert "Status: **legacy**" in text and "## Extreme eigenvalues" in text
+    with pytest.raises(SystemExit):
+        ab.main(["--require-quiet"], root=tmp_path)
+    assert not (tmp_path / "BENCHMARKS.md").exists()
+    ab.main([], root=tmp_path)
+    assert (tmp_path / "BENCHMARKS.md").read_text() == text
