@@ -114,7 +114,7 @@ def _flat_hvp_cached(f, treedef, unravel):
     return matvec
 
 
-def linearized_hvp(f: Callable, x: Float[Array, "..."], *f_args) -> jax.tree_util.Partial:
+def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) -> jax.tree_util.Partial:
     """The Hessian at a fixed point as a linear map: ``lin(v) = H(x) v`` for ``f(x, *f_args)``.
 
     ``lin`` is the second output of ``jax.linearize(lambda y: grad f(y, *f_args), x)``,
@@ -172,7 +172,7 @@ class LinearMatvec:
         return lin(v.reshape(self.shape)).reshape(-1)
 
 
-def block_diagonal_hessian(f: Callable, x: Float[Array, "n d"], *f_args,
+def block_diagonal_hessian(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args,
                            chunk_size: int | None = None) -> Float[Array, "n d d"]:
     """Diagonal blocks ``H_i = d^2 f / dx_i dx_i`` (``(n, d, d)``) of the Hessian of ``f(x)``.
 
@@ -198,7 +198,7 @@ def block_diagonal_hessian(f: Callable, x: Float[Array, "n d"], *f_args,
     return 0.5 * (blocks + jnp.swapaxes(blocks, 1, 2))
 
 
-def block_coupling(f: Callable, x: Float[Array, "n d"], *f_args, key=None, num_probes: int = 4) -> float:
+def block_coupling(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, key=None, num_probes: int = 4) -> float:
     """Largest relative off-block response: ``max |(H v)_k| / max |H v|`` over ``k != i``.
 
     Each probe draws ``v`` supported on one random row ``i`` of ``x`` (shape

@@ -55,7 +55,7 @@ def slq_density(
     num_steps: int = 64,
     key=None,
     args: Sequence = (),
-    grid: Float[Array, " num_grid"] | None = None,
+    grid: Float[Array | np.ndarray, " num_grid"] | None = None,
     num_grid: int = 512,
     sigma: float | None = None,
     dtype=None,
