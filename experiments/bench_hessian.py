@@ -105,6 +105,15 @@ def ours(pb: Problem, tol=1e-4, check_every=10, dtype=jnp.float32, target="union
     return float(r.smallest[:, 0].min()), float(r.largest[:, 0].max()), r
 
 
+def ours_full(pb: Problem, tol=1e-4, check_every=10):
+    """Lanczos on the full ``n d``-dimensional operator (same linearised HVP, flat): for comparison."""
+    lin = cv.linearized_hvp(pb.loss, pb.z1_32, pb.params32, pb.z2_32)
+    r = cv.extreme_eigenvalues(cv.LinearMatvec(pb.z1_32.shape), pb.batch * pb.dim, num_steps=min(300, pb.batch * pb.dim),
+                               args=(lin,), tol=tol, check_every=check_every, dtype=jnp.float32,
+                               key=jax.random.PRNGKey(pb.seed))
+    return float(r.smallest[0]), float(r.largest[0]), r
+
+
 def reference(pb: Problem, method="exact", probe_chunk=16):
     """Float64 ``(lambda_min, lambda_max, description)``: exact block Hessian or tight Lanczos."""
     if method == "exact":
@@ -185,7 +194,7 @@ def _errors(lo, hi, ref_lo, ref_hi):
 
 
 def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_method="exact",
-            hvp_repeats=5, threads=None) -> dict:
+            hvp_repeats=5, threads=None, full=False) -> dict:
     """Interleaved timings, per-HVP timings, accuracy and the criteria; all numbers."""
     coupling = cv.block_coupling(pb.loss, pb.z1_64, pb.params64, pb.z2_64, num_probes=3)
     if coupling > 1e-12:
@@ -195,8 +204,10 @@ def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_m
     ref_s = time.perf_counter() - t0
     paper = TorchPaper(pb, steps, threads)
     out: dict = {}
-    times = harness.interleave({"ours": lambda: ours(pb, tol), "paper": paper}, repeats=repeats, warmup=warmup,
-                               results=out)
+    impls = {"ours": lambda: ours(pb, tol), "paper": paper}
+    if full:
+        impls["full"] = lambda: ours_full(pb, tol)
+    times = harness.interleave(impls, repeats=repeats, warmup=warmup, results=out)
     lo, hi, res = out["ours"]
     plo, phi = out["paper"]
     # one HVP of each side, timed alone (interleaved), at the same point
@@ -213,7 +224,17 @@ def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_m
     stats = harness.ratio_stats(times["ours"], times["paper"])
     t_ours, t_paper = float(np.median(times["ours"])), float(np.median(times["paper"]))
     e_ours, e_paper = _errors(lo, hi, ref_lo, ref_hi), _errors(plo, phi, ref_lo, ref_hi)
+    extra = {}
+    if full:
+        flo, fhi, fres = out["full"]
+        t_full = float(np.median(times["full"]))
+        extra["full"] = {"lambda_min": flo, "lambda_max": fhi, **_errors(flo, fhi, ref_lo, ref_hi),
+                         "wall_s_median": t_full, "times": times["full"], "hvps": fres.num_steps,
+                         "checks": fres.num_checks, "converged": fres.converged, "hvp_s": med["jax_hvp"],
+                         "linearize_s": med["jax_linearize"],
+                         "overhead_s": t_full - fres.num_steps * med["jax_hvp"] - med["jax_linearize"]}
     return {
+        **extra,
         "setting": {"batch": pb.batch, "dim": pb.dim, "variables": pb.batch * pb.dim, "tol": tol, "power_steps": steps},
         "block_coupling": coupling,
         "reference": {"lambda_min": ref_lo, "lambda_max": ref_hi, "method": ref_desc, "wall_s": ref_s},
@@ -233,8 +254,11 @@ def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_m
 
 def report(m: dict, repeats: int) -> str:
     rows = []
-    for key, label in (("ours", f"ours: blockwise Lanczos, linearised HVP, float32, tol {m['setting']['tol']:g}"),
-                       ("paper", f"paper: {m['setting']['power_steps']}-step shifted power iteration, PyTorch float32")):
+    labels = [("ours", f"ours: blockwise Lanczos (target union), linearised HVP, float32, tol {m['setting']['tol']:g}"),
+              ("paper", f"paper: {m['setting']['power_steps']}-step shifted power iteration, PyTorch float32")]
+    if "full" in m:
+        labels.append(("full", f"ours: Lanczos on the full {m['setting']['variables']}-dim operator, float32"))
+    for key, label in labels:
         r = m[key]
         rows.append({"method": label, "lambda_min": r["lambda_min"], "lambda_max": r["lambda_max"],
                      "rel_err_min": r["rel_err_min"], "rel_err_max": r["rel_err_max"], "signs_ok": r["signs_ok"],
@@ -269,6 +293,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small", action="store_true", help="batch 16, dim 32, width 64, bottleneck 16")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--full", action="store_true", help="also time Lanczos on the full (non-blockwise) operator")
     ap.add_argument("--out", default="docs/bench_hessian.md", help="markdown file to write ('' to skip)")
     ap.add_argument("--json", default=None, help="also write the measurements here")
     harness.add_arguments(ap, repeats=5, warmup=1)
@@ -279,7 +304,7 @@ def main(argv=None):
     load0 = harness.load_average()
     pb = Problem(args.batch, args.dim, args.width, args.bottleneck, args.activation, args.scale, args.seed)
     m = measure(pb, tol=args.tol, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
-                reference_method=args.reference, threads=args.threads)
+                reference_method=args.reference, threads=args.threads, full=args.full)
     m["load"] = {"before": load0, "after": harness.load_average()}
     body = report(m, args.repeats)
     print(body)

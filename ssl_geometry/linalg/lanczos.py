@@ -16,9 +16,9 @@ and a restart draw only at a breakdown (``lax.cond``). The loop runs on device i
 between host-side convergence checks; the tridiagonal is diagonalised on the host in
 float64 (a batched dense ``eigh`` of the small ``T_j`` for all blocks at once). The chunk
 length adapts: the first check comes after ``min(check_every, max(4, 2k))`` steps, the
-second 2 steps later, later ones after the number of steps the observed decay of the worst
-residual predicts (at most ``check_every``), so the run stops within a step or so of
-meeting ``tol``.
+second 2 steps later, later ones after half the number of steps the observed decay of the
+worst residual predicts (at least 1, at most ``check_every``), so the run stops within a
+step or so of meeting ``tol``.
 
 Symmetry is checked on the fly, at no extra matvec: for symmetric ``A`` the cross term
 ``q_{j-1}^T A q_j`` equals ``beta_{j-1}`` up to rounding; the largest
@@ -243,8 +243,8 @@ def _next_chunk(history, ratio, j, check_every):
 
     ``history``: ``[(step, ratio), ...]`` of earlier checks, ``ratio = residual / (tol scale)``
     (converged at ``<= 1``). Linear extrapolation of ``log ratio`` in the step count from the
-    last two checks; ``check_every`` when the ratio did not decrease. Lanczos convergence is
-    superlinear, so the prediction errs late only mildly; it is capped at ``check_every``.
+    last two checks, halved (Lanczos convergence is superlinear, so the linear prediction errs
+    late); ``check_every`` when the ratio did not decrease; capped at ``check_every``.
     """
     if not history or not (math.isfinite(ratio) and ratio > 0):
         return check_every
@@ -252,7 +252,9 @@ def _next_chunk(history, ratio, j, check_every):
     if not (r0 > ratio > 0) or j <= j0:
         return check_every
     rate = (math.log(r0) - math.log(ratio)) / (j - j0)
-    return int(min(check_every, max(1, math.ceil(math.log(ratio) / rate))))
+    # half the predicted distance (at least 1 step): convergence accelerates, so the linear
+    # prediction from the slower past overshoots; halving approaches the stopping step from below
+    return int(min(check_every, max(1, math.ceil(0.5 * math.log(ratio) / rate))))
 
 
 def _convergence(theta, est, k, tol, target):
