@@ -17,7 +17,7 @@ def test_bench_device_cpu_smoke_runs_every_step(tmp_path):
     md = tmp_path / "bench_device.md"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(["bash", str(ROOT / "experiments" / "bench_device.sh"), "--cpu-smoke", "--out", str(md)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
     text = md.read_text()
     assert proc.returncode == 0, proc.stderr[-3000:] + text[-3000:]
     for section in ("## environment", "## train", "## lanczos", "## dry_run", "## scaling"):
