@@ -10,7 +10,7 @@ that distance of ``theta_i``.
 
 Cost per step (``B`` blocks of dimension ``n``, step ``j``): one batched matvec, plus
 ``4 (j + 1) B n`` multiply-adds of reorthogonalisation against only the *filled* part of the
-basis (the buffer grows geometrically on demand and is visited in blocks of ``_BLOCK`` rows
+basis (a large buffer grows geometrically on demand; it is visited in blocks of ``_BLOCK`` rows
 up to row ``j``),
 and a restart draw only at a breakdown (``lax.cond``). The loop runs on device in chunks
 between host-side convergence checks; the tridiagonal is diagonalised on the host in
@@ -50,6 +50,7 @@ __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalue
 _BLOCK = 8          # rows of the basis visited per reorthogonalisation block
 _DENSE_RITZ_MAX = 48  # up to this many steps the Ritz problem is one batched dense eigh
 _HI = lax.Precision.HIGHEST  # reorthogonalisation must not run in TF32/bf16 on accelerators
+_PREALLOCATE_BYTES = 64 * 2**20  # a basis up to this size is allocated whole (one compilation of the loop)
 
 
 class _LanczosState(NamedTuple):
@@ -131,8 +132,10 @@ def _round_rows(rows: int) -> int:
 def _capacity(needed: int, current: int, num_steps: int) -> int:
     """Rows of the basis buffer for ``needed`` rows: at least double ``current``, at most ``num_steps + 1``.
 
-    The buffer starts small and grows geometrically, so a run that stops after 15 steps of a
-    512-step budget holds 16-32 rows, not 513; each capacity compiles the chunk loop once.
+    A basis of at most ``_PREALLOCATE_BYTES`` is allocated whole (one compilation of the chunk
+    loop); a larger one starts at 32 rows and grows geometrically, so a run that stops after 8
+    steps of a 512-step budget of 256 x 512 blocks holds 32 rows (16 MB), not 513 (269 MB);
+    each capacity compiles the chunk loop once.
     """
     if needed <= current:
         return current
@@ -300,7 +303,9 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
     check_positive(sym_tol, "symmetry_tol")
     j, checks, converged, history = 0, 0, False, []
     chunk = min(check_every, max(4, 2 * k))
-    rows = _capacity(max(32, chunk + 1) if early_stop else num_steps + 1, 0, num_steps)
+    full_bytes = _round_rows(num_steps + 1) * B * n * jnp.dtype(dtype).itemsize
+    start_rows = num_steps + 1 if (full_bytes <= _PREALLOCATE_BYTES or not early_stop) else max(32, chunk + 1)
+    rows = _capacity(start_rows, 0, num_steps)
     state = _lanczos_init(v0, num_steps, dtype, rows)
     while j < num_steps:
         stop = min(num_steps, j + chunk) if early_stop else num_steps
