@@ -103,3 +103,17 @@ def test_assemble_marks_each_section_and_can_require_quiet(tmp_path):
     assert not (tmp_path / "BENCHMARKS.md").exists()
     ab.main([], root=tmp_path)
     assert (tmp_path / "BENCHMARKS.md").read_text() == text
+
+
+def test_scaling_fit_exponent_and_crossing():
+    import numpy as np
+
+    from experiments.bench_scaling import crossing, fit_exponent
+
+    x = np.array([1e3, 1e4, 1e5, 1e6])
+    assert fit_exponent(x, 3.0 * x**1.5) == pytest.approx(1.5)
+    assert math.isnan(fit_exponent([5.0, 5.0], [1.0, 2.0]))
+    # dense ~ P^3 / 1e6 meets matrix-free ~ P / 1e2 at P = 100
+    P = np.array([10.0, 50.0, 200.0, 1000.0])
+    assert crossing(P, P / 1e2, P**3 / 1e6) == pytest.approx(100.0, rel=1e-9)
+    assert math.isnan(crossing(P, P, 2 * P))
