@@ -92,9 +92,10 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: float | int = 1e-12) -> Flo
 
     With ``s = max_i |x_i|`` (stop-gradient, :func:`safe_scale`) and ``y = x / s``,
 
-        x / max(|x|, eps) = y / max(|y|, eps / s) = y * rsqrt(max(|y|^2, (eps / s)^2)),
+        x / max(|x|, eps) = x / (s * sqrt(max(|y|^2, (eps / s)^2))),
 
-    an identity for every fixed ``s > 0``, so value *and* gradient are exact. The
+    an identity for every fixed ``s > 0``, so value *and* gradient are exact (one
+    division of ``x`` itself, so the rounding is that of ``x / |x|``). The
     ``max`` form has a finite gradient (``I / eps``) at ``x = 0``, where
     ``x / |x|`` gives NaN; this is PyTorch's ``F.normalize`` (``eps = 1e-12``),
     ``F.cosine_similarity`` (``1e-8``) or ``tf.math.l2_normalize`` (``1e-6``)
@@ -112,7 +113,8 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: float | int = 1e-12) -> Flo
     y = xc / s
     sq = jnp.sum(y * y, axis=-1, keepdims=True)
     floor = jnp.asarray(eps, xc.dtype) / s
-    return (y * jax.lax.rsqrt(jnp.maximum(sq, floor * floor))).astype(out_dtype)
+    norm = s * jnp.sqrt(jnp.maximum(sq, floor * floor))  # = max(|x|, eps), never 0 and never overflowing
+    return (xc / norm).astype(out_dtype)
 
 
 def check_positive_traced(value, name: str, *, strict: bool = True):
