@@ -45,8 +45,10 @@ class LossSpec(NamedTuple):
         PSD Hessian) and ``dino`` (cross-entropy of a log-softmax, convex in the
         student logits). The others are non-convex and ``H_L`` has negative
         eigenvalues somewhere.
-      degree: degree of homogeneity in the input scale (``None``: scale-invariant).
-        Bounds the input scale at which the value still fits the dtype.
+      degree: how the value grows with the input scale ``s`` (all array inputs times ``s``):
+        ``0`` scale-invariant (for norms above the ``eps`` floors), ``p > 0`` a polynomial of
+        degree ``p`` in ``s`` (its value overflows the dtype once ``s^p`` does: a documented
+        limit, reported as ``FloatingPointError``), ``None`` neither (DINO's logits).
       family: the submodule that defines it.
     """
 
@@ -68,28 +70,28 @@ def _per_sample(why):
 #: Every loss of :mod:`ssl_geometry.losses`, by canonical name.
 REGISTRY: dict[str, LossSpec] = {
     "simsiam": LossSpec(simsiam, ("p1", "p2", "z1", "z2"), (0, 1), (2, 3), False,
-                        _per_sample("per-sample cosine, averaged"), False, None, "cosine"),
+                        _per_sample("per-sample cosine, averaged"), False, 0, "cosine"),
     "negative_cosine": LossSpec(negative_cosine, ("p", "z"), (0,), (1,), False,
-                                _per_sample("per-sample cosine, averaged"), False, None, "cosine"),
+                                _per_sample("per-sample cosine, averaged"), False, 0, "cosine"),
     "byol": LossSpec(byol, ("p1", "p2", "t1", "t2"), (0, 1), (2, 3), False,
-                     _per_sample("per-sample normalised MSE, averaged"), False, None, "cosine"),
+                     _per_sample("per-sample normalised MSE, averaged"), False, 0, "cosine"),
     "mse": LossSpec(mse, ("u1", "u2"), (0, 1), (), False,
                     _per_sample("per-sample squared distance, averaged"), True, 2, "cosine"),
     "moco": LossSpec(moco, ("q", "k", "queue"), (0,), (1, 2), True,
-                     _per_sample("negatives come from the queue (K >= n keys)"), False, None, "contrastive"),
+                     _per_sample("negatives come from the queue (K >= n keys)"), False, 0, "contrastive"),
     "info_nce": LossSpec(info_nce, ("z1", "z2"), (0, 1), (), False,
-                         BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"), False, None, "contrastive"),
+                         BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"), False, 0, "contrastive"),
     "moco_v3": LossSpec(moco_v3, ("q1", "q2", "k1", "k2"), (0, 1), (2, 3), False,
-                        BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"), False, None, "contrastive"),
+                        BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"), False, 0, "contrastive"),
     "spectral_contrastive": LossSpec(spectral_contrastive, ("z1", "z2"), (0, 1), (), False,
                                      BatchNeeds(True, 2, "negative pairs of different samples"), False, 4,
                                      "contrastive"),
     "barlow_twins": LossSpec(barlow_twins, ("z1", "z2"), (0, 1), (), False,
-                             BatchNeeds(True, 2, "per-feature batch standardisation"), False, None, "redundancy"),
+                             BatchNeeds(True, 2, "per-feature batch standardisation"), False, 0, "redundancy"),
     "vicreg": LossSpec(vicreg, ("z1", "z2"), (0, 1), (), False,
                        BatchNeeds(True, 2, "unbiased batch variance and covariance"), False, 4, "redundancy"),
     "wmse": LossSpec(wmse, ("z1", "z2"), (0, 1), (), False,
-                     BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"), False, None,
+                     BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"), False, 0,
                      "redundancy"),
     "dino": LossSpec(dino, ("student", "teacher", "center"), (0,), (1, 2), True,
                      BatchNeeds(True, 2, "teacher centre is an EMA of batch means"), True, None, "distillation"),
