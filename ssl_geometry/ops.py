@@ -92,15 +92,15 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: float | int = 1e-12) -> Flo
 
     With ``s = max_i |x_i|`` (stop-gradient, :func:`safe_scale`) and ``y = x / s``,
 
-        x / max(|x|, eps) = x / (s * sqrt(max(|y|^2, (eps / s)^2))),
+        x / max(|x|, eps) = x / (s * max(|y|, eps / s)),
 
     an identity for every fixed ``s > 0``, so value *and* gradient are exact (one
     division of ``x`` itself, so the rounding is that of ``x / |x|``). The
     ``max`` form has a finite gradient (``I / eps``) at ``x = 0``, where
     ``x / |x|`` gives NaN; this is PyTorch's ``F.normalize`` (``eps = 1e-12``),
     ``F.cosine_similarity`` (``1e-8``) or ``tf.math.l2_normalize`` (``1e-6``)
-    depending on ``eps``. Since ``|y| >= 1`` for any non-zero row, ``|y|^2``
-    neither overflows nor underflows in any float dtype.
+    depending on ``eps``. Since ``1 <= |y| <= sqrt(k)`` for any non-zero row, ``|y|^2``
+    neither overflows nor underflows in any float dtype, and ``eps / s`` is never squared.
 
     Args:
       x: array ``(..., k)`` of any float dtype (half precision is computed in float32
@@ -112,9 +112,10 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: float | int = 1e-12) -> Flo
     s = safe_scale(xc)
     y = xc / s
     sq = jnp.sum(y * y, axis=-1, keepdims=True)
-    floor = jnp.asarray(eps, xc.dtype) / s
-    norm = s * jnp.sqrt(jnp.maximum(sq, floor * floor))  # = max(|x|, eps), never 0 and never overflowing
-    return (xc / norm).astype(out_dtype)
+    floor = jnp.asarray(eps, xc.dtype) / s  # compared with |y|, never squared: eps / s may be huge
+    pos = sq > 0
+    norm_y = jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)  # |y|, with a zero (not NaN) gradient at 0
+    return (xc / (s * jnp.maximum(norm_y, floor))).astype(out_dtype)
 
 
 def check_positive_traced(value, name: str, *, strict: bool = True):
