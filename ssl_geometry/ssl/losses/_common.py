@@ -14,6 +14,9 @@ from ssl_geometry._checks import (
     is_concrete,
 )
 
+__all__ = ["EPS_TF_L2_NORMALIZE", "EPS_TORCH_COSINE", "EPS_TORCH_NORMALIZE", "check_pair", "finite_loss",
+           "off_diagonal_mask", "positive", "sg", "unit_interval"]
+
 sg = jax.lax.stop_gradient
 
 # Norm floors of the reference implementations (see each loss's docstring).
