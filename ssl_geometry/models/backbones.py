@@ -287,7 +287,28 @@ def _fast_init(module: nn.Module, init_shape: tuple):
                 out.append(jnp.zeros(leaf.shape, leaf.dtype))
         return jax.tree_util.tree_unflatten(treedef, out)
 
+    init.shapes = {"/".join(map(str, p)): tuple(leaf.shape) for p, (_, leaf) in zip(paths, flat)}
     return init
+
+
+def _leaf_shapes(tree) -> dict:
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in kp): tuple(jnp.shape(leaf))
+            for kp, leaf in flat}
+
+
+def _check_variable_shapes(variables, want: dict, name: str) -> None:
+    """Raise ``ValueError`` naming the first leaf whose shape (or presence) differs from the model's."""
+    if not isinstance(variables, dict) or "params" not in variables:
+        raise ValueError(f"`variables` must be a dict with a 'params' entry (from `init`); got "
+                         f"{type(variables).__name__}.")
+    got = _leaf_shapes(variables)
+    for path, shape in want.items():
+        if path not in got:
+            raise ValueError(f"`variables` lacks {path} (expected shape {shape}); they belong to a different "
+                             f"model than {name}.")
+        if got[path] != shape:
+            raise ValueError(f"`variables`: {path} has shape {got[path]}, but {name} expects {shape}.")
 
 
 def _wrap(module: nn.Module, in_shape, out_dim: int, name: str, *, has_bn: bool, exact: bool,
@@ -300,6 +321,7 @@ def _wrap(module: nn.Module, in_shape, out_dim: int, name: str, *, has_bn: bool,
 
     def apply(variables, x, *, train: bool = False):
         _check_images(x, in_shape, exact=exact, multiple_of=multiple_of, min_size=min_size)
+        _check_variable_shapes(variables, _init.shapes, name)
         if has_bn:
             if train:
                 check_min_batch(x, "x", 2, "BatchNorm in train mode needs batch statistics")
