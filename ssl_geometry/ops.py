@@ -28,7 +28,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Float, Inexact
+from jaxtyping import Float, Inexact, ScalarLike
 
 from ssl_geometry._checks import is_concrete
 
@@ -87,7 +87,7 @@ def safe_scale(x: Inexact[ArrayIn, "..."], axis=-1) -> Inexact[ArrayIn, "..."]:
     return jnp.where((s > 0) & jnp.isfinite(s), s, jnp.ones_like(s))
 
 
-def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: float | int = 1e-12) -> Float[ArrayIn, "*batch k"]:
+def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: ScalarLike = 1e-12) -> Float[ArrayIn, "*batch k"]:
     """``x / max(|x|, eps)`` along the last axis, without overflow or underflow.
 
     With ``s = max_i |x_i|`` (stop-gradient, :func:`safe_scale`) and ``y = x / s``,

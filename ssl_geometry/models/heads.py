@@ -23,12 +23,13 @@ Variables layout::
                 "bn": [{"scale": (out,), "bias": (out,)}, ...]},
      "batch_stats": {"bn": [{"mean": (out,), "var": (out,)}, ...]}}
 """
+import numbers
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, ScalarLike
 
 from ssl_geometry.ops import ArrayIn
 
@@ -48,10 +49,10 @@ def _torch_linear_init(key, fan_in, fan_out, dtype):
 def check_batchnorm_hparams(momentum, eps, *, names=("bn_momentum", "bn_eps")) -> None:
     """Raise ``ValueError`` unless ``0 <= momentum <= 1`` and ``eps > 0`` (both finite)."""
     m_name, e_name = names
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0:
         raise ValueError(f"`{m_name}` must be a number in [0, 1] (the running-statistics update weight); "
                          f"got {momentum!r}.")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (eps > 0 and np.isfinite(eps)):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (eps > 0 and np.isfinite(eps)):
         raise ValueError(f"`{e_name}` must be a finite number > 0 (the variance floor); got {eps!r}.")
 
 
@@ -63,8 +64,8 @@ def batchnorm(
     var: Float[ArrayIn, " c"],
     *,
     train: bool,
-    momentum: float | int = 0.1,
-    eps: float | int = 1e-5,
+    momentum: ScalarLike = 0.1,
+    eps: ScalarLike = 1e-5,
 ) -> tuple[Float[Array, "*n c"], tuple[Float[Array, " c"], Float[Array, " c"]]]:
     """BatchNorm over axis 0 (PyTorch semantics). Returns ``(y, (new_mean, new_var))``.
 
@@ -214,9 +215,9 @@ def mlp(
     batch_norm: bool = False,
     final_batch_norm: bool = False,
     bias: bool = True,
-    scale: float | int = 1.0,
-    bn_momentum: float | int = 0.1,
-    bn_eps: float | int = 1e-5,
+    scale: ScalarLike = 1.0,
+    bn_momentum: ScalarLike = 0.1,
+    bn_eps: ScalarLike = 1e-5,
     dtype=jnp.float32,
 ) -> Model:
     """Multi-layer perceptron head/predictor of any depth.
@@ -263,7 +264,7 @@ def mlp(
     return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=desc)
 
 
-def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale: float | int = 1.0, dtype=jnp.float32) -> Model:
+def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
     """Linear head ``h(z) = z @ W (+ b)``; ``W`` has shape ``(in_dim, out_dim)``.
 
     Its Hessian in ``z`` is exactly zero, so the effective Hessian reduces to the
@@ -273,20 +274,20 @@ def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale
 
 
 def simsiam_projector(in_dim: int = 512, width: int = 2048, *, activation="relu", batch_norm: bool = True,
-                      scale: float | int = 1.0, dtype=jnp.float32) -> Model:
+                      scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
     """The paper's SimSiam projector ``in_dim -> width -> width``, bias-free (DESIGN.md s.3)."""
     return mlp(in_dim, (width,), width, activation=activation, batch_norm=batch_norm,
                final_batch_norm=batch_norm, bias=False, scale=scale, dtype=dtype)
 
 
 def simsiam_predictor(dim: int = 2048, bottleneck: int = 512, *, activation="relu", batch_norm: bool = True,
-                      scale: float | int = 1.0, dtype=jnp.float32) -> Model:
+                      scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
     """The paper's SimSiam predictor ``dim -> bottleneck -> dim`` (BN on the hidden layer)."""
     return mlp(dim, (bottleneck,), dim, activation=activation, batch_norm=batch_norm, bias=False,
                scale=scale, dtype=dtype)
 
 
-def scale_weights(variables: dict, alpha: float | int) -> dict:
+def scale_weights(variables: dict, alpha: ScalarLike) -> dict:
     """Return ``variables`` with every weight matrix ``W_l`` multiplied by ``alpha``.
 
     The paper's pseudo-collapsed initialisation is ``alpha = 0.1`` on the projector.
