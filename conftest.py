@@ -25,6 +25,11 @@ TYPECHECKED_MODULES = [
     "ssl_geometry.ssl.losses",
     "ssl_geometry.models.heads",
     "ssl_geometry.models.activations",
+    "ssl_geometry.linalg.hessians",
+    "ssl_geometry.linalg.lanczos",
+    "ssl_geometry.linalg.traces",
+    "ssl_geometry.linalg.power",
+    "ssl_geometry.linalg.certificates",
 ]
 
 try:
