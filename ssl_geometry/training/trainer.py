@@ -65,6 +65,11 @@ from ssl_geometry.instrument import metrics as _metrics
 from ssl_geometry._checks import check_choice, check_positive
 from ssl_geometry.ssl.objectives import Objective
 
+__all__ = ["OPTIMIZERS", "SCHEDULES", "make_schedule", "make_optimizer", "make_mesh", "state_shardings",
+           "batch_sharding", "init_probe", "init_train_state", "make_train_step", "jit_train_step", "unalias",
+           "place_state", "place_batch", "representation_metrics", "make_eval_metrics", "batch_indices", "host_slice",
+           "MetricLogger", "read_metrics"]
+
 OPTIMIZERS = ("sgd", "lars", "adam", "adamw")
 SCHEDULES = ("cosine", "constant")
 
