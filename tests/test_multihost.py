@@ -26,7 +26,7 @@ from ssl_geometry.training import cli
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
 ARGS = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
-        "--config.train.metrics_every=0", "--config.train.progress=False", "--config.eval.max_train=200",
+        "--config.train.metrics_every=4", "--config.train.progress=False", "--config.eval.max_train=200",
         "--config.eval.max_test=100", "--config.eval.rotation=False", "--config.data.batch_size=32",
         "--config.optimizer.warmup_steps=1", "--config.dtype=float64",
         "--config.model.backbone_kwargs.hidden=(32,)", "--config.model.projector.hidden=(32,)"]
@@ -94,6 +94,8 @@ def _check_same(params, reference):
 
 def _metric_steps(workdir):
     recs = [json.loads(x) for x in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    tracked = [r for r in recs if r.get("event") == "tracked"]
+    assert len(tracked) == 1 and tracked[0]["step"] == 4 and 0 < tracked[0]["head/std_norm"] < 1
     return [r["step"] for r in recs if "loss" in r], [r for r in recs if r.get("event") == "final"]
 
 

@@ -358,7 +358,8 @@ def _setup(config, workdir) -> dict:
     n_eval = min(len(feed.test[0]), int(config.eval.get("metrics_images", 512)))
     return {"feed": feed, "objective": objective, "tx": tx, "sched": sched, "mesh": mesh, "mmd": mmd,
             "state": state, "mngr": mngr, "start": 0, "batch_size": batch_size,
-            "eval_images": jnp.asarray(feed.test[0][:n_eval]), "eval_fn": jax.jit(_tr.make_eval_metrics(objective)),
+            "eval_images": np.asarray(feed.test[0][:n_eval]),  # numpy: valid under multi-process jit
+            "eval_fn": jax.jit(_tr.make_eval_metrics(objective)),
             "logger": _tr.MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))}
 
 
