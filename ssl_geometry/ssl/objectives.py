@@ -92,6 +92,7 @@ class Objective(NamedTuple):
 
 
 def _l2n(x, eps=1e-12):
+    """``x / max(|x|, eps)`` row-wise. NOTE(lead): same idea as ``losses._l2_normalize``; fold into one."""
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
