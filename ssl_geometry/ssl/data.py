@@ -52,7 +52,6 @@ process.
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Callable, Iterator, NamedTuple
 
@@ -544,6 +543,6 @@ def make_batches(name: str, split: str = "train", *, batch_size: int, seed: int 
 
 
 from ssl_geometry.ssl.shapes import (  # noqa: E402,F401  (split out; names kept importable here)
-    FACTOR_NAMES, SHAPE_NAMES, ShapesConfig, _render_batch, make_shapes, render_shape, render_shapes,
+    FACTOR_NAMES, SHAPE_NAMES, ShapesConfig, make_shapes, render_shape, render_shapes,
     shapes_factors, to_uint8,
 )
