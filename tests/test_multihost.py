@@ -32,11 +32,26 @@ ARGS = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config
         "--config.model.backbone_kwargs.hidden=(32,)", "--config.model.projector.hidden=(32,)"]
 
 _WORKER = r"""
-import sys, numpy as np, jax
+import contextlib, os, sys, numpy as np, jax
 from ssl_geometry.training import cli
 out, argv = sys.argv[1], sys.argv[2:]
 cfg, wd = cli.parse_args(["train", *argv])
-summary = cli.train(cfg, wd, verbose=True)
+mock = contextlib.nullcontext()
+if os.environ.get("MOCK_TFDS"):  # a 40-example mock tfds set: example i is a seeded image, label i % 10
+    import tensorflow as tf, tensorflow_datasets as tfds
+    n = int(os.environ["MOCK_TFDS"])
+    def as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False, **kw):
+        splits = tfds.core.SplitDict([tfds.core.SplitInfo(name=s, shard_lengths=[n], num_bytes=0)
+                                      for s in ("train", "test")])
+        spec = split if hasattr(split, "to_absolute") else tfds.core.ReadInstruction.from_spec(split)
+        idx = np.concatenate([np.arange(n)[r.from_:r.to] for r in spec.to_absolute(splits)])
+        png = [tf.io.encode_png(np.random.default_rng(int(i)).integers(0, 256, (32, 32, 3), dtype=np.uint8)).numpy()
+               for i in idx]
+        return tf.data.Dataset.from_tensor_slices({"image": png, "label": (idx % 10).astype(np.int64),
+                                                   "id": [str(i) for i in idx]})
+    mock = tfds.testing.mock_data(as_dataset_fn=as_dataset)
+with mock:
+    summary = cli.train(cfg, wd, verbose=True)
 if summary["status"] != "stopped" and jax.process_index() == 0:
     print("SUMMARY-PRINTED")
 flat = jax.tree_util.tree_leaves_with_path(summary["state"]["params"])
@@ -51,9 +66,9 @@ def _port():
         return s.getsockname()[1]
 
 
-def _launch(n, workdir, out, *extra, timeout=600):
+def _launch(n, workdir, out, *extra, timeout=600, env_extra=None):
     port = _port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1", PYTHONPATH=str(ROOT), **(env_extra or {}))
     env.pop("XLA_FLAGS", None)
     procs = []
     for i in range(n):
@@ -120,3 +135,19 @@ def test_stop_and_resume_all_processes(tmp_path, reference):
         _check_same(p, reference)
     steps, final = _metric_steps(tmp_path / "w")
     assert steps == [1, 2, 3, 4] and len(final) == 1
+
+
+def test_two_processes_stream_their_own_tfds_shards(tmp_path):
+    """data.stream=True on 2 processes: each reads its half of the split through tf.data
+    (per-process batch 8 of the global 16), the run finishes, both processes end with the
+    same state, and the checkpoint stores the stream position."""
+    stream = ["--config.data.name=cifar10", "--config.data.stream=True", "--config.data.image_size=8",
+              f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.data.batch_size=16",
+              "--config.data.shuffle_buffer=64", "--config.eval.max_train=40", "--config.eval.max_test=40",
+              "--config.eval.knn_k=5", "--config.train.metrics_every=0"]
+    logs, params = _launch(2, tmp_path / "w", tmp_path, *stream, env_extra={"MOCK_TFDS": "40"})
+    for k in params[0]:
+        np.testing.assert_array_equal(params[0][k], params[1][k], err_msg=k)
+    meta = json.loads((tmp_path / "w" / "checkpoints" / "4" / "meta" / "metadata").read_text())
+    # 20 examples per process, per-process batch 8: 2 batches per epoch, so 4 steps = 2 epochs
+    assert meta["data_position"] in ({"epoch": 2, "step": 0}, {"epoch": 1, "step": 2})
