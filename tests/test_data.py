@@ -1,4 +1,6 @@
 """Data sets: embedded sets, tfds loaders under mock data, sharding, resume."""
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -181,3 +183,55 @@ def test_missing_tfds_data_gives_instructions(tmp_path):
         D.load("mnist-typo")
     with pytest.raises(ValueError, match="split"):
         D.make_batches("cifar10", "validation", batch_size=4, data_dir=str(tmp_path))
+
+
+# ---------------------------------------------------------------------- streaming into the trainer
+
+
+def _random_as_dataset(n):
+    """A mock ``_as_dataset``: example i is a seeded random 32x32 image with label i % 10."""
+    import tensorflow as tf
+
+    def as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False, **kwargs):
+        splits = tfds.core.SplitDict([tfds.core.SplitInfo(name=s, shard_lengths=[n], num_bytes=0)
+                                      for s in ("train", "test")])
+        spec = split if hasattr(split, "to_absolute") else tfds.core.ReadInstruction.from_spec(split)
+        idx = np.concatenate([np.arange(n)[r.from_:r.to] for r in spec.to_absolute(splits)])
+        png = [tf.io.encode_png(np.random.default_rng(int(i)).integers(0, 256, (32, 32, 3), dtype=np.uint8)).numpy()
+               for i in idx]
+        return tf.data.Dataset.from_tensor_slices({"image": png, "label": (idx % 10).astype(np.int64),
+                                                   "id": [str(i) for i in idx]})
+
+    return as_dataset
+
+
+def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
+    """data.stream=True: the trainer reads batches from tf.data (not memory); a run stopped
+    mid-epoch and resumed from the stored stream position ends bitwise equal to one run."""
+    import json
+
+    from ssl_geometry.training import cli
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    argv = lambda wd, *x: ["train", "--config", str(root / "experiments/configs/small.py"), "--workdir", str(wd),  # noqa: E731
+                           "--config.data.name=cifar10", "--config.data.stream=True", "--config.data.image_size=8",
+                           f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.data.batch_size=16",
+                           "--config.data.shuffle_buffer=64", "--config.train.steps=6",
+                           "--config.train.checkpoint_every=2", "--config.train.log_every=1",
+                           "--config.train.metrics_every=0", "--config.train.progress=False",
+                           "--config.optimizer.warmup_steps=1", "--config.eval.max_train=48",
+                           "--config.eval.max_test=32", "--config.eval.knn_k=5", "--config.eval.rotation=False",
+                           "--config.model.backbone_kwargs.hidden=(16,)", "--config.model.projector.hidden=(16,)", *x]
+    meta = lambda wd, s: json.loads((wd / "checkpoints" / str(s) / "meta" / "metadata").read_text())  # noqa: E731
+    with tfds.testing.mock_data(as_dataset_fn=_random_as_dataset(40)):  # 2 batches of 16 per epoch
+        assert cli.main(argv(tmp_path / "full")) == 0
+        assert cli.main(argv(tmp_path / "cut", "--config.train.stop_after=4")) == 0
+        # after 4 batches = 2 epochs (the end of epoch 1 is seen when the next batch is asked for)
+        assert meta(tmp_path / "cut", 4)["data_position"] in ({"epoch": 2, "step": 0}, {"epoch": 1, "step": 2})
+        assert cli.main(argv(tmp_path / "cut")) == 0
+    assert meta(tmp_path / "cut", 6)["fingerprint"] == meta(tmp_path / "full", 6)["fingerprint"]
+    with pytest.raises(ValueError, match="data.stream"):
+        from ssl_geometry.training import feed
+
+        cfg, _ = cli.parse_args(argv(tmp_path / "x", "--config.data.name=digits"))
+        feed.make_feed(cfg)

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -22,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
 SMALL = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.keep_checkpoints=3",
          "--config.train.log_every=1", "--config.train.metrics_every=0", "--config.train.progress=False",
-         "--config.eval.max_train=200", "--config.eval.max_test=100", "--config.eval.rotation=False",
+         "--config.eval.max_train=100", "--config.eval.max_test=100", "--config.eval.rotation=False",
          "--config.data.batch_size=32", "--config.optimizer.warmup_steps=1", "--config.objective.queue_size=64",
          "--config.model.backbone_kwargs.hidden=(32,)", "--config.model.projector.hidden=(32,)",
          "--config.model.projector.out_dim=16", "--config.model.predictor.hidden=(8,)",
@@ -66,7 +67,7 @@ def eight_devices(tmp_path_factory):
         (root / f"{name}.argv").write_text(json.dumps(_argv(wd, name, "--config.train.stop_after=2")))
         args += [name, str(wd)]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=str(ROOT),
-               JAX_PLATFORMS="cpu")
+               JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1" if jax.config.read("jax_enable_x64") else "0")
     proc = subprocess.run([sys.executable, "-c", _EIGHT, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]

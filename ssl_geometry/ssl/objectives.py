@@ -38,6 +38,7 @@ Methods (``name`` in :data:`OBJECTIVES`): ``simsiam`` (Chen & He 2021),
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, NamedTuple
 
@@ -49,6 +50,9 @@ from ssl_geometry._checks import check_choice, check_positive
 from ssl_geometry.models.base import Model
 
 Array = jax.Array
+
+__all__ = ["OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
+           "make_objective"]
 
 OBJECTIVES = ("simsiam", "byol", "simclr", "moco", "moco_v3", "barlow_twins", "vicreg", "dino",
               "spectral_contrastive", "wmse")
@@ -88,6 +92,7 @@ class Objective(NamedTuple):
 
 
 def _l2n(x, eps=1e-12):
+    """``x / max(|x|, eps)`` row-wise. NOTE(lead): same idea as ``losses._l2_normalize``; fold into one."""
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
@@ -125,6 +130,85 @@ def identity_views(key, images):
     """No augmentation: both views are the clean images (for tests and debugging)."""
     del key
     return images, images
+
+
+def _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size) -> None:
+    """Argument checks of :func:`make_objective` (errors name the argument)."""
+    check_choice(name, "objective", OBJECTIVES)
+    if name in PREDICTOR_METHODS and predictor is None:
+        raise ValueError(f"objective {name!r} needs a `predictor` model; got None.")
+    if name not in PREDICTOR_METHODS and predictor is not None:
+        raise ValueError(f"objective {name!r} has no predictor; pass `predictor=None`.")
+    if projector.in_shape != (backbone.out_dim,):
+        raise ValueError(f"`projector` input {projector.in_shape} does not match the backbone output "
+                         f"dimension {backbone.out_dim}.")
+    if predictor is not None and predictor.in_shape != (projector.out_dim,):
+        raise ValueError(f"`predictor` input {predictor.in_shape} does not match the projector output "
+                         f"dimension {projector.out_dim}.")
+    check_positive(temperature, "temperature")
+    if not 0.0 <= ema < 1.0:
+        raise ValueError(f"`ema` must lie in [0, 1); got {ema!r}.")
+    if not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"`total_steps` must be a positive int; got {total_steps!r}.")
+    if name == "moco" and (not isinstance(queue_size, int) or queue_size < 1):
+        raise ValueError(f"`queue_size` must be a positive int; got {queue_size!r}.")
+
+
+def _method_loss(name, c: dict, z, p, t, state, new_state):
+    """The loss of method ``name`` (formulas in :func:`make_objective`) on projector outputs
+    ``z = (z1, z2)``, predictor outputs ``p``, EMA target outputs ``t`` (or ``None``);
+    writes the MoCo queue / DINO centre updates into ``new_state``."""
+    (z1, z2), (p1, p2) = z, p
+    t1, t2 = t if t is not None else (None, None)
+    if name == "simsiam":
+        loss = losses.simsiam(p1, p2, z1, z2)
+    elif name == "byol":
+        loss = losses.byol(p1, p2, t1, t2)
+    elif name == "simclr":
+        loss = losses.info_nce(z1, z2, temperature=c["temperature"])
+    elif name == "moco":
+        loss, new_state["queue"] = losses.moco(z1, t2, state["queue"], temperature=c["temperature"])
+    elif name == "moco_v3":
+        loss = losses.moco_v3(p1, p2, t1, t2, temperature=c["temperature"])
+    elif name == "barlow_twins":
+        loss = losses.barlow_twins(z1, z2, lambd=c["barlow_lambda"])
+    elif name == "vicreg":
+        loss = losses.vicreg(z1, z2, sim_coeff=c["vicreg_coeffs"][0], std_coeff=c["vicreg_coeffs"][1],
+                             cov_coeff=c["vicreg_coeffs"][2])
+    elif name == "dino":
+        loss, new_state["center"] = losses.dino(
+            jnp.stack([z1, z2]), jnp.stack([t1, t2]), state["center"], student_temp=c["dino_temps"][0],
+            teacher_temp=c["dino_temps"][1], center_momentum=c["dino_center_momentum"])
+    elif name == "spectral_contrastive":
+        loss = losses.spectral_contrastive(z1, z2)
+    else:  # wmse
+        loss = losses.wmse(z1, z2)
+    return loss
+
+
+def _init(name, models, queue_size, key):
+    """``(params, state)`` of a fresh objective (see the module docstring for the state)."""
+    keys = dict(zip(models, jax.random.split(key, len(models) + 1)))
+    params, state = {}, {}
+    for k, m in models.items():
+        v = m.init(keys[k])
+        params[k] = v["params"]
+        state[k] = {c: val for c, val in v.items() if c != "params"}
+    if name in EMA_METHODS:
+        # The target starts equal to the online network but as *copies*: a state whose
+        # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
+        # the same buffer twice"; on several devices the aliased donation crashed XLA).
+        state["target"] = jax.tree_util.tree_map(jnp.copy, {
+            "params": {k: params[k] for k in ("backbone", "projector")},
+            "stats": {k: state[k] for k in ("backbone", "projector")},
+        })
+    if name == "moco":
+        # drawn in the parameter dtype, so the queue does not depend on jax_enable_x64
+        pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype
+        state["queue"] = _l2n(jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt))
+    if name == "dino":
+        state["center"] = jnp.zeros((models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype)
+    return params, state
 
 
 # --------------------------------------------------------------------------- builder
@@ -177,50 +261,15 @@ def make_objective(
       queue_size: MoCo v2 queue length K.
       barlow_lambda, vicreg_coeffs, dino_temps, dino_center_momentum: method constants.
     """
-    check_choice(name, "objective", OBJECTIVES)
-    if name in PREDICTOR_METHODS and predictor is None:
-        raise ValueError(f"objective {name!r} needs a `predictor` model; got None.")
-    if name not in PREDICTOR_METHODS and predictor is not None:
-        raise ValueError(f"objective {name!r} has no predictor; pass `predictor=None`.")
-    if projector.in_shape != (backbone.out_dim,):
-        raise ValueError(f"`projector` input {projector.in_shape} does not match the backbone output "
-                         f"dimension {backbone.out_dim}.")
-    if predictor is not None and predictor.in_shape != (projector.out_dim,):
-        raise ValueError(f"`predictor` input {predictor.in_shape} does not match the projector output "
-                         f"dimension {projector.out_dim}.")
-    check_positive(temperature, "temperature")
-    if not 0.0 <= ema < 1.0:
-        raise ValueError(f"`ema` must lie in [0, 1); got {ema!r}.")
-    if not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"`total_steps` must be a positive int; got {total_steps!r}.")
-    if name == "moco" and (not isinstance(queue_size, int) or queue_size < 1):
-        raise ValueError(f"`queue_size` must be a positive int; got {queue_size!r}.")
+    _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size)
     uses_target = name in EMA_METHODS
+    consts = {"temperature": temperature, "barlow_lambda": barlow_lambda, "vicreg_coeffs": vicreg_coeffs,
+              "dino_temps": dino_temps, "dino_center_momentum": dino_center_momentum}
     models = {"backbone": backbone, "projector": projector}
     if predictor is not None:
         models["predictor"] = predictor
 
-    def init(key):
-        keys = dict(zip(models, jax.random.split(key, len(models) + 1)))
-        params, state = {}, {}
-        for k, m in models.items():
-            v = m.init(keys[k])
-            params[k] = v["params"]
-            state[k] = {c: val for c, val in v.items() if c != "params"}
-        if uses_target:
-            # The target starts equal to the online network but as *copies*: a state whose
-            # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
-            # the same buffer twice"; on several devices the aliased donation crashed XLA).
-            state["target"] = jax.tree_util.tree_map(jnp.copy, {
-                "params": {k: params[k] for k in ("backbone", "projector")},
-                "stats": {k: state[k] for k in ("backbone", "projector")},
-            })
-        if name == "moco":
-            q = jax.random.normal(jax.random.fold_in(key, 7), (queue_size, projector.out_dim))
-            state["queue"] = _l2n(q).astype(jax.tree_util.tree_leaves(params["projector"])[0].dtype)
-        if name == "dino":
-            state["center"] = jnp.zeros((projector.out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype)
-        return params, state
+    init = functools.partial(_init, name, models, queue_size)
 
     def online(params, x, new_state):
         h, new_state["backbone"] = _run(backbone, params["backbone"], new_state["backbone"], x, True)
@@ -248,29 +297,7 @@ def make_objective(
             t1 = target(state, x1, tstats)
             t2 = target({"target": {"params": state["target"]["params"], "stats": tstats}}, x2, tstats)
             new_state["target"] = {"params": state["target"]["params"], "stats": tstats}
-        if name == "simsiam":
-            loss = losses.simsiam(p1, p2, z1, z2)
-        elif name == "byol":
-            loss = losses.byol(p1, p2, t1, t2)
-        elif name == "simclr":
-            loss = losses.info_nce(z1, z2, temperature=temperature)
-        elif name == "moco":
-            loss, new_state["queue"] = losses.moco(z1, t2, state["queue"], temperature=temperature)
-        elif name == "moco_v3":
-            loss = losses.moco_v3(p1, p2, t1, t2, temperature=temperature)
-        elif name == "barlow_twins":
-            loss = losses.barlow_twins(z1, z2, lambd=barlow_lambda)
-        elif name == "vicreg":
-            loss = losses.vicreg(z1, z2, sim_coeff=vicreg_coeffs[0], std_coeff=vicreg_coeffs[1],
-                                 cov_coeff=vicreg_coeffs[2])
-        elif name == "dino":
-            loss, new_state["center"] = losses.dino(
-                jnp.stack([z1, z2]), jnp.stack([t1, t2]), state["center"], student_temp=dino_temps[0],
-                teacher_temp=dino_temps[1], center_momentum=dino_center_momentum)
-        elif name == "spectral_contrastive":
-            loss = losses.spectral_contrastive(z1, z2)
-        else:  # wmse
-            loss = losses.wmse(z1, z2)
+        loss = _method_loss(name, consts, (z1, z2), (p1, p2), (t1, t2) if uses_target else None, state, new_state)
         zn = _l2n(z1)
         aux["z_std"] = jnp.mean(jnp.std(zn, axis=0))
         aux["features"] = h1

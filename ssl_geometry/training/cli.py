@@ -16,11 +16,23 @@ orbax checkpoints under ``<workdir>/checkpoints/`` every
 run on the same workdir restores the newest readable step (parameters, optimiser
 and objective state, RNG key, data position) and continues.
 
+The workdir is guarded (:mod:`ssl_geometry.training.workdir`): it must be a writable
+directory; a lock file keeps a second run out (a stale lock of a dead process is
+taken over); each checkpoint stores the trajectory-defining config fields and the
+state's shapes, and a resume under a different config is refused naming the fields
+(``train.allow_config_change=True`` continues anyway when the shapes match, recording
+an ``"event": "config_change"`` record); logging/evaluation/checkpoint cadence, the
+probes and process set-up may always change. A damaged newest checkpoint is moved to
+``checkpoints.damaged/`` and the previous step used; ``metrics.jsonl`` is cut back to
+the restored step; a finished workdir reports "already complete" and writes nothing.
+
 The config fields (see ``experiments/configs/tiny.py`` for a complete example):
 
 * ``seed``, ``dtype`` (``"float32"`` | ``"float64"``);
 * ``data``: ``name``, ``image_size``, ``data_dir``, ``num_train``, ``num_test`` (see
-  :func:`load_dataset`; ``0`` / ``""`` for the data set's defaults), ``batch_size`` (global);
+  :func:`load_dataset`; ``0`` / ``""`` for the data set's defaults), ``batch_size`` (global),
+  ``stream`` (read a tfds set with tf.data, per-host shards, instead of from memory;
+  :mod:`ssl_geometry.training.feed`), ``shuffle_buffer`` (streaming);
 * ``augment``: ``name`` in :data:`AUGMENTS`;
 * ``model``: ``backbone`` (name in :data:`BACKBONES`) and ``backbone_kwargs``;
   ``projector`` / ``predictor`` :func:`ssl_geometry.heads.mlp` arguments
@@ -29,12 +41,14 @@ The config fields (see ``experiments/configs/tiny.py`` for a complete example):
 * ``objective``: ``name`` and the constants of :func:`ssl_geometry.objectives.make_objective`;
 * ``optimizer``: see :func:`ssl_geometry.trainer.make_optimizer` (+ ``probe_lr``);
 * ``train``: ``steps``, ``log_every``, ``metrics_every``, ``checkpoint_every``,
-  ``keep_checkpoints``, ``progress`` (tqdm bar), ``tensorboard``;
+  ``keep_checkpoints``, ``progress`` (tqdm bar), ``tensorboard``, ``stop_after`` (end this
+  invocation at that step, checkpointed; 0: off), ``allow_config_change``;
 * ``eval``: ``max_train``, ``max_test``, ``knn_k``, ``ridge_l2``, ``rotation`` (run the
   rotation probe), ``rotation_epochs``, ``metrics_images`` (test images for the
   tracked metrics of :func:`ssl_geometry.trainer.make_eval_metrics`);
 * ``mesh``: ``data``, ``model``, ``min_model_dim``;
-* ``distributed``: ``initialize``, ``coordinator_address``, ``num_processes``, ``process_id``.
+* ``distributed``: ``initialize``, ``coordinator_address``, ``num_processes``, ``process_id``,
+  ``cpu_collectives`` (``"gloo"``); see ``docs/multihost.md``.
 """
 from __future__ import annotations
 
@@ -58,6 +72,9 @@ from ssl_geometry.training import trainer as _tr
 from ssl_geometry.training import feed as _feed
 from ssl_geometry.training import workdir as _wd
 from ssl_geometry._checks import check_choice
+
+__all__ = ["BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "build_augment", "build_backbone", "build_objective",
+           "validate_config", "evaluate", "init_distributed", "train", "parse_args", "main"]
 
 BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
 AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet")
@@ -341,7 +358,8 @@ def _setup(config, workdir) -> dict:
     n_eval = min(len(feed.test[0]), int(config.eval.get("metrics_images", 512)))
     return {"feed": feed, "objective": objective, "tx": tx, "sched": sched, "mesh": mesh, "mmd": mmd,
             "state": state, "mngr": mngr, "start": 0, "batch_size": batch_size,
-            "eval_images": jnp.asarray(feed.test[0][:n_eval]), "eval_fn": jax.jit(_tr.make_eval_metrics(objective)),
+            "eval_images": np.asarray(feed.test[0][:n_eval]),  # numpy: valid under multi-process jit
+            "eval_fn": jax.jit(_tr.make_eval_metrics(objective)),
             "logger": _tr.MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))}
 
 

@@ -105,15 +105,22 @@ class StreamFeed:
             raise ValueError(f"`data.batch_size` {config.data.batch_size} must divide by the process count {pc}.")
         self.local_batch = int(config.data.batch_size) // pc
         splits = _data.info(name).splits
-        kw = _sizes(config)
-        mk = lambda split, limit: _take(_data.tfds_batches(  # noqa: E731
-            name, split, batch_size=min(256, limit), shuffle=False, num_epochs=1, process_index=0,
-            process_count=1, **kw), limit)
-        self.eval_train = mk("train", int(config.eval.max_train))
-        self.test = mk(splits[1], int(config.eval.max_test))
+        self.eval_train = self._first(config, "train", int(config.eval.max_train))
+        self.test = self._first(config, splits[1], int(config.eval.max_test))
         self.image_shape = self.eval_train[0].shape[1:]
         self.num_classes = _data.info(name).num_classes
         self.mesh, self.it = None, None
+
+    @staticmethod
+    def _first(config, split, limit):
+        """The first ``limit`` examples of ``split`` in file order (offline probes, tracked metrics);
+        tf.data reads lazily, so only those are decoded."""
+        kw = _sizes(config)
+        _, it = _data._tfds_pipeline(config.data.name, split, data_dir=kw["data_dir"],
+                                     image_size=_data._default_size(config.data.name, kw["image_size"]),
+                                     batch_size=min(256, limit), shuffle=False, shuffle_seed=None, shuffle_buffer=1,
+                                     skip_examples=0, drop_remainder=False)
+        return _take(it, limit)
 
     def attach(self, mesh):
         self.mesh = mesh

@@ -29,7 +29,11 @@ jitted over a batch sharded across devices, ``jnp.mean(x, axis=0)`` inside
 BatchNorm is a mean over the global batch: batch statistics (and the running
 statistics) are those of all devices together, i.e. synchronised BatchNorm
 (SyncBN), and the result equals the single-device computation on the same global
-batch up to floating-point reduction order (tested in ``tests/test_trainer.py``).
+batch up to floating-point reduction order (tested in ``tests/test_trainer.py``, in
+float64). In float32 that round-off (~1e-7 per step) can move a pre-activation across a
+ReLU kink in one run and not the other, after which the runs drift apart: for
+``experiments/configs/tiny.py`` the parameters agree within 1e-5 relative for 17 steps
+(measurement and explanation in ``docs/multihost.md``).
 This differs from PyTorch DDP's default per-GPU BatchNorm.
 
 Multi-host. With ``config.distributed.initialize = True`` :func:`train` calls
@@ -39,7 +43,8 @@ them) before touching any device. Every process computes the same global batch
 indices from ``(seed, step)`` and feeds its own contiguous slice with
 ``jax.make_array_from_process_local_data``; the mesh spans ``jax.devices()`` (all
 processes). Only process 0 writes ``metrics.jsonl``; orbax coordinates the
-checkpoint writes of all processes.
+checkpoint writes of all processes. Streaming input (``data.stream``, tfds per-host
+shards) is :mod:`ssl_geometry.training.feed`; launching: ``docs/multihost.md``.
 
 Data order and resumption. The batch at step ``s`` is a pure function of
 ``(seed, s)`` (a per-epoch permutation from ``numpy.random.default_rng([seed,
@@ -64,6 +69,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ssl_geometry.instrument import metrics as _metrics
 from ssl_geometry._checks import check_choice, check_positive
 from ssl_geometry.ssl.objectives import Objective
+
+__all__ = ["OPTIMIZERS", "SCHEDULES", "make_schedule", "make_optimizer", "make_mesh", "state_shardings",
+           "batch_sharding", "init_probe", "init_train_state", "make_train_step", "jit_train_step", "unalias",
+           "place_state", "place_batch", "representation_metrics", "make_eval_metrics", "batch_indices", "host_slice",
+           "MetricLogger", "read_metrics"]
 
 OPTIMIZERS = ("sgd", "lars", "adam", "adamw")
 SCHEDULES = ("cosine", "constant")
