@@ -47,6 +47,7 @@ import numpy as np
 
 from ssl_geometry._checks import check_rank, check_same_shape
 from ssl_geometry.models.base import Model
+from ssl_geometry.ops import l2_normalize  # the Normalize module: z / max(|z|_2, 1e-12)
 
 Array = jax.Array
 
@@ -190,11 +191,6 @@ def mean_pool(hidden: Array, attention_mask: Array) -> Array:
     """``z_i = sum_t m_it X_it / max(sum_t m_it, 1e-9)`` (sentence-transformers' mean pooling)."""
     m = attention_mask.astype(hidden.dtype)[..., None]
     return jnp.sum(hidden * m, axis=-2) / jnp.maximum(jnp.sum(m, axis=-2), 1e-9)
-
-
-def l2_normalize(z: Array, eps: float = 1e-12) -> Array:
-    """``z / max(|z|_2, eps)`` (``torch.nn.functional.normalize``, the Normalize module)."""
-    return z / jnp.maximum(jnp.linalg.norm(z, axis=-1, keepdims=True), eps)
 
 
 def bert_encoder(config: BertConfig = MINILM_CONFIG, *, normalize: bool = True, dtype=jnp.float32) -> Model:

@@ -39,7 +39,6 @@ Methods (``name`` in :data:`OBJECTIVES`): ``simsiam`` (Chen & He 2021),
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -48,6 +47,7 @@ import jax.numpy as jnp
 from ssl_geometry.ssl import losses
 from ssl_geometry._checks import check_choice, check_positive
 from ssl_geometry.models.base import Model
+from ssl_geometry.ops import l2_normalize
 
 Array = jax.Array
 
@@ -91,11 +91,6 @@ class Objective(NamedTuple):
 # --------------------------------------------------------------------------- losses
 
 
-def _l2n(x, eps=1e-12):
-    """``x / max(|x|, eps)`` row-wise. NOTE(lead): same idea as ``losses._l2_normalize``; fold into one."""
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -121,9 +116,11 @@ def _run(model: Model, params, stats, x, train: bool):
 
 
 def ema_decay(step, total_steps: int, base: float):
-    """BYOL's cosine EMA schedule ``tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2``."""
-    k = jnp.minimum(jnp.asarray(step, jnp.float32), float(total_steps))
-    return 1.0 - (1.0 - base) * (jnp.cos(math.pi * k / total_steps) + 1.0) / 2.0
+    """BYOL's cosine EMA schedule ``tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2`` at ``step``.
+
+    :func:`ssl_geometry.losses.byol_decay_schedule` evaluated at ``step`` (one definition).
+    """
+    return losses.byol_decay_schedule(total_steps, base)(step)
 
 
 def identity_views(key, images):
@@ -205,7 +202,7 @@ def _init(name, models, queue_size, key):
     if name == "moco":
         # drawn in the parameter dtype, so the queue does not depend on jax_enable_x64
         pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype
-        state["queue"] = _l2n(jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt))
+        state["queue"] = l2_normalize(jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt))
     if name == "dino":
         state["center"] = jnp.zeros((models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype)
     return params, state
@@ -248,7 +245,8 @@ def make_objective(
     * dino: teacher (EMA) softmax of centred ``t / tau_t`` against student
       log-softmax ``z / tau_s`` across views; the centre is an EMA of teacher means;
     * spectral_contrastive: ``-2 E[z1.z2] + E_{i!=j}[(z1_i.z2_j)^2]``;
-    * wmse: MSE of L2-normalised whitened embeddings (whitening over both views).
+    * wmse: MSE of L2-normalised whitened embeddings (each view's sub-batch whitened on its own, as
+      :func:`ssl_geometry.losses.wmse` and the W-MSE reference code do).
 
     Args:
       name: one of :data:`OBJECTIVES`.
@@ -298,7 +296,7 @@ def make_objective(
             t2 = target({"target": {"params": state["target"]["params"], "stats": tstats}}, x2, tstats)
             new_state["target"] = {"params": state["target"]["params"], "stats": tstats}
         loss = _method_loss(name, consts, (z1, z2), (p1, p2), (t1, t2) if uses_target else None, state, new_state)
-        zn = _l2n(z1)
+        zn = l2_normalize(z1)
         aux["z_std"] = jnp.mean(jnp.std(zn, axis=0))
         aux["features"] = h1
         return loss, (new_state, aux)
