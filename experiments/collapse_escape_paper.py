@@ -25,7 +25,8 @@ NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"
 CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
          "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
-         "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
+         "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")
+#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
 DRY_RUN = True
 RULE = ("A run escapes when the per-epoch mean std of its L2-normalised projector outputs exceeds "
         "{analysis[escape_fraction]} / sqrt(k) at some epoch; diverged runs (non-finite loss) are excluded and "

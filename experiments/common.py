@@ -59,6 +59,37 @@ def environment() -> dict:
     }
 
 
+def time_call(fn, *args, repeats: int = 3) -> float:
+    """Median wall time (s) of ``fn(*args)`` after one untimed call (compilation), results blocked on.
+
+    The step time of a dry run (``config.dry_run``): the projected wall time of a full run is this
+    times the number of steps it takes.
+    """
+    import time
+
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def dry_run_record(step_time_s: float, n_steps: int, other_s: float = 0.0, **extra) -> dict:
+    """``measurements["dry_run"]``: the measured step time and the projected wall time of the full variant.
+
+    ``projected_wall_time_s = n_steps * step_time_s + other_s`` (``other_s``: the analysis, timed once).
+    """
+    import jax
+
+    return {"step_time_s": float(step_time_s), "n_steps": int(n_steps),
+            "projected_wall_time_s": float(n_steps * step_time_s + other_s),
+            "device": jax.devices()[0].device_kind, **extra}
+
+
 def require_x64(experiment: str) -> None:
     """Raise ``RuntimeError`` unless float64 is enabled (exact Hessians and eigenvalues need it).
 

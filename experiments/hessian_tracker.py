@@ -42,7 +42,8 @@ NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
 CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
          "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
-         "sign and size can be read as the curvature signature of collapse and escape.")#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
+         "sign and size can be read as the curvature signature of collapse and escape.")
+#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
 DRY_RUN = True
 RULE = ("A checkpoint is valid when its reference (exact blocks where computed, else float64 Lanczos with every "
         "true residual <= {analysis[converged_residual]} x max|lambda|) exists and the head is not dead (H "

@@ -32,6 +32,8 @@ CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for 
          "of the representation space there is a linear head W (k >= r) with v^T H_eff v = |v|^2 for all v in S. "
          "(The paper has no experiment for it; part B, trained linear heads, is this suite's check of the "
          "'linear heads whiten a subspace' reading.)")
+#: Honours ``config.dry_run`` (2 training steps per head, the slowest loss's step time projected).
+DRY_RUN = True
 RULE = ("supported if the construction whitens S to < {verdict[construction_tolerance]:g} (and is 0 off S) and every "
         "decorrelation-trained head reaches decorrelation error < {verdict[whitening_tolerance]} and 5x below its "
         "initialisation at view noise {data[view_noise]:g} (the strong-noise rows, {data[high_noise]:g}, are reported "
@@ -98,12 +100,9 @@ def _two_views(cfg, sigma_sqrt, noise, key):
             z + noise * jax.random.normal(k2, z.shape, jnp.float64))
 
 
-def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None):
-    """Part B: Adam on a linear head, a fresh batch of two views each step (:func:`fit`)."""
-    noise = cfg.data.view_noise if view_noise is None else view_noise
+def _objective(cfg, loss_name, noise):
+    """``(model, objective)``: the linear head and ``objective(params, key, sigma_sqrt)`` on fresh views."""
     model = heads.linear(cfg.data.d, cfg.model.k, dtype=jnp.float64)
-    k_init, k_data = jax.random.split(key)
-    variables = model.init(k_init)
     loss_fn = losses.get(loss_name)
 
     def objective(params, k, sigma_sqrt):
@@ -111,9 +110,26 @@ def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None):
         v = {"params": params}
         return loss_fn(model.apply(v, z1)[0], model.apply(v, z2)[0])
 
+    return model, objective
+
+
+def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None, steps=None):
+    """Part B: Adam on a linear head, a fresh batch of two views each step (:func:`fit`)."""
+    noise = cfg.data.view_noise if view_noise is None else view_noise
+    model, objective = _objective(cfg, loss_name, noise)
+    k_init, k_data = jax.random.split(key)
+    variables = model.init(k_init)
+    steps = cfg.train.steps if steps is None else steps
     res = fit(lambda p, k: objective(p, k, sigma_sqrt), variables["params"], optax.adam(cfg.train.lr),
-              steps=cfg.train.steps, batches=jax.random.split(k_data, cfg.train.steps))
+              steps=steps, batches=jax.random.split(k_data, steps))
     return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(res.params["layers"][0]["w"]), res.losses
+
+
+def step_time(cfg, loss_name, sigma_sqrt, key) -> float:
+    """Wall time of one training step (value and gradient of the objective) on this device."""
+    model, objective = _objective(cfg, loss_name, cfg.data.view_noise)
+    grad = jax.jit(jax.value_and_grad(objective))
+    return common.time_call(grad, model.init(key)["params"], key, sigma_sqrt)
 
 
 def _kind(config, name):
@@ -139,8 +155,9 @@ def measure(config) -> dict:
     rows, curves = [], {}
     runs = [(name, config.data.view_noise) for name in config.train.losses]
     runs += [(name, config.data.high_noise) for name in config.train.high_noise_losses]
+    steps = 2 if config.dry_run else config.train.steps
     for i, (name, noise) in enumerate(runs):
-        W0, W, vals = train_head(config, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise)
+        W0, W, vals = train_head(config, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise, steps)
         d0, i0, c0 = _whitening_error(W0, sigma_shared)
         d1, i1, c1 = _whitening_error(W, sigma_shared)
         rows.append({"loss": name, "view_noise": noise, "kind": _kind(config, name),
@@ -148,7 +165,11 @@ def measure(config) -> dict:
                      "isotropy_error_init": i0, "isotropy_error_trained": i1,
                      "cond_C_init": c0, "cond_C_trained": c1, "final_loss": float(vals[-1])})
         curves[f"{name} (noise {noise:g})"] = [float(v) for v in vals]
-    return {"construction": A, "trained": rows, "curves": curves}
+    out = {"construction": A, "trained": rows, "curves": curves}
+    if config.dry_run:
+        t = max(step_time(config, name, jnp.asarray(sigma_sqrt), kB) for name, _ in runs)
+        out["dry_run"] = common.dry_run_record(t, len(runs) * config.train.steps, losses_timed=len(runs))
+    return out
 
 
 def decide(m, config) -> dict:

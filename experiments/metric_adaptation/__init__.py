@@ -45,17 +45,19 @@ residual is a necessary consequence of Prop 3.3, reported next to the curvature.
 from __future__ import annotations
 
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from experiments import common
 from experiments.metric_adaptation.barrier import (FLAT_CONTROL, SCALE_INVARIANT, best_constant_whitener, curvature_rows,
                                                    curved, make_per_sample_loss, scalar_from_riemann,
                                                    sectional_from_riemann)
-from experiments.metric_adaptation.isotropy import (coefficient_of_variation, helix, isotropy_fit, sample_variation,
-                                                    softmax_dot_loss)
+from experiments.metric_adaptation.isotropy import (coefficient_of_variation, fit_step_time, helix, isotropy_fit,
+                                                    sample_variation, softmax_dot_loss)
 
 __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "verdict", "figures", "report", "run",
            "FLAT_CONTROL", "SCALE_INVARIANT", "best_constant_whitener", "coefficient_of_variation", "curvature_rows",
@@ -68,6 +70,8 @@ CLAIM = ("An MLP head can make H_eff epsilon-isotropic along a smooth trajectory
          "a constant linear head cannot); a loss metric with non-zero Riemann curvature cannot be made isotropic "
          "everywhere by a constant W, while the flat quadratic loss can. (The paper states Thm 3.2 and "
          "Prop 3.3 without an experiment; this is the suite's computation of them.)")
+#: Honours ``config.dry_run`` (2 steps per fit, one restart, part C at 2 points; projected wall time).
+DRY_RUN = True
 RULE = ("(Prop 3.3 part) the flat control (mse) must give curvature <= {verdict[curvature_tol]:g} and constant-W "
         "residual <= {verdict[flat_residual_tol]:g} (else the computation is broken: not supported); any loss with "
         "curvature > {verdict[curvature_tol]:g} (at points where its metric is definite) whose best constant W reaches "
@@ -120,9 +124,20 @@ def measure(config) -> dict:
         row, eps_t, t = isotropy_fit(config, fit_keys, act, depth, jax.random.fold_in(kB, i))
         fit_rows.append(row)
         curves[f"{row['activation']} depth {depth}"] = {"t": np.asarray(t).tolist(), "eps": np.asarray(eps_t).tolist()}
-    curv_rows, per_point = curvature_rows(config, kC)
-    return {"variation": var_rows, "isotropy_fits": fit_rows, "curvature": curv_rows,
-            "scalar_curvature_per_point": per_point, "eps_curves": curves}
+    out = {"variation": var_rows, "isotropy_fits": fit_rows, "eps_curves": curves}
+    if config.dry_run:  # part C at 2 points, timed and scaled to the variant's n_points
+        small = ml_collections.ConfigDict(config.to_dict())
+        small.data.n_points = min(2, config.data.n_points)
+        t0 = time.perf_counter()
+        curv_rows, per_point = curvature_rows(small, kC)
+        t_curv = (time.perf_counter() - t0) * config.data.n_points / small.data.n_points
+        step = max(fit_step_time(config, fit_keys, act, depth, kB) for act, depth in cases)
+        out["dry_run"] = common.dry_run_record(step, len(cases) * config.train.fit_restarts * config.train.fit_steps,
+                                               other_s=t_curv, curvature_part_s=t_curv)
+    else:
+        curv_rows, per_point = curvature_rows(config, kC)
+    out.update(curvature=curv_rows, scalar_curvature_per_point=per_point)
+    return out
 
 
 def decide(m, config) -> dict:

@@ -106,9 +106,10 @@ def isotropy_fit(cfg, keys, activation, depth, key):
     z_eval = helix(t_eval, cfg.model.d, cfg.data.radius, cfg.data.turns, cfg.data.pitch)
     model, objective, evaluate = _fit_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, activation)
     best = None
-    for r in range(cfg.train.fit_restarts):
+    steps, restarts = (2, 1) if cfg.dry_run else (cfg.train.fit_steps, cfg.train.fit_restarts)
+    for r in range(restarts):
         params = model.init(jax.random.fold_in(key, r))["params"]
-        res = fit(objective, params, optax.adam(cfg.train.lr), steps=cfg.train.fit_steps,
+        res = fit(objective, params, optax.adam(cfg.train.lr), steps=steps,
                   args=(z_fit, keys, jnp.asarray(cfg.data.tau)))
         params, vals = res.params, res.losses
         ev = np.asarray(evaluate(params, z_eval, keys, cfg.data.tau))
@@ -123,3 +124,14 @@ def isotropy_fit(cfg, keys, activation, depth, key):
             "width": cfg.model.width if depth > 1 else 0, "params": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
             "eps_max": float(eps_t.max()), "eps_mean": float(eps_t.mean()), "final_objective": float(vals[-1]),
             "cv_JtJ_along_curve": coefficient_of_variation(pm.euclidean)}, eps_t, np.asarray(t_eval)
+
+
+def fit_step_time(cfg, keys, activation, depth, key) -> float:
+    """Wall time of one step of the isotropy fit (value and gradient of the objective) on this device."""
+    from experiments import common
+
+    model, objective, _ = _fit_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, activation)
+    z_fit = helix(jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns,
+                  cfg.data.pitch)
+    grad = jax.jit(jax.value_and_grad(objective))
+    return common.time_call(grad, model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau)))
