@@ -8,25 +8,31 @@ spectrum, random eigenbasis) and two views
 where ``A`` (``d x aug_dim``, orthonormal columns) spans the "augmentation"
 directions. Per objective an MLP head (projector ``d -> hidden -> k``; plus a
 predictor ``k -> pred_hidden -> k`` for SimSiam, BYOL and MoCo v3; an EMA target
-projector for BYOL, MoCo v3 and DINO, with BYOL's cosine decay schedule) is trained
-with optax Adam on fresh batches (``lax.scan``), in float64. Then, per objective:
+projector for BYOL, MoCo v3 and DINO, with BYOL's cosine decay schedule, updated from the
+parameters *before* each step) is trained with Adam on fresh batches through
+:func:`ssl_geometry.training.loop.fit`, in float64. Then, per objective:
 
 * on the projector outputs of an evaluation batch: effective rank by both named
   definitions (``rankme``: singular values; ``squared``: squared singular values),
   covariance condition number, mean normalised std;
-* Thm 4.1 quantities (:func:`ssl_geometry.geometry.classify_collapse`) at the
-  trained state and at a pseudo-collapsed state (every projector weight matrix, online
-  and target, times ``pseudo_collapse_scale``): premises (``H_L`` PSD?, ``|rho|``) and
-  ``lambda_min``/``lambda_max`` of ``H_eff``, ``G`` and ``M``. As in experiment 3 the
-  Hessian is ``hess_{z1} L``: the loss as a function of the first view's online
-  outputs, with everything computed from the second view (and the targets) held fixed;
-  the "head" is the online branch (projector, then predictor where there is one);
+* Thm 4.1 (:func:`ssl_geometry.geometry.classify_collapse`, i.e. :func:`~ssl_geometry.geometry.thm41_premises`
+  then :func:`~ssl_geometry.geometry.thm41_conclusion`) at the trained state and at a pseudo-collapsed
+  state (every projector weight matrix, online and target, times ``pseudo_collapse_scale``). Neither
+  is an equilibrium: the premises say so (``stationary_z``/``stationary_head`` and their ratios), and
+  they are reported as non-stationary. As in experiment 3 the Hessian is ``hess_{z1} L`` of the first
+  view's online outputs, everything from the second view (and the targets) held fixed;
+* a collapsed state (both views at one point ``c``, the trained head): the residual rows are
+  identical, and :func:`ssl_geometry.geometry.identical_rows_finding` says whether head stationarity
+  forces ``rho = 0`` there (then Thm 4.1's premise cannot hold at an equilibrium of that objective);
+* DINO only: a certified collapsed equilibrium of the trained projector against a fixed teacher
+  (:func:`ssl_geometry.geometry.collapsed_equilibrium`), where Thm 4.1's premises hold;
 * Sec. 5 metric degeneracy of the projector: mean ``|J_h v| / |v|`` along the view
   difference ``v = z1 - z2`` divided by the same mean along random directions.
 """
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -35,12 +41,20 @@ import optax
 
 from experiments import common
 from ssl_geometry import geometry, heads, losses, metrics
+from ssl_geometry.training.loop import fit
 
 NAME = "objectives"
 TITLE = "Objectives"
 CLAIM = ("Across contrastive, decorrelation and distillation objectives, a smooth head makes the pseudo-collapsed "
          "state strictly unstable (lambda_min(H_eff) < 0) wherever Thm 4.1's premises hold, and the trained head's "
          "metric degenerates along augmentation directions (Sec. 5).")
+RULE = ("(i) Thm 4.1 across objectives: only certified collapsed equilibria count (stationary in z and in the "
+        "head, rho != 0, H_L PSD); every one must have lambda_min(H_eff) < -tol with the smooth head "
+        "(tol = dim eps max|lambda|), one that does not -> not supported; no certified equilibrium -> premise "
+        "violated (trained and pseudo-collapsed states are not equilibria and are reported only). (ii) Sec. 5: "
+        "every trained head must contract the view-difference direction more than random directions "
+        "(degeneracy ratio < {verdict[max_degeneracy_ratio]:g}); (i) holds but (ii) fails -> inconclusive; both "
+        "hold -> supported.")
 
 FAMILIES = {
     "info_nce": "contrastive", "moco_v3": "contrastive", "spectral_contrastive": "contrastive",
@@ -52,10 +66,19 @@ TARGET = ("byol", "moco_v3", "dino")
 
 
 def _models(cfg, name):
-    proj = heads.mlp(cfg.d, (cfg.hidden,), cfg.k, activation=cfg.activation, bias=True, dtype=jnp.float64)
-    pred = (heads.mlp(cfg.k, (cfg.pred_hidden,), cfg.k, activation=cfg.activation, bias=True, dtype=jnp.float64)
+    m = cfg.model
+    proj = heads.mlp(cfg.data.d, (m.hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
+    pred = (heads.mlp(m.k, (m.pred_hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
             if name in PREDICTOR else None)
     return proj, pred
+
+
+def online_head(cfg, name, params):
+    """``(model, variables)`` of the online branch (projector, then predictor where there is one)."""
+    proj, pred = _models(cfg, name)
+    if pred is None:
+        return proj, {"params": params["proj"]}
+    return heads.compose(proj, pred), {"params": {"0": params["proj"], "1": params["pred"]}}
 
 
 def _apply(model, params, x):
@@ -64,6 +87,7 @@ def _apply(model, params, x):
 
 def objective_loss(cfg, name, proj, pred):
     """``loss(params, target, center, z1, z2) -> (L, new_center)`` for objective ``name``."""
+    temp = cfg.train.temperature
 
     def loss(params, target, center, z1, z2):
         u1, u2 = _apply(proj, params["proj"], z1), _apply(proj, params["proj"], z2)
@@ -77,28 +101,20 @@ def objective_loss(cfg, name, proj, pred):
         if name == "byol":
             return losses.byol(p1, p2, t1, t2), center
         if name == "moco_v3":
-            return losses.moco_v3(p1, p2, t1, t2, temperature=cfg.temperature), center
+            return losses.moco_v3(p1, p2, t1, t2, temperature=temp), center
         if name == "dino":
             return losses.dino(jnp.stack([u1, u2]), jnp.stack([t1, t2]), center)
         if name == "info_nce":
-            return losses.info_nce(u1, u2, temperature=cfg.temperature), center
+            return losses.info_nce(u1, u2, temperature=temp), center
         return losses.get(name)(u1, u2), center
 
     return loss
 
 
 @functools.lru_cache(maxsize=None)
-def _first_view_program(name, d, hidden, k, pred_hidden, activation, temperature):
-    """Jitted ``head(params, z)`` and ``loss(u, fixed)`` for :func:`first_view_problem` (compiled once per
-    objective and shape; every state passes its arrays as arguments)."""
-    proj = heads.mlp(d, (hidden,), k, activation=activation, bias=True, dtype=jnp.float64)
-    pred = (heads.mlp(k, (pred_hidden,), k, activation=activation, bias=True, dtype=jnp.float64)
-            if name in PREDICTOR else None)
-
-    @jax.jit
-    def head(params, z):
-        u = _apply(proj, params["proj"], z)
-        return u if pred is None else _apply(pred, params["pred"], u)
+def _first_view_loss(name, temperature):
+    """Jitted ``loss(u, fixed)``: the part of the objective that depends on the first view's online outputs
+    (compiled once per objective and shape; every state passes its arrays as arguments)."""
 
     @jax.jit
     def loss(u, f):
@@ -114,75 +130,66 @@ def _first_view_program(name, d, hidden, k, pred_hidden, activation, temperature
             return losses.info_nce(u, f["u2"], temperature=temperature)
         return losses.get(name)(u, f["u2"])
 
-    return head, loss
+    return loss
 
 
 def first_view_problem(cfg, name, params, target, center, z1, z2):
-    """``(head_fn, loss_fn)`` with ``loss_fn(head_fn(z1))`` = the part of L that depends on ``z1``.
+    """``(model, variables, loss_fn)`` with ``loss_fn(model(z1))`` = the part of L that depends on ``z1``.
 
-    ``head_fn`` is the online branch (projector, then predictor where there is one);
-    the second view's outputs, the targets and the DINO centre are fixed arrays (the
-    stop-gradient branches of the objective, and the other view's online branch as
-    in experiment 3).
+    The model is the online branch (projector, then predictor where there is one); the second
+    view's outputs, the targets and the DINO centre are fixed arrays (the stop-gradient branches of
+    the objective, and the other view's online branch as in experiment 3).
     """
-    head, loss = _first_view_program(name, cfg.d, cfg.hidden, cfg.k, cfg.pred_hidden, cfg.activation,
-                                     cfg.temperature)
-    proj = heads.mlp(cfg.d, (cfg.hidden,), cfg.k, activation=cfg.activation, bias=True, dtype=jnp.float64)
-    fixed = {"u2": _apply(proj, params["proj"], z2), "p2": head(params, z2), "center": center}
+    loss = _first_view_loss(name, cfg.train.temperature)
+    proj, _ = _models(cfg, name)
+    model, variables = online_head(cfg, name, params)
+    fixed = {"u2": _apply(proj, params["proj"], z2), "p2": model.apply(variables, z2)[0], "center": center}
     if name in TARGET:
         fixed["t1"], fixed["t2"] = _apply(proj, target, z1), _apply(proj, target, z2)
-    return (lambda z: head(params, z)), (lambda u: loss(u, fixed))
+    return model, variables, (lambda u: loss(u, fixed))
 
 
 def sample_views(cfg, key, n, sigma_sqrt, aug_basis):
     """``(z, z1, z2)``: clean representations and two views (module docstring)."""
     kz, k1, k2, k3, k4 = jax.random.split(key, 5)
-    z = jax.random.normal(kz, (n, cfg.d), jnp.float64) @ sigma_sqrt
+    d = cfg.data
+    z = jax.random.normal(kz, (n, d.d), jnp.float64) @ sigma_sqrt
     a = aug_basis.shape[1]
 
     def view(ka, ki):
-        return (z + cfg.aug_scale * jax.random.normal(ka, (n, a), jnp.float64) @ aug_basis.T
-                + cfg.iso_noise * jax.random.normal(ki, (n, cfg.d), jnp.float64))
+        return (z + d.aug_scale * jax.random.normal(ka, (n, a), jnp.float64) @ aug_basis.T
+                + d.iso_noise * jax.random.normal(ki, (n, d.d), jnp.float64))
 
     return z, view(k1, k2), view(k3, k4)
 
 
-def train(cfg, name, key, sigma_sqrt, aug_basis):
-    """Adam on the head (and predictor); EMA target with BYOL's schedule. Returns the state and loss curve."""
+def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
+    """Adam on the head (and predictor) by :func:`fit`; the EMA target (BYOL's schedule) and the DINO
+    centre are the loss state, updated from the parameters before each step. Returns the state and
+    loss curve."""
     proj, pred = _models(cfg, name)
     k_p, k_q, k_d = jax.random.split(key, 3)
     params = {"proj": proj.init(k_p)["params"]}
     if pred is not None:
         params["pred"] = pred.init(k_q)["params"]
     target = params["proj"]
-    center = jnp.zeros((cfg.k,), jnp.float64)
+    center = jnp.zeros((cfg.model.k,), jnp.float64)
     loss = objective_loss(cfg, name, proj, pred)
-    opt = optax.adam(cfg.lr)
-    tau = losses.byol_decay_schedule(cfg.steps, cfg.ema)
+    tau = losses.byol_decay_schedule(steps, cfg.train.ema)
+    n = cfg.data.n
 
-    @jax.jit
-    def run_steps(p, tgt, c, sig, basis, keys):
-        # sig / basis are arguments (not closed over), so XLA does not constant-fold them.
-        def step(carry, xs):
-            p, s, tgt, c = carry
-            i, k = xs
-            _, z1, z2 = sample_views(cfg, k, cfg.n, sig, basis)
-            (val, c_new), g = jax.value_and_grad(loss, has_aux=True)(p, tgt, c, z1, z2)
-            upd, s = opt.update(g, s, p)
-            p = optax.apply_updates(p, upd)
-            tgt = losses.ema_update(tgt, p["proj"], tau(i)) if name in TARGET else tgt
-            return (p, s, tgt, c_new), val
+    def step_loss(p, state, batch):
+        tgt, c = state
+        _, z1, z2 = sample_views(cfg, batch["key"], n, sigma_sqrt, aug_basis)
+        val, c_new = loss(p, tgt, c, z1, z2)
+        if name in TARGET:
+            tgt = losses.ema_update(tgt, jax.lax.stop_gradient(p["proj"]), tau(batch["i"]))
+        return val, (tgt, jax.lax.stop_gradient(c_new))
 
-        (p, _, tgt, c), vals = jax.lax.scan(step, (p, opt.init(p), tgt, c), (jnp.arange(cfg.steps), keys))
-        return p, tgt, c, vals
-
-    keys = jax.random.split(k_d, cfg.steps)
-    init = (params, target, center)
-    p, tgt, c, vals = run_steps(params, target, center, sigma_sqrt, aug_basis, keys)
-    vals = np.asarray(vals)
-    if not np.all(np.isfinite(vals)):
-        raise FloatingPointError(f"{name}: non-finite loss at step {int(np.argmin(np.isfinite(vals)))}.")
-    return (proj, pred), init, (p, tgt, c), vals
+    batches = {"i": jnp.arange(steps), "key": jax.random.split(k_d, steps)}
+    res = fit(step_loss, params, optax.adam(cfg.train.lr), steps=steps, batches=batches, state=(target, center))
+    tgt, c = res.state
+    return (proj, pred), (params, target, center), (res.params, tgt, c), np.asarray(res.losses)
 
 
 def _scale_proj(params, target, alpha):
@@ -204,32 +211,61 @@ def representation_stats(proj, P, z):
 
 def degeneracy_ratio(proj, P, z, v_view, v_rand) -> tuple[float, float, float]:
     """(mean |J v_view|/|v_view|, mean |J v_rand|/|v_rand|, their ratio) for the projector."""
-    head = lambda x: _apply(proj, P, x)
+    head = lambda x: _apply(proj, P, x)  # noqa: E731
     deg = jax.vmap(lambda zz, vv: metrics.metric_degeneracy(head, zz, vv))
     a, b = float(jnp.mean(deg(z, v_view))), float(jnp.mean(deg(z, v_rand)))
     return a, b, a / b
 
 
-def geometry_row(cfg, name, params, target, center, z1, z2, key):
-    """Premises and extreme eigenvalues of ``H_eff``, ``G``, ``M``, ``H_L`` at one state (dense, float64)."""
-    head_fn, loss_fn = first_view_problem(cfg, name, params, target, center, z1, z2)
-    res = geometry.classify_collapse(head_fn, loss_fn, z1, activation=cfg.activation, per_sample=True,
-                                     max_dense_dim=cfg.max_dense_dim, key=key)
+def _classified(res):
     p = res.premises
-    return {"H_L_psd": p["loss_hessian_psd"]["met"], "lambda_min_H_L": res.lambda_min["loss_hessian"],
-            "rho_norm": p["residual_nonzero"]["value"], "rho_nonzero": p["residual_nonzero"]["met"],
+    return {"H_L_psd": p.loss_hessian_psd, "lambda_min_H_L": res.lambda_min["loss_hessian"],
+            "rho_norm": p.residual_norm, "rho_nonzero": p.residual_nonzero,
+            "stationary": bool(p.stationary_z and p.stationary_head), "grad_z_ratio": p.grad_z_ratio,
+            "grad_head_ratio": p.grad_head_ratio, "holds": bool(p.holds_except_smoothness),
             "lambda_min_H_eff": res.lambda_min["full"], "lambda_max_H_eff": res.lambda_max["full"],
             "lambda_min_G": res.lambda_min["metric"], "lambda_max_G": res.lambda_max["metric"],
             "lambda_min_M": res.lambda_min["interaction"], "lambda_max_M": res.lambda_max["interaction"],
             "eig_tol": res.eig_tol, "conclusion": res.conclusion}
 
 
-def run_objective(cfg, name, key, sigma_sqrt, aug_basis):
-    """Train one objective, then measure it at initialisation, trained and pseudo-collapsed (one row)."""
+def geometry_row(cfg, name, params, target, center, z1, z2, key):
+    """Premises (stationarity included) and extreme eigenvalues of ``H_eff``, ``G``, ``M``, ``H_L`` at one state."""
+    model, variables, loss_fn = first_view_problem(cfg, name, params, target, center, z1, z2)
+    res = geometry.classify_collapse(model, loss_fn, z1, variables=variables, activation=cfg.model.activation,
+                                     per_sample=True, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+    return _classified(res)
+
+
+def collapse_rows(cfg, name, params, target, center, c, key):
+    """The collapsed state (both views at ``c``) and, for DINO, a certified equilibrium of the trained projector."""
+    n = cfg.data.n_geom
+    zc = jnp.tile(c[None, :], (n, 1))
+    model, variables, loss_fn = first_view_problem(cfg, name, params, target, center, zc, zc)
+    f = geometry.identical_rows_finding(model, variables, loss_fn, zc)
+    out = {"collapsed_rho_norm": f["residual_norm"], "collapsed_rows_identical": f["rows_identical"],
+           "collapsed_forces_rho_0": f["forces_zero_residual"], "collapsed_sigma_min": f["sigma_min_head_jacobian"]}
+    if name != "dino":
+        return out
+    proj, _ = _models(cfg, name)
+    try:
+        eq = geometry.collapsed_equilibrium(proj, {"params": params["proj"]}, "dino_fixed_teacher", c, n, key=key,
+                                            residual_scale=cfg.analysis.dino_residual_scale,
+                                            activation=cfg.model.activation)
+    except ValueError as err:  # no null space: no equilibrium with rho != 0 for this head
+        return {**out, "equilibrium_exists": False, "equilibrium_reason": str(err)}
+    res = geometry.classify_collapse(proj, eq.loss_fn, eq.z, variables={"params": params["proj"]},
+                                     activation=cfg.model.activation, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+    return {**out, "equilibrium_exists": True, "equilibrium_certified": eq.certified,
+            **{f"{k}_equilibrium": v for k, v in _classified(res).items()}}
+
+
+def run_objective(cfg, name, key, sigma_sqrt, aug_basis, steps):
+    """Train one objective, then measure it at initialisation, trained, pseudo-collapsed and collapsed (one row)."""
     k_train, k_eval, k_geo, k_rand, k_eig = jax.random.split(key, 5)
-    models, (p0, t0, c0), (p, tgt, c), vals = train(cfg, name, k_train, sigma_sqrt, aug_basis)
+    models, (p0, t0, c0), (p, tgt, c), vals = train(cfg, name, k_train, sigma_sqrt, aug_basis, steps)
     proj = models[0]
-    z, z1, z2 = sample_views(cfg, k_eval, cfg.n_eval, sigma_sqrt, aug_basis)
+    z, z1, z2 = sample_views(cfg, k_eval, cfg.data.n_eval, sigma_sqrt, aug_basis)
     v_rand = jax.random.normal(k_rand, z.shape, jnp.float64)
     row = {"objective": name, "family": FAMILIES[name], "final_loss": float(vals[-1]), "initial_loss": float(vals[0])}
     for tag, P in (("init", p0["proj"]), ("trained", p["proj"])):
@@ -237,80 +273,82 @@ def run_objective(cfg, name, key, sigma_sqrt, aug_basis):
             row[f"{key_}_{tag}"] = v
         row[f"deg_view_{tag}"], row[f"deg_random_{tag}"], row[f"deg_ratio_{tag}"] = degeneracy_ratio(
             proj, P, z1, z1 - z2, v_rand)
-    _, g1, g2 = sample_views(cfg, k_geo, cfg.n_geom, sigma_sqrt, aug_basis)
+    _, g1, g2 = sample_views(cfg, k_geo, cfg.data.n_geom, sigma_sqrt, aug_basis)
     geo = {"trained": geometry_row(cfg, name, p, tgt, c, g1, g2, k_eig)}
-    ps, ts = _scale_proj(p, tgt, cfg.pseudo_collapse_scale)
+    ps, ts = _scale_proj(p, tgt, cfg.analysis.pseudo_collapse_scale)
     geo["pseudo_collapsed"] = geometry_row(cfg, name, ps, ts, c, g1, g2, k_eig)
     for state, g in geo.items():
         for key_, v in g.items():
             row[f"{key_}_{state}"] = v
+    row.update(collapse_rows(cfg, name, p, tgt, c, jnp.mean(z, axis=0), k_eig))
     return row, vals
 
 
-def _premises_hold(row, state="pseudo_collapsed"):
-    return bool(row[f"H_L_psd_{state}"] and row[f"rho_nonzero_{state}"])
+def _certified(r):
+    return bool(r.get("equilibrium_certified") and r.get("holds_equilibrium"))
 
 
-def verdict(rows):
-    """Rule: (i) Thm 4.1 across objectives: among objectives whose pseudo-collapsed state meets the premises
-    (H_L PSD and rho != 0), every one must have lambda_min(H_eff) < -eig_tol with the smooth head; one that
-    does not -> not supported; no objective meeting the premises -> premise violated. (ii) Sec. 5: every trained
-    head must contract the view-difference direction more than random directions (degeneracy ratio < 1);
-    (i) holds but (ii) fails -> inconclusive; both hold -> supported."""
-    held = [r for r in rows if _premises_hold(r)]
-    unstable = [r for r in held if r["lambda_min_H_eff_pseudo_collapsed"] < -r["eig_tol_pseudo_collapsed"]]
-    contract = [r for r in rows if r["deg_ratio_trained"] < 1.0]
+def measure(config) -> dict:
+    common.require_x64(NAME)
+    cfg = config
+    steps = 2 if config.dry_run else config.train.steps
+    key = jax.random.PRNGKey(cfg.seed)
+    k_s, k_a, k_o = jax.random.split(key, 3)
+    lo, hi = cfg.data.spectrum
+    d = cfg.data.d
+    eig = np.exp(np.linspace(np.log(lo), np.log(hi), d))
+    Q = np.linalg.qr(np.asarray(jax.random.normal(k_s, (d, d), jnp.float64)))[0]
+    sigma_sqrt = jnp.asarray((Q * np.sqrt(eig)) @ Q.T)
+    aug_basis = jnp.asarray(np.linalg.qr(np.asarray(jax.random.normal(k_a, (d, cfg.data.aug_dim), jnp.float64)))[0])
+    rows, curves, t0 = [], {}, time.perf_counter()
+    for i, name in enumerate(cfg.train.objectives):
+        row, vals = run_objective(cfg, name, jax.random.fold_in(k_o, i), sigma_sqrt, aug_basis, steps)
+        rows.append(row)
+        curves[name] = [float(v) for v in vals]
+    out = {"rows": rows, "curves": curves}
+    if config.dry_run:
+        per = (time.perf_counter() - t0) / max(len(rows) * steps, 1)
+        out["dry_run"] = {"step_time_s": per, "projected_wall_time_s": per * len(rows) * config.train.steps,
+                          "device": jax.devices()[0].device_kind}
+    return out
+
+
+def decide(m, config) -> dict:
+    rows = m["rows"]
+    held = [r for r in rows if _certified(r)]
+    unstable = [r for r in held if r["lambda_min_H_eff_equilibrium"] < -r["eig_tol_equilibrium"]]
+    contract = [r for r in rows if r["deg_ratio_trained"] < config.verdict.max_degeneracy_ratio]
     fam_psd = {}
     for fam in sorted(set(FAMILIES[r["objective"]] for r in rows)):
         fr = [r for r in rows if r["family"] == fam]
         fam_psd[f"trained_H_L_psd_fraction_{fam}"] = sum(bool(r["H_L_psd_trained"]) for r in fr) / len(fr)
-    stats = {
-        "collapse_premise_holding": len(held),
-        "collapse_unstable_among_premise_holding": len(unstable),
+    headline = {
+        "certified_equilibria": len(held),
+        "certified_equilibria_unstable": len(unstable),
+        "collapsed_states_where_stationarity_forces_rho_0": sum(bool(r["collapsed_forces_rho_0"]) for r in rows),
+        "stationary_trained_states": sum(bool(r["stationary_trained"]) for r in rows),
+        "pseudo_collapsed_unstable_all": sum(r["lambda_min_H_eff_pseudo_collapsed"] < -r["eig_tol_pseudo_collapsed"]
+                                             for r in rows),
+        "objectives": len(rows),
         "deg_ratio_max_trained": max(r["deg_ratio_trained"] for r in rows),
         "deg_ratio_mean_trained": float(np.mean([r["deg_ratio_trained"] for r in rows])),
-        "objectives": len(rows),
-        "collapse_unstable_all": sum(r["lambda_min_H_eff_pseudo_collapsed"] < -r["eig_tol_pseudo_collapsed"]
-                                             for r in rows),
         "deg_ratio_mean_init": float(np.mean([r["deg_ratio_init"] for r in rows])),
         **fam_psd,
     }
     if not held:
-        return "premise violated", stats
-    if len(unstable) < len(held):
-        return "not supported", stats
-    if len(contract) < len(rows):
-        return "inconclusive", stats
-    return "supported", stats
+        verdict = "premise violated"
+    elif len(unstable) < len(held):
+        verdict = "not supported"
+    elif len(contract) < len(rows):
+        verdict = "inconclusive"
+    else:
+        verdict = "supported"
+    return {"verdict": verdict, "headline": headline, "paper": {}}
 
 
-def run(config, out_dir) -> dict:
-    common.require_x64(NAME)
-    key = jax.random.PRNGKey(config.seed)
-    k_s, k_a, k_o = jax.random.split(key, 3)
-    lo, hi = config.spectrum
-    eig = np.exp(np.linspace(np.log(lo), np.log(hi), config.d))
-    Q = np.linalg.qr(np.asarray(jax.random.normal(k_s, (config.d, config.d), jnp.float64)))[0]
-    sigma_sqrt = jnp.asarray((Q * np.sqrt(eig)) @ Q.T)
-    aug_basis = jnp.asarray(np.linalg.qr(np.asarray(jax.random.normal(k_a, (config.d, config.aug_dim),
-                                                                       jnp.float64)))[0])
-    rows, curves = [], {}
-    for i, name in enumerate(config.objectives):
-        row, vals = run_objective(config, name, jax.random.fold_in(k_o, i), sigma_sqrt, aug_basis)
-        rows.append(row)
-        curves[name] = vals
-    v, stats = verdict(rows)
-    _figure(rows, curves, out_dir)
-    return {"verdict": v, "verdict_rule": verdict.__doc__.split("Rule: ")[1].replace("\n    ", " "),
-            "headline": stats, "paper": {}, "rows": rows}
-
-
-def _figure(rows, curves, out_dir):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figures(results, out_dir) -> None:
+    plt = common.pyplot()
+    rows, curves = results["measurements"]["rows"], results["measurements"]["curves"]
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(13, 3.6))
     common.plot_normalised_curves(a1, curves, fontsize=6)
     names = [r["objective"] for r in rows]
@@ -323,7 +361,7 @@ def _figure(rows, curves, out_dir):
     a2.axhline(0, color="k", lw=0.5)
     a2.set_xticks(x, names, rotation=35, ha="right", fontsize=7)
     a2.set_ylabel("lambda_min / |lambda_max| of H_eff")
-    a2.set_title("blue trained, red pseudo-collapsed; o: H_L PSD", fontsize=8)
+    a2.set_title("blue trained, red pseudo-collapsed (neither stationary); o: H_L PSD", fontsize=8)
     a3.bar(x - 0.2, [r["deg_ratio_init"] for r in rows], 0.4, label="init")
     a3.bar(x + 0.2, [r["deg_ratio_trained"] for r in rows], 0.4, label="trained")
     a3.axhline(1, color="k", lw=0.5)
@@ -335,26 +373,30 @@ def _figure(rows, curves, out_dir):
 
 def report(results, rel_dir) -> str:
     h = results["headline"]
-    rows = results["rows"]
+    rows = results["measurements"]["rows"]
     rep_cols = ["objective", "family", "erank_rankme_trained", "erank_squared_trained", "cond_trained",
                 "norm_std_trained", "deg_ratio_init", "deg_ratio_trained"]
     geo = []
     for r in rows:
-        for state in ("trained", "pseudo_collapsed"):
-            geo.append({"objective": r["objective"], "state": state, "H_L PSD": r[f"H_L_psd_{state}"],
-                        "lambda_min(H_L)": r[f"lambda_min_H_L_{state}"], "|rho|": r[f"rho_norm_{state}"],
-                        "lambda_min(H_eff)": r[f"lambda_min_H_eff_{state}"],
-                        "lambda_max(H_eff)": r[f"lambda_max_H_eff_{state}"],
-                        "lambda_min(G)": r[f"lambda_min_G_{state}"], "lambda_max(G)": r[f"lambda_max_G_{state}"],
-                        "lambda_min(M)": r[f"lambda_min_M_{state}"], "lambda_max(M)": r[f"lambda_max_M_{state}"]})
+        for state in ("trained", "pseudo_collapsed", "equilibrium"):
+            if f"H_L_psd_{state}" not in r:
+                continue
+            geo.append({"objective": r["objective"], "state": state, "stationary": r[f"stationary_{state}"],
+                        "|grad_z|/(|J||rho|)": r[f"grad_z_ratio_{state}"], "H_L PSD": r[f"H_L_psd_{state}"],
+                        "|rho|": r[f"rho_norm_{state}"], "lambda_min(H_eff)": r[f"lambda_min_H_eff_{state}"],
+                        "lambda_min(G)": r[f"lambda_min_G_{state}"], "lambda_min(M)": r[f"lambda_min_M_{state}"],
+                        "conclusion": r[f"conclusion_{state}"]})
     fam = "; ".join(f"{k.rsplit('_', 1)[1]} {v:.2g}" for k, v in h.items() if k.startswith("trained_H_L_psd_fraction"))
     return "\n".join([
-        f"{h['collapse_premise_holding']} of {h['objectives']} objectives meet Thm 4.1's premises at the "
-        f"pseudo-collapsed state; {h['collapse_unstable_among_premise_holding']} of those are strictly unstable "
-        f"({h['collapse_unstable_all']} of all {h['objectives']}, premises or not). Fraction of trained "
-        f"states with H_L PSD by family: {fam}. Mean degeneracy ratio |J v_view|/|J v_random|: "
-        f"{h['deg_ratio_mean_init']:.3g} at init, {h['deg_ratio_mean_trained']:.3g} trained "
-        f"(max trained {h['deg_ratio_max_trained']:.3g}).",
+        f"Certified collapsed equilibria: {h['certified_equilibria']} (strictly unstable: "
+        f"{h['certified_equilibria_unstable']}). At the collapsed state of the trained head (both views at one "
+        f"point) the residual rows are identical, and in {h['collapsed_states_where_stationarity_forces_rho_0']} of "
+        f"{h['objectives']} objectives head stationarity would force rho = 0: Thm 4.1's premise cannot hold at an "
+        f"equilibrium of those. Trained states that are stationary: {h['stationary_trained_states']}; "
+        f"pseudo-collapsed states strictly unstable (not equilibria, reported only): "
+        f"{h['pseudo_collapsed_unstable_all']} of {h['objectives']}. Fraction of trained states with H_L PSD by "
+        f"family: {fam}. Mean degeneracy ratio |J v_view|/|J v_random|: {h['deg_ratio_mean_init']:.3g} at init, "
+        f"{h['deg_ratio_mean_trained']:.3g} trained (max trained {h['deg_ratio_max_trained']:.3g}).",
         "",
         common.markdown_table(rows, rep_cols),
         "",
@@ -362,3 +404,10 @@ def report(results, rel_dir) -> str:
         "",
         f"![objectives]({rel_dir}/objectives.png)",
     ])
+
+
+def run(config, out_dir) -> dict:
+    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
+    import sys
+
+    return common.run_experiment(sys.modules[__name__], config, out_dir)

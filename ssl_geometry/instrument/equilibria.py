@@ -125,7 +125,8 @@ def collapsed_equilibrium(
       online outputs and a fixed teacher ``T`` (centre 0), i.e. ``L = -(1/n) sum_i P_i . log
       softmax(u_i / tau_s)``, ``rho_i = (q* - P_i) / (n tau_s)`` with ``q* = softmax(u*/tau_s)``;
       teacher probabilities ``P_i = q* - n tau_s R_i`` (``R_i`` also orthogonal to ``1``, scaled
-      so that ``P_i >= q*/2 > 0``), logits ``T_i = tau_t log P_i``.
+      so that ``P_i >= q*/2`` at ``residual_scale = 1``; ``residual_scale`` multiplies that, capped at
+      1.8 so that ``P_i >= q*/10 > 0``), logits ``T_i = tau_t log P_i``.
 
     The head is applied in eval mode (sample-wise). ``premise_options`` go to
     :func:`~ssl_geometry.geometry.thm41_premises` (e.g. ``timescale_ratio``, ``activation``).
@@ -153,8 +154,10 @@ def collapsed_equilibrium(
             return _losses.mse(u, targets)
     else:
         q = np.asarray(jax.nn.softmax(u_star / student_temp))
-        # P_i = q - n tau_s R_i >= q/2 needs n tau_s |R_i|_inf * s <= q_min / 2
-        s = residual_scale * min(1.0, 0.5 * float(q.min()) / (n * student_temp * float(np.max(np.abs(R)))))
+        # P_i = q - n tau_s s R_i >= (1 - 0.5 min(scale, 1.8)) q > 0: s = s_half * min(scale, 1.8), where
+        # s_half = q_min / (2 n tau_s max|R|) keeps P >= q/2
+        s_half = 0.5 * float(q.min()) / (n * student_temp * float(np.max(np.abs(R))))
+        s = s_half * min(residual_scale, 1.8)
         R = R * s
         P = q[None, :] - n * student_temp * R
         targets = jnp.asarray(teacher_temp * np.log(P))

@@ -346,6 +346,8 @@ def thm41_premises(
         notes.append("head smoothness unknown: pass `activation` or `smooth` to check the C^2 premise.")
     if timescale_ratio is None:
         notes.append("timescale separation not checked (no `timescale_ratio`).")
+    if gz_scale == 0.0:
+        notes.append("the head Jacobian dh/dz is zero at z (a dead head): stationarity in z holds trivially.")
     if collapsed is False:
         notes.append("the batch is not collapsed (rows differ); Thm 4.1 speaks of collapsed states.")
     return out._replace(notes=tuple(notes))
