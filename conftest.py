@@ -1,12 +1,59 @@
-"""Root conftest: doctests run with float64 enabled, like the test suite."""
+"""Root conftest: float64 enabled (tests and doctests), and shape/dtype annotations checked at run time.
+
+The jaxtyping import hook is installed *before* any ``ssl_geometry`` module is imported, with
+beartype as the checker, for the modules listed in :data:`TYPECHECKED_MODULES` (a prefix covers
+its submodules). Add your module there, one line each, once its public functions carry
+jaxtyping annotations (``Float[ArrayIn, "n k"]``). A call with mismatched shapes then raises
+``jaxtyping.TypeCheckError`` in every test. Tests that check a library's own error message for
+such a call (what a user without the hook sees) use the ``no_shape_checks`` fixture.
+"""
 import os
 import pathlib
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
+import jaxtyping  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+#: Modules whose annotations are checked in tests (prefixes; one line per module).
+TYPECHECKED_MODULES = [
+    "ssl_geometry.ops",
+    "ssl_geometry.ssl.losses",
+    "ssl_geometry.models.heads",
+    "ssl_geometry.models.activations",
+    "ssl_geometry.instrument.effective",
+    "ssl_geometry.instrument.premises",
+    "ssl_geometry.instrument.whitening",
+    "ssl_geometry.instrument.thm41",
+    "ssl_geometry.instrument.equilibria",
+]
+
+try:
+    import beartype  # noqa: F401  (the run-time checker; in the `test` extra)
+
+    SHAPE_CHECKER = "beartype.beartype"
+except ImportError:  # the type tests fail with this message; the rest of the suite still runs
+    SHAPE_CHECKER = None
+    warnings.warn("beartype is not installed (pip install -e '.[test]'): jaxtyping annotations are "
+                  "not checked in this test run.", stacklevel=1)
+
+if SHAPE_CHECKER is not None:
+    jaxtyping.install_import_hook(TYPECHECKED_MODULES, SHAPE_CHECKER)
+
+
+@pytest.fixture
+def no_shape_checks():
+    """Turn the jaxtyping checks off for one test (to see the library's own argument errors)."""
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)
+
 
 # The flat modules ``ssl_geometry/<name>.py`` that only alias a grouped module (the documented
 # import paths) are not collected for doctests: their module *is* the grouped one, collected there.

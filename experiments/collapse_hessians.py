@@ -186,6 +186,11 @@ def decide(m, config) -> dict:
         "equilibria_constructed": sum(r["state"] == "equilibrium" for r in rows), "equilibria_certified": len(eq),
         "linear_relu_equilibria_with_negative_curvature": len(lin_bad),
         "smooth_equilibria_unstable_fraction": frac,
+        **{f"smooth_equilibria_unstable_fraction_{o}": (
+            sum(r["lambda_min_H_eff"] < -r["eig_tol"] for r in smooth if r["objective"] == o)
+            / max(1, sum(r["objective"] == o for r in smooth))) for o in config.analysis.equilibrium_objectives},
+        "median_rho_norm_smooth_equilibria": float(np.median([r["rho_norm"] for r in smooth])) if smooth
+        else float("nan"),
         "min_lambda_min_H_eff_linear_relu": min((r["lambda_min_H_eff"] for r in lin), default=float("nan")),
         "max_lambda_min_H_eff_smooth": max((r["lambda_min_H_eff"] for r in smooth), default=float("nan")),
         "collapsed_states_stationary": sum(r["stationary"] for r in coll), "collapsed_states": len(coll),

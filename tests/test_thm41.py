@@ -65,6 +65,8 @@ def test_non_stationary_collapsed_state():
     assert f["rows_identical"] and f["forces_zero_residual"]
     assert f["sigma_min_head_jacobian"] == pytest.approx(float(jnp.linalg.norm(C)), abs=1e-12)  # dh/dW = c (x) I
     assert f["residual_norm"] <= f["rho_bound"] * (1 + 1e-12)
+    lz = geometry.identical_rows_finding(model, v, loss, z, max_dense_entries=1)  # matrix-free Gram + Lanczos
+    assert lz["sigma_min_head_jacobian"] == pytest.approx(f["sigma_min_head_jacobian"], rel=1e-10)
 
 
 def test_indefinite_loss_hessian_at_a_stationary_state():

@@ -16,7 +16,7 @@ couples samples.
 """
 from __future__ import annotations
 
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -211,7 +211,7 @@ class PullbackMetric(NamedTuple):
 
 
 def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d"],
-                    loss_hessian: Float[ArrayLike, "*n k k"] | None = None) -> PullbackMetric:
+                    loss_hessian: Float[ArrayLike, "*m k k"] | None = None) -> PullbackMetric:
     """Pullback of the output metric through the head, sample by sample.
 
     ``g_E(z) = J(z)^T J(z)`` (Euclidean metric on outputs pulled back) and, when
@@ -256,7 +256,6 @@ def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d
 
 # -------------------------------------------------------------------- matrix-free
 
-Part = Literal["full", "metric", "interaction"]
 
 
 def effective_hvp(
@@ -264,7 +263,7 @@ def effective_hvp(
     loss_fn: Callable[[Array], Array],
     z: Float[ArrayLike, "*n d"],
     *,
-    part: Part = "full",
+    part: str = "full",
 ) -> Callable[[Array], Array]:
     """Matrix-free product ``v -> H_eff v`` (or ``G v`` / ``M v``), compiled once.
 
@@ -306,7 +305,7 @@ def effective_hvp_operator(
     loss_fn: Callable[[Array], Array],
     z: Float[ArrayLike, "*n d"],
     *,
-    part: Part = "full",
+    part: str = "full",
 ) -> tuple[Callable, tuple]:
     """``(matvec, args)`` with ``matvec(v, *args)`` the product of :func:`effective_hvp`.
 

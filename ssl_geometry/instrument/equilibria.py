@@ -175,7 +175,7 @@ def collapsed_equilibrium(
 
 
 def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: Float[ArrayLike, "n d"], *,
-                           train: bool = False) -> dict:
+                           train: bool = False, max_dense_entries: int = 1 << 22) -> dict:
     """Whether head stationarity forces ``rho = 0`` at a collapsed state with identical residual rows.
 
     Returns ``{"rows_identical", "row_spread", "residual_norm", "sigma_min_head_jacobian",
@@ -198,13 +198,33 @@ def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: 
     check_finite(rho, "residual rho at the given `z`")
     r_norm = float(np.linalg.norm(rho))
     spread = float(np.max(np.linalg.norm(rho - rho.mean(axis=0), axis=1))) / max(r_norm, np.finfo(float).tiny)
-    Jt = np.asarray(jax.jacfwd(lambda th: out(th, z[:1])[0])(flat))  # (k, P)
-    s = np.linalg.svd(Jt, compute_uv=False)
+    s_min, s_max = _head_jacobian_extreme_singular_values(lambda th: out(th, z[:1])[0], flat, max_dense_entries)
     g = float(jnp.linalg.norm(jax.grad(lambda th: loss_fn(out(th, z)))(flat)))
     eps = float(np.finfo(np.asarray(z).dtype).eps)
     identical = bool(spread <= np.sqrt(eps))
-    s_min = float(s[-1]) if Jt.shape[0] <= Jt.shape[1] else 0.0
     return {"rows_identical": identical, "row_spread": spread, "residual_norm": r_norm,
             "sigma_min_head_jacobian": s_min, "grad_head_norm": g,
-            "rho_bound": g / (np.sqrt(z.shape[0]) * s_min) if s_min > 0 else float("inf"),
-            "forces_zero_residual": bool(identical and s_min > np.sqrt(eps) * float(s[0]))}
+            "rho_bound": float(g / (np.sqrt(z.shape[0]) * s_min)) if s_min > 0 else float("inf"),
+            "forces_zero_residual": bool(identical and s_min > np.sqrt(eps) * s_max)}
+
+
+def _head_jacobian_extreme_singular_values(fn, flat, max_dense_entries):
+    """``(sigma_min, sigma_max)`` of the ``k x P`` Jacobian of ``fn`` at ``flat`` (``0`` when ``k > P``).
+
+    Dense SVD up to ``max_dense_entries`` entries; beyond, Lanczos on the ``k x k`` Gram operator
+    ``v -> J (J^T v)`` (a vjp then a jvp), whose extreme eigenvalues are ``sigma^2``.
+    """
+    k = int(np.prod(jax.eval_shape(fn, flat).shape))
+    if k > flat.size:
+        return 0.0, float("nan")
+    if k * flat.size <= max_dense_entries:
+        s = np.linalg.svd(np.asarray(jax.jacfwd(fn)(flat)), compute_uv=False)
+        return float(s[-1]), float(s[0])
+    from ssl_geometry.instrument.thm41 import _lanczos_extremes
+
+    def gram(v, theta):
+        _, vjp = jax.vjp(fn, theta)
+        return jax.jvp(fn, (theta,), (vjp(v)[0],))[1]
+
+    lo, hi, _ = _lanczos_extremes(gram, (flat,), k, flat.dtype, key=jax.random.PRNGKey(0), num_steps=min(k, 200))
+    return float(np.sqrt(max(lo, 0.0))), float(np.sqrt(max(hi, 0.0)))

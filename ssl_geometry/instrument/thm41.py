@@ -222,6 +222,55 @@ def _head_gradient(model, variables, loss_fn, z, rho, train):
     return float(jnp.linalg.norm(g)), operator_norm(outputs, flat) * float(jnp.linalg.norm(rho))
 
 
+def _resolve_head(model, variables, activation, smooth, train):
+    """``(head_fn, head_kind)`` from a Model with its variables or a plain function."""
+    if isinstance(model, Model):
+        if not isinstance(variables, dict) or "params" not in variables:
+            raise ValueError("`variables` must be the head's variables dict with a 'params' entry when "
+                             f"`model` is a Model; got {type(variables).__name__}.")
+        kind = head_smoothness(activation, smooth) if (activation is not None or smooth is not None) \
+            else _kind_of_model(model)
+        return as_function(model, variables, train=train), kind
+    if callable(model):
+        if variables is not None:
+            raise ValueError("`variables` must be None when `model` is a plain function z -> u.")
+        return model, head_smoothness(activation, smooth)
+    raise TypeError(f"`model` must be a Model or a callable z -> u; got {type(model).__name__}.")
+
+
+def _collapse_spread(z):
+    """``(collapsed, max_i |z_i - mean z|, tolerance 1e-6 max(1, |mean z|))``; ``None``s for one sample."""
+    if z.ndim != 2:
+        return None, None, None
+    zc = np.asarray(z, np.float64)
+    centre = zc.mean(axis=0)
+    spread = float(np.max(np.linalg.norm(zc - centre, axis=1)))
+    c_tol = 1e-6 * max(1.0, float(np.linalg.norm(centre)))
+    return bool(spread <= c_tol), spread, c_tol
+
+
+def _premise_notes(p: "Thm41Premises", timescale_ratio) -> list:
+    """Why each premise that is checked failed, plus what was not checked."""
+    rules = {"residual_nonzero": f"|rho| = {p.residual_norm:.3e} <= {p.residual_tol:.3e}",
+             "loss_hessian_psd": f"lambda_min(H_L) = {p.lambda_min_loss_hessian:.3e} < -{p.psd_tol:.3e}",
+             "stationary_z": f"|grad_z L| / (|J| |rho|) = {p.grad_z_ratio:.3e} > {p.stationary_tol:.3e} "
+                             "(not an equilibrium in z)",
+             "stationary_head": f"|grad_theta L| / (|dh/dtheta| |rho|) = {p.grad_head_ratio} > "
+                                f"{p.stationary_tol:.3e} (not an equilibrium of the head)",
+             "c2_head": f"head kind {p.head_kind!r} is not C^2",
+             "timescale_separation": f"timescale ratio {timescale_ratio} <= {p.min_timescale_ratio}"}
+    notes = [f"premise {n} not met: {rules[n]}." for n in p.violated()]
+    if p.head_kind == "unknown":
+        notes.append("head smoothness unknown: pass `activation` or `smooth` to check the C^2 premise.")
+    if timescale_ratio is None:
+        notes.append("timescale separation not checked (no `timescale_ratio`).")
+    if p.grad_z_scale == 0.0:
+        notes.append("the head Jacobian dh/dz is zero at z (a dead head): stationarity in z holds trivially.")
+    if p.collapsed is False:
+        notes.append("the batch is not collapsed (rows differ); Thm 4.1 speaks of collapsed states.")
+    return notes
+
+
 def thm41_premises(
     model: Model | Callable[[Array], Array],
     variables: dict | None,
@@ -272,19 +321,7 @@ def thm41_premises(
     check_positive(min_timescale_ratio, "min_timescale_ratio", strict=False)
     if not isinstance(max_dense_dim, int) or max_dense_dim < 1:
         raise ValueError(f"`max_dense_dim` must be a positive int; got {max_dense_dim!r}.")
-    if isinstance(model, Model):
-        if not isinstance(variables, dict) or "params" not in variables:
-            raise ValueError("`variables` must be the head's variables dict with a 'params' entry when "
-                             f"`model` is a Model; got {type(variables).__name__}.")
-        head_fn = as_function(model, variables, train=train)
-        kind = head_smoothness(activation, smooth) if (activation is not None or smooth is not None) \
-            else _kind_of_model(model)
-    elif callable(model):
-        if variables is not None:
-            raise ValueError("`variables` must be None when `model` is a plain function z -> u.")
-        head_fn, kind = model, head_smoothness(activation, smooth)
-    else:
-        raise TypeError(f"`model` must be a Model or a callable z -> u; got {type(model).__name__}.")
+    head_fn, kind = _resolve_head(model, variables, activation, smooth, train)
     dtype = z.dtype
     eps = float(np.finfo(np.dtype(dtype)).eps)
     key = jax.random.PRNGKey(0) if key is None else key
@@ -314,13 +351,7 @@ def thm41_premises(
         notes.append("head stationarity not checked: pass a Model and its variables.")
     c2 = {"linear": True, "smooth": True, "piecewise": False}.get(kind)
     ts = None if timescale_ratio is None else bool(float(timescale_ratio) > min_timescale_ratio)
-    collapsed = spread = c_tol = None
-    if z.ndim == 2:
-        zc = np.asarray(z, np.float64)
-        centre = zc.mean(axis=0)
-        spread = float(np.max(np.linalg.norm(zc - centre, axis=1)))
-        c_tol = 1e-6 * max(1.0, float(np.linalg.norm(centre)))
-        collapsed = bool(spread <= c_tol)
+    collapsed, spread, c_tol = _collapse_spread(z)
     checks = {"residual_nonzero": bool(r_norm > r_tol), "loss_hessian_psd": bool(lo >= -p_tol),
               "stationary_z": bool(gz_ratio <= s_tol), "stationary_head": stat_head, "c2_head": c2,
               "timescale_separation": ts}
@@ -334,22 +365,7 @@ def thm41_premises(
         residual_tol=float(r_tol), psd_tol=float(p_tol), stationary_tol=float(s_tol),
         min_timescale_ratio=float(min_timescale_ratio), collapse_tol=c_tol, notes=(),
     )
-    rules = {"residual_nonzero": f"|rho| = {r_norm:.3e} <= {r_tol:.3e}",
-             "loss_hessian_psd": f"lambda_min(H_L) = {lo:.3e} < -{p_tol:.3e}",
-             "stationary_z": f"|grad_z L| / (|J| |rho|) = {gz_ratio:.3e} > {s_tol:.3e} (not an equilibrium in z)",
-             "stationary_head": f"|grad_theta L| / (|dh/dtheta| |rho|) = {gh_ratio} > {s_tol:.3e} "
-                                "(not an equilibrium of the head)",
-             "c2_head": f"head kind {kind!r} is not C^2",
-             "timescale_separation": f"timescale ratio {timescale_ratio} <= {min_timescale_ratio}"}
-    notes += [f"premise {n} not met: {rules[n]}." for n in out.violated()]
-    if kind == "unknown":
-        notes.append("head smoothness unknown: pass `activation` or `smooth` to check the C^2 premise.")
-    if timescale_ratio is None:
-        notes.append("timescale separation not checked (no `timescale_ratio`).")
-    if gz_scale == 0.0:
-        notes.append("the head Jacobian dh/dz is zero at z (a dead head): stationarity in z holds trivially.")
-    if collapsed is False:
-        notes.append("the batch is not collapsed (rows differ); Thm 4.1 speaks of collapsed states.")
+    notes += _premise_notes(out, timescale_ratio)
     return out._replace(notes=tuple(notes))
 
 
