@@ -29,11 +29,12 @@ def test_collapse_hessians_tiny_schema_and_rule(tiny_runs):
     assert eq and all(c["certified"] and c["rho_nonzero"] and c["H_L_psd"] for c in eq)
     assert all(c["grad_z_ratio"] < 1e-8 and c["grad_head_ratio"] < 1e-8 for c in eq)
     counted = [c for c in eq if c["holds"]]
-    lin_bad = [c for c in counted if c["head_kind"] == "linear" and c["lambda_min_H_eff"] < -c["eig_tol"]]
+    lin_bad = [c for c in counted if c["head_kind"] in ("linear", "piecewise")
+               and c["lambda_min_H_eff"] < -c["eig_tol"]]
     smooth = [c for c in counted if c["head_kind"] == "smooth"]
     unstable = [c for c in smooth if c["lambda_min_H_eff"] < -c["eig_tol"]]
-    expected = ("premise violated" if not counted else "not supported" if lin_bad or not unstable else
-                "supported" if len(unstable) / len(smooth) >= 0.5 else "inconclusive")
+    expected = ("premise violated" if not counted else "not supported" if lin_bad or (smooth and not unstable) else
+                "supported" if smooth and len(unstable) / len(smooth) >= 0.5 else "inconclusive")
     assert r["verdict"] == expected
     for c in rows:
         # Exact maths: a linear head has M = 0, so lambda_min(M) = lambda_max(M) = 0.

@@ -55,6 +55,7 @@ RULE = ("(i) Thm 4.1 across objectives: only certified collapsed equilibria coun
         "(degeneracy ratio < {verdict[max_degeneracy_ratio]:g}); (i) holds but (ii) fails -> inconclusive; both "
         "hold -> supported.")
 
+
 def representation_stats(proj, P, z):
     """Effective rank (both named definitions), covariance condition number and mean normalised std of ``h(z)``."""
     u = _apply(proj, P, z)
