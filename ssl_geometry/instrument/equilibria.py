@@ -46,12 +46,14 @@ EQUILIBRIUM_OBJECTIVES = ("mse_target", "dino_fixed_teacher")
 
 
 def null_space_residuals(jacobian: Float[ArrayLike, "k d"], n: int, *, key: Array, scale: float = 1.0,
-                         sum_to_zero_features: bool = False) -> Float[Array, "n k"]:
+                         sum_to_zero_features: bool = False,
+                         constraints: Float[ArrayLike, "m k"] | None = None) -> Float[Array, "n k"]:
     """Residual rows ``R`` (``n x k``) with ``J^T R_i = 0`` for every row and ``sum_i R_i = 0``.
 
     ``R = (A - mean_rows A) N^T`` with ``N`` an orthonormal basis of ``null(J^T)`` (of
     ``null([J^T; 1^T])`` when ``sum_to_zero_features``: rows of a difference of two
-    probability vectors) and ``A`` Gaussian; rescaled so that ``max_i |R_i| = scale``.
+    probability vectors; further rows ``c`` with ``c . R_i = 0`` from ``constraints``) and ``A``
+    Gaussian; rescaled so that ``max_i |R_i| = scale``.
 
     Raises:
       ValueError: when ``n < 2`` (one row cannot sum to zero unless it is zero) or when the
@@ -64,7 +66,7 @@ def null_space_residuals(jacobian: Float[ArrayLike, "k d"], n: int, *, key: Arra
     if not isinstance(n, int) or n < 2:
         raise ValueError(f"`n` must be an int >= 2 (rows summing to zero, not all zero); got {n!r}.")
     k = J.shape[0]
-    C = J.T if not sum_to_zero_features else np.vstack([J.T, np.ones((1, k))])
+    C = _constraint_matrix(J, sum_to_zero_features, constraints)
     _, s, vt = np.linalg.svd(C, full_matrices=True)
     rank = int(np.sum(s > max(C.shape) * np.finfo(np.float64).eps * (s[0] if s.size else 0.0)))
     N = vt[rank:].T  # (k, m)
@@ -105,8 +107,16 @@ class CollapsedEquilibrium(NamedTuple):
     certified: bool
 
 
-def _null_dim(J, sum_to_zero):
-    C = J.T if not sum_to_zero else np.vstack([J.T, np.ones((1, J.shape[0]))])
+def _constraint_matrix(J, sum_to_zero, constraints=None):
+    """Rows ``c`` the residual must be orthogonal to: ``J^T`` (stationary in z), ``1`` and ``constraints``."""
+    rows = [J.T] + ([np.ones((1, J.shape[0]))] if sum_to_zero else [])
+    if constraints is not None:
+        rows.append(np.atleast_2d(np.asarray(constraints, np.float64)))
+    return np.vstack(rows)
+
+
+def _null_dim(J, sum_to_zero, constraints=None):
+    C = _constraint_matrix(J, sum_to_zero, constraints)
     s = np.linalg.svd(C, compute_uv=False)
     return J.shape[0] - int(np.sum(s > max(C.shape) * np.finfo(np.float64).eps * (s[0] if s.size else 0.0)))
 
@@ -124,9 +134,10 @@ def collapsed_equilibrium(
     * ``"dino_fixed_teacher"``: :func:`ssl_geometry.losses.dino` with both student views the
       online outputs and a fixed teacher ``T`` (centre 0), i.e. ``L = -(1/n) sum_i P_i . log
       softmax(u_i / tau_s)``, ``rho_i = (q* - P_i) / (n tau_s)`` with ``q* = softmax(u*/tau_s)``;
-      teacher probabilities ``P_i = q* - n tau_s R_i`` (``R_i`` also orthogonal to ``1``, scaled
-      so that ``P_i >= q*/2`` at ``residual_scale = 1``; ``residual_scale`` multiplies that, capped at
-      1.8 so that ``P_i >= q*/10 > 0``), logits ``T_i = tau_t log P_i``.
+      teacher probabilities ``P_i = q* - n tau_s R_i`` with ``R_i = q* V_i`` (a multiplicative
+      perturbation: ``J^T R_i = 0`` and ``sum_k R_ik = 0``), scaled so that ``P_i >= q*/2`` at
+      ``residual_scale = 1``; ``residual_scale`` multiplies that, capped at 1.8 so that
+      ``P_i >= q*/10 > 0``; logits ``T_i = tau_t log P_i``.
 
     The head is applied in eval mode (sample-wise). ``premise_options`` go to
     :func:`~ssl_geometry.geometry.thm41_premises` (e.g. ``timescale_ratio``, ``activation``).
@@ -145,21 +156,24 @@ def collapsed_equilibrium(
     u_star = h(c)
     J = np.asarray(jax.jacfwd(h)(c))
     dino = objective == "dino_fixed_teacher"
-    R = np.asarray(null_space_residuals(J, n, key=key, scale=1.0, sum_to_zero_features=dino))
     if not dino:
-        R = R * residual_scale * 2.0 / n
+        R = np.asarray(null_space_residuals(J, n, key=key, scale=1.0)) * residual_scale * 2.0 / n
+        null_dim = _null_dim(J, False)
         targets = u_star[None, :] - 0.5 * n * jnp.asarray(R)
 
         def loss_fn(u):
             return _losses.mse(u, targets)
     else:
-        q = np.asarray(jax.nn.softmax(u_star / student_temp))
-        # P_i = q - n tau_s s R_i >= (1 - 0.5 min(scale, 1.8)) q > 0: s = s_half * min(scale, 1.8), where
-        # s_half = q_min / (2 n tau_s max|R|) keeps P >= q/2
-        s_half = 0.5 * float(q.min()) / (n * student_temp * float(np.max(np.abs(R))))
-        s = s_half * min(residual_scale, 1.8)
-        R = R * s
+        q = np.asarray(jax.nn.softmax(u_star / student_temp), np.float64)
+        # A multiplicative perturbation of the teacher: R_i = q * V_i with J^T (q * V_i) = 0 and
+        # q . V_i = 0 (so sum_k R_ik = 0), i.e. V_i in null([(diag(q) J)^T; q^T]). Then
+        # P_i = q (1 - n tau_s s V_i) >= (1 - 0.5 min(scale, 1.8)) q > 0 with s = min(scale, 1.8) / (2 n tau_s max|V|).
+        Jq = q[:, None] * J
+        V = np.asarray(null_space_residuals(Jq, n, key=key, scale=1.0, constraints=q[None, :]))
+        s = min(residual_scale, 1.8) * 0.5 / (n * student_temp * float(np.max(np.abs(V))))
+        R = q[None, :] * V * s
         P = q[None, :] - n * student_temp * R
+        null_dim = _null_dim(Jq, False, q[None, :])
         targets = jnp.asarray(teacher_temp * np.log(P))
         centre = jnp.zeros((J.shape[0],), z.dtype)
 
@@ -171,7 +185,7 @@ def collapsed_equilibrium(
     prem = thm41_premises(model, variables, loss_fn, z, **premise_options)
     certified = bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head)
     return CollapsedEquilibrium(objective=objective, z=z, loss_fn=loss_fn, targets=targets, residual=jnp.asarray(R),
-                                residual_error=err, null_dim=_null_dim(J, dino), premises=prem, certified=certified)
+                                residual_error=err, null_dim=null_dim, premises=prem, certified=certified)
 
 
 def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: Float[ArrayLike, "n d"], *,
@@ -181,7 +195,8 @@ def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: 
     Returns ``{"rows_identical", "row_spread", "residual_norm", "sigma_min_head_jacobian",
     "grad_head_norm", "rho_bound", "forces_zero_residual"}``: ``row_spread = max_i |rho_i - mean
     rho| / |rho|``; ``sigma_min_head_jacobian`` is the smallest singular value of ``dh(c)/dtheta``
-    (``k x P``) at the first row ``c``; ``rho_bound = |grad_theta L| / (sqrt(n) sigma_min)`` bounds
+    (``k x P``) at the first row ``c``; ``rows_identical`` also when ``|rho| <= sqrt(eps) max(1, |L|)``
+    (every row zero to working precision); ``rho_bound = |grad_theta L| / (sqrt(n) sigma_min)`` bounds
     ``|rho|`` when the rows are identical (``|rho| = sqrt(n) |r|``); ``forces_zero_residual`` is
     ``rows_identical and sigma_min > sqrt(eps) * |dh/dtheta|_2``: any head-stationary state of
     this objective then has ``rho = 0`` (module docstring).
@@ -201,7 +216,9 @@ def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: 
     s_min, s_max = _head_jacobian_extreme_singular_values(lambda th: out(th, z[:1])[0], flat, max_dense_entries)
     g = float(jnp.linalg.norm(jax.grad(lambda th: loss_fn(out(th, z)))(flat)))
     eps = float(np.finfo(np.asarray(z).dtype).eps)
-    identical = bool(spread <= np.sqrt(eps))
+    # identical up to sqrt(eps) relative, or rho itself at round-off level (sqrt(eps) max(1, |L|), the
+    # residual tolerance of thm41_premises), where every row is zero to working precision
+    identical = bool(spread <= np.sqrt(eps) or r_norm <= np.sqrt(eps) * max(1.0, abs(float(loss_fn(u)))))
     return {"rows_identical": identical, "row_spread": spread, "residual_norm": r_norm,
             "sigma_min_head_jacobian": s_min, "grad_head_norm": g,
             "rho_bound": float(g / (np.sqrt(z.shape[0]) * s_min)) if s_min > 0 else float("inf"),
