@@ -11,18 +11,16 @@ step of the edge-of-stability code, ``dt = c / lambda_max(H(theta_0))`` (``c = 1
 plus ``c = 1/2`` and the same rule with the *largest* sharpness met along the
 reference trajectory). Gradient evaluations are counted exactly at run time
 (``count_evals=True``, a host callback per evaluation, in a separate run); wall time is
-the median of ``--repeats`` compiled runs without counting.
+the median of ``--repeats`` compiled runs without counting, interleaved over the rows
+(``experiments.benchmarks.harness``).
 
 Usage::
 
-    python experiments/bench_flow.py [--t1 50] [--repeats 3] [--out docs/bench_flow.md]
+    python -m experiments.bench_flow [--t1 50] [--repeats 3] [--out docs/bench_flow.md] [--force]
 """
 from __future__ import annotations
 
 import argparse
-import pathlib
-import sys
-import time
 
 import jax
 
@@ -30,6 +28,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.benchmarks import harness  # noqa: E402
 from ssl_geometry import dynamics, heads  # noqa: E402
 
 
@@ -69,20 +68,22 @@ def run(t1: float, repeats: int) -> tuple[list[dict], dict]:
         ("RK4 dt=0.5/lambda_max(theta_0)", dict(solver="rk4", dt0=0.5 / lam0)),
         ("RK4 dt=1/max_t lambda_max", dict(solver="rk4", dt0=1.0 / lam_max_traj)),
     ]
+    counted = {name: dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, count_evals=True,
+                                            throw=False, max_steps=1_000_000, **kw) for name, kw in configs}
+    runs = {}
+
+    def solve(kw):
+        return lambda: dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, throw=False,
+                                              max_steps=1_000_000, **kw)
+
+    # interleaved rounds over the configurations (harness): every row sees the same load drift
+    times = harness.interleave({name: solve(kw) for name, kw in configs}, repeats=repeats, warmup=1, results=runs)
     rows = []
-    for name, kw in configs:
-        counted = dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, count_evals=True,
-                                         throw=False, max_steps=1_000_000, **kw)
-        times = []
-        for _ in range(repeats + 1):  # first call compiles
-            t0 = time.perf_counter()
-            tr = dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, throw=False,
-                                        max_steps=1_000_000, **kw)
-            jax.block_until_ready(tr.params)
-            times.append(time.perf_counter() - t0)
+    for name, _ in configs:
+        tr = runs[name]
         err = np.linalg.norm(flat(tr.params) - theta_ref) / np.linalg.norm(theta_ref) if tr.ok else float("nan")
-        rows.append({"method": name, "status": tr.status, "steps": tr.n_steps, "grad evals": counted.n_grad_evals,
-                     "rel. error": err, "wall s (median)": float(np.median(times[1:])),
+        rows.append({"method": name, "status": tr.status, "steps": tr.n_steps, "grad evals": counted[name].n_grad_evals,
+                     "rel. error": err, "wall s (median)": float(np.median(times[name])),
                      "t reached": tr.t_final})
     info = {"lambda_max(theta_0)": lam0, "max_t lambda_max (reference)": lam_max_traj,
             "reference steps": ref.n_steps, "t1": t1,
@@ -121,24 +122,19 @@ def table(rows: list[dict], info: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--t1", type=float, default=50.0)
-    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=str, default=None, help="write the table (markdown) here")
+    harness.add_arguments(ap, repeats=3, warmup=1)
     a = ap.parse_args(argv)
+    load0 = harness.load_average()
     rows, info = run(a.t1, a.repeats)
     md = table(rows, info)
     print(md)
     if a.out:
-        cmd = "python experiments/bench_flow.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        dev = jax.devices()[0]
-        import os
-
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        text = (f"# Gradient flow: adaptive Tsit5 vs fixed-step RK4 (sharpness rule)\n\n"
-                f"Produced by `{cmd}` (jax {jax.__version__}, {dev.platform} {dev.device_kind}, float64; {os.cpu_count()} CPU cores, "
-                f"1-min load average {load:.3g} when it finished: wall times on a shared machine are indicative).\n\n"
-                f"{__doc__.split('Usage::')[0].split(chr(10), 1)[1].strip()}\n\n{md}\n")
-        pathlib.Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(a.out).write_text(text)
+        body = (f"{__doc__.split('Usage::')[0].split(chr(10), 1)[1].strip()}\n\n"
+                f"Float64; wall times are medians of {a.repeats} rounds interleaved over the rows.\n\n{md}\n")
+        harness.write_table(a.out, "Gradient flow: adaptive Tsit5 vs fixed-step RK4 (sharpness rule)", body,
+                            command=harness.command_line("experiments.bench_flow", argv), load_before=load0,
+                            threshold=a.load_threshold, force=a.force)
     return rows, info
 
 

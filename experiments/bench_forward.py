@@ -6,23 +6,20 @@ torchvision ``resnet.py``), randomly initialised, and converted to JAX with
 :mod:`ssl_geometry.pretrained` (``vit_from_torch`` / ``resnet_from_torch``), so both sides
 compute the same function; the script checks that (max relative difference of the outputs).
 
-Timing: ``--warmup`` untimed calls (JAX compile happens there and is reported separately), then
-``--reps`` timed calls; the median is reported. JAX: ``jax.jit`` of ``apply``, results waited for
+Timing (``experiments.benchmarks.harness``): JAX and PyTorch calls interleaved, ``--warmup`` untimed
+rounds (JAX compiles in the first call, reported separately), then ``--repeats`` timed rounds; medians
+and the per-round ratio's median and quartiles are reported. JAX: ``jax.jit`` of ``apply``, results waited for
 with ``block_until_ready``. PyTorch: ``model.eval()`` under ``torch.no_grad()``, NCHW input,
 ``torch.get_num_threads()`` threads.
 
 Usage::
 
-    python -m experiments.bench_forward --batch 16 --reps 5 --warmup 2 [--markdown docs/bench_forward.md]
+    python -m experiments.bench_forward --batch 16 --repeats 5 --warmup 2 [--markdown docs/bench_forward.md]
 """
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import platform
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -122,15 +119,6 @@ def _torch_models():
     return {"vit_small16": ViT, "resnet50": ResNet50}
 
 
-def _median_time(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, reps: int = 5, warmup: int = 2,
           seed: int = 0) -> list[dict]:
     """Time both frameworks on each model; return one row per model."""
@@ -138,6 +126,7 @@ def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, 
     import jax.numpy as jnp
     import torch
 
+    from experiments.benchmarks import harness
     from ssl_geometry.pretrained import resnet_from_torch, vit_from_torch
 
     torch.manual_seed(seed)
@@ -158,59 +147,52 @@ def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, 
         t0 = time.perf_counter()
         z = fwd(variables, xj).block_until_ready()
         compile_s = time.perf_counter() - t0
-        for _ in range(max(warmup - 1, 0)):
-            fwd(variables, xj).block_until_ready()
-        t_jax = _median_time(lambda: fwd(variables, xj).block_until_ready(), reps)
 
-        with torch.no_grad():
-            for _ in range(warmup):
-                z_t = tm(x_t)
-            t_torch = _median_time(lambda: tm(x_t), reps)
+        def run_torch():
+            with torch.no_grad():
+                return tm(x_t)
+
+        out = {}
+        times = harness.interleave({"jax": lambda: fwd(variables, xj), "torch": run_torch},
+                                   repeats=reps, warmup=warmup, results=out)
+        z_t = out["torch"]
+        st = harness.ratio_stats(times["torch"], times["jax"])  # torch time / jax time = JAX speed-up
+        t_jax, t_torch = statistics.median(times["jax"]), statistics.median(times["torch"])
         err = float(np.max(np.abs(np.asarray(z) - z_t.numpy())) / np.max(np.abs(z_t.numpy())))
         rows.append({"model": name, "batch": batch, "px": size,
                      "jax_img_s": batch / t_jax, "torch_img_s": batch / t_torch,
-                     "ratio_jax_over_torch": t_torch / t_jax, "jax_first_call_s": compile_s,
+                     "ratio_jax_over_torch": st["median"], "ratio_q25": st["q25"], "ratio_q75": st["q75"],
+                     "jax_first_call_s": compile_s,
                      "max_rel_diff": err})
     return rows
 
 
-def environment_line() -> str:
-    import jax
-    import torch
-
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
-    return (f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; jax {jax.__version__} "
-            f"({jax.default_backend()}), torch {torch.__version__} ({torch.get_num_threads()} threads); "
-            f"load average at start {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (1/5/15 min)")
-
-
 def main(argv=None) -> str:
+    from experiments.benchmarks import harness
     from experiments.common import markdown_table
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, dest="repeats", default=argparse.SUPPRESS, help="alias of --repeats")
     ap.add_argument("--models", default="vit_small16,resnet50")
-    ap.add_argument("--markdown", default=None, help="also write the table and command to this markdown file")
+    ap.add_argument("--markdown", default=None, help="write the table and command to this markdown file")
+    harness.add_arguments(ap, repeats=5, warmup=2)
     args = ap.parse_args(argv)
-    env = environment_line()
-    rows = bench(tuple(args.models.split(",")), args.batch, args.size, args.reps, args.warmup)
+    load0 = harness.load_average()
+    rows = bench(tuple(args.models.split(",")), args.batch, args.size, args.repeats, args.warmup)
     table = markdown_table(rows, floatfmt=".3g")
-    cmd = "python -m experiments.bench_forward " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = (f"{env}\n\nmedian of {args.reps} timed calls after {args.warmup} warm-up calls; "
-            f"ratio = JAX images/s / PyTorch images/s\n\n{table}\n")
+    text = ("Same weights on both sides (random init in the official key layouts, converted with "
+            "`ssl_geometry.pretrained`); `max_rel_diff` is the largest output difference relative to the "
+            "largest PyTorch output. `jax_first_call_s` is the first JAX call (compilation + one run). "
+            f"JAX and PyTorch calls interleaved over {args.repeats} rounds after {args.warmup} warm-up rounds; "
+            "ratio = per-round PyTorch time / JAX time (median, quartiles), images/s from the medians.\n\n"
+            f"{table}\n")
     print(text)
     if args.markdown:
-        md = ("# Forward throughput: JAX jit vs PyTorch eager (CPU)\n\n"
-              "Same weights on both sides (random init in the official key layouts, converted with "
-              "`ssl_geometry.pretrained`); `max_rel_diff` is the largest output difference relative to the "
-              "largest PyTorch output. `jax_first_call_s` is the first JAX call (compilation + one run).\n\n"
-              f"Command:\n\n```\n{cmd.strip()}\n```\n\n{text}")
-        os.makedirs(os.path.dirname(args.markdown) or ".", exist_ok=True)
-        with open(args.markdown, "w") as f:
-            f.write(md)
+        harness.write_table(args.markdown, "Forward throughput: JAX jit vs PyTorch eager (CPU)", text,
+                            command=harness.command_line("experiments.bench_forward", argv), load_before=load0,
+                            threshold=args.load_threshold, force=args.force)
     return text
 
 

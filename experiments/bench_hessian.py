@@ -1,44 +1,38 @@
-"""Benchmark: extreme eigenvalues of hess_{z1} L for the paper's SimSiam setting.
+"""Benchmark: extreme eigenvalues of hess_{z1} L for the paper's SimSiam setting, Lanczos vs the paper.
 
-Setting (DESIGN.md s.3, the paper's Hessian tracker): batch 256 of d = 512
-backbone features ``z1, z2`` (two views; here i.i.d. standard normal stand-ins,
-since the Hessian in ``z1`` only needs the head and the point), projector
-512 -> 2048 -> 2048 and predictor 2048 -> 512 -> 2048, bias-free, Swish, no
-BatchNorm, pseudo-collapsed (projector weights x 0.1 via ``heads.scale_weights``),
-loss ``losses.simsiam`` (symmetric negative cosine with stop-gradient) as a
-function of ``z1``: a 131072-dimensional Hessian.
+Setting (DESIGN.md s.3, the paper's Hessian tracker): batch 256 of d = 512 backbone features
+``z1, z2`` (two views; i.i.d. standard normal stand-ins, since the Hessian in ``z1`` only needs
+the head and the point), projector 512 -> 2048 -> 2048 and predictor 2048 -> 512 -> 2048,
+bias-free, Swish, no BatchNorm, pseudo-collapsed (projector weights x 0.1 via
+``heads.scale_weights``), loss ``losses.simsiam`` (symmetric negative cosine with stop-gradient)
+as a function of ``z1``: a 131072-dimensional Hessian, block-diagonal with 256 blocks of 512
+(a mean of per-sample terms; verified numerically with ``curvature.block_coupling``).
 
-Methods compared (all on this machine, CPU):
+Side by side in one run, interleaved (``experiments.benchmarks.harness``: A B A B ... over
+``--repeats`` rounds, median and spread of the per-round time ratio):
 
-* the paper's baseline: 20-step shifted power iteration written in PyTorch
-  (double-backward HVP, float32);
-* the same baseline in JAX (``curvature.paper_power_iteration``);
-* ``curvature.extreme_eigenvalues``: Lanczos on the full 131072-dim HVP (float32);
-* ``curvature.blockwise_extreme_eigenvalues``: without BatchNorm the objective
-  is a mean of per-sample terms, so the Hessian is block-diagonal with 256
-  blocks of 512 x 512 (verified numerically with ``curvature.block_coupling``);
-  one HVP advances 256 independent Lanczos runs (float32);
-* exact: ``curvature.block_diagonal_hessian`` (512 probing HVPs) + ``eigvalsh``,
-  float64 -- the reference every error is measured against -- and float32.
+* ``ours``: ``curvature.blockwise_extreme_eigenvalues`` in float32 on the HVP linearised once
+  at the point (``curvature.linearized_hvp``: one forward/backward, then only the tangent map
+  per product), stopping at relative residual ``--tol`` (1e-4); the linearisation is timed as
+  part of the run.
+* ``paper``: the paper's 20-step shifted power iteration written in PyTorch (double-backward
+  HVP with the gradient graph built once per run, float32).
 
-Plus the dense Hessian of one sample block (``curvature.hessian`` under jit vs
-``torch.func.hessian``). Warm-up runs are excluded from wall times; compile
-time is reported separately (first call minus warm call; for the Lanczos rows
-the whole warm-up run, which compiles and stops after one chunk of steps; for
-the float32 exact row the ahead-of-time ``lower().compile()`` time).
+Accuracy against a float64 reference: the exact block Hessian (``--reference exact``:
+``block_diagonal_hessian``, d probing HVPs, then ``eigvalsh``) or blockwise Lanczos in float64
+at tol 1e-10 (``--reference lanczos``, much cheaper). The criteria of issue 14: ratio <= 0.5,
+relative error <= 1e-4 on both ends, right signs. Beside the totals: HVP counts and the time of
+one HVP of each side (timed alone, interleaved), so the solver overhead is visible.
 
 Usage::
 
-    python -m experiments.bench_hessian            # paper sizes
-    python -m experiments.bench_hessian --small    # quick check
+    python -m experiments.bench_hessian                       # paper sizes (quiet machine)
+    python -m experiments.bench_hessian --small --out ''      # quick check, writes nothing
 """
 from __future__ import annotations
 
 import argparse
 import os
-import pathlib
-import platform
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -50,28 +44,28 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.benchmarks import harness  # noqa: E402
 from experiments.common import markdown_table  # noqa: E402
 from ssl_geometry import curvature as cv  # noqa: E402
 from ssl_geometry import heads, losses  # noqa: E402
+
+PAPER = dict(batch=256, dim=512, width=2048, bottleneck=512, activation="swish", scale=0.1)
+SMALL = dict(batch=16, dim=32, width=64, bottleneck=16)
 
 
 # ----------------------------------------------------------------------------- the objective (JAX)
 
 
-def make_heads(dim, width, bottleneck, activation):
+def build(batch, dim, width, bottleneck, activation="swish", scale=0.1, seed=0):
+    """``(loss(z1, params, z2), params, z1, z2)`` in float64 (cast for float32 runs)."""
     proj = heads.simsiam_projector(dim, width, activation=activation, batch_norm=False, dtype=jnp.float64)
     pred = heads.simsiam_predictor(width, bottleneck, activation=activation, batch_norm=False, dtype=jnp.float64)
-    return proj, pred
-
-
-def build(args):
-    proj, pred = make_heads(args.dim, args.width, args.bottleneck, args.activation)
-    kp, kq, k1, k2 = jax.random.split(jax.random.PRNGKey(args.seed), 4)
-    vp = heads.scale_weights(proj.init(kp), args.scale)  # pseudo-collapse
+    kp, kq, k1, k2 = jax.random.split(jax.random.PRNGKey(seed), 4)
+    vp = heads.scale_weights(proj.init(kp), scale)  # pseudo-collapse
     vq = pred.init(kq)
     params = {"proj": vp["params"], "pred": vq["params"]}
-    z1 = jax.random.normal(k1, (args.batch, args.dim), jnp.float64)
-    z2 = jax.random.normal(k2, (args.batch, args.dim), jnp.float64)
+    z1 = jax.random.normal(k1, (batch, dim), jnp.float64)
+    z2 = jax.random.normal(k2, (batch, dim), jnp.float64)
 
     def loss(z1, params, z2):
         h1, _ = proj.apply({"params": params["proj"]}, z1)
@@ -87,42 +81,100 @@ def _cast(tree, dtype):
     return jax.tree_util.tree_map(lambda x: x.astype(dtype), tree)
 
 
+class Problem:
+    """The benchmark's problem in float64 (reference) and float32 (the timed runs)."""
+
+    def __init__(self, batch, dim, width, bottleneck, activation="swish", scale=0.1, seed=0):
+        self.batch, self.dim, self.seed = batch, dim, seed
+        self.loss, self.params64, self.z1_64, self.z2_64 = build(batch, dim, width, bottleneck, activation, scale, seed)
+        self.params32 = _cast(self.params64, jnp.float32)
+        self.z1_32, self.z2_32 = self.z1_64.astype(jnp.float32), self.z2_64.astype(jnp.float32)
+
+
+def ours(pb: Problem, tol=1e-4, check_every=10, dtype=jnp.float32, target="union"):
+    """Blockwise Lanczos on the linearised HVP: ``(lambda_min, lambda_max, LanczosResult)``.
+
+    ``target="union"`` stops once the union's extremes (the Hessian's lambda_min and lambda_max)
+    are resolved to ``tol``; ``"blocks"`` resolves every block's.
+    """
+    z1, params, z2 = ((pb.z1_32, pb.params32, pb.z2_32) if dtype == jnp.float32 else (pb.z1_64, pb.params64, pb.z2_64))
+    lin = cv.linearized_hvp(pb.loss, z1, params, z2)
+    r = cv.blockwise_extreme_eigenvalues(cv.apply_linear, pb.batch, pb.dim, num_steps=pb.dim, args=(lin,),
+                                         tol=tol, check_every=check_every, dtype=dtype, target=target,
+                                         key=jax.random.PRNGKey(pb.seed))
+    return float(r.smallest[:, 0].min()), float(r.largest[:, 0].max()), r
+
+
+def ours_full(pb: Problem, tol=1e-4, check_every=10):
+    """Lanczos on the full ``n d``-dimensional operator (same linearised HVP, flat): for comparison."""
+    lin = cv.linearized_hvp(pb.loss, pb.z1_32, pb.params32, pb.z2_32)
+    r = cv.extreme_eigenvalues(cv.LinearMatvec(pb.z1_32.shape), pb.batch * pb.dim, num_steps=min(300, pb.batch * pb.dim),
+                               args=(lin,), tol=tol, check_every=check_every, dtype=jnp.float32,
+                               key=jax.random.PRNGKey(pb.seed))
+    return float(r.smallest[0]), float(r.largest[0]), r
+
+
+def reference(pb: Problem, method="exact", probe_chunk=16):
+    """Float64 ``(lambda_min, lambda_max, description)``: exact block Hessian or tight Lanczos."""
+    if method == "exact":
+        B = np.asarray(jax.jit(lambda z1, p, z2: cv.block_diagonal_hessian(pb.loss, z1, p, z2, chunk_size=probe_chunk))(
+            pb.z1_64, pb.params64, pb.z2_64))
+        ev = np.linalg.eigvalsh(B)
+        return float(ev[:, 0].min()), float(ev[:, -1].max()), f"exact block Hessian ({pb.dim} probing HVPs) + eigvalsh, float64"
+    if method == "lanczos":
+        lo, hi, r = ours(pb, tol=1e-10, dtype=jnp.float64, target="blocks")
+        if not r.converged:
+            raise RuntimeError("the float64 Lanczos reference did not converge to 1e-10")
+        return lo, hi, f"blockwise Lanczos float64, tol 1e-10 ({r.num_steps} HVPs, converged)"
+    raise ValueError(f"`method` must be 'exact' or 'lanczos'; got {method!r}.")
+
+
 # ----------------------------------------------------------------------------- the baseline (PyTorch)
 
 
-def torch_baseline(params, z1, z2, steps, seed, *, repeats=1):
-    """The paper's tracker: 20-step power iteration for lambda_max, then on (lambda_max I - H)."""
-    import torch
+class TorchPaper:
+    """The paper's tracker in PyTorch: 20 power steps for lambda_max, then 20 on (lambda_max I - H)."""
 
-    torch.manual_seed(seed)
-    W = [torch.tensor(np.asarray(l["w"], np.float32)) for l in params["proj"]["layers"]]
-    W += [torch.tensor(np.asarray(l["w"], np.float32)) for l in params["pred"]["layers"]]
-    act = torch.nn.functional.silu
-    cos = torch.nn.functional.cosine_similarity
+    def __init__(self, pb: Problem, steps=20, threads=None):
+        import torch
 
-    def head(z):
-        h = act(z @ W[0]) @ W[1]
-        return h, act(h @ W[2]) @ W[3]
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch, self.steps = torch, steps
+        torch.manual_seed(pb.seed)
+        p = pb.params64
+        self.W = [torch.tensor(np.asarray(l["w"], np.float32)) for l in p["proj"]["layers"] + p["pred"]["layers"]]
+        self.z1 = torch.tensor(np.asarray(pb.z1_64, np.float32), requires_grad=True)
+        self.z2 = torch.tensor(np.asarray(pb.z2_64, np.float32))
 
-    def loss_t(z1, z2):
+    def loss(self, z1, z2):
+        F, W = self.torch.nn.functional, self.W
+
+        def head(z):
+            h = F.silu(z @ W[0]) @ W[1]
+            return h, F.silu(h @ W[2]) @ W[3]
+
         h1, p1 = head(z1)
         h2, p2 = head(z2)
+        cos = F.cosine_similarity
         return -0.5 * cos(p1, h2.detach(), dim=-1, eps=1e-8).mean() - 0.5 * cos(p2, h1.detach(), dim=-1, eps=1e-8).mean()
 
-    z1t = torch.tensor(np.asarray(z1, np.float32), requires_grad=True)
-    z2t = torch.tensor(np.asarray(z2, np.float32))
+    def _grad(self):
+        (g,) = self.torch.autograd.grad(self.loss(self.z1, self.z2), self.z1, create_graph=True)
+        return g
 
-    def run():
-        (g,) = torch.autograd.grad(loss_t(z1t, z2t), z1t, create_graph=True)
+    def hvp_fn(self):
+        g = self._grad()
+        return lambda v: self.torch.autograd.grad(g, self.z1, grad_outputs=v, retain_graph=True)[0]
 
-        def hvp(v):
-            return torch.autograd.grad(g, z1t, grad_outputs=v, retain_graph=True)[0]
+    def __call__(self):
+        torch, hvp = self.torch, self.hvp_fn()
 
         def power(op):
-            v = torch.randn_like(z1t)
+            v = torch.randn_like(self.z1)
             v = v / v.norm()
             lam = torch.zeros(())
-            for _ in range(steps):
+            for _ in range(self.steps):
                 w = op(v)
                 lam = (v * w).sum()
                 v = w / w.norm()
@@ -132,227 +184,142 @@ def torch_baseline(params, z1, z2, steps, seed, *, repeats=1):
         mu = power(lambda v: lam_max * v - hvp(v))
         return float(lam_max - mu), float(lam_max)
 
-    run()  # warm-up
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _errors(lo, hi, ref_lo, ref_hi):
+    return {"rel_err_min": abs(lo - ref_lo) / abs(ref_lo), "rel_err_max": abs(hi - ref_hi) / abs(ref_hi),
+            "signs_ok": bool(np.sign(lo) == np.sign(ref_lo) and np.sign(hi) == np.sign(ref_hi))}
+
+
+def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_method="exact",
+            hvp_repeats=5, threads=None, full=False) -> dict:
+    """Interleaved timings, per-HVP timings, accuracy and the criteria; all numbers."""
+    coupling = cv.block_coupling(pb.loss, pb.z1_64, pb.params64, pb.z2_64, num_probes=3)
+    if coupling > 1e-12:
+        raise SystemExit(f"hess_z1 L is not block-diagonal (coupling {coupling:.2e}); the blockwise solver does not apply.")
     t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = run()
-    return out, (time.perf_counter() - t0) / repeats, (head, loss_t)
+    ref_lo, ref_hi, ref_desc = reference(pb, reference_method)
+    ref_s = time.perf_counter() - t0
+    paper = TorchPaper(pb, steps, threads)
+    out: dict = {}
+    impls = {"ours": lambda: ours(pb, tol), "paper": paper}
+    if full:
+        impls["full"] = lambda: ours_full(pb, tol)
+    times = harness.interleave(impls, repeats=repeats, warmup=warmup, results=out)
+    lo, hi, res = out["ours"]
+    plo, phi = out["paper"]
+    # one HVP of each side, timed alone (interleaved), at the same point
+    lin = cv.linearized_hvp(pb.loss, pb.z1_32, pb.params32, pb.z2_32)
+    jhvp = jax.jit(cv.apply_linear)
+    V = jnp.ones_like(pb.z1_32)
+    thvp = paper.hvp_fn()
+    tv = paper.torch.ones_like(paper.z1)
+    lin_fn = lambda: cv.linearized_hvp(pb.loss, pb.z1_32, pb.params32, pb.z2_32)  # noqa: E731
+    t_h = harness.interleave({"jax_hvp": lambda: jhvp(V, lin), "torch_hvp": lambda: thvp(tv),
+                              "jax_linearize": lin_fn, "torch_grad_graph": paper._grad},
+                             repeats=hvp_repeats, warmup=1)
+    med = {k: float(np.median(v)) for k, v in t_h.items()}
+    stats = harness.ratio_stats(times["ours"], times["paper"])
+    t_ours, t_paper = float(np.median(times["ours"])), float(np.median(times["paper"]))
+    e_ours, e_paper = _errors(lo, hi, ref_lo, ref_hi), _errors(plo, phi, ref_lo, ref_hi)
+    extra = {}
+    if full:
+        flo, fhi, fres = out["full"]
+        t_full = float(np.median(times["full"]))
+        extra["full"] = {"lambda_min": flo, "lambda_max": fhi, **_errors(flo, fhi, ref_lo, ref_hi),
+                         "wall_s_median": t_full, "times": times["full"], "hvps": fres.num_steps,
+                         "checks": fres.num_checks, "converged": fres.converged, "hvp_s": med["jax_hvp"],
+                         "linearize_s": med["jax_linearize"],
+                         "overhead_s": t_full - fres.num_steps * med["jax_hvp"] - med["jax_linearize"]}
+    return {
+        **extra,
+        "setting": {"batch": pb.batch, "dim": pb.dim, "variables": pb.batch * pb.dim, "tol": tol, "power_steps": steps},
+        "block_coupling": coupling,
+        "reference": {"lambda_min": ref_lo, "lambda_max": ref_hi, "method": ref_desc, "wall_s": ref_s},
+        "ours": {"lambda_min": lo, "lambda_max": hi, **e_ours, "wall_s_median": t_ours, "times": times["ours"],
+                 "hvps": res.num_steps, "checks": res.num_checks, "converged": res.converged,
+                 "hvp_s": med["jax_hvp"], "linearize_s": med["jax_linearize"],
+                 "overhead_s": t_ours - res.num_steps * med["jax_hvp"] - med["jax_linearize"]},
+        "paper": {"lambda_min": plo, "lambda_max": phi, **e_paper, "wall_s_median": t_paper, "times": times["paper"],
+                  "hvps": 2 * steps, "hvp_s": med["torch_hvp"], "grad_graph_s": med["torch_grad_graph"],
+                  "overhead_s": t_paper - 2 * steps * med["torch_hvp"] - med["torch_grad_graph"]},
+        "ratio": stats,
+        "criteria": {"ratio_le_0.5": stats["median"] <= 0.5,
+                     "rel_err_le_1e-4": e_ours["rel_err_min"] <= 1e-4 and e_ours["rel_err_max"] <= 1e-4,
+                     "signs_ok": e_ours["signs_ok"], "float32": True},
+    }
 
 
-def torch_dense_hessian(params, z1_row, z2_row):
-    import torch
-    from torch.func import hessian as thessian
-
-    W = [torch.tensor(np.asarray(l["w"], np.float32)) for l in params["proj"]["layers"]]
-    W += [torch.tensor(np.asarray(l["w"], np.float32)) for l in params["pred"]["layers"]]
-    act = torch.nn.functional.silu
-    z2t = torch.tensor(np.asarray(z2_row, np.float32))
-
-    def f(z1):
-        h1 = act(z1 @ W[0]) @ W[1]
-        p1 = act(h1 @ W[2]) @ W[3]
-        h2 = act(z2t @ W[0]) @ W[1]
-        p2 = act(h2 @ W[2]) @ W[3]
-        cos = torch.nn.functional.cosine_similarity
-        return -0.5 * cos(p1, h2.detach(), dim=-1, eps=1e-8).mean() - 0.5 * cos(p2, h1.detach(), dim=-1, eps=1e-8).mean()
-
-    x = torch.tensor(np.asarray(z1_row, np.float32))
-    H = thessian(f)(x)  # warm-up
-    t0 = time.perf_counter()
-    H = thessian(f)(x)
-    return H.reshape(x.numel(), x.numel()).numpy(), time.perf_counter() - t0
-
-
-# ----------------------------------------------------------------------------- timing helper
-
-
-def timed(fn, warm=True):
-    """(result, warm wall seconds, compile seconds = first - warm)."""
-    t0 = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t0
-    if not warm:
-        return out, first, 0.0
-    t0 = time.perf_counter()
-    out = fn()
-    wall = time.perf_counter() - t0
-    return out, wall, max(first - wall, 0.0)
+def report(m: dict, repeats: int) -> str:
+    rows = []
+    labels = [("ours", f"ours: blockwise Lanczos (target union), linearised HVP, float32, tol {m['setting']['tol']:g}"),
+              ("paper", f"paper: {m['setting']['power_steps']}-step shifted power iteration, PyTorch float32")]
+    if "full" in m:
+        labels.append(("full", f"ours: Lanczos on the full {m['setting']['variables']}-dim operator, float32"))
+    for key, label in labels:
+        r = m[key]
+        rows.append({"method": label, "lambda_min": r["lambda_min"], "lambda_max": r["lambda_max"],
+                     "rel_err_min": r["rel_err_min"], "rel_err_max": r["rel_err_max"], "signs_ok": r["signs_ok"],
+                     "wall_s (median)": r["wall_s_median"], "HVPs": r["hvps"], "s / HVP": r["hvp_s"],
+                     "setup_s": r.get("linearize_s", r.get("grad_graph_s")), "overhead_s": r["overhead_s"]})
+    ref = m["reference"]
+    rows.append({"method": f"reference: {ref['method']}", "lambda_min": ref["lambda_min"], "lambda_max": ref["lambda_max"],
+                 "rel_err_min": 0.0, "rel_err_max": 0.0, "signs_ok": True, "wall_s (median)": ref["wall_s"],
+                 "HVPs": "-", "s / HVP": "-", "setup_s": "-", "overhead_s": "-"})
+    st, c = m["ratio"], m["criteria"]
+    table = markdown_table(rows, list(rows[0]), floatfmt=".4g")
+    s = m["setting"]
+    return (f"Setting: batch {s['batch']}, d = {s['dim']} ({s['variables']} variables), Hessian of the SimSiam loss in z1, "
+            f"block coupling {m['block_coupling']:.1e}. Timings: median of {repeats} interleaved rounds after warm-up "
+            f"(ours includes the linearisation; paper includes building the gradient graph). `setup_s`: linearisation / "
+            f"gradient graph alone; `overhead_s` = wall - HVPs x s/HVP - setup_s (solver cost beyond the products).\n\n"
+            f"{table}\n\n"
+            f"Time ratio ours / paper per round: median {st['median']:.3g}, quartiles {st['q25']:.3g}-{st['q75']:.3g}, "
+            f"range {st['min']:.3g}-{st['max']:.3g} (n = {st['n']}).\n\n"
+            f"Criteria (issue 14): ratio <= 0.5: **{c['ratio_le_0.5']}**; relative error <= 1e-4 on both ends: "
+            f"**{c['rel_err_le_1e-4']}**; signs right: **{c['signs_ok']}**; float32: {c['float32']}. "
+            f"Lanczos: {m['ours']['hvps']} HVPs in {m['ours']['checks']} device chunks, converged {m['ours']['converged']}.\n")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--width", type=int, default=2048)
-    ap.add_argument("--bottleneck", type=int, default=512)
-    ap.add_argument("--activation", default="swish")
-    ap.add_argument("--scale", type=float, default=0.1, help="pseudo-collapse factor on projector weights")
+    for k, v in PAPER.items():
+        ap.add_argument(f"--{k}", type=type(v), default=v)
     ap.add_argument("--steps", type=int, default=20, help="power-iteration steps of the baseline")
-    ap.add_argument("--lanczos-steps", type=int, default=300, help="max steps of the full-dim Lanczos")
-    ap.add_argument("--block-tol", type=float, default=2e-6, help="relative residual tol of the blockwise Lanczos")
-    ap.add_argument("--probe-chunk", type=int, default=16, help="probing HVPs per batch for the exact block Hessian")
+    ap.add_argument("--tol", type=float, default=1e-4, help="relative residual tolerance of the Lanczos run")
+    ap.add_argument("--reference", choices=("exact", "lanczos"), default="exact")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small", action="store_true", help="batch 16, dim 32, width 64, bottleneck 16")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--full", action="store_true", help="also time Lanczos on the full (non-blockwise) operator")
     ap.add_argument("--out", default="docs/bench_hessian.md", help="markdown file to write ('' to skip)")
+    ap.add_argument("--json", default=None, help="also write the measurements here")
+    harness.add_arguments(ap, repeats=5, warmup=1)
     args = ap.parse_args(argv)
     if args.small:
-        args.batch, args.dim, args.width, args.bottleneck = 16, 32, 64, 16
-        args.lanczos_steps = min(args.lanczos_steps, args.batch * args.dim)
-    n, d = args.batch, args.dim
-    P = n * d
-    print(f"hess_z1 L: batch {n} x dim {d} = {P} variables; heads {d}->{args.width}->{args.width}, "
-          f"{args.width}->{args.bottleneck}->{args.width}, {args.activation}, no BN, projector x {args.scale}")
+        for k, v in SMALL.items():
+            setattr(args, k, v)
+    load0 = harness.load_average()
+    pb = Problem(args.batch, args.dim, args.width, args.bottleneck, args.activation, args.scale, args.seed)
+    m = measure(pb, tol=args.tol, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
+                reference_method=args.reference, threads=args.threads, full=args.full)
+    m["load"] = {"before": load0, "after": harness.load_average()}
+    body = report(m, args.repeats)
+    print(body)
+    if args.json:
+        import json
 
-    loss, params64, z1_64, z2_64 = build(args)
-    params32, z1_32, z2_32 = _cast(params64, jnp.float32), z1_64.astype(jnp.float32), z2_64.astype(jnp.float32)
-
-    def block_hvp(V, z1, params, z2):
-        """Full-batch HVP; row i of the output is H_ii V_i when H is block-diagonal."""
-        return jax.jvp(lambda z: jax.grad(loss)(z, params, z2), (z1,), (V.astype(z1.dtype),))[1]
-
-    def flat_hvp(v, z1, params, z2):
-        return block_hvp(v.reshape(z1.shape), z1, params, z2).reshape(-1)
-
-    rows, notes = [], []
-
-    # ---- structure check and exact reference (float64)
-    coupling = cv.block_coupling(loss, z1_64, params64, z2_64, num_probes=3)
-    notes.append(f"block structure: max relative off-block HVP response = {coupling:.2e} (float64, 3 probes)")
-    print(notes[-1])
-    if coupling > 1e-12:
-        raise SystemExit("hess_z1 L is not block-diagonal; the exact block reference does not apply.")
-
-    block_hess = jax.jit(lambda z1, params, z2: cv.block_diagonal_hessian(loss, z1, params, z2,
-                                                                           chunk_size=args.probe_chunk))
-
-    def exact(z1, params, z2):
-        B = np.asarray(block_hess(z1, params, z2))
-        ev = np.linalg.eigvalsh(B)
-        return ev
-
-    ev64, wall, comp = timed(lambda: exact(z1_64, params64, z2_64), warm=False)
-    lam_min, lam_max = float(ev64[:, 0].min()), float(ev64[:, -1].max())
-    ref_row = dict(method=f"exact: block Hessian ({d} probing HVPs) + eigvalsh, float64 [reference]",
-                   lambda_min=lam_min, lambda_max=lam_max, wall_s=wall, compile_s=float("nan"), matvecs=d)
-    print(f"reference lambda_min = {lam_min:.10g}, lambda_max = {lam_max:.10g} ({wall:.1f} s incl. compile)")
-
-    def err(row):
-        row["rel_err_min"] = abs(row["lambda_min"] - lam_min) / abs(lam_min)
-        row["rel_err_max"] = abs(row["lambda_max"] - lam_max) / abs(lam_max)
-        row["signs_ok"] = bool(np.sign(row["lambda_min"]) == np.sign(lam_min) and np.sign(row["lambda_max"]) == np.sign(lam_max))
-        return row
-
-    # ---- baseline: PyTorch 20-step shifted power iteration (float32)
-    (tmin, tmax), t_base, _ = torch_baseline(params64, z1_64, z2_64, args.steps, args.seed)
-    rows.append(err(dict(method=f"paper: {args.steps}-step shifted power iteration, PyTorch float32 [baseline]",
-                         lambda_min=tmin, lambda_max=tmax, wall_s=t_base, compile_s=0.0, matvecs=2 * args.steps)))
-
-    # ---- the same baseline in JAX
-    pw, wall, comp = timed(lambda: cv.paper_power_iteration(flat_hvp, P, steps=args.steps, args=(z1_32, params32, z2_32),
-                                                             key=jax.random.PRNGKey(args.seed)))
-    rows.append(err(dict(method=f"paper: {args.steps}-step shifted power iteration, JAX float32",
-                         lambda_min=pw.lambda_min, lambda_max=pw.lambda_max, wall_s=wall, compile_s=comp,
-                         matvecs=pw.num_matvecs)))
-
-    # ---- ours: blockwise Lanczos (float32)
-    def blockwise(tol=args.block_tol):
-        return cv.blockwise_extreme_eigenvalues(block_hvp, n, d, num_steps=d, args=(z1_32, params32, z2_32),
-                                                tol=tol, check_every=10, dtype=jnp.float32,
-                                                key=jax.random.PRNGKey(args.seed))
-
-    _, comp, _ = timed(lambda: blockwise(1e30), warm=False)  # warm-up: compiles, stops after one chunk
-    bl, wall, _ = timed(blockwise, warm=False)
-    rows.append(err(dict(method=f"ours: blockwise Lanczos ({n} blocks x {d}), float32, tol {args.block_tol:g}",
-                         lambda_min=float(bl.smallest[:, 0].min()), lambda_max=float(bl.largest[:, 0].max()),
-                         wall_s=wall, compile_s=comp, matvecs=bl.num_steps,
-                         converged=bl.converged)))
-
-    # ---- ours: Lanczos on the full operator (float32)
-    def full(tol=1e-5):
-        return cv.extreme_eigenvalues(flat_hvp, P, num_steps=args.lanczos_steps, args=(z1_32, params32, z2_32),
-                                      tol=tol, check_every=20, dtype=jnp.float32,
-                                      key=jax.random.PRNGKey(args.seed))
-
-    _, comp, _ = timed(lambda: full(1e30), warm=False)  # warm-up: compiles, stops after one chunk
-    fl, wall, _ = timed(full, warm=False)
-    rows.append(err(dict(method=f"ours: Lanczos on the full {P}-dim HVP, float32, tol 1e-5",
-                         lambda_min=float(fl.smallest[0]), lambda_max=float(fl.largest[0]),
-                         wall_s=wall, compile_s=comp, matvecs=fl.num_steps, converged=fl.converged)))
-
-    # ---- exact block Hessian in float32 (compiled ahead of time, so one timed run suffices)
-    t0 = time.perf_counter()
-    block_hess32 = block_hess.lower(z1_32, params32, z2_32).compile()
-    comp = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ev32 = np.linalg.eigvalsh(np.asarray(block_hess32(z1_32, params32, z2_32)))
-    wall = time.perf_counter() - t0
-    rows.append(err(dict(method="ours: exact block Hessian + eigvalsh, float32",
-                         lambda_min=float(ev32[:, 0].min()), lambda_max=float(ev32[:, -1].max()),
-                         wall_s=wall, compile_s=comp, matvecs=d)))
-    rows.append(err(ref_row))
-
-    for r in rows:
-        r["ratio_to_baseline"] = r["wall_s"] / t_base
-        r.setdefault("converged", "-")
-
-    # ---- dense Hessian of one sample block: ours vs torch.func.hessian
-    one = lambda z1, params, z2: loss(z1, params, z2)
-    zr1, zr2 = z1_32[:1], z2_32[:1]
-    dense = jax.jit(lambda z1, params, z2: cv.hessian(one, z1, params, z2))
-    Hj, wall_j, comp_j = timed(lambda: jax.block_until_ready(dense(zr1, params32, zr2)))
-    Ht, wall_t = torch_dense_hessian(params64, np.asarray(zr1), np.asarray(zr2))
-    dense_diff = float(np.max(np.abs(np.asarray(Hj) - Ht)) / np.max(np.abs(Ht)))
-    dense_rows = [
-        dict(method=f"ssl_geometry.curvature.hessian (jit, float32), {d}x{d}", wall_s=wall_j, compile_s=comp_j,
-             ratio=wall_j / wall_t),
-        dict(method=f"torch.func.hessian (float32), {d}x{d}", wall_s=wall_t, compile_s=0.0, ratio=1.0),
-    ]
-    notes.append(f"dense one-sample Hessians agree: max|H_jax - H_torch| / max|H_torch| = {dense_diff:.2e}")
-
-    cols = ["method", "lambda_min", "lambda_max", "rel_err_min", "rel_err_max", "signs_ok", "wall_s",
-            "compile_s", "ratio_to_baseline", "matvecs", "converged"]
-    table = markdown_table(rows, cols, floatfmt=".6g")
-    dtable = markdown_table(dense_rows, ["method", "wall_s", "compile_s", "ratio"], floatfmt=".4g")
-    print(table)
-    print(dtable)
-    for note in notes:
-        print(note)
-    env = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, load average "
-           f"{os.getloadavg()[0]:.1f} at the end of the run; jax {jax.__version__}, "
-           f"torch {__import__('torch').__version__}")
-    cmd = "python -m experiments.bench_hessian" + ("" if argv is None and len(sys.argv) <= 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
+        with open(args.json, "w") as f:
+            json.dump(m, f, indent=2, default=float)
     if args.out:
-        text = _markdown(args, cmd, env, table, dtable, notes, P)
-        path = pathlib.Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path}")
-    return rows, dense_rows
-
-
-def _markdown(args, cmd, env, table, dtable, notes, P):
-    return f"""# Benchmark: extreme eigenvalues of hess_z1 L (SimSiam, pseudo-collapse)
-
-Produced by `{cmd}` ({env}).
-
-Setting: batch {args.batch}, d = {args.dim} backbone features z1, z2 (i.i.d. standard normal stand-ins, seed {args.seed}),
-projector {args.dim}->{args.width}->{args.width} and predictor {args.width}->{args.bottleneck}->{args.width} from
-`ssl_geometry.heads` (bias-free, {args.activation}, no BatchNorm), projector weights x {args.scale}
-(`heads.scale_weights`), loss `ssl_geometry.losses.simsiam` with stop-gradient, Hessian in z1 ({P} x {P}).
-Relative errors are against the float64 exact reference (last row). Wall times exclude the
-warm-up/compile run (compile_s: first call minus warm call; Lanczos rows: the whole one-chunk warm-up run;
-float32 exact row: ahead-of-time compile); the reference row's time includes compilation.
-`matvecs` counts full-batch HVPs (Lanczos steps; for the block methods each HVP serves all {args.batch} blocks).
-
-{table}
-
-Dense Hessian of one sample block (batch 1, {args.dim} x {args.dim}):
-
-{dtable}
-
-Notes:
-
-""" + "\n".join(f"- {n}" for n in notes) + "\n"
+        harness.write_table(args.out, "Benchmark: extreme eigenvalues of hess_z1 L (SimSiam, pseudo-collapse)", body,
+                            command=harness.command_line("experiments.bench_hessian", argv),
+                            load_before=load0, load_after=m["load"]["after"], threshold=args.load_threshold,
+                            force=args.force)
+        print(f"wrote {args.out}")
+    return m
 
 
 if __name__ == "__main__":

@@ -13,14 +13,28 @@ Images/s counts images (each giving two views) per second, over ``--steps`` time
 also reports model FLOP utilisation: XLA's cost analysis of the compiled step (FLOPs per step)
 times steps/s, divided by the device's peak (``--peak-tflops`` or a table of known devices).
 
-    python experiments/bench_train.py --batch 32 --steps 5            # CPU: JAX vs PyTorch
-    python experiments/bench_train.py --batch 256 --steps 20 --no-torch   # accelerator
+    python -m experiments.bench_train --batches 64,256 --steps 3 --repeats 5   # CPU: JAX vs PyTorch, interleaved
+    python -m experiments.bench_train --batches 64 --variants trainer,fused,torch  # + the fused-views step
+    python -m experiments.bench_train --batches 256,512 --steps 20 --no-torch  # accelerator: throughput + MFU
+    python -m experiments.bench_train --profile --batches 64             # where the step's time goes
+
+JAX and PyTorch are timed interleaved (``experiments.benchmarks.harness``: one round = ``--steps``
+steps of each implementation in turn, ``--repeats`` rounds after ``--warmup``); the table gives the
+median images/s of each and the median and spread of the per-round ratio. Variants:
+
+* ``trainer``: ``ssl_geometry.trainer.make_train_step`` (the library's step, with the probe);
+* ``fused``: the same model and loss with both views concatenated into one backbone batch of
+  ``2 n`` (one pass of larger convolutions). BatchNorm then normalises over both views together,
+  which is *not* the paper's per-view statistics: measured to size the possible gain only;
+* ``noprobe``: the fused-free library loss without the online probe (its cost);
+* ``torch``: PyTorch eager, per-view passes (the reference).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -28,53 +42,137 @@ import numpy as np
 # Dense peak TFLOP/s (no sparsity, vendor data sheets; SXM parts) by jax device_kind substring.
 # JAX's default matmul/conv precision for float32 on NVIDIA Ampere+ GPUs is TF32, so the TF32
 # peak is the relevant denominator there; the FP32 (non-tensor-core) figure is also reported.
-PEAK_TFLOPS = {"H200": {"fp32": 67.0, "tf32": 494.7}, "H100": {"fp32": 67.0, "tf32": 494.7},
-               "A100": {"fp32": 19.5, "tf32": 156.0}}
+# H200 / H100 SXM: FP32 67, TF32 494.7, BF16 989.5 dense TFLOP/s (NVIDIA H200 / H100 data sheets; the
+# sparsity figures are twice these); A100 SXM: FP32 19.5, TF32 156, BF16 312.
+PEAK_TFLOPS = {"H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
+               "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
+               "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}}
 
 
-def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
+class _JaxRunner:
+    """A compiled JAX step with its state: ``run(n)`` runs ``n`` steps and waits for them."""
+
+    def __init__(self, impl, step, state, data):
+        import jax
+
+        t0 = time.perf_counter()
+        self.compiled = step.lower(state, data).compile()
+        self.compile_s = time.perf_counter() - t0
+        cost = self.compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        self.flops_per_step = float(cost.get("flops", float("nan"))) if cost else float("nan")
+        self.impl, self.state, self.data, self.metrics = impl, state, data, None
+        dev = jax.devices()[0]
+        self.device, self.platform = dev.device_kind, dev.platform
+
+    def run(self, n):
+        import jax
+
+        for _ in range(n):
+            self.state, self.metrics = self.compiled(self.state, self.data)
+        jax.block_until_ready(self.state)
+
+    def loss(self):
+        loss = float(self.metrics["loss"])
+        if not np.isfinite(loss):
+            raise FloatingPointError(f"{self.impl}: loss is {loss}")
+        return loss
+
+
+def _models():
+    from ssl_geometry import backbones, heads
+
+    return backbones.resnet18_cifar(), heads.simsiam_projector(512, 2048), heads.simsiam_predictor(2048, 512)
+
+
+def _host_batch(batch, seed):
+    rng = np.random.default_rng(seed)
+    return {"images": rng.uniform(0, 1, (batch, 32, 32, 3)).astype(np.float32),
+            "labels": rng.integers(0, 10, batch).astype(np.int32)}
+
+
+def jax_trainer(batch: int, seed: int = 0) -> _JaxRunner:
+    """The library's step: ``trainer.make_train_step`` jitted on a one-device mesh (probe included)."""
     import jax
     import jax.numpy as jnp
 
-    from ssl_geometry import backbones, heads, objectives, trainer
+    from ssl_geometry import objectives, trainer
 
-    bb = backbones.resnet18_cifar()
-    proj = heads.simsiam_projector(512, 2048)
-    pred = heads.simsiam_predictor(2048, 512)
+    bb, proj, pred = _models()
     obj = objectives.make_objective("simsiam", bb, proj, pred, augment=lambda k, x: (x, jnp.flip(x, axis=2)))
     tx, sched = trainer.make_optimizer({"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
-                                        "schedule": "constant"}, warmup + steps, batch)
+                                        "schedule": "constant"}, 1000, batch)
     mesh = trainer.make_mesh(1, 1, jax.devices()[:1])
     state = trainer.place_state(trainer.init_train_state(obj, tx, jax.random.PRNGKey(seed), 10), mesh)
     step = trainer.jit_train_step(trainer.make_train_step(obj, tx, sched), mesh, state)
-    rng = np.random.default_rng(seed)
-    host = {"images": rng.uniform(0, 1, (batch, 32, 32, 3)).astype(np.float32),
-            "labels": rng.integers(0, 10, batch).astype(np.int32)}
-    data = trainer.place_batch(host, mesh)
+    return _JaxRunner("jax trainer (ssl_geometry.trainer, jit)", step, state, trainer.place_batch(_host_batch(batch, seed), mesh))
+
+
+def jax_plain(batch: int, seed: int = 0, *, fused: bool = False) -> _JaxRunner:
+    """A minimal SimSiam step on the same models: SGD momentum 0.9, wd 5e-4, no probe, no metrics.
+
+    ``fused=True`` concatenates the two views into one backbone batch of ``2 n`` (BatchNorm over
+    both views together -- a different model from the paper's per-view statistics; measured
+    only to size what fusion could gain). The heads still run per view.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from ssl_geometry import losses
+
+    bb, proj, pred = _models()
+    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+    variables = {"bb": bb.init(keys[0]), "proj": proj.init(keys[1]), "pred": pred.init(keys[2])}
+    params = {k: v["params"] for k, v in variables.items()}
+    stats = {k: {c: x for c, x in v.items() if c != "params"} for k, v in variables.items()}
+    tx = optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.05, momentum=0.9))
+
+    def apply(name, model, p, st, x):
+        y, new = model.apply({"params": p[name], **st[name]}, x, train=True)
+        return y, new
+
+    def loss_fn(p, st, x):
+        x1, x2 = x, jnp.flip(x, axis=2)
+        new = dict(st)
+        if fused:
+            h, new["bb"] = apply("bb", bb, p, st, jnp.concatenate([x1, x2]))
+            h1, h2 = jnp.split(h, 2)
+        else:
+            h1, new["bb"] = apply("bb", bb, p, st, x1)
+            h2, new["bb"] = apply("bb", bb, p, new, x2)
+        z1, new["proj"] = apply("proj", proj, p, st, h1)
+        z2, new["proj"] = apply("proj", proj, p, new, h2)
+        p1, new["pred"] = apply("pred", pred, p, st, z1)
+        p2, new["pred"] = apply("pred", pred, p, new, z2)
+        return losses.simsiam(p1, p2, z1, z2), new
+
+    def step(state, data):
+        p, st, opt = state
+        (loss, new_st), g = jax.value_and_grad(loss_fn, has_aux=True)(p, st, data["images"])
+        upd, opt = tx.update(g, opt, p)
+        return (optax.apply_updates(p, upd), new_st, opt), {"loss": loss}
+
+    state = (params, stats, tx.init(params))
+    data = {"images": jnp.asarray(_host_batch(batch, seed)["images"])}
+    name = "jax minimal step, views fused into one backbone batch" if fused else "jax minimal step, per-view"
+    return _JaxRunner(name, jax.jit(step, donate_argnums=(0,)), state, data)
+
+
+def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
+    """Throughput of the library's step alone (no interleaving): the row ``bench_scaling`` uses."""
+    r = jax_trainer(batch, seed)
+    r.run(warmup)
     t0 = time.perf_counter()
-    compiled = step.lower(state, data).compile()
-    compile_s = time.perf_counter() - t0
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    flops = float(cost.get("flops", float("nan"))) if cost else float("nan")
-    for _ in range(warmup):
-        state, m = compiled(state, data)
-    jax.block_until_ready(state)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        state, m = compiled(state, data)
-    jax.block_until_ready(state)
+    r.run(steps)
     dt = time.perf_counter() - t0
-    loss = float(m["loss"])
-    if not np.isfinite(loss):
-        raise FloatingPointError(f"JAX benchmark loss is {loss}")
-    dev = jax.devices()[0]
-    return {"impl": "jax (ssl_geometry.trainer, jit)", "device": dev.device_kind, "platform": dev.platform,
-            "batch": batch, "steps": steps, "seconds": dt, "images_per_s": batch * steps / dt,
-            "compile_s": compile_s, "flops_per_step": flops, "loss": loss}
+    return {"impl": r.impl, "device": r.device, "platform": r.platform, "batch": batch, "steps": steps,
+            "seconds": dt, "images_per_s": batch * steps / dt, "compile_s": r.compile_s,
+            "flops_per_step": r.flops_per_step, "loss": r.loss()}
 
 
-def bench_torch(batch: int, steps: int, warmup: int, seed: int = 0, threads: int | None = None) -> dict:
+def torch_runner(batch: int, seed: int = 0, threads: int | None = None):
+    """PyTorch eager SimSiam ResNet-18 step (per-view passes); ``.run(n)`` runs ``n`` steps."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -136,46 +234,196 @@ def bench_torch(batch: int, steps: int, warmup: int, seed: int = 0, threads: int
         return loss
 
     model.train()
-    for _ in range(warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    dt = time.perf_counter() - t0
-    return {"impl": f"pytorch {torch.__version__} eager", "device": "cpu", "platform": "cpu",
-            "threads": torch.get_num_threads(), "batch": batch, "steps": steps, "seconds": dt,
-            "images_per_s": batch * steps / dt, "loss": float(loss.detach())}
+
+    class Runner:
+        impl, platform, device = f"pytorch {torch.__version__} eager", "cpu", "cpu"
+        compile_s, flops_per_step = 0.0, float("nan")
+
+        def run(self, n):
+            for _ in range(n):
+                self.last = step()
+
+        def loss(self):
+            return float(self.last.detach())
+
+    r = Runner()
+    r.threads = torch.get_num_threads()
+    return r
+
+
+VARIANTS = {"trainer": jax_trainer, "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
+            "torch": None}
+
+
+def _mfu(row, flops_per_step, peak_tflops=None):
+    """Add achieved TFLOP/s and MFU against the device's peaks (accelerators only)."""
+    if row["platform"] == "cpu" or not np.isfinite(flops_per_step):
+        return row
+    achieved = flops_per_step * row["images_per_s"] / row["batch"]
+    row["achieved_tflops"] = achieved / 1e12
+    peaks = {"given": peak_tflops} if peak_tflops else next(
+        (v for k, v in PEAK_TFLOPS.items() if k.lower() in row["device"].lower()), {})
+    for name, peak in peaks.items():
+        row[f"mfu_vs_{name}"] = achieved / (peak * 1e12)
+    return row
+
+
+def measure(batch: int, variants, *, steps: int, repeats: int, warmup: int, seed=0, threads=None,
+            peak_tflops=None) -> dict:
+    """Interleaved rounds of ``steps`` steps of each variant; rows per variant and ratios vs torch."""
+    from experiments.benchmarks import harness
+
+    runners = {}
+    for v in variants:
+        runners[v] = torch_runner(batch, seed, threads) if v == "torch" else VARIANTS[v](batch, seed)
+    times = harness.interleave({v: (lambda r=r: r.run(steps)) for v, r in runners.items()},
+                               repeats=repeats, warmup=warmup)
+    rows = []
+    for v, r in runners.items():
+        med = float(np.median(times[v]))
+        row = {"variant": v, "impl": r.impl, "batch": batch, "platform": r.platform, "device": r.device,
+               "images_per_s": batch * steps / med, "s_per_step": med / steps, "compile_s": r.compile_s,
+               "flops_per_step": r.flops_per_step, "loss": r.loss()}
+        if "torch" in runners and v != "torch":
+            st = harness.ratio_stats(times["torch"], times[v])  # torch time / jax time = jax speed-up
+            row.update({"speed_vs_torch_median": st["median"], "speed_vs_torch_q25": st["q25"],
+                        "speed_vs_torch_q75": st["q75"]})
+        rows.append(_mfu(row, r.flops_per_step, peak_tflops))
+    return {"batch": batch, "rows": rows, "times": times}
+
+
+def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
+    """Where the JAX step's time goes: its parts jitted and timed alone (median of ``repeats``).
+
+    Parts: backbone forward (train-mode BatchNorm) of both views; backbone forward+backward;
+    heads forward+backward on fixed features; the SGD update; the online probe's
+    forward+backward; the whole minimal step. Times are seconds per call.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from experiments.benchmarks import harness
+    from ssl_geometry import losses
+
+    bb, proj, pred = _models()
+    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+    vb, vp, vq = bb.init(keys[0]), proj.init(keys[1]), pred.init(keys[2])
+    x = jnp.asarray(_host_batch(batch, seed)["images"])
+    xs = jnp.concatenate([x, jnp.flip(x, axis=2)])
+    h = jnp.ones((batch, 512), jnp.float32)
+    stats = {c: v for c, v in vb.items() if c != "params"}
+
+    def bb_fwd(p, x):
+        return bb.apply({"params": p, **stats}, x, train=True)[0]
+
+    def bb_loss(p, x):
+        return jnp.sum(bb_fwd(p, x) ** 2)
+
+    def heads_loss(pp, pq, h):
+        z1 = proj.apply({"params": pp, **{c: v for c, v in vp.items() if c != "params"}}, h, train=True)[0]
+        z2 = proj.apply({"params": pp, **{c: v for c, v in vp.items() if c != "params"}}, h[::-1], train=True)[0]
+        sq = {c: v for c, v in vq.items() if c != "params"}
+        p1 = pred.apply({"params": pq, **sq}, z1, train=True)[0]
+        p2 = pred.apply({"params": pq, **sq}, z2, train=True)[0]
+        return losses.simsiam(p1, p2, z1, z2)
+
+    tx = optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.05, momentum=0.9))
+    opt = tx.init(vb["params"])
+    probe = {"w": jnp.zeros((512, 10)), "b": jnp.zeros(10)}
+    labels = jnp.asarray(_host_batch(batch, seed)["labels"])
+
+    def probe_loss(pr, h):
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
+
+    def update(p, g, o):
+        u, o = tx.update(g, o, p)
+        return optax.apply_updates(p, u), o
+
+    parts = {
+        "backbone forward, 2 views": (jax.jit(lambda p: (bb_fwd(p, x), bb_fwd(p, x[:, :, ::-1]))), (vb["params"],)),
+        "backbone forward, views fused (2n batch)": (jax.jit(bb_fwd), (vb["params"], xs)),
+        "backbone forward+backward, 2 views": (jax.jit(lambda p: (jax.grad(bb_loss)(p, x), jax.grad(bb_loss)(p, x[:, :, ::-1]))), (vb["params"],)),
+        "heads forward+backward (projector + predictor, 2 views)": (jax.jit(jax.grad(heads_loss, argnums=(0, 1))), (vp["params"], vq["params"], h)),
+        "SGD momentum update (backbone params)": (jax.jit(update), (vb["params"], vb["params"], opt)),
+        "online probe forward+backward": (jax.jit(jax.grad(probe_loss)), (probe, h)),
+    }
+    full = jax_plain(batch, seed)
+    rows = []
+    for name, (fn, args) in parts.items():
+        fn(*args)
+        jax.block_until_ready(fn(*args))
+        ts = [harness.time_call(lambda: fn(*args))[0] for _ in range(repeats)]
+        rows.append({"part": name, "s_per_call": float(np.median(ts))})
+    full.run(1)
+    ts = [harness.time_call(lambda: full.run(1))[0] for _ in range(repeats)]
+    rows.append({"part": "whole minimal step (per-view, no probe)", "s_per_call": float(np.median(ts))})
+    total = rows[-1]["s_per_call"]
+    for r in rows:
+        r["share_of_step"] = r["s_per_call"] / total
+    return rows
 
 
 def main(argv=None) -> dict:
+    from experiments.benchmarks import harness
+    from experiments.common import markdown_table
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager baseline")
+    ap.add_argument("--batches", default="64,256", help="comma-separated batch sizes")
+    ap.add_argument("--batch", type=int, default=None, help="one batch size (overrides --batches)")
+    ap.add_argument("--steps", type=int, default=3, help="steps per timed round")
+    ap.add_argument("--variants", default="trainer,torch", help=f"comma-separated, from {sorted(VARIANTS)}")
+    ap.add_argument("--no-torch", action="store_true", help="drop the PyTorch variant")
+    ap.add_argument("--profile", action="store_true", help="time the step's parts instead (JAX)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: os.cpu_count())")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (default: table)")
+    ap.add_argument("--xla-flags", default=None, help="set XLA_FLAGS before JAX starts (e.g. CPU flags to try)")
     ap.add_argument("--json", default=None, help="also write the results to this file")
+    ap.add_argument("--out", default="", help="markdown table to write (default: none)")
+    harness.add_arguments(ap, repeats=3, warmup=1)
     args = ap.parse_args(argv)
-    if args.batch < 2 or args.steps < 1 or args.warmup < 1:
-        ap.error("--batch must be >= 2 (BatchNorm), --steps >= 1, --warmup >= 1 (JAX warm-up)")
-    out = {"jax": bench_jax(args.batch, args.steps, args.warmup)}
-    j = out["jax"]
-    if j["platform"] != "cpu" and np.isfinite(j["flops_per_step"]):
-        achieved = j["flops_per_step"] * args.steps / j["seconds"]
-        j["achieved_tflops"] = achieved / 1e12
-        peaks = {"given": args.peak_tflops} if args.peak_tflops else next(
-            (v for k, v in PEAK_TFLOPS.items() if k.lower() in j["device"].lower()), {})
-        for name, peak in peaks.items():
-            j[f"mfu_vs_{name}"] = achieved / (peak * 1e12)
-    if not args.no_torch:
-        out["torch"] = bench_torch(args.batch, args.steps, args.warmup, threads=os.cpu_count())
-        if j["platform"] == "cpu":
-            out["ratio_jax_over_torch"] = j["images_per_s"] / out["torch"]["images_per_s"]
-    for k, v in out.items():
-        print(k, json.dumps(v, default=float) if isinstance(v, dict) else f"{v:.3f}")
+    if args.xla_flags is not None:
+        if "jax" in sys.modules and getattr(sys.modules["jax"], "devices", None):
+            print("warning: JAX already imported; --xla-flags may not apply", file=sys.stderr)
+        os.environ["XLA_FLAGS"] = args.xla_flags
+    batches = [args.batch] if args.batch else [int(b) for b in args.batches.split(",") if b]
+    if min(batches) < 2 or args.steps < 1 or args.warmup < 1:
+        ap.error("batch sizes must be >= 2 (BatchNorm), --steps >= 1, --warmup >= 1 (JAX compiles in the warm-up)")
+    variants = [v for v in args.variants.split(",") if v and not (args.no_torch and v == "torch")]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
+    load0 = harness.load_average()
+    out = {"batches": {}}
+    if args.profile:
+        rows = []
+        for b in batches:
+            rows += [{"batch": b, **r} for r in profile(b, repeats=args.repeats)]
+        out["profile"] = rows
+        body = markdown_table(rows, floatfmt=".4g")
+    else:
+        rows = []
+        for b in batches:
+            m = measure(b, variants, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
+                        threads=args.threads or os.cpu_count(), peak_tflops=args.peak_tflops)
+            out["batches"][b] = m
+            rows += m["rows"]
+        cols = [c for c in ("variant", "batch", "device", "images_per_s", "s_per_step", "speed_vs_torch_median",
+                            "speed_vs_torch_q25", "speed_vs_torch_q75", "compile_s", "flops_per_step",
+                            "achieved_tflops", "mfu_vs_tf32", "mfu_vs_fp32", "mfu_vs_bf16", "mfu_vs_given", "loss")
+                if any(c in r for r in rows)]
+        body = (f"Interleaved: {args.repeats} rounds of {args.steps} steps per variant after {args.warmup} warm-up "
+                f"round(s); speed_vs_torch = per-round torch time / variant time (median, quartiles).\n\n"
+                + markdown_table(rows, cols, floatfmt=".4g"))
+    out["load"] = {"before": load0, "after": harness.load_average()}
+    print(body)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=float)
+    if args.out:
+        harness.write_table(args.out, "Training step: SimSiam ResNet-18 CIFAR, JAX vs PyTorch eager", body,
+                            command=harness.command_line("experiments.bench_train", argv), load_before=load0,
+                            load_after=out["load"]["after"], threshold=args.load_threshold, force=args.force)
     return out
 
 

@@ -170,18 +170,14 @@ def train_finetune(model, bb_vars, head, head_vars, tokens, cfg, key):
     opt = optax.multi_transform({"head": optax.adam(cfg.finetune_lr_head),
                                  "backbone": optax.adam(cfg.finetune_lr_backbone)},
                                 {"head": "head", "backbone": "backbone"})
-    state = text.init_train_state(bb_vars, head_vars, opt, finetune=True)
-    step = text.make_train_step(model, head, _loss_fn(cfg), opt, finetune=True, augment=dict(cfg.augment))
     rng = np.random.default_rng(cfg.seed + 1)
     n = tokens.input_ids.shape[0]
-    out = []
-    for s in range(cfg.finetune_steps):
-        idx = np.sort(rng.choice(n, cfg.finetune_batch, replace=False))
-        state, loss = step(state, _tok_slice(tokens, idx), jax.random.fold_in(key, s))
-        out.append(float(loss))
-    if not np.all(np.isfinite(out)):
-        raise FloatingPointError("fine-tuning produced a non-finite loss.")
-    return state.backbone, state.head, np.asarray(out)
+    idx = np.stack([np.sort(rng.choice(n, cfg.finetune_batch, replace=False)) for _ in range(cfg.finetune_steps)])
+    per_step = text.Tokens(jnp.asarray(np.asarray(tokens.input_ids)[idx]), jnp.asarray(np.asarray(tokens.attention_mask)[idx]))
+    keys = jnp.stack([jax.random.fold_in(key, s) for s in range(cfg.finetune_steps)])
+    res = text.fit_two_view(model, head, _loss_fn(cfg), opt, bb_vars, head_vars, tokens=per_step, keys=keys,
+                            finetune=True, augment=dict(cfg.augment))
+    return res.backbone, res.head, res.losses
 
 
 # ----------------------------------------------------------------------------- measurements

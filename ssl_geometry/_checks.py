@@ -13,6 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ["check_choice", "check_finite", "check_last_dim", "check_min_batch", "check_positive", "check_rank",
+           "check_same_shape", "is_concrete"]
+
 
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer inside jit/grad/vmap)."""

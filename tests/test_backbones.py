@@ -422,3 +422,17 @@ def test_torch_key_mapping():
         keys = [B.torch_key(tuple(k.key for k in kp)) for kp, _ in jax.tree_util.tree_flatten_with_path(shapes)[0]]
         torch_keys = {k for k in tm.state_dict() if not k.endswith("num_batches_tracked")}
         assert len(keys) == len(set(keys)) and set(keys) == torch_keys
+
+
+def test_apply_rejects_variables_of_another_width():
+    a = B.small_cnn((8, 8, 3), widths=(4, 8), batch_norm=True)
+    b = B.small_cnn((8, 8, 3), widths=(4, 9), batch_norm=True)
+    x = jnp.ones((2, 8, 8, 3))
+    with pytest.raises(ValueError, match=r"`variables`: \S+ has shape \(9,\), but small_cnn.* expects \(8,\)"):
+        a.apply(b.init(jax.random.PRNGKey(0)), x)
+    with pytest.raises(ValueError, match="has shape"):
+        jax.jit(lambda v, x: a.apply(v, x, train=True))(b.init(jax.random.PRNGKey(0)), x)
+    with pytest.raises(ValueError, match="'params'"):
+        a.apply({}, x)
+    y, _ = a.apply(a.init(jax.random.PRNGKey(0)), x)
+    assert y.shape == (2, a.out_dim)

@@ -224,7 +224,9 @@ def test_breakdown_identity_plus_low_rank():
     assert np.all(np.isfinite(r.ritz_values))
     np.testing.assert_allclose(r.smallest, [-2.0, 1.0], rtol=1e-12)
     np.testing.assert_allclose(r.largest, [6.0, 3.0], rtol=1e-12)
-    assert r.converged and r.num_steps == 12  # stopped at the first check: all residuals ~ 0
+    # 4 distinct eigenvalues: the Krylov space is invariant after 4 steps (the breakdown), and the
+    # first check (after max(4, 2k) = 4 steps) already sees every residual ~ 0 and stops there.
+    assert r.converged and r.num_steps == 4 and r.num_checks == 1
 
 
 def test_breakdown_rank_3_with_vectors():
@@ -359,3 +361,120 @@ def test_paper_power_iteration_converges_on_easy_spectrum():
     # Rayleigh quotients never overshoot (lambda_min >= -0.2), but the shifted operator's
     # ratio 10/10.2 makes 20 steps far too few: lambda_min is not resolved
     assert -0.2 - 1e-5 <= p.lambda_min and abs(p.lambda_min + 0.2) > 1e-3
+
+
+# ----------------------------------------------------------------------------- operator checks, compile once
+
+
+def test_matvec_with_wrong_output_shape_is_named():
+    A = jnp.eye(6)
+    with pytest.raises(ValueError, match=r"`matvec` must return an array of the input's shape \(6,\); got \(5,\)"):
+        cv.extreme_eigenvalues(lambda v, a: (a @ v)[:5], 6, num_steps=4, args=(A,))
+    with pytest.raises(ValueError, match=r"`block_matvec` must return .* \(3, 4\); got \(3, 1\)"):
+        cv.blockwise_extreme_eigenvalues(lambda V: V.sum(axis=1, keepdims=True), 3, 4, num_steps=4)
+    with pytest.raises(ValueError, match=r"`matvec` must return .*\(6,\); got \(6, 1\)"):
+        cv.paper_power_iteration(lambda v: v[:, None], 6, steps=2)
+    with pytest.raises(ValueError, match=r"`matvec` .*\(4, 6\); got \(4, 3\)"):
+        cv.hutchinson_trace(lambda v: v[:3], 6, num_matvecs=4)
+
+
+def test_non_symmetric_operator_is_refused():
+    rng = np.random.default_rng(21)
+    S = rng.standard_normal((40, 40))
+    A = jnp.asarray(0.5 * (S + S.T) + 0.3 * np.triu(rng.standard_normal((40, 40)), 1))
+    with pytest.raises(ValueError, match="not symmetric"):
+        cv.extreme_eigenvalues(dense_matvec, 40, num_steps=30, args=(A,))
+    # the symmetric part passes, and its asymmetry is at rounding level
+    r = cv.extreme_eigenvalues(dense_matvec, 40, num_steps=40, args=(jnp.asarray(0.5 * (S + S.T)),))
+    assert r.asymmetry < 1e-12
+    np.testing.assert_allclose(r.smallest[0], np.linalg.eigvalsh(0.5 * (S + S.T))[0], rtol=1e-10)
+
+
+def test_lanczos_compiles_once_for_new_arrays_of_the_same_shape():
+    traces = []
+
+    def counting_matvec(v, A):
+        traces.append(1)  # runs only while JAX traces the function
+        return A @ v
+
+    rng = np.random.default_rng(22)
+    mats = []
+    for _ in range(3):
+        S = rng.standard_normal((30, 30))
+        mats.append(jnp.asarray(S + S.T))
+    r0 = cv.extreme_eigenvalues(counting_matvec, 30, num_steps=30, args=(mats[0],))
+    first = len(traces)
+    assert first >= 1
+    for A in mats[1:]:
+        r = cv.extreme_eigenvalues(counting_matvec, 30, num_steps=30, args=(A,), key=jax.random.PRNGKey(5))
+        np.testing.assert_allclose(r.largest[0], np.linalg.eigvalsh(np.asarray(A))[-1], rtol=1e-8)
+    assert len(traces) == first, "extreme_eigenvalues retraced its matvec for arrays of an unchanged shape"
+    assert r0.converged
+
+
+def test_blockwise_compiles_once_and_linearized_hvp_matches_jvp_of_grad():
+    def f(x, w):
+        return jnp.sum(jnp.tanh(x @ w) ** 2) + 0.1 * jnp.sum(x**4)
+
+    traces = []
+
+    def counting_apply(V, lin):
+        traces.append(1)
+        return cv.apply_linear(V, lin)
+
+    rng = np.random.default_rng(23)
+    w = jnp.asarray(rng.standard_normal((5, 7)))
+    for rep in range(3):
+        x = jnp.asarray(rng.standard_normal((4, 5)))
+        lin = cv.linearized_hvp(f, x, w)
+        V = jnp.asarray(rng.standard_normal((4, 5)))
+        ref = jax.jvp(jax.grad(lambda y: f(y, w)), (x,), (V,))[1]
+        np.testing.assert_allclose(lin(V), ref, rtol=1e-12)
+        r = cv.blockwise_extreme_eigenvalues(counting_apply, 4, 5, num_steps=5, args=(lin,))
+        blocks = np.asarray(cv.block_diagonal_hessian(f, x, w))
+        ev = np.linalg.eigvalsh(blocks)
+        np.testing.assert_allclose(r.smallest[:, 0], ev[:, 0], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(r.largest[:, 0], ev[:, -1], rtol=1e-9)
+        if rep == 0:
+            first = len(traces)
+    assert len(traces) == first, "blockwise Lanczos retraced for a new linearisation of the same shapes"
+    # the flat view of the same map as a full-operator matvec
+    r = cv.extreme_eigenvalues(cv.LinearMatvec(x.shape), x.size, num_steps=20, args=(lin,))
+    np.testing.assert_allclose(r.largest[0], ev[:, -1].max(), rtol=1e-9)
+
+
+def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
+    rng = np.random.default_rng(24)
+    nb, d = 12, 40
+    lam = rng.uniform(-1.0, 1.0, (nb, d))
+    lam[3, 0], lam[7, -1] = -2.0, 2.5   # the union's extremes sit in blocks 3 and 7
+    Q = np.linalg.qr(rng.standard_normal((nb, d, d)))[0]
+    A = jnp.asarray(np.einsum("bij,bj,bkj->bik", Q, lam, Q))
+    mv = lambda V, A: jnp.einsum("bij,bj->bi", A, V)  # noqa: E731
+    kw = dict(num_steps=d, args=(A,), tol=1e-8, check_every=4)
+    full = cv.blockwise_extreme_eigenvalues(mv, nb, d, **kw)
+    union = cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", **kw)
+    assert full.converged and union.converged
+    assert union.num_steps < full.num_steps
+    assert abs(union.smallest[:, 0].min() + 2.0) <= 1e-8 * 2.5 and abs(union.largest[:, 0].max() - 2.5) <= 1e-8 * 2.5
+    with pytest.raises(ValueError, match="`k` must be 1"):
+        cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", k=2, **kw)
+    with pytest.raises(ValueError, match="`target`"):
+        cv.blockwise_extreme_eigenvalues(mv, nb, d, target="some", **kw)
+
+
+def test_lanczos_check_schedule_and_basis_capacity():
+    from ssl_geometry.linalg import lanczos as lz
+
+    # no history, or no progress: the longest chunk; else half the log-linear prediction, within [1, check_every]
+    assert lz._next_chunk([], 10.0, 4, 20) == 20
+    assert lz._next_chunk([(4, 10.0)], 20.0, 6, 20) == 20
+    # ratio 100 -> 10 over 2 steps: 0.5 decades per step; 1 more decade needs 2 steps, half of it is 1
+    assert lz._next_chunk([(4, 100.0)], 10.0, 6, 20) == 1
+    assert lz._next_chunk([(4, 1e8)], 1e6, 6, 20) == 3      # 1 decade per step, 6 to go: 6 steps, half is 3
+    assert lz._next_chunk([(4, 1e8)], 1e6, 6, 2) == 2
+    # capacity: at least double, rounded to the row block, never beyond num_steps + 1 rounded up
+    assert lz._capacity(20, 32, 500) == 32
+    assert lz._capacity(33, 32, 500) == 64
+    assert lz._capacity(200, 32, 500) == 200
+    assert lz._capacity(400, 256, 300) == 304

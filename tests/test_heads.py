@@ -7,7 +7,7 @@ import pytest
 from ssl_geometry import activations, heads
 from ssl_geometry.models import as_function, merge_state, param_count
 
-ACTS = ["identity", "relu", "gelu", "swish", "silu", "tanh", "softplus", "elu", "leaky_relu"]
+ACTS = list(activations.ACTIVATIONS)  # every registered activation (each needs a NumPy reference below)
 
 
 def _np_act(name, x):
@@ -15,6 +15,9 @@ def _np_act(name, x):
 
     return {
         "identity": lambda v: v,
+        "linear": lambda v: v,
+        "gelu_tanh": lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3))),
+        "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
         "relu": lambda v: np.maximum(v, 0),
         "gelu": lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))),
         "swish": lambda v: v / (1 + np.exp(-v)),
@@ -154,3 +157,39 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="compose"):
         heads.compose(heads.mlp(3, (), 2), heads.mlp(4, (), 2))
     assert activations.get(jnp.tanh) is jnp.tanh
+
+
+@pytest.mark.parametrize("kwargs, arg", [
+    (dict(bn_momentum=2.0), "bn_momentum"), (dict(bn_momentum=-0.1), "bn_momentum"),
+    (dict(bn_momentum=float("nan")), "bn_momentum"), (dict(bn_eps=-1.0), "bn_eps"), (dict(bn_eps=0.0), "bn_eps"),
+    (dict(bn_eps=float("inf")), "bn_eps"),
+])
+def test_batchnorm_hyper_parameters_are_validated(kwargs, arg):
+    with pytest.raises(ValueError, match=f"`{arg}` must be"):
+        heads.mlp(3, (4,), 2, batch_norm=True, **kwargs)
+    name = {"bn_momentum": "momentum", "bn_eps": "eps"}[arg]
+    x = jnp.ones((4, 3))
+    with pytest.raises(ValueError, match=f"`{name}` must be"):
+        heads.batchnorm(x, jnp.ones(3), jnp.zeros(3), jnp.zeros(3), jnp.ones(3), train=True,
+                        **{name: list(kwargs.values())[0]})
+    # the edges of the valid range are accepted
+    heads.mlp(3, (4,), 2, batch_norm=True, bn_momentum=0.0, bn_eps=1e-12)
+    heads.mlp(3, (4,), 2, batch_norm=True, bn_momentum=1.0)
+
+
+def test_apply_rejects_variables_of_another_width_naming_the_layer():
+    head = heads.mlp(3, (4,), 2, batch_norm=True)
+    other = heads.mlp(3, (5,), 2, batch_norm=True).init(jax.random.PRNGKey(0))
+    x = jnp.ones((6, 3))
+    with pytest.raises(ValueError, match=r"params/layers\[0\]/w has shape \(3, 5\).*expects \(3, 4\)"):
+        head.apply(other, x)
+    with pytest.raises(ValueError, match=r"layers\[0\]/w has shape \(3, 5\)"):
+        jax.jit(lambda v, x: head.apply(v, x, train=True))(other, x)  # shapes are static: checked under jit too
+    deeper = heads.mlp(3, (4, 4), 2).init(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="holds 3 layers; this head .* has 2"):
+        heads.mlp(3, (4,), 2).apply(deeper, x)
+    no_bias = heads.mlp(3, (4,), 2, bias=False).init(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=r"lacks params/layers\[0\]/b"):
+        heads.mlp(3, (4,), 2).apply(no_bias, x)
+    with pytest.raises(ValueError, match="'params'"):
+        head.apply({"layers": []}, x)

@@ -281,6 +281,43 @@ def test_pickle_payload_is_refused(tmp_path):
     assert not marker.exists()
 
 
+def test_unreadable_files_are_corrupt_not_unsafe(tmp_path):
+    """Text, empty, truncated or non-torch pickles: 'not a checkpoint / corrupt', never 'unsafe'."""
+    import pickle
+
+    good = tmp_path / "good.pth"
+    torch.save({"model": {"w": torch.ones(3)}}, good)
+    data = good.read_bytes()
+    files = {"text.pth": b"hello, this is not a checkpoint\n", "empty.pth": b"", "truncated.pth": data[: len(data) // 2],
+             "plain.pkl": pickle.dumps({"a": 1, "w": [1.0, 2.0]}, protocol=4)}
+    for fname, content in files.items():
+        (tmp_path / fname).write_bytes(content)
+        with pytest.raises(P.CorruptCheckpointError, match="not a readable PyTorch checkpoint") as e:
+            P.load_torch_checkpoint(tmp_path / fname)
+        assert fname in str(e.value) and "unsafe" not in str(e.value).lower()
+        assert not isinstance(e.value, P.UnsafeCheckpointError)
+    assert set(P.load_torch_checkpoint(good)) == {"model"}
+
+
+def test_checkpoint_without_tensors_is_a_clear_error(tmp_path):
+    path = tmp_path / "epoch.pth"
+    torch.save({"epoch": 3}, path)
+    with pytest.raises(P.CheckpointLayoutError, match=r"holds no tensors.*'epoch'"):
+        P.load_torch_checkpoint(path)
+
+
+def test_plain_pickle_payload_is_unsafe(tmp_path):
+    """A raw (non-zip) pickle naming os.system is refused as unsafe, and does not run."""
+    import pickle
+
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(pickle.dumps({"x": _Payload(marker)}, protocol=4))
+    with pytest.raises(P.UnsafeCheckpointError, match="system"):
+        P.load_torch_checkpoint(path)
+    assert not marker.exists()
+
+
 def test_non_tensor_entries_are_dropped(dino_vit_file):
     ckpt = P.load_torch_checkpoint(dino_vit_file[0])
     assert set(ckpt) == {"student", "teacher", "optimizer", "dino_loss"}  # epoch, args, fp16 scalars dropped

@@ -4,32 +4,51 @@
 exact (erf) form, as in PyTorch's ``nn.GELU()`` default; ``gelu_tanh`` is the
 tanh approximation. ``leaky_relu`` uses slope 0.01 (PyTorch default).
 """
-from __future__ import annotations
-
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ssl_geometry.ops import ArrayIn
 
 from ssl_geometry._checks import check_choice
 
+__all__ = ["ACTIVATIONS", "PIECEWISE_LINEAR", "get"]
 
-def _identity(x):
+
+def _identity(x: Float[ArrayIn, "..."]) -> Float[ArrayIn, "..."]:
+    """``x``."""
     return x
+
+
+def _gelu(x: Float[ArrayIn, "..."]) -> Float[Array, "..."]:
+    """Exact GELU ``x Phi(x)`` (PyTorch ``nn.GELU()``)."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+def _gelu_tanh(x: Float[ArrayIn, "..."]) -> Float[Array, "..."]:
+    """Tanh-approximated GELU (PyTorch ``nn.GELU(approximate="tanh")``)."""
+    return jax.nn.gelu(x, approximate=True)
+
+
+def _leaky_relu(x: Float[ArrayIn, "..."]) -> Float[Array, "..."]:
+    """``max(x, 0.01 x)`` (PyTorch default slope)."""
+    return jax.nn.leaky_relu(x, negative_slope=0.01)
 
 
 ACTIVATIONS: dict[str, Callable] = {
     "identity": _identity,
     "linear": _identity,
     "relu": jax.nn.relu,
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
     "swish": jax.nn.silu,
     "silu": jax.nn.silu,
     "tanh": jnp.tanh,
     "softplus": jax.nn.softplus,
     "elu": jax.nn.elu,
-    "leaky_relu": lambda x: jax.nn.leaky_relu(x, negative_slope=0.01),
+    "leaky_relu": _leaky_relu,
     "sigmoid": jax.nn.sigmoid,
 }
 

@@ -22,6 +22,8 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
+__all__ = ["Model", "Variables", "as_function", "merge_state", "param_count"]
+
 Variables = dict
 Array = jax.Array
 

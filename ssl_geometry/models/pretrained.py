@@ -45,14 +45,14 @@ Loading is safe: ``torch.load(path, map_location="cpu", weights_only=True)`` (on
 containers and primitive types unpickle; DINO's ``argparse.Namespace`` is allow-listed, it only
 holds the training arguments), and everything that is not a tensor is dropped. A file carrying any
 other pickled object (e.g. a code-execution payload) is refused with :class:`UnsafeCheckpointError`
-before anything in it runs. ``torch`` is imported lazily: this module imports without it, and
+before anything in it runs; a file that is not a checkpoint or is damaged raises
+:class:`CorruptCheckpointError`, one without tensors :class:`CheckpointLayoutError`. ``torch`` is imported lazily: this module imports without it, and
 :func:`save_converted` / :func:`load_converted` need only NumPy and ``safetensors``.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 import re
 from typing import NamedTuple
@@ -61,9 +61,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ssl_geometry._checks import check_choice, check_last_dim
 from ssl_geometry.models import backbones as _bb
-from ssl_geometry.models import heads as _heads
-from ssl_geometry._checks import check_choice, check_last_dim, check_rank
+from ssl_geometry.models._checkpoint_io import CHECKPOINTS as CHECKPOINTS
+from ssl_geometry.models._checkpoint_io import CheckpointInfo as CheckpointInfo
+from ssl_geometry.models._checkpoint_io import CheckpointLayoutError as CheckpointLayoutError
+from ssl_geometry.models._checkpoint_io import CorruptCheckpointError as CorruptCheckpointError
+from ssl_geometry.models._checkpoint_io import UnsafeCheckpointError as UnsafeCheckpointError
+from ssl_geometry.models._checkpoint_io import load_torch_checkpoint as load_torch_checkpoint
+from ssl_geometry.models._pretrained_heads import barlowtwins_projector as barlowtwins_projector
+from ssl_geometry.models._pretrained_heads import dino_head as dino_head
+from ssl_geometry.models._pretrained_heads import vicreg_projector as vicreg_projector
 from ssl_geometry.models.base import Model
 
 __all__ = [
@@ -72,6 +80,7 @@ __all__ = [
     "IMAGENET_STD",
     "CheckpointInfo",
     "CheckpointLayoutError",
+    "CorruptCheckpointError",
     "Pretrained",
     "UnsafeCheckpointError",
     "barlowtwins_projector",
@@ -91,42 +100,9 @@ __all__ = [
 ]
 
 
-class CheckpointInfo(NamedTuple):
-    """Expected file name, official download URL and the code that defines its layout."""
-
-    filename: str
-    url: str
-    source: str
-
-
-CHECKPOINTS: dict[str, CheckpointInfo] = {
-    "dino_vits16": CheckpointInfo(
-        "dino_deitsmall16_pretrain_full_checkpoint.pth",
-        "https://dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain_full_checkpoint.pth",
-        "facebookresearch/dino: main_dino.py, vision_transformer.py"),
-    "dino_resnet50": CheckpointInfo(
-        "dino_resnet50_pretrain_full_checkpoint.pth",
-        "https://dl.fbaipublicfiles.com/dino/dino_resnet50_pretrain/dino_resnet50_pretrain_full_checkpoint.pth",
-        "facebookresearch/dino: main_dino.py, vision_transformer.py (DINOHead)"),
-    "vicreg_resnet50": CheckpointInfo(
-        "resnet50_fullckpt.pth", "https://dl.fbaipublicfiles.com/vicreg/resnet50_fullckpt.pth",
-        "facebookresearch/vicreg: main_vicreg.py (Projector), resnet.py"),
-    "barlowtwins_resnet50": CheckpointInfo(
-        "checkpoint.pth", "https://dl.fbaipublicfiles.com/barlowtwins/ljng/checkpoint.pth",
-        "facebookresearch/barlowtwins: main.py (BarlowTwins)"),
-}
-
 #: ImageNet channel statistics (torchvision ``Normalize``), used by all four releases.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-class UnsafeCheckpointError(RuntimeError):
-    """The checkpoint holds pickled objects other than tensors, containers and primitives."""
-
-
-class CheckpointLayoutError(ValueError):
-    """The state dict does not have the expected keys / shapes."""
 
 
 class Pretrained(NamedTuple):
@@ -160,72 +136,6 @@ def imagenet_normalize(images, mean=IMAGENET_MEAN, std=IMAGENET_STD):
     if not jnp.issubdtype(images.dtype, jnp.floating):
         raise TypeError(f"`images` must be float in [0, 1]; got dtype {images.dtype} (divide uint8 images by 255).")
     return (images - jnp.asarray(mean, images.dtype)) / jnp.asarray(std, images.dtype)
-
-
-# ----------------------------------------------------------------------------- safe loading
-def _resolve_path(path, name: str | None) -> pathlib.Path:
-    info = CHECKPOINTS.get(name) if name else None
-    p = pathlib.Path(os.fspath(path))
-    if p.is_dir() and info is not None:
-        p = p / info.filename
-    if not p.is_file():
-        if info is not None:
-            raise FileNotFoundError(
-                f"Checkpoint file not found: {str(p)!r}. The {name} converter expects the official full "
-                f"checkpoint {info.filename!r}, downloadable from {info.url} (layout: {info.source}).")
-        raise FileNotFoundError(f"Checkpoint file not found: {str(p)!r}.")
-    return p
-
-
-def _tensors_only(obj, torch):
-    """Nested dicts of tensors -> nested dicts of NumPy arrays; every non-tensor leaf is dropped."""
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach().cpu()
-        if t.dtype in (torch.bfloat16, torch.float16):
-            t = t.float()
-        return t.numpy()
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            c = _tensors_only(v, torch)
-            if c is not None and not (isinstance(c, dict) and not c):
-                out[str(k)] = c
-        return out
-    return None
-
-
-def load_torch_checkpoint(path, *, name: str | None = None) -> dict:
-    """Load a PyTorch checkpoint safely; return its tensors as nested dicts of NumPy arrays.
-
-    Uses ``torch.load(path, map_location="cpu", weights_only=True)`` (``argparse.Namespace``
-    allow-listed for DINO's ``args``). Non-tensor entries (epochs, optimizer hyper-parameters,
-    ``args``) are dropped. ``name`` (a key of :data:`CHECKPOINTS`) makes a missing-file error name
-    the expected file and its official URL; a directory ``path`` is searched for that file.
-
-    Raises:
-      FileNotFoundError: the file does not exist.
-      UnsafeCheckpointError: the pickle holds other objects (it is not unpickled; nothing in it runs).
-    """
-    import argparse
-    import pickle
-
-    import torch
-
-    p = _resolve_path(path, name)
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            obj = torch.load(p, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()
-        detail = next((ln for ln in first if "GLOBAL" in ln or "Unsupported" in ln), first[0] if first else "")
-        raise UnsafeCheckpointError(
-            f"Refusing to load {str(p)!r}: it contains pickled objects other than tensors and plain "
-            f"containers, which could execute code when unpickled ({detail.strip()}). Only weights-only "
-            "checkpoints are accepted.") from None
-    out = _tensors_only(obj, torch)
-    if out is None:
-        raise CheckpointLayoutError(f"{str(p)!r} holds no tensors (a {type(obj).__name__}).")
-    return out
 
 
 def _strip(state: dict, prefix: str) -> dict:
@@ -317,134 +227,6 @@ def vit_from_torch(state: dict, *, patch: int = 16, depth: int | None = None, he
                     name=f"vit(p{patch}, d{dim}, L{depth}, h{heads})")
     template = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     return model, variables_from_torch(template, state, what="vit", dtype=dtype)
-
-
-# ----------------------------------------------------------------------------- heads
-def _l2_normalize(x, eps: float = 1e-12):
-    """``F.normalize(x, dim=-1)``: ``x / max(||x||_2, eps)``."""
-    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
-
-
-def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-              nlayers: int = 3, use_bn: bool = False, dtype=jnp.float32) -> Model:
-    """DINO projection head (``facebookresearch/dino`` ``vision_transformer.py`` ``DINOHead``).
-
-    ``u = W_last^T n(m(z))`` with ``m`` the MLP ``in_dim -> hidden_dim (x nlayers-1) -> bottleneck_dim``
-    (GELU, exact erf; BatchNorm after hidden layers when ``use_bn``), ``n(h) = h / max(|h|, 1e-12)``
-    and the weight-normalised last layer ``W_last[:, j] = g_j v_j / |v_j|`` (``v`` of shape
-    ``(bottleneck_dim, out_dim)``, ``g`` of shape ``(out_dim,)``; no bias).
-
-    Variables: ``{"params": {"mlp": <heads.mlp params>, "last_layer": {"g", "v"}},
-    ["batch_stats": {"mlp": ...}]}``.
-    """
-    if nlayers < 1:
-        raise ValueError(f"`nlayers` must be >= 1; got {nlayers!r}.")
-    mlp = _heads.mlp(in_dim, (hidden_dim,) * (nlayers - 1), bottleneck_dim, activation="gelu", batch_norm=use_bn,
-                     bias=True, dtype=dtype)
-
-    def init(key):
-        k1, k2 = jax.random.split(key)
-        mv = mlp.init(k1)
-        v = jax.random.truncated_normal(k2, -2.0, 2.0, (bottleneck_dim, out_dim), dtype) * 0.02
-        out = {"params": {"mlp": mv["params"], "last_layer": {"g": jnp.ones((out_dim,), dtype), "v": v}}}
-        if "batch_stats" in mv:
-            out["batch_stats"] = {"mlp": mv["batch_stats"]}
-        return out
-
-    def apply(variables, z, *, train: bool = False):
-        mv = {"params": variables["params"]["mlp"]}
-        if use_bn:
-            mv["batch_stats"] = variables["batch_stats"]["mlp"]
-        h, st = mlp.apply(mv, z, train=train)
-        ll = variables["params"]["last_layer"]
-        w = ll["v"] * (ll["g"] / jnp.linalg.norm(ll["v"], axis=0))
-        u = _l2_normalize(h) @ w
-        return u, ({"batch_stats": {"mlp": st["batch_stats"]}} if use_bn else {})
-
-    return Model(init=init, apply=apply, in_shape=(in_dim,), out_dim=out_dim,
-                 name=f"dino_head({in_dim}->{hidden_dim}x{nlayers - 1}->{bottleneck_dim}->norm->wn {out_dim}, bn={use_bn})")
-
-
-def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Model:
-    """VICReg expander (``facebookresearch/vicreg`` ``main_vicreg.py`` ``Projector``).
-
-    ``u = A_L relu(BN(A_{L-1} ... relu(BN(A_1 z + b_1)) ...))`` with biases on the hidden
-    ``Linear`` layers and a bias-free last layer. (:func:`ssl_geometry.heads.mlp` has one bias flag
-    for all layers, so this mixed-bias network is its own Model; BatchNorm is
-    :func:`ssl_geometry.heads.batchnorm`, PyTorch semantics.) Variables use the
-    :func:`ssl_geometry.heads.mlp` layout, the last layer without ``"b"``.
-    """
-    dims = tuple(int(d) for d in dims)
-    if len(dims) < 2:
-        raise ValueError(f"`dims` needs at least (in, out); got {dims!r}.")
-    n = len(dims) - 1
-
-    def init(key):
-        keys = jax.random.split(key, n)
-        layers = []
-        for i in range(n):
-            bound = 1.0 / math.sqrt(dims[i])
-            kw, kb = jax.random.split(keys[i])
-            layer = {"w": jax.random.uniform(kw, (dims[i], dims[i + 1]), dtype, -bound, bound)}
-            if i < n - 1:
-                layer["b"] = jax.random.uniform(kb, (dims[i + 1],), dtype, -bound, bound)
-            layers.append(layer)
-        out = {"params": {"layers": layers}}
-        if n > 1:
-            out["params"]["bn"] = [{"scale": jnp.ones((d,), dtype), "bias": jnp.zeros((d,), dtype)} for d in dims[1:-1]]
-            out["batch_stats"] = {"bn": [{"mean": jnp.zeros((d,), dtype), "var": jnp.ones((d,), dtype)} for d in dims[1:-1]]}
-        return out
-
-    def apply(variables, z, *, train: bool = False):
-        check_last_dim(z, "z", dims[0])
-        if train:
-            check_rank(z, "z", 2)
-        p = variables["params"]
-        h, stats = z, []
-        for i, layer in enumerate(p["layers"]):
-            h = h @ layer["w"]
-            if "b" in layer:
-                h = h + layer["b"]
-            if i < n - 1:
-                s = variables["batch_stats"]["bn"][i]
-                h, (m, v) = _heads.batchnorm(h, p["bn"][i]["scale"], p["bn"][i]["bias"], s["mean"], s["var"], train=train)
-                stats.append({"mean": m, "var": v})
-                h = jax.nn.relu(h)
-        return h, ({"batch_stats": {"bn": stats}} if n > 1 else {})
-
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1],
-                 name=f"vicreg_projector({'-'.join(map(str, dims))})")
-
-
-def barlowtwins_projector(dims=(2048, 8192, 8192, 8192), *, loss_bn: bool = False, dtype=jnp.float32) -> Model:
-    """Barlow Twins projector (``facebookresearch/barlowtwins`` ``main.py``).
-
-    :func:`ssl_geometry.heads.mlp` with bias-free layers, BatchNorm + ReLU on hidden layers. With
-    ``loss_bn=True`` the output also passes the loss's ``BatchNorm1d(affine=False)``,
-    ``u <- (u - mean) / sqrt(var + 1e-5)`` (running statistics in eval mode, batch statistics in
-    training), stored under ``batch_stats["loss_bn"]``; the projector part sits under ``"projector"``.
-    """
-    dims = tuple(int(d) for d in dims)
-    proj = _heads.mlp(dims[0], dims[1:-1], dims[-1], activation="relu", batch_norm=True, bias=False, dtype=dtype)
-    if not loss_bn:
-        return proj._replace(name="barlowtwins_" + proj.name)
-    k = dims[-1]
-
-    def init(key):
-        pv = proj.init(key)
-        return {"params": {"projector": pv["params"]},
-                "batch_stats": {"projector": pv["batch_stats"],
-                                "loss_bn": {"mean": jnp.zeros((k,), dtype), "var": jnp.ones((k,), dtype)}}}
-
-    def apply(variables, z, *, train: bool = False):
-        bs = variables["batch_stats"]
-        u, st = proj.apply({"params": variables["params"]["projector"], "batch_stats": bs["projector"]}, z, train=train)
-        one, zero = jnp.ones((k,), u.dtype), jnp.zeros((k,), u.dtype)
-        u, (m, v) = _heads.batchnorm(u, one, zero, bs["loss_bn"]["mean"], bs["loss_bn"]["var"], train=train)
-        return u, {"batch_stats": {"projector": st["batch_stats"], "loss_bn": {"mean": m, "var": v}}}
-
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=k,
-                 name=f"barlowtwins_projector({'-'.join(map(str, dims))}) + BN(affine=False)")
 
 
 def _sequential_mlp(state: dict, prefix: str, *, what: str, bn: bool, stride: int, dtype, bias_last: bool | None = None):

@@ -1,0 +1,119 @@
+"""The benchmark harness's logic: interleaving order, ratio statistics, load refusal (milliseconds)."""
+import math
+
+import pytest
+
+from experiments.benchmarks import harness
+
+
+class FakeClock:
+    """A clock that advances only when an implementation 'runs' (by its scripted duration)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_interleave_order_alternates_and_warmup_comes_first():
+    order = harness.interleave_order(["A", "B"], repeats=3, warmup=1)
+    assert [n for n, _ in order] == ["A", "B"] * 4
+    assert [r for _, r in order] == [-1, -1, 0, 0, 1, 1, 2, 2]
+    with pytest.raises(ValueError, match="distinct"):
+        harness.interleave_order(["A", "A"], 2)
+    with pytest.raises(ValueError, match="repeats"):
+        harness.interleave_order(["A"], 0)
+
+
+def test_interleave_calls_in_turn_and_discards_warmup():
+    clock, calls = FakeClock(), []
+    durations = {"A": iter([9.0, 1.0, 2.0, 3.0]), "B": iter([9.0, 2.0, 4.0, 6.0])}
+
+    def make(name):
+        def fn():
+            calls.append(name)
+            clock.t += next(durations[name])
+            return name.lower()
+        return fn
+
+    results = {}
+    times = harness.interleave({"A": make("A"), "B": make("B")}, repeats=3, warmup=1, clock=clock,
+                               results=results)
+    assert calls == ["A", "B"] * 4
+    assert times == {"A": [1.0, 2.0, 3.0], "B": [2.0, 4.0, 6.0]}  # the 9 s warm-up rounds dropped
+    assert results == {"A": "a", "B": "b"}
+
+
+def test_ratio_stats_are_per_round_ratios():
+    st = harness.ratio_stats([1.0, 2.0, 3.0, 10.0], [2.0, 4.0, 6.0, 5.0])
+    assert st["median"] == pytest.approx(0.5)          # ratios 0.5, 0.5, 0.5, 2.0
+    assert st["q25"] == pytest.approx(0.5) and st["q75"] == pytest.approx(0.875)
+    assert st["min"] == 0.5 and st["max"] == 2.0 and st["n"] == 4
+    assert st["spread"] == pytest.approx(0.75)
+    assert st["ratio_of_medians"] == pytest.approx(2.5 / 4.5)  # medians of A and of B
+    with pytest.raises(ValueError, match="equally long"):
+        harness.ratio_stats([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="finite"):
+        harness.summary([1.0, math.nan])
+
+
+def test_load_guard_refuses_then_marks_when_forced(tmp_path):
+    assert harness.check_load(1.0, 1.9, threshold=2) is None
+    with pytest.raises(harness.LoadTooHigh, match="refusing"):
+        harness.check_load(1.0, 2.5, threshold=2)
+    path = tmp_path / "t.md"
+    with pytest.raises(harness.LoadTooHigh):
+        harness.write_table(path, "T", "| a |", command="python -m x", load_before=3.0, load_after=1.0,
+                            threshold=2, env={"device": "cpu:cpu", "processor": "x", "cpu_count": 2,
+                                              "python": "3", "versions": {"jax": "0"}})
+    assert not path.exists()
+    env = {"device": "cpu:cpu", "processor": "x86", "cpu_count": 2, "python": "3.12", "versions": {"jax": "9"}}
+    text = harness.write_table(path, "T", "| a |", command="python -m x --y", load_before=3.0, load_after=1.0,
+                               threshold=2, force=True, env=env)
+    assert "FORCED UNDER LOAD" in text and path.read_text() == text
+    assert "`python -m x --y`" in text and "3.00 before" in text and "jax 9" in text and "cpu:cpu" in text
+    quiet = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=0.7,
+                                threshold=2, env=env)
+    assert "FORCED" not in quiet
+
+
+def test_environment_records_versions_and_device():
+    env = harness.environment()
+    assert "jax" in env["versions"] and env["device"].startswith("cpu")
+    assert "jax " in harness.environment_line(env)
+
+
+def test_assemble_marks_each_section_and_can_require_quiet(tmp_path):
+    from experiments import assemble_benchmarks as ab
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    env = {"device": "cpu:cpu", "processor": "x", "cpu_count": 2, "python": "3", "versions": {"jax": "0"}}
+    harness.write_table(docs / "bench_hessian.md", "H", "| q |", command="c", load_before=0.5, load_after=0.5,
+                        threshold=2, env=env)
+    harness.write_table(docs / "bench_flow.md", "F", "| f |", command="c", load_before=5, load_after=5,
+                        threshold=2, force=True, env=env)
+    (docs / "bench_forward.md").write_text("# old\n\n| x |\n")
+    text, states = ab.assemble(tmp_path)
+    assert states == {"bench_hessian.md": "quiet", "bench_flow.md": "FORCED UNDER LOAD", "bench_forward.md": "legacy"}
+    assert "Status: **legacy**" in text and "## Extreme eigenvalues" in text
+    with pytest.raises(SystemExit):
+        ab.main(["--require-quiet"], root=tmp_path)
+    assert not (tmp_path / "BENCHMARKS.md").exists()
+    ab.main([], root=tmp_path)
+    assert (tmp_path / "BENCHMARKS.md").read_text() == text
+
+
+def test_scaling_fit_exponent_and_crossing():
+    import numpy as np
+
+    from experiments.bench_scaling import crossing, fit_exponent
+
+    x = np.array([1e3, 1e4, 1e5, 1e6])
+    assert fit_exponent(x, 3.0 * x**1.5) == pytest.approx(1.5)
+    assert math.isnan(fit_exponent([5.0, 5.0], [1.0, 2.0]))
+    # dense ~ P^3 / 1e6 meets matrix-free ~ P / 1e2 at P = 100
+    P = np.array([10.0, 50.0, 200.0, 1000.0])
+    assert crossing(P, P / 1e2, P**3 / 1e6) == pytest.approx(100.0, rel=1e-9)
+    assert math.isnan(crossing(P, P, 2 * P))
