@@ -30,6 +30,11 @@ TYPECHECKED_MODULES = [
     "ssl_geometry.linalg.traces",
     "ssl_geometry.linalg.power",
     "ssl_geometry.linalg.certificates",
+    "ssl_geometry.instrument.effective",
+    "ssl_geometry.instrument.premises",
+    "ssl_geometry.instrument.whitening",
+    "ssl_geometry.instrument.thm41",
+    "ssl_geometry.instrument.equilibria",
 ]
 
 try:

@@ -1,25 +1,27 @@
-"""Experiment 3: effective Hessians at collapsed states (Thm 4.1), premises first.
+"""Experiment 3: Thm 4.1 at certified collapsed equilibria; other collapsed states labelled as such.
 
-For every (activation, loss, BatchNorm, state) case we build a head ``h`` (projector,
-plus the SimSiam predictor in the paper config), a state of the first view's
-representations ``z1`` (the second view's head outputs are held fixed: the
-Hessian is ``hess_{z1} L``, as in the paper's tracker), and evaluate
-:func:`ssl_geometry.geometry.classify_collapse`: the premises (``H_L`` PSD?,
-``|rho|``, C^2 head) and ``lambda_min`` of ``H_eff``, ``G`` and ``M``.
+States, per activation (and BatchNorm where it is defined):
 
-States:
+* ``equilibrium`` -- fixed-target objectives (MSE to targets, DINO's cross-entropy against a fixed
+  teacher): :func:`ssl_geometry.geometry.collapsed_equilibrium` puts every sample at one point ``c``
+  and chooses the targets so that ``rho_i in null(J^T)`` and ``sum_i rho_i = 0``: stationary in ``z``
+  and in the head with ``rho != 0``, certified by :func:`ssl_geometry.geometry.thm41_premises`.
+* ``collapsed`` -- the Siamese objectives with both views at ``c`` (``z1 = z2 = c`` rows). The
+  samples are exchangeable, so every residual row is equal and head stationarity would force
+  ``rho = 0`` (:func:`ssl_geometry.geometry.identical_rows_finding` measures it): these states are
+  not equilibria and are labelled so.
+* ``pseudo_collapsed`` -- ``z1 ~ N(0, I)``, ``z2 = z1 + view_noise xi``, projector weights x 0.1 (the
+  paper's state); not an equilibrium either, labelled.
 
-* ``collapsed``: ``z1_i = c + jitter * xi_i`` (all samples at one point up to a
-  tiny jitter; exact collapse makes batch-standardising losses singular);
-* ``pseudo_collapsed``: ``z1 ~ N(0, I)`` and the projector's weights times 0.1 (the paper).
-
-The loss ``mse_target`` (``mean |u - t|^2`` towards a fixed target ``t != u``) is the
-control where Thm 4.1's premises hold by construction (``H_L = 2/n I``, ``rho != 0``).
-BatchNorm runs in train mode (batch statistics, so it couples the samples).
+The Hessian is ``hess_{z1} L``: the loss as a function of the first view's online outputs, the
+second view and the targets held fixed (the paper's tracker). Online branch: projector, then the
+predictor for SimSiam/BYOL. BYOL's target is ``l(p1, sg t2)`` with ``t2`` from a target projector
+(an independent draw: an EMA target that lags the online weights), so ``rho != 0`` (the old wiring
+``byol(u, u2, u2, u)`` made each prediction its own target and ``rho = 0``).
 """
 from __future__ import annotations
 
-import collections
+import time
 
 import jax
 import jax.numpy as jnp
@@ -31,180 +33,241 @@ from ssl_geometry.models import as_function
 
 NAME = "collapse_hessians"
 TITLE = "Collapse Hessians (Thm 4.1)"
-CLAIM = ("At a collapsed state with rho != 0 and H_L PSD, a linear (or ReLU) head has H_eff = G >= 0, "
-         "while a smooth head makes the state strictly unstable (lambda_min(H_eff) < 0).")
+CLAIM = ("At a collapsed equilibrium with non-zero residual and H_L PSD, a linear (or ReLU) head has "
+         "H_eff = G >= 0 (no second-order escape), while a smooth head makes the state strictly unstable "
+         "(lambda_min(H_eff) < 0).")
+RULE = ("Only certified collapsed equilibria count (stationary in z and in the head, rho != 0, H_L PSD; no "
+        "BatchNorm). Supported if every linear/ReLU equilibrium has lambda_min(H_eff) >= -tol and at least "
+        "{verdict[min_unstable_fraction]:g} of the smooth-head equilibria have lambda_min(H_eff) < -tol "
+        "(tol = dim eps max|lambda|); not supported if a linear/ReLU equilibrium has a negative eigenvalue or "
+        "no smooth-head equilibrium is strictly unstable; inconclusive otherwise; premise violated if no "
+        "equilibrium could be certified. Non-stationary collapsed states are reported, never counted.")
 
 
-def _loss_of_first_view(name: str, u2, target):
-    """``u1 -> L(u1, u2)`` with the second view held fixed (the part of L that depends on z1)."""
-    if name == "mse_target":
-        return lambda u: losses.mse(u, target)
-    if name == "simsiam":  # L = D(p1, sg z2)/2 + D(p2, sg z1)/2; only the first term depends on z1
-        return lambda u: 0.5 * losses.negative_cosine(u, u2)
-    if name == "byol":
-        return lambda u: losses.byol(u, u2, u2, u)  # symmetric form; t1 = u enters only through sg
-    fn = losses.get(name)
-    return lambda u: fn(u, u2)
-
-
-def _head(cfg, activation: str, batch_norm: bool, scale: float):
-    proj = heads.mlp(cfg.d, (cfg.hidden,), cfg.k, activation=activation, batch_norm=batch_norm,
+def _online(cfg, activation, batch_norm, scale, predictor):
+    proj = heads.mlp(cfg.data.d, (cfg.model.hidden,), cfg.model.k, activation=activation, batch_norm=batch_norm,
                      bias=False, scale=scale, dtype=jnp.float64)
-    if not cfg.predictor:
+    if not predictor:
         return proj
-    pred = heads.mlp(cfg.k, (cfg.d,), cfg.k, activation=activation, batch_norm=batch_norm, bias=False,
-                     dtype=jnp.float64)
+    pred = heads.mlp(cfg.model.k, (cfg.model.pred_hidden,), cfg.model.k, activation=activation,
+                     batch_norm=batch_norm, bias=False, dtype=jnp.float64)
     return heads.compose(proj, pred)
 
 
-def run_case(cfg, activation, loss_name, batch_norm, state, key):
-    k_head, k_c, k_xi, k_v, k_t = jax.random.split(key, 5)
-    scale = cfg.pseudo_collapse_scale if state == "pseudo_collapsed" else 1.0
-    model = _head(cfg, activation, batch_norm, scale)
+def siamese_problem(cfg, objective, activation, batch_norm, state, key):
+    """``(model, variables, loss_fn, z1, train, fixed)`` for a Siamese objective at a collapsed/pseudo-collapsed
+    state; ``fixed`` holds the held-fixed arrays (``u2``: second view's projection, BYOL's ``t2``)."""
+    k_head, k_c, k_z, k_v, k_t = jax.random.split(key, 5)
+    scale = cfg.model.pseudo_collapse_scale if state == "pseudo_collapsed" else 1.0
+    predictor = objective in cfg.analysis.predictor_objectives
+    model = _online(cfg, activation, batch_norm, 1.0, predictor)
     variables = model.init(k_head)
-    head_fn = as_function(model, variables, train=batch_norm)
+    if scale != 1.0:  # pseudo-collapse: the projector's weights x 0.1, the predictor unchanged
+        if predictor:
+            p = dict(variables["params"])
+            p["0"] = heads.scale_weights({"params": p["0"]}, scale)["params"]
+            variables = {**variables, "params": p}
+        else:
+            variables = heads.scale_weights(variables, scale)
+    n, d = cfg.data.n, cfg.data.d
     if state == "collapsed":
-        c = jax.random.normal(k_c, (1, cfg.d), jnp.float64)
-        z1 = c + cfg.collapse_jitter * jax.random.normal(k_xi, (cfg.n, cfg.d), jnp.float64)
+        z1 = jnp.tile(jax.random.normal(k_c, (1, d), jnp.float64), (n, 1))
+        z2 = z1
     else:
-        z1 = jax.random.normal(k_xi, (cfg.n, cfg.d), jnp.float64)
-    z2 = z1 + cfg.view_noise * jax.random.normal(k_v, z1.shape, jnp.float64)
-    u2 = head_fn(z2)
-    target = head_fn(z1) + jax.random.normal(k_t, u2.shape, jnp.float64)
-    loss_fn = _loss_of_first_view(loss_name, u2, target)
-    res = geometry.classify_collapse(head_fn, loss_fn, z1, activation=activation,
-                                     max_dense_dim=cfg.max_dense_dim, key=key)
+        z1 = jax.random.normal(k_z, (n, d), jnp.float64)
+        z2 = z1 + cfg.data.view_noise * jax.random.normal(k_v, z1.shape, jnp.float64)
+    train = bool(batch_norm)
+    online = as_function(model, variables, train=train)
+    proj_model = _online(cfg, activation, batch_norm, 1.0, False)
+    proj_vars = variables
+    if predictor:  # the projector's part of the composed variables
+        proj_vars = {"params": variables["params"]["0"],
+                     **({"batch_stats": variables["batch_stats"]["0"]} if "batch_stats" in variables else {})}
+    u2 = as_function(proj_model, proj_vars, train=train)(z2)  # the second view's projection (stop-gradient)
+    if objective == "simsiam":  # L = D(p1, sg z2)/2 + D(p2, sg z1)/2: only the first term depends on z1
+        loss_fn = lambda p: 0.5 * losses.negative_cosine(p, u2)  # noqa: E731
+    elif objective == "byol":  # L = l(p1, sg t2) + l(p2, sg t1): only l(p1, sg t2) depends on p1
+        target = proj_model.init(k_t)  # the target projector: an independent draw (a lagging EMA)
+        t_fn = as_function(proj_model, target, train=train)
+        t1, t2, p2 = t_fn(z1), t_fn(z2), online(z2)
+        loss_fn = lambda p: losses.byol(p, p2, t1, t2)  # noqa: E731
+    else:
+        fn = losses.get(objective)
+        loss_fn = lambda u: fn(u, u2)  # noqa: E731
+    fixed = {"u2": u2, **({"t2": t2} if objective == "byol" else {})}
+    return model, variables, loss_fn, z1, train, fixed
+
+
+def _row(cfg, res, key_info):
     p = res.premises
-    return {
-        "activation": activation, "loss": loss_name, "batch_norm": batch_norm, "state": state,
-        # Train-mode BatchNorm normalises by batch statistics: the head is no longer linear (or
-        # piecewise linear) in z, whatever its activation, so its cases are classed apart.
-        "head_kind": ("batchnorm/" + res.head_kind) if batch_norm else res.head_kind,
-        "conclusion": res.conclusion, "predicted": res.predicted,
-        "method": res.method, "eig_tol": res.eig_tol,
-        "H_L_psd": p["loss_hessian_psd"]["met"], "lambda_min_H_L": res.lambda_min["loss_hessian"],
-        "rho_norm": p["residual_nonzero"]["value"], "rho_nonzero": p["residual_nonzero"]["met"],
-        "lambda_min_H_eff": res.lambda_min["full"], "lambda_max_H_eff": res.lambda_max["full"],
-        "lambda_min_G": res.lambda_min["metric"], "lambda_min_M": res.lambda_min["interaction"],
-        "lambda_max_M": res.lambda_max["interaction"],
-    }
+    return {**key_info, "head_kind": ("batchnorm/" + res.head_kind) if key_info["batch_norm"] else res.head_kind,
+            "conclusion": res.conclusion, "predicted": res.predicted, "method": res.method, "eig_tol": res.eig_tol,
+            "holds": bool(p.holds_except_smoothness), "stationary": bool(p.stationary_z and p.stationary_head),
+            "grad_z_ratio": p.grad_z_ratio, "grad_head_ratio": p.grad_head_ratio,
+            "H_L_psd": p.loss_hessian_psd, "lambda_min_H_L": res.lambda_min["loss_hessian"],
+            "rho_norm": p.residual_norm, "rho_nonzero": p.residual_nonzero,
+            "lambda_min_H_eff": res.lambda_min["full"], "lambda_max_H_eff": res.lambda_max["full"],
+            "lambda_min_G": res.lambda_min["metric"], "lambda_min_M": res.lambda_min["interaction"],
+            "lambda_max_M": res.lambda_max["interaction"], "violated": list(p.violated())}
 
 
-def _premises_hold(r):
-    return bool(r["H_L_psd"] and r["rho_nonzero"])
+def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=float("nan")):
+    """One row: the state, its Thm 4.1 premises and conclusion."""
+    info = {"objective": objective, "activation": activation, "batch_norm": bool(batch_norm), "state": state,
+            "residual_scale": residual_scale}
+    opts = dict(activation=activation, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+    if state == "equilibrium":
+        model = _online(cfg, activation, False, 1.0, False)
+        variables = model.init(key)
+        c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
+        eq = geometry.collapsed_equilibrium(model, variables, objective, c, cfg.data.n, key=jax.random.fold_in(key, 2),
+                                            residual_scale=residual_scale, activation=activation)
+        res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, **opts)
+        return {**_row(cfg, res, info), "certified": eq.certified, "null_dim": eq.null_dim,
+                "construction_error": eq.residual_error}
+    model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, batch_norm, state, key)
+    res = geometry.classify_collapse(model, loss_fn, z1, variables=variables, train=train, **opts)
+    row = {**_row(cfg, res, info), "certified": False, "null_dim": -1, "construction_error": float("nan")}
+    if state == "collapsed":
+        f = geometry.identical_rows_finding(model, variables, loss_fn, z1, train=train)
+        row.update(rows_identical=f["rows_identical"], forces_zero_residual=f["forces_zero_residual"],
+                   sigma_min_head_jacobian=f["sigma_min_head_jacobian"], rho_bound=f["rho_bound"])
+    return row
 
 
-def verdict(rows):
-    """Rule: among cases whose premises hold (H_L PSD, rho != 0) and whose head has no train-mode
-    BatchNorm: every linear/ReLU head has lambda_min(H_eff) >= -tol and every smooth head
-    lambda_min(H_eff) < -tol -> supported; a linear/ReLU head with a negative eigenvalue -> not
-    supported; smooth heads that are not unstable are reported (the theorem says 'generically')
-    and make it inconclusive when they are the majority. No premise-holding case -> premise
-    violated. Heads with train-mode BatchNorm are nonlinear in z whatever their activation;
-    their unstable fraction is reported beside the verdict, not in it."""
-    held = [r for r in rows if _premises_hold(r)]
-    if not held:
-        return "premise violated", {}
-    lin = [r for r in held if r["head_kind"] in ("linear", "piecewise")]
-    smooth = [r for r in held if r["head_kind"] == "smooth"]
+def _cases(cfg):
+    a = cfg.analysis
+    for state in a.states:
+        objectives = a.equilibrium_objectives if state == "equilibrium" else a.siamese_objectives
+        for bn in cfg.model.batch_norm:
+            if bn and state != "pseudo_collapsed":
+                continue  # train-mode BN at exact collapse maps every row to beta: no state to evaluate
+            for objective in objectives:
+                for act in cfg.model.activations:
+                    scales = a.residual_scales if state == "equilibrium" else [float("nan")]
+                    for s in scales:
+                        yield objective, act, bn, state, s
+
+
+def measure(config) -> dict:
+    common.require_x64(NAME)
+    cfg = config
+    if config.dry_run:
+        cfg = config.copy_and_resolve_references()
+        cfg.unlock()
+        cfg.data.n = 2
+    key = jax.random.PRNGKey(cfg.seed)
+    rows, t0 = [], time.perf_counter()
+    for i, (objective, act, bn, state, s) in enumerate(_cases(cfg)):
+        rows.append(run_case(cfg, objective, act, bn, state, jax.random.fold_in(key, i), s))
+    out = {"cases": rows}
+    if config.dry_run:
+        per = (time.perf_counter() - t0) / max(len(rows), 1)
+        scale = (config.data.n / cfg.data.n) ** 3  # dense eigensolves: (n d)^3
+        out["dry_run"] = {"step_time_s": per, "projected_wall_time_s": per * len(rows) * scale,
+                          "device": jax.devices()[0].device_kind}
+    return out
+
+
+def _certified(rows):
+    return [r for r in rows if r["state"] == "equilibrium" and r["certified"] and r["holds"] and not r["batch_norm"]]
+
+
+def decide(m, config) -> dict:
+    rows = m["cases"]
+    eq = _certified(rows)
+    lin = [r for r in eq if r["head_kind"] in ("linear", "piecewise")]
+    smooth = [r for r in eq if r["head_kind"] == "smooth"]
     lin_bad = [r for r in lin if r["lambda_min_H_eff"] < -r["eig_tol"]]
-    smooth_unstable = [r for r in smooth if r["lambda_min_H_eff"] < -r["eig_tol"]]
-    frac_smooth = len(smooth_unstable) / len(smooth) if smooth else float("nan")
-    bn = [r for r in held if r["head_kind"].startswith("batchnorm/")]
-    bn_lin = [r for r in bn if not r["head_kind"].endswith("smooth")]
-    stats = {
-        "premise_holding_cases": len(held), "cases": len(rows),
-        "linear_relu_cases_with_negative_curvature": len(lin_bad),
-        "smooth_cases_unstable_fraction": frac_smooth,
+    unstable = [r for r in smooth if r["lambda_min_H_eff"] < -r["eig_tol"]]
+    frac = len(unstable) / len(smooth) if smooth else float("nan")
+    coll = [r for r in rows if r["state"] == "collapsed"]
+    headline = {
+        "equilibria_constructed": sum(r["state"] == "equilibrium" for r in rows), "equilibria_certified": len(eq),
+        "linear_relu_equilibria_with_negative_curvature": len(lin_bad),
+        "smooth_equilibria_unstable_fraction": frac,
+        **{f"smooth_equilibria_unstable_fraction_{o}": (
+            sum(r["lambda_min_H_eff"] < -r["eig_tol"] for r in smooth if r["objective"] == o)
+            / max(1, sum(r["objective"] == o for r in smooth))) for o in config.analysis.equilibrium_objectives},
+        "median_rho_norm_smooth_equilibria": float(np.median([r["rho_norm"] for r in smooth])) if smooth
+        else float("nan"),
         "min_lambda_min_H_eff_linear_relu": min((r["lambda_min_H_eff"] for r in lin), default=float("nan")),
         "max_lambda_min_H_eff_smooth": max((r["lambda_min_H_eff"] for r in smooth), default=float("nan")),
-        "batchnorm_linear_relu_cases": len(bn_lin),
-        "batchnorm_linear_relu_unstable": sum(1 for r in bn_lin if r["lambda_min_H_eff"] < -r["eig_tol"]),
+        "collapsed_states_stationary": sum(r["stationary"] for r in coll), "collapsed_states": len(coll),
+        "collapsed_states_where_stationarity_forces_rho_0": sum(bool(r.get("forces_zero_residual")) for r in coll),
+        "collapsed_states_with_rho_0": sum(not r["rho_nonzero"] for r in coll),
+        "simsiam_cases_H_L_indefinite": sum(not r["H_L_psd"] for r in rows if r["objective"] == "simsiam"),
+        "simsiam_cases": sum(r["objective"] == "simsiam" for r in rows),
+        "byol_cases_rho_nonzero": sum(r["rho_nonzero"] for r in rows if r["objective"] == "byol"),
+        "byol_cases": sum(r["objective"] == "byol" for r in rows),
     }
-    if lin_bad:
-        return "not supported", stats
-    if smooth and frac_smooth < 0.5:
-        return "inconclusive", stats
-    return "supported", stats
+    if not eq:
+        verdict = "premise violated"
+    elif lin_bad or (smooth and not unstable):
+        verdict = "not supported"
+    elif smooth and frac >= config.verdict.min_unstable_fraction:
+        verdict = "supported"
+    else:
+        verdict = "inconclusive"
+    return {"verdict": verdict, "headline": headline, "paper": {}}
 
 
-def run(config, out_dir) -> dict:
-    rows = []
-    key = jax.random.PRNGKey(config.seed)
-    i = 0
-    for state in config.states:
-        for bn in config.batch_norm:
-            for loss_name in config.losses:
-                for act in config.activations:
-                    rows.append(run_case(config, act, loss_name, bn, state, jax.random.fold_in(key, i)))
-                    i += 1
-    v, stats = verdict(rows)
-    simsiam_rows = [r for r in rows if r["loss"] == "simsiam"]
-    headline = dict(stats)
-    headline["simsiam_cases_H_L_indefinite"] = sum(1 for r in simsiam_rows if not r["H_L_psd"])
-    headline["simsiam_cases"] = len(simsiam_rows)
-    per_loss = collections.OrderedDict()
+_COLOURS = {"linear": "tab:blue", "piecewise": "tab:orange", "smooth": "tab:red"}
+
+
+def figures(results, out_dir) -> None:
+    plt = common.pyplot()
+    rows = results["measurements"]["cases"]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    objs = list(dict.fromkeys(r["objective"] for r in rows))
+    offs = {"equilibrium": -0.25, "collapsed": 0.0, "pseudo_collapsed": 0.25}
     for r in rows:
-        d = per_loss.setdefault(r["loss"], {"cases": 0, "H_L_psd": 0, "rho_nonzero": 0})
-        d["cases"] += 1
-        d["H_L_psd"] += int(bool(r["H_L_psd"]))
-        d["rho_nonzero"] += int(bool(r["rho_nonzero"]))
-    _figure(rows, out_dir)
-    return {"verdict": v, "verdict_rule": verdict.__doc__.split("Rule: ")[1].replace("\n    ", " "),
-            "headline": headline, "paper": {}, "cases": rows, "premises_by_loss": per_loss}
-
-
-def _figure(rows, out_dir):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    kinds = {"linear": "tab:blue", "piecewise": "tab:orange", "smooth": "tab:red"}
-    kinds.update({f"batchnorm/{k}": c for k, c in list(kinds.items())})
-    losses_ = sorted({r["loss"] for r in rows})
-    for r in rows:
-        x = losses_.index(r["loss"]) + (0.15 if r["batch_norm"] else -0.15)  # right of each tick: BN
+        x = objs.index(r["objective"]) + offs[r["state"]]
         y = r["lambda_min_H_eff"] / max(abs(r["lambda_max_H_eff"]), 1e-300)
-        marker = "o" if _premises_hold(r) else "x"
-        ax.scatter(x, y, c=kinds.get(r["head_kind"], "k"), marker=marker, s=18)
+        marker = "o" if r["state"] == "equilibrium" and r["certified"] else "x"
+        ax.scatter(x, y, c=_COLOURS.get(r["head_kind"].split("/")[-1], "k"), marker=marker, s=18,
+                   alpha=0.5 if r["batch_norm"] else 1.0)
     ax.axhline(0, color="k", lw=0.5)
-    ax.set_xticks(range(len(losses_)), losses_, rotation=30, ha="right")
+    ax.set_xticks(range(len(objs)), objs, rotation=30, ha="right")
     ax.set_ylabel("lambda_min(H_eff) / |lambda_max(H_eff)|")
-    ax.set_title("o: premises hold, x: violated; blue linear, orange ReLU, red smooth; right: BN", fontsize=8)
+    ax.set_title("o: certified equilibrium, x: not stationary (left/centre/right: equilibrium, collapsed, "
+                 "pseudo-collapsed); blue linear, orange ReLU, red smooth", fontsize=7)
     common.save_figure(fig, out_dir, "lambda_min_by_case")
 
 
 def report(results, rel_dir) -> str:
     h = results["headline"]
-    rows = []
-    for loss_name, d in results["premises_by_loss"].items():
-        cases = [r for r in results["cases"] if r["loss"] == loss_name]
-        held = [r for r in cases if _premises_hold(r)]
-        sm = [r for r in held if r["head_kind"] == "smooth"]
-        li = [r for r in held if r["head_kind"] in ("linear", "piecewise")]
-        bn = [r for r in held if r["head_kind"].startswith("batchnorm/") and not r["head_kind"].endswith("smooth")]
-        rows.append({
-            "loss": loss_name, "cases": d["cases"], "H_L PSD": d["H_L_psd"], "rho != 0": d["rho_nonzero"],
-            "premises hold": len(held),
-            "smooth unstable": f"{sum(r['lambda_min_H_eff'] < -r['eig_tol'] for r in sm)}/{len(sm)}",
-            "lin/ReLU escape-free": f"{sum(r['lambda_min_H_eff'] >= -r['eig_tol'] for r in li)}/{len(li)}",
-            "lin/ReLU+BN unstable": f"{sum(r['lambda_min_H_eff'] < -r['eig_tol'] for r in bn)}/{len(bn)}",
-            "min lambda_min(H_L)": min(r["lambda_min_H_L"] for r in cases),
-        })
-    text = [
-        f"{h['premise_holding_cases']} of {h['cases']} cases meet the premises (H_L PSD and rho != 0). "
-        f"Linear/ReLU heads with a negative H_eff eigenvalue among them: {h['linear_relu_cases_with_negative_curvature']}; "
-        f"fraction of smooth-head cases that are strictly unstable: {h['smooth_cases_unstable_fraction']:.3g}. "
-        f"Linear/ReLU heads with train-mode BatchNorm (nonlinear in z through the batch statistics) are "
-        f"strictly unstable in {h['batchnorm_linear_relu_unstable']} of {h['batchnorm_linear_relu_cases']} "
-        "premise-holding cases: BatchNorm supplies the negative curvature the activation does not. "
-        f"The paper's own objective (SimSiam negative cosine) has an indefinite H_L in "
-        f"{h['simsiam_cases_H_L_indefinite']} of {h['simsiam_cases']} cases, so Thm 4.1 says nothing there.",
-        "",
-        common.markdown_table(rows),
-        "",
-        f"![lambda_min by case]({rel_dir}/lambda_min_by_case.png)",
-    ]
-    return "\n".join(text)
+    rows = results["measurements"]["cases"]
+    eq = [{"objective": r["objective"], "activation": r["activation"], "scale": r["residual_scale"],
+           "certified": r["certified"],
+           "|rho|": r["rho_norm"], "|grad_z|/(|J||rho|)": r["grad_z_ratio"],
+           "|grad_head|/scale": r["grad_head_ratio"], "lambda_min(H_eff)": r["lambda_min_H_eff"],
+           "lambda_min(G)": r["lambda_min_G"], "lambda_min(M)": r["lambda_min_M"], "conclusion": r["conclusion"]}
+          for r in rows if r["state"] == "equilibrium"]
+    other = [{"objective": r["objective"], "activation": r["activation"], "state": r["state"], "BN": r["batch_norm"],
+              "stationary": r["stationary"], "|rho|": r["rho_norm"], "H_L PSD": r["H_L_psd"],
+              "|grad_z|/(|J||rho|)": r["grad_z_ratio"], "stationarity forces rho=0": r.get("forces_zero_residual", ""),
+              "lambda_min(H_eff)": r["lambda_min_H_eff"]}
+             for r in rows if r["state"] != "equilibrium"]
+    return "\n".join([
+        f"{h['equilibria_certified']} of {h['equilibria_constructed']} constructed collapsed equilibria are certified "
+        f"(stationary in z and head, rho != 0, H_L PSD). Among them: linear/ReLU heads with a negative H_eff "
+        f"eigenvalue: {h['linear_relu_equilibria_with_negative_curvature']}; fraction of smooth-head equilibria "
+        f"that are strictly unstable: {h['smooth_equilibria_unstable_fraction']:.3g}. "
+        f"Siamese objectives with both views collapsed: {h['collapsed_states_stationary']} of "
+        f"{h['collapsed_states']} states are stationary; in {h['collapsed_states_where_stationarity_forces_rho_0']} "
+        "the residual rows are identical and dh/dtheta has full row rank, so a head-stationary state would have "
+        f"rho = 0 (Thm 4.1's premise cannot hold at an equilibrium of those objectives); rho = 0 already at "
+        f"{h['collapsed_states_with_rho_0']}. SimSiam's H_L is indefinite in {h['simsiam_cases_H_L_indefinite']} of "
+        f"{h['simsiam_cases']} cases; BYOL has rho != 0 in {h['byol_cases_rho_nonzero']} of {h['byol_cases']}.",
+        "", "Certified equilibria (the verdict's cases):", "", common.markdown_table(eq),
+        "", "Collapsed and pseudo-collapsed states (not equilibria; reported, not counted):", "",
+        common.markdown_table(other), "", f"![lambda_min by case]({rel_dir}/lambda_min_by_case.png)",
+    ])
+
+
+def run(config, out_dir) -> dict:
+    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
+    import sys
+
+    return common.run_experiment(sys.modules[__name__], config, out_dir)

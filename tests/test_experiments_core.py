@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from experiments import collapse_hessians, common, reproduce, whitening
+from experiments.configs import collapse_hessians as collapse_hessians_config
 
 
 @pytest.fixture(scope="module")
@@ -19,11 +20,22 @@ def test_collapse_hessians_tiny_schema_and_rule(tiny_runs):
     r = res["collapse_hessians"]
     common.check_verdict(r)
     assert (out / "collapse_hessians" / "lambda_min_by_case.png").exists()
-    rows = r["cases"]
+    rows = r["measurements"]["cases"]
     assert all(np.isfinite(c["lambda_min_H_eff"]) for c in rows)
     # The rule, recomputed from the stored rows.
-    v, _ = collapse_hessians.verdict(rows)
-    assert v == r["verdict"]
+    config = collapse_hessians_config.get_config("tiny")
+    assert collapse_hessians.decide(r["measurements"], config)["verdict"] == r["verdict"]
+    eq = [c for c in rows if c["state"] == "equilibrium"]
+    assert eq and all(c["certified"] and c["rho_nonzero"] and c["H_L_psd"] for c in eq)
+    assert all(c["grad_z_ratio"] < 1e-8 and c["grad_head_ratio"] < 1e-8 for c in eq)
+    counted = [c for c in eq if c["holds"]]
+    lin_bad = [c for c in counted if c["head_kind"] in ("linear", "piecewise")
+               and c["lambda_min_H_eff"] < -c["eig_tol"]]
+    smooth = [c for c in counted if c["head_kind"] == "smooth"]
+    unstable = [c for c in smooth if c["lambda_min_H_eff"] < -c["eig_tol"]]
+    expected = ("premise violated" if not counted else "not supported" if lin_bad or (smooth and not unstable) else
+                "supported" if smooth and len(unstable) / len(smooth) >= 0.5 else "inconclusive")
+    assert r["verdict"] == expected
     for c in rows:
         # Exact maths: a linear head has M = 0, so lambda_min(M) = lambda_max(M) = 0.
         if c["head_kind"] == "linear":
@@ -31,9 +43,63 @@ def test_collapse_hessians_tiny_schema_and_rule(tiny_runs):
         # With H_L PSD, G = J^T H_L J is PSD (up to rounding).
         if c["H_L_psd"]:
             assert c["lambda_min_G"] > -1e-10 * max(1.0, abs(c["lambda_max_H_eff"]))
-    # SimSiam's negative cosine has an indefinite H_L (DESIGN.md s.4): the premise fails.
-    assert all(not c["H_L_psd"] for c in rows if c["loss"] == "simsiam")
-    assert r["headline"]["simsiam_cases_H_L_indefinite"] == r["headline"]["simsiam_cases"] > 0
+        if c["state"] != "equilibrium":  # labelled, never counted
+            assert not c["certified"]
+    # The BYOL wiring: each prediction against the *target* projection of the other view, so rho != 0.
+    byol = [c for c in rows if c["objective"] == "byol"]
+    assert byol and all(c["rho_nonzero"] and c["rho_norm"] > 1e-3 for c in byol)
+    # Collapsed Siamese states: identical residual rows, and head stationarity would force rho = 0.
+    assert all(c["forces_zero_residual"] and not c["stationary"] for c in rows if c["state"] == "collapsed")
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _residual_formula(objective, u, fixed, n):
+    """rho = grad_u L by hand for each objective's first-view loss."""
+    if objective == "simsiam":  # 0.5 * -(1/n) sum cos(p_i, z_i)
+        p, zz = np.asarray(u), _unit(np.asarray(fixed["u2"]))
+        ph = _unit(p)
+        return -(0.5 / n) * (zz - np.sum(ph * zz, 1, keepdims=True) * ph) / np.linalg.norm(p, axis=1, keepdims=True)
+    if objective == "byol":  # (1/n) sum (2 - 2 cos(p_i, t2_i))
+        p, t = np.asarray(u), _unit(np.asarray(fixed["t2"]))
+        ph = _unit(p)
+        return -(2.0 / n) * (t - np.sum(ph * t, 1, keepdims=True) * ph) / np.linalg.norm(p, axis=1, keepdims=True)
+    if objective == "spectral_contrastive":  # -(2/n) sum u_i.v_i + 1/(n(n-1)) sum_{i!=j} (u_i.v_j)^2
+        v = np.asarray(fixed["u2"])
+        g = np.asarray(u) @ v.T
+        np.fill_diagonal(g, 0.0)
+        return -(2.0 / n) * v + 2.0 / (n * (n - 1)) * g @ v
+    raise KeyError(objective)
+
+
+@pytest.mark.parametrize("objective,state", [(o, "collapsed") for o in (
+    "simsiam", "byol", "spectral_contrastive", "vicreg", "barlow_twins", "info_nce")] + [
+    ("simsiam", "pseudo_collapsed"), ("byol", "pseudo_collapsed"), ("spectral_contrastive", "pseudo_collapsed")])
+def test_collapse_hessians_residuals_match_their_formulas(objective, state):
+    """Each objective's residual at the experiment's states, against its formula. At exact collapse
+    (both views at one point) VICReg, Barlow Twins and InfoNCE have rho = 0 exactly: every gradient term
+    is proportional to u_i - mean(u), to u1_i - u2_i, or orthogonal to the common direction."""
+    import jax
+
+    cfg = collapse_hessians_config.get_config("tiny")
+    model, variables, loss_fn, z1, train, fixed = collapse_hessians.siamese_problem(
+        cfg, objective, "swish", False, state, jax.random.PRNGKey(4))
+    u = model.apply(variables, z1, train=train)[0]
+    rho = np.asarray(jax.grad(loss_fn)(u))
+    n = cfg.data.n
+    if objective in ("vicreg", "barlow_twins", "info_nce"):
+        if state == "collapsed":
+            assert np.max(np.abs(rho)) < 1e-12
+        else:
+            assert np.linalg.norm(rho) > 1e-6
+        return
+    np.testing.assert_allclose(rho, _residual_formula(objective, u, fixed, n), atol=1e-12, rtol=1e-9)
+    assert np.linalg.norm(rho) > 1e-6
+    if objective == "spectral_contrastive" and state == "collapsed":  # (2/n)(|u*|^2 - 1) u* in every row
+        us = np.asarray(u)[0]
+        np.testing.assert_allclose(rho, np.tile(2.0 / n * (us @ us - 1.0) * us, (n, 1)), atol=1e-12)
 
 
 def test_resume_skips_finished_experiment_and_seed_changes_numbers(tiny_runs, tmp_path):

@@ -124,12 +124,13 @@ def test_objectives_schema_rule_and_exact_relations(tiny_runs):
     r = res["objectives"]
     common.check_verdict(r)
     assert _finite_numbers(r["headline"])
-    rows = r["rows"]
-    v, stats = objectives.verdict(rows)
-    assert v == r["verdict"] and stats == pytest.approx(r["headline"])
-    # The rule, recomputed independently from the stored rows.
-    held = [x for x in rows if x["H_L_psd_pseudo_collapsed"] and x["rho_nonzero_pseudo_collapsed"]]
-    unstable = [x for x in held if x["lambda_min_H_eff_pseudo_collapsed"] < -x["eig_tol_pseudo_collapsed"]]
+    rows = r["measurements"]["rows"]
+    config = objectives_config.get_config("tiny")
+    d = objectives.decide(r["measurements"], config)
+    assert d["verdict"] == r["verdict"] and d["headline"] == pytest.approx(r["headline"])
+    # The rule, recomputed independently from the stored rows: only certified equilibria count.
+    held = [x for x in rows if x.get("equilibrium_certified") and x.get("holds_equilibrium")]
+    unstable = [x for x in held if x["lambda_min_H_eff_equilibrium"] < -x["eig_tol_equilibrium"]]
     if not held:
         expected = "premise violated"
     elif len(unstable) < len(held):
@@ -140,7 +141,8 @@ def test_objectives_schema_rule_and_exact_relations(tiny_runs):
         expected = "supported"
     assert r["verdict"] == expected
     for x in rows:
-        for state in ("trained", "pseudo_collapsed"):
+        states = ("trained", "pseudo_collapsed") + (("equilibrium",) if x.get("equilibrium_exists") else ())
+        for state in states:
             lmin, lmax = x[f"lambda_min_H_eff_{state}"], x[f"lambda_max_H_eff_{state}"]
             tol = 1e-10 * max(1.0, abs(lmax))
             # Weyl's inequalities for H_eff = G + M.
@@ -148,9 +150,15 @@ def test_objectives_schema_rule_and_exact_relations(tiny_runs):
             assert lmax <= x[f"lambda_max_G_{state}"] + x[f"lambda_max_M_{state}"] + tol
             if x[f"H_L_psd_{state}"]:  # G = J^T H_L J inherits PSD
                 assert x[f"lambda_min_G_{state}"] >= -tol
+        # trained and pseudo-collapsed states are not equilibria: labelled so
+        assert not x["stationary_trained"] and not x["stationary_pseudo_collapsed"]
+        assert x["collapsed_rows_identical"] and x["collapsed_forces_rho_0"]
         assert x["erank_squared_trained"] <= x["erank_rankme_trained"] + 1e-6
-        assert 1.0 <= x["erank_rankme_trained"] <= 4.0 + 1e-6 and x["cond_trained"] >= 1.0
+        assert 1.0 <= x["erank_rankme_trained"] <= config.model.k + 1e-6 and x["cond_trained"] >= 1.0
         assert x["deg_ratio_trained"] == pytest.approx(x["deg_view_trained"] / x["deg_random_trained"])
+    dino = [x for x in rows if x["objective"] == "dino"]
+    assert dino and dino[0]["equilibrium_certified"] and dino[0]["stationary_equilibrium"]
+    assert dino[0]["rho_nonzero_equilibrium"] and dino[0]["grad_z_ratio_equilibrium"] < 1e-8
     assert (out / "objectives" / "objectives.png").exists()
     text = objectives.report(r, "figs")
     assert "| objective | family |" in text and "| objective | state |" in text
@@ -167,12 +175,12 @@ def test_first_view_problem_gives_the_objectives_z1_gradient(name):
     if pred is not None:
         params["pred"] = pred.init(jax.random.fold_in(key, 1))["params"]
     target = jax.tree_util.tree_map(lambda w: 0.9 * w, params["proj"])
-    center = 0.1 * jnp.ones((cfg.k,))
-    z1 = jax.random.normal(jax.random.fold_in(key, 2), (6, cfg.d))
+    center = 0.1 * jnp.ones((cfg.model.k,))
+    z1 = jax.random.normal(jax.random.fold_in(key, 2), (6, cfg.data.d))
     z2 = z1 + 0.3 * jax.random.normal(jax.random.fold_in(key, 3), z1.shape)
     full = objectives.objective_loss(cfg, name, proj, pred)
     g_full = jax.jit(jax.grad(lambda a: full(params, target, center, a, z2)[0]))(z1)
-    head_fn, loss_fn = objectives.first_view_problem(cfg, name, params, target, center, z1, z2)
-    g_part = jax.jit(jax.grad(lambda a: loss_fn(head_fn(a))))(z1)
+    model, variables, loss_fn = objectives.first_view_problem(cfg, name, params, target, center, z1, z2)
+    g_part = jax.jit(jax.grad(lambda a: loss_fn(model.apply(variables, a)[0])))(z1)
     assert np.allclose(g_part, g_full, atol=1e-12, rtol=1e-10)
     assert float(jnp.linalg.norm(g_full)) > 1e-6
