@@ -64,6 +64,10 @@ def test_stop_gradient_field_is_not_symmetric_and_matches_expm():
                                 args=args, rtol=1e-11, atol=1e-14)
     pred = y_eq + scipy.linalg.expm(lin.jacobian * 2.0) @ (1e-3 * d0)
     np.testing.assert_allclose(np.asarray(tr.params), pred, atol=1e-10)
+    path = lz.predict_flow(lin.jacobian, 1e-3 * d0, ts)
+    np.testing.assert_allclose(path[-1], pred - y_eq, atol=1e-14)
+    with pytest.raises(ValueError, match="uniformly"):
+        lz.predict_flow(lin.jacobian, d0, np.array([0.0, 1.0, 3.0]))
     assert np.asarray(f(jnp.asarray(y_eq), args)) @ np.ones(4) == pytest.approx(0.0, abs=1e-12)
 
 
@@ -112,6 +116,9 @@ def test_sgd_growth_matches_optax_steps_on_a_quadratic(momentum):
     norms = np.asarray(tr.observed)
     measured = np.exp((np.log(norms[-1]) - np.log(norms[steps // 2])) / (steps - steps // 2))
     assert measured == pytest.approx(g, rel=2e-2)
+    # The linearised SGD map reproduces the optax iterates exactly (the loss is quadratic).
+    pred = lz.predict_sgd(lin.jacobian, np.array([1e-8, 1e-8]), lr, momentum, steps)
+    np.testing.assert_allclose(np.linalg.norm(pred, axis=1), norms, rtol=1e-10)
     assert g > 1.0
     # Small lr: both modes contract.
     assert lz.sgd_growth(lin.jacobian, 0.05, momentum) < 1.0

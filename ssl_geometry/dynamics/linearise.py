@@ -29,6 +29,7 @@ BatchNorm un-collapses outputs (``~ 1 / sqrt(var + eps)``).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -49,6 +50,8 @@ __all__ = [
     "sgd_map",
     "sgd_growth",
     "amplification",
+    "predict_flow",
+    "predict_sgd",
 ]
 
 
@@ -95,6 +98,18 @@ def gradient_field(loss_fn: Callable, rates: Optional[PyTree] = None, target_fn:
     different speed for each parameter group (timescale separation, e.g. the head ``tau``
     times faster than the representation; 0 freezes a group).
     """
+    if rates is None:
+        return _cached_field(loss_fn, target_fn)
+    return _make_field(loss_fn, rates, target_fn)
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_field(loss_fn, target_fn):
+    """One field object per (loss, target) so that its jitted Jacobian is compiled once."""
+    return _make_field(loss_fn, None, target_fn)
+
+
+def _make_field(loss_fn, rates, target_fn):
     def field(y, args=None):
         if target_fn is None:
             g = jax.grad(loss_fn)(y, args)
@@ -116,6 +131,16 @@ def field_jacobian(field: Callable, y: PyTree, args: Any = None) -> tuple[np.nda
     flat, unravel = ravel_pytree(y)
     if flat.size == 0:
         raise ValueError("`y` has no entries.")
+    J, F = _jacobian_and_field(field, y, args)
+    J, F = np.asarray(J), np.asarray(F)
+    check_finite(J, "Jacobian of `field`")
+    return J, F, unravel
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jacobian_and_field(field, y, args):
+    """Jitted once per ``field`` (and shapes): ``(dF/dy, F)`` over the ravelled state."""
+    flat, unravel = ravel_pytree(y)
 
     def f(x):
         out, _ = ravel_pytree(field(unravel(x), args))
@@ -124,10 +149,7 @@ def field_jacobian(field: Callable, y: PyTree, args: Any = None) -> tuple[np.nda
                              f"got {out.size} entries.")
         return out
 
-    J, F = jax.jit(lambda x: (jax.jacfwd(f)(x), f(x)))(flat)
-    J, F = np.asarray(J), np.asarray(F)
-    check_finite(J, "Jacobian of `field`")
-    return J, F, unravel
+    return jax.jacfwd(f)(flat), f(flat)
 
 
 def linearise(field: Callable, y: PyTree, args: Any = None) -> Linearisation:
@@ -210,6 +232,40 @@ def sgd_growth(J: np.ndarray, lr: float, momentum: float = 0.0, observable: Opti
     dv = vec[:m]
     seen = np.linalg.norm(O @ dv, axis=0) > tol * np.linalg.norm(O, 2) * np.linalg.norm(vec, axis=0)
     return float(np.max(mags[seen])) if np.any(seen) else 0.0
+
+
+def predict_flow(J: np.ndarray, delta0: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """``delta(t) = expm(J t) delta0`` at the (uniformly spaced, from 0) times ``ts``: ``(len(ts), m)``.
+
+    Uses ``E = expm(J dt)`` once and ``delta_{j+1} = E delta_j`` (exact for uniform ``ts``).
+    """
+    import scipy.linalg
+
+    ts = np.asarray(ts, float)
+    dt = np.diff(ts)
+    if ts.ndim != 1 or ts[0] != 0 or (dt.size and not np.allclose(dt, dt[0], rtol=1e-9, atol=0)):
+        raise ValueError("`ts` must be uniformly spaced times starting at 0.")
+    out = np.empty((len(ts), len(delta0)))
+    out[0] = delta0
+    if dt.size:
+        E = scipy.linalg.expm(np.asarray(J) * dt[0])
+        for j in range(1, len(ts)):
+            out[j] = E @ out[j - 1]
+    return out
+
+
+def predict_sgd(J: np.ndarray, delta0: np.ndarray, lr: float, momentum: float, steps: int) -> np.ndarray:
+    """``delta_k`` of the linearised SGD map (:func:`sgd_map`, zero initial velocity), ``k = 0..steps``."""
+    A = sgd_map(J, lr, momentum)
+    m = len(delta0)
+    x = np.zeros(A.shape[0])
+    x[:m] = delta0
+    out = np.empty((steps + 1, m))
+    out[0] = delta0
+    for k in range(1, steps + 1):
+        x = A @ x
+        out[k] = x[:m]
+    return out
 
 
 def amplification(fn: Callable, x: jax.Array, v: jax.Array) -> float:
