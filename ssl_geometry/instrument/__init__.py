@@ -1,6 +1,9 @@
 """The geometric instrument: what the theory speaks of, computed.
 
-* :mod:`.geometry` — effective Hessian ``H_eff = G + M``, premises, pullback metric, Thm 3.1/4.1;
+* :mod:`.geometry` — the public namespace of: :mod:`.effective` (effective Hessian ``H_eff = G + M``,
+  pullback metric, matrix-free products), :mod:`.premises` (premises report, the one sign tolerance),
+  :mod:`.whitening` (Thm 3.1), :mod:`.thm41` (Thm 4.1 premises and conclusion), :mod:`.equilibria`
+  (collapsed equilibria constructed and certified);
 * :mod:`.riemann` — Christoffel symbols and Riemann/Ricci/sectional curvature of a metric field;
 * :mod:`.metrics` — effective rank, conditioning, orbit and trajectory statistics.
 

@@ -1,0 +1,128 @@
+"""Thm 4.1 premises and conclusion on hand-made states with known answers (float64)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ssl_geometry import geometry, heads, losses
+
+# Linear head h(z) = z @ W, d = 2 -> k = 3; J = W^T, null(J^T) = null(W) = span(e3).
+W = jnp.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+C = jnp.array([0.5, -1.5])
+E3 = jnp.array([0.0, 0.0, 1.0])
+E1 = jnp.array([1.0, 0.0, 0.0])
+
+
+def _linear():
+    model = heads.linear(2, 3, dtype=jnp.float64)
+    return model, {"params": {"layers": [{"w": W}]}}
+
+
+def _collapsed(n=2):
+    return jnp.tile(C, (n, 1))
+
+
+def test_stationary_collapsed_state_with_nonzero_residual_linear_head():
+    model, v = _linear()
+    z = _collapsed()
+    u_star = C @ W
+    targets = jnp.stack([u_star + E3, u_star - E3])  # t_i - u* in null(W^T), summing to zero
+    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
+    # rho_i = (2/n)(u* - t_i) = -/+ e3: |rho| = sqrt(2); H_L = (2/n) I = I.
+    assert p.residual_norm == pytest.approx(np.sqrt(2.0), abs=1e-14)
+    assert p.lambda_min_loss_hessian == pytest.approx(1.0, abs=1e-14) == p.lambda_max_loss_hessian
+    assert p.grad_z_norm == 0.0 and p.grad_head_norm == 0.0
+    assert p.residual_nonzero and p.loss_hessian_psd and p.stationary_z and p.stationary_head
+    assert p.c2_head is True and p.head_kind == "linear" and p.timescale_separation is True
+    assert p.holds and p.collapsed and p.violated() == ()
+    res = geometry.classify_collapse(model, loss, z, variables=v, timescale_ratio=10.0)
+    # H_eff = G = blockdiag((2/n) W W^T) = I_4, M = 0.
+    assert res.conclusion == "no second-order escape" == res.predicted
+    assert res.lambda_min["full"] == pytest.approx(1.0, abs=1e-13) and res.lambda_max["interaction"] == 0.0
+    # the library construction certifies the same kind of state
+    eq = geometry.collapsed_equilibrium(model, v, "mse_target", C, 2, key=jax.random.PRNGKey(0))
+    assert eq.certified and eq.null_dim == 1 and eq.residual_error < 1e-14
+    r = np.asarray(eq.residual)
+    assert np.allclose(r[0], -r[1]) and abs(abs(r[0, 2]) - np.linalg.norm(r[0])) < 1e-14  # +-e3 direction
+
+
+def test_non_stationary_collapsed_state():
+    model, v = _linear()
+    z = _collapsed()
+    targets = jnp.tile(C @ W + E1, (2, 1))  # t - u* = e1: in the range of W^T, not its null space
+    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
+    # rho_i = -e1 for both rows: |J^T rho| = |J| |rho| (ratio 1) and likewise for the head.
+    assert p.residual_nonzero and p.loss_hessian_psd
+    assert p.grad_z_ratio == pytest.approx(1.0, abs=1e-12) and p.grad_head_ratio == pytest.approx(1.0, abs=1e-12)
+    assert p.stationary_z is False and p.stationary_head is False and p.holds is False
+    assert set(p.violated()) == {"stationary_z", "stationary_head"}
+    res = geometry.classify_collapse(model, loss, z, variables=v, timescale_ratio=10.0)
+    assert res.conclusion == "premise violated"
+    # identical residual rows with a full-row-rank dh/dtheta: head stationarity would force rho = 0
+    f = geometry.identical_rows_finding(model, v, loss, z)
+    assert f["rows_identical"] and f["forces_zero_residual"]
+    assert f["sigma_min_head_jacobian"] == pytest.approx(float(jnp.linalg.norm(C)), abs=1e-12)  # dh/dW = c (x) I
+    assert f["residual_norm"] <= f["rho_bound"] * (1 + 1e-12)
+
+
+def test_indefinite_loss_hessian_at_a_stationary_state():
+    model, v = _linear()
+    z = _collapsed()
+    u_star = C @ W
+    targets = jnp.stack([u_star + E3, u_star - E3])
+    D = jnp.array([1.0, 1.0, -1.0])
+    loss = lambda u: 0.5 * jnp.sum(D * (u - targets) ** 2)  # noqa: E731  H_L = blockdiag(diag(D))
+    p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
+    assert p.lambda_min_loss_hessian == pytest.approx(-1.0, abs=1e-14)
+    assert p.loss_hessian_psd is False and p.stationary_z and p.stationary_head and p.residual_nonzero
+    assert p.violated() == ("loss_hessian_psd",) and p.holds is False
+    assert geometry.classify_collapse(model, loss, z, variables=v).conclusion == "premise violated"
+
+
+def test_timescale_and_plain_function_premises():
+    model, v = _linear()
+    z = _collapsed()
+    targets = jnp.stack([C @ W + E3, C @ W - E3])
+    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    slow = geometry.thm41_premises(model, v, loss, z, timescale_ratio=0.5)
+    assert slow.timescale_separation is False and slow.violated() == ("timescale_separation",)
+    none = geometry.thm41_premises(model, v, loss, z)
+    assert none.timescale_separation is None and none.holds
+    fn = geometry.thm41_premises(lambda x: x @ W, None, loss, z, activation="identity")
+    assert fn.stationary_head is None and fn.grad_head_norm is None and fn.holds
+    with pytest.raises(ValueError, match="variables"):
+        geometry.thm41_premises(model, None, loss, z)
+    with pytest.raises(TypeError, match="premises"):
+        geometry.thm41_conclusion("x", None)
+
+
+@pytest.mark.parametrize("objective", geometry.EQUILIBRIUM_OBJECTIVES)
+def test_constructed_equilibria_of_a_smooth_head_match_their_residual_formula(objective):
+    m = heads.mlp(3, (5,), 6, activation="swish", dtype=jnp.float64)
+    v = m.init(jax.random.PRNGKey(3))
+    c = jax.random.normal(jax.random.PRNGKey(4), (3,), jnp.float64)
+    eq = geometry.collapsed_equilibrium(m, v, objective, c, 4, key=jax.random.PRNGKey(5), timescale_ratio=5.0)
+    u = m.apply(v, eq.z)[0]
+    rho = np.asarray(jax.grad(eq.loss_fn)(u))
+    if objective == "mse_target":  # rho_i = (2/n)(u_i - t_i)
+        expect = 2.0 / 4 * (np.asarray(u) - np.asarray(eq.targets))
+    else:  # rho_i = (softmax(u_i / 0.1) - softmax(T_i / 0.04)) / (n * 0.1)
+        expect = (np.asarray(jax.nn.softmax(u / 0.1)) - np.asarray(jax.nn.softmax(eq.targets / 0.04))) / 0.4
+    np.testing.assert_allclose(rho, expect, atol=1e-14)
+    J = np.asarray(jax.jacfwd(lambda x: m.apply(v, x)[0])(c))
+    assert np.max(np.abs(rho @ J)) < 1e-13 and np.max(np.abs(rho.sum(0))) < 1e-14
+    p = eq.premises
+    assert eq.certified and p.holds and p.residual_norm > 1e-5 and p.head_kind == "smooth"
+    res = geometry.classify_collapse(m, eq.loss_fn, eq.z, variables=v, timescale_ratio=5.0)
+    assert res.conclusion in ("strict instability", "no second-order escape")
+
+
+def test_no_equilibrium_when_the_null_space_is_trivial():
+    m = heads.mlp(4, (5,), 3, activation="swish", dtype=jnp.float64)  # k = 3 < d = 4: J^T injective
+    v = m.init(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="no null space"):
+        geometry.collapsed_equilibrium(m, v, "mse_target", jnp.ones(4), 3, key=jax.random.PRNGKey(1))
+    with pytest.raises(ValueError, match="n"):
+        geometry.null_space_residuals(np.eye(3)[:, :1], 1, key=jax.random.PRNGKey(0))
