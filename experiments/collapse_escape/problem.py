@@ -31,10 +31,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
 from jax.flatten_util import ravel_pytree
 
-from ssl_geometry.instrument import metrics
+from ssl_geometry.instrument import geometry, metrics
 from ssl_geometry.models import backbones, heads
 from ssl_geometry.ssl import losses
 
@@ -47,55 +46,25 @@ def objective(name: str, cfg):
         return lambda U, tg: losses.mse(U, tg["t"])
     if name == "dino":
         ts, tt = cfg.model.dino_student_temp, cfg.model.dino_teacher_temp
-        return lambda U, tg: losses.dino(jnp.stack([U, U]), tg["t"][None], tg["center"],
+        return lambda U, tg: losses.dino(jnp.stack([U, U]), jnp.stack([tg["t"], tg["t"]]), tg["center"],
                                          student_temp=ts, teacher_temp=tt)[0]
     if name == "simsiam":
         return lambda U, tg: losses.negative_cosine(U, tg["t"])
     raise ValueError(f"`objective` must be one of {OBJECTIVES}; got {name!r}.")
 
 
-def _residual_constraints(name: str, U: np.ndarray) -> np.ndarray:
-    """Rows ``C`` with ``C vec(rho) = 0`` that the objective's residual always satisfies."""
-    n, k = U.shape
-    if name == "mse":
-        return np.zeros((0, n * k))
-    C = np.zeros((n, n * k))
-    for i in range(n):
-        C[i, i * k:(i + 1) * k] = 1.0 if name == "dino" else U[i] / np.linalg.norm(U[i])
-    return C
+def _cosine_targets(U: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """Targets ``t_i`` with ``grad_{u_i} [-(1/n) sum cos(u_i, t_i)] = rho_i`` (``rho_i`` orthogonal to ``u_i``).
 
-
-def _targets(name: str, U: np.ndarray, rho: np.ndarray, cfg) -> dict:
-    """Targets whose residual at ``U`` is ``rho`` (inverse of the residual map; see module docstring)."""
-    n, k = U.shape
-    if name == "mse":
-        return {"t": U - 0.5 * n * rho}
-    if name == "dino":
-        ts, tt = cfg.model.dino_student_temp, cfg.model.dino_teacher_temp
-        q = np.asarray(jax.nn.softmax(U / ts, axis=-1))
-        P = q - n * ts * rho
-        if np.min(P) <= 0:
-            raise ValueError("DINO equilibrium: residual too large for positive teacher probabilities.")
-        center = np.zeros(k)
-        return {"t": center + tt * np.log(P), "center": center}
+    ``t_i = u_i/|u_i| + w_i``, ``w_i = -rho_i/|rho_i| * c_i / sqrt(1 - c_i^2)``, ``c_i = n |u_i| |rho_i| < 1``.
+    """
+    n = U.shape[0]
     c = n * np.linalg.norm(U, axis=1) * np.linalg.norm(rho, axis=1)
     if np.max(c) >= 1:
         raise ValueError("cosine equilibrium: residual too large (n |u_i| |rho_i| must be < 1).")
     rn = np.linalg.norm(rho, axis=1, keepdims=True)
     w = -rho / np.where(rn > 0, rn, 1.0) * (c / np.sqrt(1 - c ** 2))[:, None]
-    return {"t": U / np.linalg.norm(U, axis=1, keepdims=True) + w}
-
-
-def _max_residual_scale(name: str, U: np.ndarray, rho_dir: np.ndarray, cfg) -> float:
-    """Largest ``s`` for which ``s * rho_dir`` is a valid residual (half the limit, for margin)."""
-    n = U.shape[0]
-    if name == "dino":
-        q = np.asarray(jax.nn.softmax(U / cfg.model.dino_student_temp, axis=-1))
-        return 0.5 * float(np.min(q / np.maximum(n * cfg.model.dino_student_temp * np.abs(rho_dir), 1e-300)))
-    if name == "simsiam":
-        c = n * np.linalg.norm(U, axis=1) * np.linalg.norm(rho_dir, axis=1)
-        return 0.5 / float(np.max(c))
-    return math.inf
+    return U / np.linalg.norm(U, axis=1, keepdims=True) + w
 
 
 class Problem(NamedTuple):
@@ -117,7 +86,7 @@ class Problem(NamedTuple):
     def outputs(self, y, x):
         """``(z, U)`` at state ``y = {"rep", "head"}``."""
         z = self.z_of(y["rep"], x)
-        return z, self.head.apply({"params": y["head"]}, z, train=True)[0]
+        return z, self.head.apply({"params": y["head"]}, z)[0]
 
     def loss_y(self, y, data):
         """``L(y)`` with ``data = {"x", "targets"}``."""
@@ -163,8 +132,7 @@ def flow_data(eq_data, y, tau):
 
 def make_problem(cfg, objective_name: str, activation: str, representation: str) -> Problem:
     m, dt = cfg.model, jnp.float64
-    head = heads.mlp(m.d, (m.head_hidden,), m.k, activation=activation, bias=False,
-                     batch_norm=bool(m.batch_norm), dtype=dt)
+    head = heads.mlp(m.d, (m.head_hidden,), m.k, activation=activation, bias=False, dtype=dt)
     if representation == "free":
         bb = None
     elif representation == "mlp":
@@ -175,17 +143,18 @@ def make_problem(cfg, objective_name: str, activation: str, representation: str)
 
 
 class Equilibrium(NamedTuple):
-    """A certified collapsed state and its data (``None`` fields when no rho != 0 is stationary)."""
+    """A certified collapsed state and its data."""
 
-    y: dict | None
-    data: dict | None
+    y: dict
+    data: dict
     null_dim: int
     rho_norm: float
-    grad_norm: float          # |grad_y L| at the state (0 up to rounding when certified)
+    grad_norm: float          # max |dL/dy| over every variable (rep, head; backbone included)
+    certified: bool           # residual != 0, stationary in z and in the head (thm41_premises)
 
 
 def collapsed_state(problem: Problem, cfg, key):
-    """``(y, x)``: all ``z_i = c`` (free: ``z`` itself; mlp: last backbone layer ``W = 0``, bias ``c``)."""
+    """``(y, x, c)``: all ``z_i = c`` (free: ``z`` itself; mlp: last backbone layer ``W = 0``, bias ``c``)."""
     m = cfg.model
     kc, kh, kb, kx = jax.random.split(key, 4)
     c = jax.random.normal(kc, (m.d,), jnp.float64)
@@ -199,37 +168,52 @@ def collapsed_state(problem: Problem, cfg, key):
         layers = list(phi["layers"])
         layers[-1] = {"w": jnp.zeros_like(layers[-1]["w"]), "b": c}
         rep = {**phi, "layers": layers}
-    return {"rep": rep, "head": theta}, x
+    return {"rep": rep, "head": theta}, x, c
+
+
+def _targets(problem: Problem, cfg, theta, c, key):
+    """``(targets, null_dim)`` of a collapsed equilibrium at ``z_i = c`` with ``rho != 0``.
+
+    MSE and DINO: :func:`ssl_geometry.geometry.collapsed_equilibrium` (``rho_i`` in ``null(J^T)``,
+    ``sum_i rho_i = 0``). Cosine: the same construction with ``rho_i`` also orthogonal to ``u*``
+    (:func:`~ssl_geometry.geometry.null_space_residuals` of ``[J, u*]``), targets from
+    :func:`_cosine_targets`. With a collapsed backbone (``W_f = 0``) stationarity in ``z`` implies
+    stationarity in the backbone parameters (every backbone gradient is a contraction of ``J^T rho_i``).
+    """
+    m = cfg.model
+    variables = {"params": theta}
+    if problem.objective in ("mse", "dino"):
+        eq = geometry.collapsed_equilibrium(problem.head, variables, _B1_NAMES[problem.objective], c, m.n, key=key,
+                                            residual_scale=m.residual_scale, student_temp=m.dino_student_temp,
+                                            teacher_temp=m.dino_teacher_temp)
+        tg = {"t": eq.targets}
+        if problem.objective == "dino":
+            tg["center"] = jnp.zeros((m.k,), jnp.float64)
+        return tg, eq.null_dim
+    h = lambda zz: problem.head.apply(variables, zz)[0]
+    u_star = np.asarray(h(c))
+    J = np.asarray(jax.jacfwd(h)(c))
+    R = np.asarray(geometry.null_space_residuals(np.column_stack([J, u_star]), m.n, key=key, scale=1.0))
+    R = R * 0.5 * m.residual_scale / float(np.max(m.n * np.linalg.norm(u_star) * np.linalg.norm(R, axis=1)))
+    U = np.tile(u_star, (m.n, 1))
+    null_dim = J.shape[0] - np.linalg.matrix_rank(np.column_stack([J, u_star]))
+    return {"t": jnp.asarray(_cosine_targets(U, R))}, int(null_dim)
+
+
+_B1_NAMES = {"mse": "mse_target", "dino": "dino_fixed_teacher"}
 
 
 def equilibrium(problem: Problem, cfg, key) -> Equilibrium:
-    """Certified collapsed equilibrium with ``rho != 0`` (module docstring), or the finding that none exists."""
-    y, x = collapsed_state(problem, cfg, key)
-    z, U = problem.outputs(y, x)
-    U = np.asarray(U)
-    flat, unravel = ravel_pytree({"z": z, "y": y})
-
-    def u_of(v):
-        s = unravel(v)
-        zz = s["z"] if problem.backbone is None else problem.z_of(s["y"]["rep"], x)
-        if problem.backbone is not None:
-            zz = zz + (s["z"] - jax.lax.stop_gradient(s["z"]))  # z rows: dU/dz at z
-        return problem.head.apply({"params": s["y"]["head"]}, zz, train=True)[0].ravel()
-
-    A = np.asarray(jax.jit(jax.jacfwd(u_of))(flat))
-    N = scipy.linalg.null_space(np.vstack([A.T, _residual_constraints(problem.objective, U)]))
-    if N.shape[1] == 0:
-        return Equilibrium(None, None, 0, 0.0, float("nan"))
-    a = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), (N.shape[1],), jnp.float64))
-    rho = (N @ a).reshape(U.shape)
-    rho = rho / np.linalg.norm(rho) * cfg.model.residual_norm
-    rho = rho * min(1.0, _max_residual_scale(problem.objective, U, rho, cfg))
-    targets = jax.tree_util.tree_map(jnp.asarray, _targets(problem.objective, U, rho, cfg))
+    """Certified collapsed equilibrium with ``rho != 0`` (:func:`_targets`), checked on every variable."""
+    y, x, c = collapsed_state(problem, cfg, key)
+    targets, null_dim = _targets(problem, cfg, y["head"], c, jax.random.fold_in(key, 1))
     data = {"x": x, "targets": targets}
-    g = jax.grad(problem.loss_y)(y, data)
-    rho_chk = np.asarray(jax.grad(lambda uu: problem.loss(uu, targets))(jnp.asarray(U)))
-    return Equilibrium(y, data, int(N.shape[1]), float(np.linalg.norm(rho_chk)),
-                       float(ravel_pytree(g)[0].__abs__().max()))
+    z, U = problem.outputs(y, x)
+    g = ravel_pytree(jax.grad(problem.loss_y)(y, data))[0]
+    rho = jax.grad(lambda uu: problem.loss(uu, targets))(U)
+    prem = geometry.thm41_premises(problem.head, {"params": y["head"]}, lambda uu: problem.loss(uu, targets), z)
+    return Equilibrium(y, data, null_dim, float(jnp.linalg.norm(rho)), float(jnp.max(jnp.abs(g))),
+                       bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head))
 
 
 def perturb(problem: Problem, y, cfg, key):

@@ -160,7 +160,7 @@ def run_case(problem, eq, cfg, key):
     r_sgd = {lr: math.log(max(g, 1e-300)) / lr_eff[lr] for lr, g in growth.items()}
     T = case_horizon(cfg, threshold, s0, [r_flow, *r_sgd.values()])
     base = {"objective": problem.objective, "activation": problem.activation,
-            "representation": problem.representation, "batch_norm": bool(cfg.model.batch_norm),
+            "representation": problem.representation,
             "null_dim": eq.null_dim, "rho_norm": eq.rho_norm, "grad_norm_eq": eq.grad_norm}
     rows, curves = [], []
     flows = (("flow", tau, lin, O, data, w_eq), ("flow_frozen_head", 0.0, lin0, O0, data0, w_eq0))
@@ -200,6 +200,7 @@ def _curve(row, tr, max_points=400):
     ts = np.asarray(tr.ts)
     keep = np.unique(np.linspace(0, len(ts) - 1, min(len(ts), max_points)).round().astype(int))
     meta = {k: row[k] for k in ("objective", "activation", "representation", "dynamics", "lr",
-                                "predicted_rate", "threshold")}
+                                "predicted_rate", "predicted_rate_window", "measured_rate", "fit_window",
+                                "threshold")}
     return {**meta, "t": ts[keep].tolist(), "std_z": np.asarray(tr.observed["std_z"])[keep].tolist(),
             "std_u": np.asarray(tr.observed["std_u"])[keep].tolist()}

@@ -20,13 +20,13 @@ def base() -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(
         objectives=["mse", "dino", "simsiam"],   # see experiments.collapse_escape.problem
         activations=["identity", "relu", "swish"],
-        representations=["free", "mlp"],         # z trained itself / z = MLP backbone of fixed inputs
-        batch_norm=False,                        # BatchNorm on the head's hidden layer (train mode)
+        representations=["free", "mlp"],         # z trained itself / z = MLP backbone of fixed Gaussian inputs
+        mlp_objectives=["mse"],                  # objectives also run with the MLP backbone
         n=12, d=3, k=8, head_hidden=8,           # batch, representation dim, head output dim and width
         in_dim=6, backbone_hidden=8, backbone_activation="swish",
         z_scale=1.0,                             # |c| of the collapsed representation z_i = c
         head_init_scale=1.0,                     # PyTorch-default head weights times this
-        residual_norm=0.3,                       # |rho| of the constructed equilibrium (capped where invalid)
+        residual_scale=0.5,                      # size of the constructed residual (mse: max_i |u_i - t_i|)
         dino_student_temp=0.1, dino_teacher_temp=0.04,
     ))
     c.dynamics = ml_collections.ConfigDict(dict(
@@ -43,6 +43,9 @@ def base() -> ml_collections.ConfigDict:
         horizon_margin=2.5, horizon_max=2000.0,
         rate_floor=0.01,          # rates at or below this are "no exponential escape" within T
     ))
+    c.analysis = ml_collections.ConfigDict(dict(
+        bn_eps=1e-5,              # BatchNorm (PyTorch eps) of the head variant used for the BN mechanism
+    ))
     c.verdict = ml_collections.ConfigDict(dict(
         rate_rtol=0.25,           # |measured / predicted - 1| <= rate_rtol: the prediction holds for a run
         agree_fraction=0.8,       # ... for at least this fraction of the counted runs
@@ -55,7 +58,6 @@ VARIANTS = {
     "tiny": {"seeds": 1, "model.objectives": ["mse", "simsiam"], "model.activations": ["identity", "swish"],
              "model.representations": ["free"], "model.n": 6, "model.k": 6, "model.head_hidden": 5,
              "dynamics.num_saves": 120, "dynamics.lrs": [0.05], "dynamics.horizon_max": 400.0},
-    "bn": {"model.batch_norm": True, "seeds": 1},
 }
 
 
