@@ -122,8 +122,18 @@ def test_sgd_growth_matches_optax_steps_on_a_quadratic(momentum):
     assert g > 1.0
     # Small lr: both modes contract.
     assert lz.sgd_growth(lin.jacobian, 0.05, momentum) < 1.0
+    # The per-eigenvalue roots are the spectral radius of the full companion map.
+    A = lz.sgd_map(lin.jacobian, lr, momentum)
+    assert g == pytest.approx(np.max(np.abs(np.linalg.eigvals(A))), rel=1e-12)
     with pytest.raises(ValueError, match="momentum"):
         lz.sgd_map(lin.jacobian, 0.1, 1.0)
+
+
+def test_sgd_growth_roots_equal_companion_spectrum_for_a_nonsymmetric_jacobian():
+    J = np.random.default_rng(4).normal(size=(6, 6))
+    for lr, mu in ((0.3, 0.9), (0.1, 0.0), (1.0, 0.5)):
+        ref = np.max(np.abs(np.linalg.eigvals(lz.sgd_map(J, lr, mu))))
+        assert lz.sgd_growth(J, lr, mu) == pytest.approx(ref, rel=1e-10)
 
 
 def test_batchnorm_amplification_is_gamma_over_sqrt_var_plus_eps():

@@ -130,6 +130,15 @@ def measure(config) -> dict:
                               "(branch c2), which is not present here.") from e
         return collapse_escape_paper.measure(config)
     common.require_x64(NAME)
+    from threadpoolctl import threadpool_limits
+
+    # The dense eigenproblems here are small (a few hundred); multithreaded BLAS on a loaded machine
+    # spins (50x slower measured on 2 shared cores), one thread does not.
+    with threadpool_limits(1):
+        return _measure(config)
+
+
+def _measure(config) -> dict:
     rows, curves, cases = [], [], []
     t0 = time.perf_counter()
     problems = list(_problems(config))

@@ -104,8 +104,13 @@ class Problem(NamedTuple):
         """Collapse monitors (scalars): normalised std of ``z`` and of head outputs, RMS spread of ``z``."""
         z, U = self.outputs(to_y(w, data), data["x"])
         zc = z - jnp.mean(z, axis=0)
-        return {"std_z": metrics.normalized_std(z), "std_u": metrics.normalized_std(U),
+        return {"std_z": metrics.normalized_std(_nan_zero_rows(z)), "std_u": metrics.normalized_std(_nan_zero_rows(U)),
                 "spread_z": jnp.sqrt(jnp.mean(zc ** 2))}
+
+
+def _nan_zero_rows(a):
+    """Rows of zero norm (direction undefined, e.g. a dead ReLU head) as NaN: the monitor then reads NaN."""
+    return jnp.where(jnp.linalg.norm(a, axis=1, keepdims=True) > 0, a, jnp.nan)
 
 
 def to_y(w, data):

@@ -21,7 +21,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from experiments.collapse_escape import problem as P
-from ssl_geometry import dynamics
+from ssl_geometry import dynamics, geometry
 from ssl_geometry.dynamics import linearise as lz
 
 _SGD = {}
@@ -61,19 +61,30 @@ def predictions(problem, eq, tau):
     return lin, P.spread_observable(problem, w, data), w, data
 
 
-def flow_solver(cfg, stiffness: float) -> str:
-    """``dynamics.solver``, or for ``"auto"`` Kvaerno5 (implicit) when the stiffness ratio exceeds ``stiff_ratio``."""
+def flow_solver(cfg, lin, activation: str):
+    """``(solver, dt0)`` for one flow: ``dynamics.solver``, or for ``"auto"``:
+
+    * ReLU heads: fixed-step classical RK4 with ``dt = rk4_safety / max|lambda(J)|`` -- the field
+      is discontinuous where a pre-activation crosses 0 (ReLU' jumps), and adaptive controllers
+      grind to a halt there (thousands of rejected steps); RK4 steps through a kink with a local
+      error, and ``|lambda dt| <= rk4_safety`` keeps it stable and accurate on the linear regime;
+    * smooth heads with stiffness ratio ``max|Re lambda| / rate > stiff_ratio``: Kvaerno5 (implicit);
+    * otherwise Tsit5 (adaptive).
+    """
     d = cfg.dynamics
     if d.solver != "auto":
-        return d.solver
-    return "kvaerno5" if stiffness > d.stiff_ratio else "tsit5"
+        return d.solver, None
+    if geometry.head_smoothness(activation) == "piecewise":
+        return "rk4", float(d.rk4_safety / max(np.max(np.abs(lin.eigenvalues)), 1e-12))
+    return ("kvaerno5" if lin.stiffness > d.stiff_ratio else "tsit5"), None
 
 
-def run_flow(loss, w0, data, T, cfg, obs, solver):
+def run_flow(loss, w0, data, T, cfg, obs, solver, dt0=None):
     dcfg = cfg.dynamics
     ts = np.linspace(0.0, T, dcfg.num_saves + 1)
+    max_steps = dcfg.max_steps if dt0 is None else max(dcfg.max_steps, int(T / dt0) + len(ts) + 2)
     return dynamics.gradient_flow(loss, w0, t1=T, save_at=ts, observe=obs, observe_args=True, args=data,
-                                  solver=solver, rtol=dcfg.rtol, atol=dcfg.atol, max_steps=dcfg.max_steps,
+                                  solver=solver, rtol=dcfg.rtol, atol=dcfg.atol, max_steps=max_steps, dt0=dt0,
                                   throw=False)
 
 
@@ -152,7 +163,6 @@ def run_case(problem, eq, cfg, key):
     y0 = P.perturb(problem, eq.y, cfg, key)
     tau = float(dcfg.head_rate)
     lin, O, w_eq, data = predictions(problem, eq, tau)
-    lin0, O0, w_eq0, data0 = predictions(problem, eq, 0.0)
     s0 = float(jax.device_get(obs(P.to_w(y0, tau), 0.0, data)["std_z"]))
     r_flow = lz.visible_rate(lin, O)
     growth = {lr: lz.sgd_growth(lin.jacobian, lr, dcfg.momentum, observable=O) for lr in dcfg.lrs}
@@ -163,14 +173,18 @@ def run_case(problem, eq, cfg, key):
             "representation": problem.representation,
             "null_dim": eq.null_dim, "rho_norm": eq.rho_norm, "grad_norm_eq": eq.grad_norm}
     rows, curves = [], []
-    flows = (("flow", tau, lin, O, data, w_eq), ("flow_frozen_head", 0.0, lin0, O0, data0, w_eq0))
+    flows = [("flow", tau, lin, O, data, w_eq)]
+    if dcfg.frozen_head:
+        lin0, O0, w_eq0, data0 = predictions(problem, eq, 0.0)
+        flows.append(("flow_frozen_head", 0.0, lin0, O0, data0, w_eq0))
     for label, t_, lin_, O_, data_, weq_ in flows:
-        solver = flow_solver(cfg, lin_.stiffness)
+        solver, dt0 = flow_solver(cfg, lin_, problem.activation)
         w0 = P.to_w(y0, t_)
-        tr = run_flow(problem.loss_w, w0, data_, T, cfg, obs, solver)
+        tr = run_flow(problem.loss_w, w0, data_, T, cfg, obs, solver, dt0)
         pred = _spread_rms(O_, lz.predict_flow(lin_.jacobian, _delta(w0, weq_), tr.ts))
         row = {**base, "dynamics": label, "lr": 0.0, "head_rate": t_, "predicted_rate": lz.visible_rate(lin_, O_),
-               "leading_rate": lin_.rate, "stiffness": lin_.stiffness, "solver": solver,
+               "leading_rate": lin_.rate, "stiffness": lin_.stiffness,
+               "solver": solver if dt0 is None else f"{solver} dt={dt0:.3g}",
                "jacobian_asymmetry": lin_.asymmetry,
                "field_norm_eq": lin_.field_norm, **summarise(tr, threshold, cfg, T, pred)}
         rows.append(row)

@@ -218,19 +218,24 @@ def sgd_growth(J: np.ndarray, lr: float, momentum: float = 0.0, observable: Opti
                *, tol: float = 1e-6) -> float:
     """Predicted per-step growth factor of a deviation under SGD: spectral radius of :func:`sgd_map`.
 
-    > 1: the step escapes (even from a flow-stable point when ``lr`` is large), < 1: it
-    contracts. With ``observable`` ``O`` (``(q, m)``, acting on ``delta``), only modes whose
-    ``delta`` part ``O`` sees count (as :func:`visible_rate`); ``0`` when none is visible.
+    The blocks of :func:`sgd_map` are polynomials in ``J``, so ``det(x I - A) = prod_j (x^2 - (1 + mu
+    + lr lambda_j) x + mu)``: each eigenvalue ``lambda_j`` of ``J`` gives the roots
+    ``x = (b +- sqrt(b^2 - 4 mu)) / 2``, ``b = 1 + mu + lr lambda_j`` (``x = 1 + lr lambda_j`` for
+    ``mu = 0``), whose ``delta`` part is ``lambda_j``'s eigenvector -- exact, from one ``m x m``
+    eigendecomposition. > 1: the step escapes (even from a flow-stable point when ``lr`` is
+    large), < 1: it contracts. With ``observable`` ``O`` (``(q, m)``) only the roots of eigenvalues
+    whose eigenvectors ``O`` sees count (as :func:`visible_rate`); ``0`` when none is visible.
     """
-    A = sgd_map(J, lr, momentum)
-    ev, vec = np.linalg.eig(A)
-    mags = np.abs(ev)
+    J = np.asarray(J)
+    sgd_map(J[:1, :1], lr, momentum)  # argument checks
+    ev, vec = np.linalg.eig(J)
+    b = 1.0 + momentum + lr * ev
+    disc = np.sqrt(b * b - 4.0 * momentum + 0j)
+    mags = np.maximum(np.abs((b + disc) / 2), np.abs((b - disc) / 2))
     if observable is None:
         return float(np.max(mags))
     O = np.asarray(observable)
-    m = np.asarray(J).shape[0]
-    dv = vec[:m]
-    seen = np.linalg.norm(O @ dv, axis=0) > tol * np.linalg.norm(O, 2) * np.linalg.norm(vec, axis=0)
+    seen = np.linalg.norm(O @ vec, axis=0) > tol * np.linalg.norm(O, 2) * np.linalg.norm(vec, axis=0)
     return float(np.max(mags[seen])) if np.any(seen) else 0.0
 
 
