@@ -11,6 +11,7 @@ from experiments.collapse_escape import problem as ce_problem
 from experiments.collapse_escape import runs as ce_runs
 from experiments.configs import collapse_escape as ce_config
 from experiments.configs import hessian_tracker as tracker_config
+from ssl_geometry import geometry
 from ssl_geometry.dynamics import linearise as lz
 
 
@@ -32,9 +33,10 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rule(tiny_runs):
     cfg = ce_config.get_config("tiny")
     rows = r["measurements"]["rows"]
     assert {x["objective"] for x in rows} == set(cfg.model.objectives)
-    # One flow + one SGD run per lr for every (objective, head, seed); every case certified.
+    assert {x["representation"] for x in rows} == {"free", "mlp"}
+    # One flow + one SGD run per lr for every (representation, head, seed); every case certified.
     assert all(c["certified"] for c in r["measurements"]["cases"])
-    n_cases = len(cfg.model.objectives) * len(cfg.model.activations) * cfg.seeds
+    n_cases = 2 * len(cfg.model.activations) * cfg.seeds
     assert len(rows) == n_cases * (1 + len(cfg.dynamics.lrs))
     for x in rows:
         # A certified equilibrium: every gradient is rounding, the residual is not.
@@ -49,9 +51,8 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rule(tiny_runs):
         assert x["std_z_init"] < x["threshold"] and x["bn_std_u_init"] > x["threshold"] and x["bn_amplification"] > 10
         # The linearised dynamics predict the measured rate (same window) within the rule's tolerance.
         assert collapse_escape.verdict.agrees(x, cfg), (x["objective"], x["activation"], x["dynamics"])
-        # Premises as constructed: MSE's H_L = (2/n) I is PSD, SimSiam's cosine is not.
-        assert x["H_L_psd"] == (x["objective"] == "mse")
-        assert x["premises_hold"] == (x["objective"] == "mse")
+        # Premises as constructed: MSE's H_L = (2/n) I is PSD, the head moves faster than z.
+        assert x["H_L_psd"] and x["premises_hold"] and x["timescale_ratio"] > 1
         if x["activation"] == "identity":
             assert x["lambda_min_M"] == 0.0
     h = r["headline"]
@@ -79,6 +80,38 @@ def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff():
         assert lz.visible_rate(lin, O) == pytest.approx(-spec["lambda_min_H_eff"], abs=1e-10)
         if act == "identity":
             assert spec["lambda_min_H_eff"] == pytest.approx(spec["lambda_min_G"], abs=1e-12)
+            # G is PSD, so the frozen linear head cannot escape; moving head and z together it does, for any
+            # head rate: J = -D H with D > 0 has the inertia of -H (Sylvester), and the joint Hessian H is
+            # indefinite through the cross term d^2 L / dz dtheta, proportional to rho.
+            assert lz.visible_rate(lin, O) < 0
+            rates = [ce_runs.predictions(prob, eq, tau)[0].rate for tau in (0.25, 4.0, 100.0)]
+            assert 0 < rates[0] < rates[1] < rates[2]
+
+
+def test_collapse_escape_equilibria_residuals_match_their_formulas():
+    # Each objective's residual at the constructed state against its closed form; SimSiam's cosine has an
+    # indefinite H_L (the paper's own case: premise violated), MSE's H_L = (2/n) I and DINO's are PSD.
+    cfg = ce_config.get_config("tiny")
+    n, ts = cfg.model.n, cfg.model.dino_student_temp
+    for obj in ("mse", "dino", "simsiam"):
+        prob = ce_problem.make_problem(cfg, obj, "swish", "free")
+        eq = ce_problem.equilibrium(prob, cfg, jax.random.PRNGKey(5))
+        assert eq.certified and eq.grad_norm < 1e-12 and eq.rho_norm > 1e-3, obj
+        z, U = prob.outputs(eq.y, eq.data["x"])
+        tg = eq.data["targets"]
+        rho = np.asarray(jax.grad(lambda u: prob.loss(u, tg))(U))
+        U, t = np.asarray(U), np.asarray(tg["t"])
+        if obj == "mse":
+            expect = 2.0 / n * (U - t)
+        elif obj == "dino":
+            P = np.asarray(jax.nn.softmax(t / cfg.model.dino_teacher_temp, axis=-1))
+            expect = (np.asarray(jax.nn.softmax(U / ts, axis=-1)) - P) / (n * ts)
+        else:
+            un, tn = U / np.linalg.norm(U, axis=1, keepdims=True), t / np.linalg.norm(t, axis=1, keepdims=True)
+            expect = -(tn - np.sum(un * tn, axis=1, keepdims=True) * un) / (n * np.linalg.norm(U, axis=1, keepdims=True))
+        np.testing.assert_allclose(rho, expect, atol=1e-12)
+        prem = geometry.thm41_premises(prob.head, {"params": eq.y["head"]}, lambda u: prob.loss(u, tg), z)
+        assert prem.loss_hessian_psd == (obj != "simsiam"), obj
 
 
 def test_collapse_escape_fit_rate_and_horizon():

@@ -34,6 +34,7 @@ from experiments.collapse_escape.reporting import figures, report
 from experiments.collapse_escape.verdict import RULE, decide
 from ssl_geometry import geometry
 from ssl_geometry.dynamics import linearise as lz
+from ssl_geometry.instrument import metrics
 from ssl_geometry.models import heads
 
 __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "report", "figures", "run"]
@@ -76,7 +77,6 @@ def _batchnorm(problem, cfg, eq, y0):
     delta = z0 - z_eq
     plain = lz.amplification(lambda zz: problem.head.apply({"params": eq.y["head"]}, zz)[0], z0, delta)
     with_bn = lz.amplification(lambda zz: bn.apply(v, zz, train=True)[0], z0, delta)
-    from ssl_geometry.instrument import metrics
     return {"bn_amplification": with_bn / plain,
             "bn_std_u_init": float(metrics.normalized_std(bn.apply(v, z0, train=True)[0]))}
 

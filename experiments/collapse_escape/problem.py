@@ -16,12 +16,14 @@ is run in the coordinates ``w = (rep, theta / sqrt(tau))`` where it is the plain
 ``L~(w) = L(rep, sqrt(tau) w_head)`` (exactly the preconditioned flow; SGD on ``w`` is SGD with a
 head learning rate ``tau`` times the representation's). ``tau = 0`` freezes the head.
 
-**Collapsed equilibrium** (:func:`equilibrium`): all ``z_i = c``. With ``A = dvec(U)/d(z, theta,
-phi)`` the state is stationary in every variable iff ``A^T rho = 0``. We draw ``rho`` in the null
-space of ``[A^T; C_obj]`` (``C_obj``: the objective's own constraints on its residual: per-sample
-zero sum for DINO, ``rho_i`` orthogonal to ``u_i`` for the cosine) and solve the residual map for
-the targets that produce it. Where that null space is ``{0}`` stationarity forces ``rho = 0``
-(reported as a finding, no run).
+**Collapsed equilibrium** (:func:`equilibrium`): all ``z_i = c``; residual rows ``rho_i`` in
+``null(J^T)`` with ``sum_i rho_i = 0`` make the state stationary in ``z`` and in the head, and the
+targets are solved from the residual map (MSE, DINO:
+:func:`ssl_geometry.geometry.collapsed_equilibrium`; the cosine: the same null space, also
+orthogonal to ``u*``, then :func:`_cosine_targets`). With the MLP backbone collapsed by a zero last
+layer every backbone gradient is a contraction of ``J^T rho_i``, so it is stationary too; the
+gradient in every variable is checked (``Equilibrium.grad_norm``) and the certificate comes from
+:func:`ssl_geometry.geometry.thm41_premises`.
 """
 from __future__ import annotations
 

@@ -70,6 +70,14 @@ def report(results, rel_dir) -> str:
         "eigenvalue of the linearised field among modes the spread of z sees (SGD: log of the predicted per-step "
         "growth factor / lr_eff), 'pred rate (window)' the linearised system's own slope over the fitted window.",
         "",
+        "Mechanism. With the head frozen (`flow, head frozen`: the regime of H_eff) the linearisation in z is "
+        "-H_eff, so a linear head (H_eff = G PSD) cannot escape, as Thm 4.1 says. When head and representation move "
+        "together -- faster head included -- the Jacobian is -D H with D > 0 the rates and H the joint Hessian in "
+        "(z, theta), which has the inertia of H (Sylvester); H has the cross term d^2 L / dz dtheta, proportional to "
+        "rho. For a linear head h = W z at z_i = c it is sum_i rho_i^T Delta delta_i, and along weight changes with "
+        "Delta c = 0 nothing quadratic in Delta counterweighs it: H is indefinite at every collapsed equilibrium with "
+        "rho != 0. The measured rates follow that joint prediction.",
+        "",
         common.markdown_table(rate_table(rows)),
         "",
         "BatchNorm mechanism (same heads with BN on the hidden layer, train mode): the batch statistics amplify the "

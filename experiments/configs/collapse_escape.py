@@ -57,8 +57,8 @@ def base() -> ml_collections.ConfigDict:
 
 VARIANTS = {
     "smoke": {},
-    "tiny": {"seeds": 1, "model.objectives": ["mse", "simsiam"], "model.activations": ["identity", "swish"],
-             "model.representations": ["free"], "model.n": 6, "model.k": 6, "model.head_hidden": 5,
+    "tiny": {"seeds": 1, "model.objectives": ["mse"], "model.activations": ["identity", "swish"],
+             "model.representations": ["free", "mlp"], "model.n": 6, "model.k": 6, "model.head_hidden": 5,
              "dynamics.num_saves": 120, "dynamics.lrs": [0.05], "dynamics.horizon_max": 400.0,
              "dynamics.frozen_head": False},
 }
