@@ -121,9 +121,10 @@ def test_collapse_escape_fit_rate_and_horizon():
     assert rate == pytest.approx(0.3, rel=1e-3) and tb <= 40 and s[t <= tb].max() <= 1e3 * s[0]
     assert ce_runs.fit_on(t, s, (ta, tb)) == pytest.approx(rate)
     cfg = ce_config.get_config("tiny")
-    T = ce_runs.case_horizon(cfg, 0.1, 1e-5, [0.2, -1.0])
+    T = ce_runs.case_horizon(cfg, 0.1, 1e-5, [0.2, 0.5])
     assert T == pytest.approx(cfg.dynamics.horizon_margin * np.log(1e4) / 0.2)
-    assert ce_runs.case_horizon(cfg, 0.1, 1e-5, [-1.0]) == min(
+    # A dynamics predicted not to grow: watched long enough for any rate above the floor to cross.
+    assert ce_runs.case_horizon(cfg, 0.1, 1e-5, [0.5, -1.0]) == min(
         cfg.dynamics.horizon_max, cfg.dynamics.horizon_margin * np.log(1e4) / cfg.dynamics.rate_floor)
 
 

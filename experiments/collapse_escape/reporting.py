@@ -55,6 +55,7 @@ def report(results, rel_dir) -> str:
     not_cert = [c for c in cases if not c["certified"]]
     sgd = [r for r in rows if r["dynamics"] == "sgd"]
     worst = max((abs(r["t_final"] - r["horizon"]) / r["lr_eff"] for r in sgd), default=float("nan"))
+    diverged = [r for r in sgd if not r["ok"]]
     bn = [r for r in rows if r["dynamics"] == "flow"]
     text = [
         f"**Verdict: {results['verdict']}** ({results.get('verdict_reason', '')}). Counted runs (all premises at "
@@ -64,7 +65,9 @@ def report(results, rel_dir) -> str:
         f"{h['E_linear_relu_sgd']:.3g}. Runs whose measured rate agrees with the linearised prediction: "
         f"{h['prediction_agreement']:.3g}; median measured/predicted {h['median_measured_over_predicted']:.4g}. "
         f"Objectives with a violated premise: {h['objectives_premise_violated']}. Cases without a certified "
-        f"equilibrium: {len(not_cert)}. SGD runs end within {worst:.3g} steps of their horizon.",
+        f"equilibrium: {len(not_cert)}. SGD runs end within {worst:.3g} steps of their horizon; {len(diverged)} of "
+        f"{len(sgd)} diverged (non-finite state, frozen from then on; counted as leaving collapse) at a median "
+        f"t = {np.median([r['t_diverged'] for r in diverged]) if diverged else float('nan'):.3g}.",
         "",
         "Rates are per unit of flow time (SGD: step k at t = k lr / (1 - momentum)); 'pred rate (eig)' is the leading "
         "eigenvalue of the linearised field among modes the spread of z sees (SGD: log of the predicted per-step "

@@ -61,21 +61,24 @@ def predictions(problem, eq, tau):
     return lin, P.spread_observable(problem, w, data), w, data
 
 
-def flow_solver(cfg, lin, activation: str):
+def flow_solver(cfg, lin, activation: str, T: float):
     """``(solver, dt0)`` for one flow: ``dynamics.solver``, or for ``"auto"``:
 
     * ReLU heads: fixed-step classical RK4 with ``dt = rk4_safety / max|lambda(J)|`` -- the field
       is discontinuous where a pre-activation crosses 0 (ReLU' jumps), and adaptive controllers
       grind to a halt there (thousands of rejected steps); RK4 steps through a kink with a local
-      error, and ``|lambda dt| <= rk4_safety`` keeps it stable and accurate on the linear regime;
-    * smooth heads with stiffness ratio ``max|Re lambda| / rate > stiff_ratio``: Kvaerno5 (implicit);
+      error, and ``|lambda dt| <= rk4_safety`` keeps it stable and accurate on the linear regime --
+      unless that needs more than ``rk4_max_steps`` steps (a stiff ReLU flow): then as below;
+    * stiffness ratio ``max|Re lambda| / rate > stiff_ratio``: Kvaerno5 (implicit);
     * otherwise Tsit5 (adaptive).
     """
     d = cfg.dynamics
     if d.solver != "auto":
         return d.solver, None
     if geometry.head_smoothness(activation) == "piecewise":
-        return "rk4", float(d.rk4_safety / max(np.max(np.abs(lin.eigenvalues)), 1e-12))
+        dt = float(d.rk4_safety / max(np.max(np.abs(lin.eigenvalues)), 1e-12))
+        if T / dt <= d.rk4_max_steps:
+            return "rk4", dt
     return ("kvaerno5" if lin.stiffness > d.stiff_ratio else "tsit5"), None
 
 
@@ -138,17 +141,24 @@ def summarise(tr, threshold, cfg, horizon, predicted_spread):
 
 
 def _spread_rms(O, deltas):
-    return np.linalg.norm(deltas @ O.T, axis=1) / math.sqrt(O.shape[0])
+    """RMS of the centred representation of linearised deviations (``inf`` where they overflowed)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.linalg.norm(deltas @ O.T, axis=1) / math.sqrt(O.shape[0])
+    return np.where(np.isfinite(out), out, np.inf)
 
 
 def case_horizon(cfg, threshold, s0, rates):
-    """``T`` from the predicted rates (module docstring); ``dynamics.horizon > 0`` fixes it instead."""
+    """``T`` from the predicted rates (module docstring); ``dynamics.horizon > 0`` fixes it instead.
+
+    ``T = margin * log(threshold / s0) / max(min(rates), rate_floor)``, capped at ``horizon_max``:
+    long enough for the slowest of the case's dynamics to cross the threshold at its predicted rate,
+    and for any rate above ``rate_floor`` when one is predicted not to grow.
+    """
     d = cfg.dynamics
     if d.horizon > 0:
         return float(d.horizon)
-    pos = [r for r in rates if r > d.rate_floor]
-    r_min = min(pos) if pos else d.rate_floor
-    return float(min(d.horizon_max, d.horizon_margin * math.log(threshold / s0) / r_min))
+    r = max(min(rates), d.rate_floor)
+    return float(min(d.horizon_max, d.horizon_margin * math.log(threshold / s0) / r))
 
 
 def run_case(problem, eq, cfg, key):
@@ -178,7 +188,7 @@ def run_case(problem, eq, cfg, key):
         lin0, O0, w_eq0, data0 = predictions(problem, eq, 0.0)
         flows.append(("flow_frozen_head", 0.0, lin0, O0, data0, w_eq0))
     for label, t_, lin_, O_, data_, weq_ in flows:
-        solver, dt0 = flow_solver(cfg, lin_, problem.activation)
+        solver, dt0 = flow_solver(cfg, lin_, problem.activation, T)
         w0 = P.to_w(y0, t_)
         tr = run_flow(problem.loss_w, w0, data_, T, cfg, obs, solver, dt0)
         pred = _spread_rms(O_, lz.predict_flow(lin_.jacobian, _delta(w0, weq_), tr.ts))
@@ -192,10 +202,16 @@ def run_case(problem, eq, cfg, key):
     for lr in dcfg.lrs:
         w0 = P.to_w(y0, tau)
         tr = run_sgd(problem.loss_w_scaled, w0, data, lr, T, cfg, obs)
-        pred = _spread_rms(O, lz.predict_sgd(lin.jacobian, _delta(w0, w_eq), lr, dcfg.momentum, len(tr.ts) - 1))
+        with np.errstate(over="ignore", invalid="ignore"):  # an unstable map overflows: read as inf
+            path = lz.predict_sgd(lin.jacobian, _delta(w0, w_eq), lr, dcfg.momentum, len(tr.ts) - 1)
+        pred = _spread_rms(O, path)
         row = {**base, "dynamics": "sgd", "lr": float(lr), "head_rate": tau, "predicted_rate": r_sgd[lr],
                "predicted_growth": growth[lr], "leading_rate": lin.rate, "lr_eff": lr_eff[lr],
                **summarise(tr, threshold, cfg, T, pred)}
+        # fit runs every step; from a non-finite step on the state is frozen: the run is on the clock to T,
+        # and the divergence is reported with its time
+        row["t_diverged"] = row["t_final"] if not tr.ok else float("nan")
+        row["t_final"] = float(len(tr.ts) - 1) * lr_eff[lr]
         m = row["measured_rate"]
         row["predicted_growth_window"] = math.exp(row["predicted_rate_window"] * lr_eff[lr]) \
             if np.isfinite(row["predicted_rate_window"]) else float("nan")
