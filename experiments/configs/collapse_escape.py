@@ -43,8 +43,8 @@ def base() -> ml_collections.ConfigDict:
         escape_fraction=0.05,     # escaped: normalised std of z > escape_fraction / sqrt(d) (~3e3 x the start)
         linear_factor=1e2,        # linear regime: std <= linear_factor * std(t = 0)
         horizon=0.0,              # > 0 fixes T; 0 chooses it from the predicted rates (runs.case_horizon)
-        horizon_margin=2.5, horizon_max=2000.0,
-        rate_floor=0.01,          # rates at or below this are "no exponential escape" within T
+        horizon_margin=2.5, horizon_max=1000.0,
+        rate_floor=0.02,          # rates at or below this are "no exponential escape" within T
     ))
     c.analysis = ml_collections.ConfigDict(dict(
         bn_eps=1e-5,              # BatchNorm (PyTorch eps) of the head variant used for the BN mechanism
