@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 NB_DIR = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "notebooks"
 NB = NB_DIR / "flow_vs_optimisers.ipynb"
 FIGURES = ("flow_vs_optimisers_loss", "flow_vs_optimisers_lambda_min", "flow_vs_optimisers_rank_rankme",
-           "flow_vs_optimisers_rank_squared")
+           "flow_vs_optimisers_rank_squared", "flow_vs_optimisers_escape")
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +64,15 @@ def test_notebook_numbers(executed):
         assert row["rank rankme flow (end)"] < row["rank rankme (t=0)"], head
         # ... and GD (lr = 0.05) stays within O(lr) of the flow on t = step * lr.
         assert abs(row["rank rankme GD (end)"] - row["rank rankme flow (end)"]) < 0.02, head
+
+
+def test_notebook_predicted_against_measured_escape(executed):
+    _, fig_dir = executed
+    escape = json.loads((fig_dir / "flow_vs_optimisers_summary.json").read_text())["escape"]
+    assert set(escape) == {"linear", "relu", "swish"}
+    for head, runs in escape.items():
+        assert set(runs) == {"flow", "sgd lr=0.05"}, head
+        for name, r in runs.items():
+            # The linearised field (flow) and the linearised SGD map predict the measured slope of log std.
+            assert r["predicted"] > 0.01 and abs(r["measured"] / r["predicted"] - 1) <= 0.25, (head, name, r)
+            assert r["t_final"] <= r["horizon"] + 0.5 * 0.05 / (1 - 0.9) + 1e-9, (head, name)

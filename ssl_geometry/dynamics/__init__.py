@@ -5,8 +5,10 @@
   (its steps are :func:`ssl_geometry.training.loop.fit`);
 * :mod:`.trajectory` -- the :class:`Trajectory` both return, :class:`DynamicsError`;
 * :mod:`.escape` -- :func:`escape_time`, the first recorded time a run left collapse;
-* :mod:`.sharpness` -- top Hessian eigenvalue (edge of stability, ``2 / lr``).
+* :mod:`.sharpness` -- top Hessian eigenvalue (edge of stability, ``2 / lr``);
+* :mod:`.linearise` -- the linearised field at an equilibrium: predicted escape rates (flow, SGD).
 """
+from ssl_geometry.dynamics import linearise as linearise
 from ssl_geometry.dynamics.discrete import discrete as discrete
 from ssl_geometry.dynamics.escape import ESCAPE_CRITERIA as ESCAPE_CRITERIA
 from ssl_geometry.dynamics.escape import EscapeResult as EscapeResult
@@ -20,4 +22,4 @@ from ssl_geometry.dynamics.trajectory import DynamicsError as DynamicsError
 from ssl_geometry.dynamics.trajectory import Trajectory as Trajectory
 
 __all__ = ["Trajectory", "DynamicsError", "EscapeResult", "ESCAPE_CRITERIA", "RK4", "SOLVERS", "gradient_flow",
-           "discrete", "escape_time", "dense_hessian", "sharpness"]
+           "discrete", "escape_time", "dense_hessian", "sharpness", "linearise"]
