@@ -20,8 +20,9 @@ differs from the project's estimator and why the difference matters:
   paper's notebook does (or not);
 * :func:`timescale_ratio` -- mean head relative update over mean backbone relative update.
 
-All functions are host-side friendly (NumPy or JAX arrays in; JAX scalars/arrays out) and
-run in the input's precision (float64 under ``jax_enable_x64``). Shapes: ``n`` samples,
+Array functions take NumPy or JAX arrays and return JAX arrays in the input's precision (float64
+under ``jax_enable_x64``); the orbit functions, which group rows by integer ids, run host-side in
+NumPy float64 and return floats. Shapes: ``n`` samples,
 ``d`` features, ``T`` orbit/trajectory steps.
 """
 from __future__ import annotations
@@ -154,17 +155,15 @@ def curvature_ratio(curv_z, curv_h):
     return jnp.mean(ch) / (jnp.mean(cz) + 1e-8)
 
 
-def _pdist_mean_std(x):
+def _pdist_mean_std(x: np.ndarray):
     """Mean and std of the Euclidean distances over unordered pairs of rows (``scipy pdist``)."""
-    m = x.shape[0]
-    iu = np.triu_indices(m, k=1)
-    sq = jnp.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)[iu]
-    d = jnp.sqrt(jnp.maximum(sq, 0.0))
-    return jnp.mean(d), jnp.std(d)
+    iu = np.triu_indices(x.shape[0], k=1)
+    d = np.sqrt(np.maximum(np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)[iu], 0.0))
+    return float(np.mean(d)), float(np.std(d))
 
 
 def orbit_metrics(x, orbit_ids, labels, *, normalize: bool = True) -> dict:
-    """The paper's orbit geometry (``plot_results._calculate_geometric_metrics``).
+    """The paper's orbit geometry (``plot_results._calculate_geometric_metrics``), host-side in float64.
 
     ``x``: ``(n, d)`` representations, ``orbit_ids``/``labels``: ``(n,)`` integer orbit and class
     of each row (the paper: 5 classes x 3 images x 12 rotations 0..330 degrees,
@@ -178,37 +177,35 @@ def orbit_metrics(x, orbit_ids, labels, *, normalize: bool = True) -> dict:
       ``ratio_std`` by the paper's error propagation.
 
     Difference from the project: :func:`metrics.orbit_statistics` defines the spread as the mean
-    *distance* (not squared) to the centroid, so a spread ratio between two spaces is the square
-    of the project's (21.9x here is about 4.7x in distance). The project's experiments also
+    *distance* (not squared) to the centroid, so a spread ratio between two spaces is roughly the
+    square of the project's (21.9x here is 4.8x in distance). The project's experiments also
     used orbits of 0..45 degrees, a small arc: over the full circle a rotation-*invariant*
     backbone would have spread 0, over 45 degrees the spread mostly measures smoothness.
     """
-    x = jnp.asarray(x)
+    x = np.asarray(x, dtype=np.float64)
     check_rank(x, "x", 2)
     ids = np.asarray(orbit_ids)
     lab = np.asarray(labels)
     if ids.shape != (x.shape[0],) or lab.shape != (x.shape[0],):
         raise ValueError(f"`orbit_ids` and `labels` must have shape ({x.shape[0]},); got {ids.shape}, {lab.shape}.")
     if normalize:
-        x = _l2_normalize(x)
+        x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
     spreads, intras = [], []
     for oid in np.unique(ids):
         pts = x[ids == oid]
-        spreads.append(jnp.mean(jnp.sum((pts - jnp.mean(pts, axis=0)) ** 2, axis=1)))
+        spreads.append(np.mean(np.sum((pts - pts.mean(axis=0)) ** 2, axis=1)))
         if pts.shape[0] > 1:
             intras.append(_pdist_mean_std(pts)[0])
     classes = np.unique(lab)
     if classes.size < 2 or not intras:
         raise ValueError("need at least 2 classes and one orbit with 2 or more points.")
-    cents = jnp.stack([jnp.mean(x[lab == c], axis=0) for c in classes])
-    inter, inter_std = _pdist_mean_std(cents)
-    spreads, intras = jnp.stack(spreads), jnp.stack(intras)
-    intra, intra_std = jnp.mean(intras), jnp.std(intras)
+    inter, inter_std = _pdist_mean_std(np.stack([x[lab == c].mean(axis=0) for c in classes]))
+    intra, intra_std = float(np.mean(intras)), float(np.std(intras))
     ratio = inter / (intra + 1e-10)
-    ratio_std = ratio * jnp.sqrt((inter_std / (inter + 1e-10)) ** 2 + (intra_std / (intra + 1e-10)) ** 2)
-    out = {"spread": jnp.mean(spreads), "spread_std": jnp.std(spreads), "intra": intra, "intra_std": intra_std,
-           "inter": inter, "inter_std": inter_std, "ratio": ratio, "ratio_std": ratio_std}
-    return {k: float(v) for k, v in out.items()}
+    ratio_std = ratio * np.sqrt((inter_std / (inter + 1e-10)) ** 2 + (intra_std / (intra + 1e-10)) ** 2)
+    return {"spread": float(np.mean(spreads)), "spread_std": float(np.std(spreads)), "intra": intra,
+            "intra_std": intra_std, "inter": inter, "inter_std": inter_std, "ratio": float(ratio),
+            "ratio_std": float(ratio_std)}
 
 
 def orbit_compression(x_z, x_h, orbit_ids, labels, *, normalize: bool = True) -> float:
