@@ -24,26 +24,33 @@ import optax
 
 from experiments import common
 from ssl_geometry import geometry, heads, losses
-from ssl_geometry.models import as_function
+from ssl_geometry.training.loop import fit
 
 NAME = "whitening"
 TITLE = "Whitening (Thm 3.1)"
-CLAIM = ("For every r-dimensional subspace S (r = rank H_L) there is a linear head with v^T H_eff v = |v|^2 on S; "
-         "trained linear heads whiten the representation they see.")
+CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for every r-dimensional subspace S "
+         "of the representation space there is a linear head W (k >= r) with v^T H_eff v = |v|^2 for all v in S. "
+         "(The paper has no experiment for it; part B, trained linear heads, is this suite's check of the "
+         "'linear heads whiten a subspace' reading.)")
+RULE = ("supported if the construction whitens S to < {verdict[construction_tolerance]:g} (and is 0 off S) and every "
+        "decorrelation-trained head reaches decorrelation error < {verdict[whitening_tolerance]} and 5x below its "
+        "initialisation at view noise {data[view_noise]:g} (the strong-noise rows, {data[high_noise]:g}, are reported "
+        "beside it and not used); not supported if the construction fails (it would refute the theorem); "
+        "inconclusive if only training falls short")
 
 
 def construction(cfg, key):
     """Part A: Thm 3.1's W for H_L of the VICReg loss at a batch point (flattened), exact check."""
     k1, k2, k3 = jax.random.split(key, 3)
     # A small batch-coupled problem: u is (m, q) flattened, H_L is (m*q, m*q).
-    m, q = 4, max(2, cfg.k // 2)
+    m, q = 4, max(2, cfg.model.k // 2)
     u0 = jax.random.normal(k1, (m, q), jnp.float64)
     u2 = u0 + 0.3 * jax.random.normal(k2, (m, q), jnp.float64)
     loss_flat = lambda uf: losses.vicreg(uf.reshape(m, q), u2)
     H = np.asarray(jax.hessian(loss_flat)(u0.reshape(-1)))
     evals = np.linalg.eigvalsh(H)
     tol = H.shape[0] * np.finfo(float).eps * np.max(np.abs(evals))
-    r = int(min(cfg.r, np.sum(evals > tol)))
+    r = int(min(cfg.model.r, np.sum(evals > tol)))
     D = m * q + 3  # representation dimension (the head maps R^D -> R^{m q})
     B = np.linalg.qr(np.asarray(jax.random.normal(k3, (D, r), jnp.float64)))[0]
     wh = geometry.whitening_head(H, B)
@@ -83,85 +90,74 @@ def _whitening_error(W, sigma):
             float(ev[-1] / max(ev[0], 1e-300)))
 
 
+def _two_views(cfg, sigma_sqrt, noise, key):
+    """A fresh batch ``z ~ N(0, Sigma)`` and its two views ``z + noise * N(0, I)``."""
+    kz, k1, k2 = jax.random.split(key, 3)
+    z = jax.random.normal(kz, (cfg.data.n, cfg.data.d), jnp.float64) @ sigma_sqrt
+    return (z + noise * jax.random.normal(k1, z.shape, jnp.float64),
+            z + noise * jax.random.normal(k2, z.shape, jnp.float64))
+
+
 def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None):
-    """Part B: Adam on a linear head, fresh batch of two views each step (lax.scan)."""
-    noise = cfg.view_noise if view_noise is None else view_noise
-    model = heads.linear(cfg.d, cfg.k, dtype=jnp.float64)
+    """Part B: Adam on a linear head, a fresh batch of two views each step (:func:`fit`)."""
+    noise = cfg.data.view_noise if view_noise is None else view_noise
+    model = heads.linear(cfg.data.d, cfg.model.k, dtype=jnp.float64)
     k_init, k_data = jax.random.split(key)
     variables = model.init(k_init)
     loss_fn = losses.get(loss_name)
-    opt = optax.adam(cfg.lr)
 
-    def objective(params, z1, z2):
+    def objective(params, k, sigma_sqrt):
+        z1, z2 = _two_views(cfg, sigma_sqrt, noise, k)
         v = {"params": params}
         return loss_fn(model.apply(v, z1)[0], model.apply(v, z2)[0])
 
-    def step(carry, k):
-        params, opt_state = carry
-        kz, k1, k2 = jax.random.split(k, 3)
-        z = jax.random.normal(kz, (cfg.n, cfg.d), jnp.float64) @ sigma_sqrt
-        z1 = z + noise * jax.random.normal(k1, z.shape, jnp.float64)
-        z2 = z + noise * jax.random.normal(k2, z.shape, jnp.float64)
-        val, g = jax.value_and_grad(objective)(params, z1, z2)
-        upd, opt_state = opt.update(g, opt_state, params)
-        return (optax.apply_updates(params, upd), opt_state), val
-
-    @jax.jit
-    def train(params, keys):
-        (params, _), vals = jax.lax.scan(step, (params, opt.init(params)), keys)
-        return params, vals
-
-    keys = jax.random.split(k_data, cfg.steps)
-    params, vals = train(variables["params"], keys)
-    vals = np.asarray(vals)
-    if not np.all(np.isfinite(vals)):
-        raise FloatingPointError(f"{loss_name}: non-finite loss at step {int(np.argmin(np.isfinite(vals)))}")
-    return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(params["layers"][0]["w"]), vals
+    res = fit(lambda p, k: objective(p, k, sigma_sqrt), variables["params"], optax.adam(cfg.train.lr),
+              steps=cfg.train.steps, batches=jax.random.split(k_data, cfg.train.steps))
+    return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(res.params["layers"][0]["w"]), res.losses
 
 
 def _kind(config, name):
-    if name in config.decorrelation_losses:
+    if name in config.train.decorrelation_losses:
         return "decorrelation"
     if name == "wmse":  # W-MSE whitens inside the loss: the head itself need not whiten
         return "whitening in the loss"
     return "contrastive"
 
 
-def run(config, out_dir) -> dict:
+def measure(config) -> dict:
     key = jax.random.PRNGKey(config.seed)
     kA, kB, kS = jax.random.split(key, 3)
     A = construction(config, kA)
-    lo, hi = config.spectrum
-    eig = np.exp(np.linspace(np.log(lo), np.log(hi), config.d))
-    Q = np.linalg.qr(np.asarray(jax.random.normal(kS, (config.d, config.d), jnp.float64)))[0]
+    lo, hi = config.data.spectrum
+    d = config.data.d
+    eig = np.exp(np.linspace(np.log(lo), np.log(hi), d))
+    Q = np.linalg.qr(np.asarray(jax.random.normal(kS, (d, d), jnp.float64)))[0]
     sigma_sqrt = (Q * np.sqrt(eig)) @ Q.T
     # Cross-view covariance E[z1 z2^T] = Sigma (the view noise is independent): the shared signal
     # that the losses correlate across views.
     sigma_shared = Q @ np.diag(eig) @ Q.T
     rows, curves = [], {}
-    runs = [(name, config.view_noise) for name in config.losses]
-    runs += [(name, config.high_noise) for name in config.high_noise_losses]
+    runs = [(name, config.data.view_noise) for name in config.train.losses]
+    runs += [(name, config.data.high_noise) for name in config.train.high_noise_losses]
     for i, (name, noise) in enumerate(runs):
         W0, W, vals = train_head(config, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise)
         d0, i0, c0 = _whitening_error(W0, sigma_shared)
         d1, i1, c1 = _whitening_error(W, sigma_shared)
-        rows.append({"loss": name, "view_noise": noise,
-                     "kind": _kind(config, name),
+        rows.append({"loss": name, "view_noise": noise, "kind": _kind(config, name),
                      "decorrelation_error_init": d0, "decorrelation_error_trained": d1,
                      "isotropy_error_init": i0, "isotropy_error_trained": i1,
                      "cond_C_init": c0, "cond_C_trained": c1, "final_loss": float(vals[-1])})
-        curves[f"{name} (noise {noise:g})"] = vals
-    _figure(curves, out_dir)
-    dec = [r for r in rows if r["kind"] == "decorrelation" and r["view_noise"] == config.view_noise]
-    dec_ok = all(r["decorrelation_error_trained"] < config.whitening_tolerance and
+        curves[f"{name} (noise {noise:g})"] = [float(v) for v in vals]
+    return {"construction": A, "trained": rows, "curves": curves}
+
+
+def decide(m, config) -> dict:
+    A, v = m["construction"], config.verdict
+    dec = [r for r in m["trained"] if r["kind"] == "decorrelation" and r["view_noise"] == config.data.view_noise]
+    dec_ok = all(r["decorrelation_error_trained"] < v.whitening_tolerance and
                  r["decorrelation_error_trained"] < r["decorrelation_error_init"] / 5 for r in dec)
-    constr_ok = A["max_rel_error_on_S"] < config.construction_tolerance and A["max_abs_eig_off_S"] < 1e-8
-    if not constr_ok:
-        verdict = "not supported"
-    elif dec_ok:
-        verdict = "supported"
-    else:
-        verdict = "inconclusive"
+    constr_ok = A["max_rel_error_on_S"] < v.construction_tolerance and A["max_abs_eig_off_S"] < 1e-8
+    verdict = "not supported" if not constr_ok else ("supported" if dec_ok else "inconclusive")
     headline = {
         "construction_max_rel_error_on_S": A["max_rel_error_on_S"],
         "construction_error_at_other_points": A["max_rel_error_on_S_at_other_points"],
@@ -169,30 +165,19 @@ def run(config, out_dir) -> dict:
     }
     for r in dec:
         headline[f"{r['loss']}_decorrelation_error"] = r["decorrelation_error_trained"]
-    return {
-        "verdict": verdict,
-        "verdict_rule": (f"supported if the construction whitens S to < {config.construction_tolerance:g} (and is 0 "
-                         f"off S) and every decorrelation-trained head reaches decorrelation error < "
-                         f"{config.whitening_tolerance} and 5x below its initialisation at view noise {config.view_noise:g} "
-                         f"(the strong-noise rows, {config.high_noise:g}, are reported beside it and not used); "
-                         "not supported if the construction fails; inconclusive if only training falls short"),
-        "headline": headline, "paper": {}, "construction": A, "trained": rows,
-    }
+    return {"verdict": verdict, "headline": headline, "paper": {}}
 
 
-def _figure(curves, out_dir):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figures(results, out_dir) -> None:
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    common.plot_normalised_curves(ax, curves)
+    common.plot_normalised_curves(ax, results["measurements"]["curves"])
     common.save_figure(fig, out_dir, "training_curves")
 
 
 def report(results, rel_dir) -> str:
-    A = results["construction"]
+    m = results["measurements"]
+    A = m["construction"]
     return "\n".join([
         f"Construction ({A['loss']}, rank H_L = {A['rank_H_L']}, {A['negative_eigenvalues_H_L']} negative eigenvalues "
         f"of H_L, r = {A['r']}): max |v^T H_eff v - |v|^2|/|v|^2 on S = {A['max_rel_error_on_S']:.3g}; "
@@ -205,7 +190,14 @@ def report(results, rel_dir) -> str:
         "isotropy error = max_i |lambda_i(C)/mean - 1| (0 = Sigma^{1/2} W W^T Sigma^{1/2} is a multiple of a "
         "rank-k projector):",
         "",
-        common.markdown_table(results["trained"]),
+        common.markdown_table(m["trained"]),
         "",
         f"![training curves]({rel_dir}/training_curves.png)",
     ])
+
+
+def run(config, out_dir) -> dict:
+    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
+    import sys
+
+    return common.run_experiment(sys.modules[__name__], config, out_dir)

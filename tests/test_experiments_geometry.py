@@ -33,20 +33,21 @@ def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
     common.check_verdict(r)
     assert _finite_numbers(r["headline"])
     cfg = ml_collections.ConfigDict(r["config"])
-    v, stats = metric_adaptation.verdict(r["curvature"], r["isotropy_fits"], cfg)
+    m = r["measurements"]
+    v, stats = metric_adaptation.verdict(m["curvature"], m["isotropy_fits"], cfg)
     assert v == r["verdict"] and stats["depth_gain"] == pytest.approx(r["headline"]["depth_gain"])
     # The rule, recomputed independently from the stored rows.
-    ctrl = next(c for c in r["curvature"] if c["loss"] == "mse")
-    others = [c for c in r["curvature"] if c["loss"] != "mse" and c["definite_points"] > 0]
-    eps_lin = min(f["eps_max"] for f in r["isotropy_fits"] if f["depth"] == 1)
-    eps_mlp = min(f["eps_max"] for f in r["isotropy_fits"] if f["depth"] >= 2)
-    falsified = any(c["max_abs_scalar_curvature"] > cfg.curvature_tol and c["constant_W_residual"] <= cfg.flat_residual_tol
+    ctrl = next(c for c in m["curvature"] if c["loss"] == "mse")
+    others = [c for c in m["curvature"] if c["loss"] != "mse" and c["definite_points"] > 0]
+    eps_lin = min(f["eps_max"] for f in m["isotropy_fits"] if f["depth"] == 1)
+    eps_mlp = min(f["eps_max"] for f in m["isotropy_fits"] if f["depth"] >= 2)
+    falsified = any(c["max_abs_scalar_curvature"] > cfg.verdict.curvature_tol and c["constant_W_residual"] <= cfg.verdict.flat_residual_tol
                     for c in others)
     if falsified:
         expected = "not supported"
     elif not others:
         expected = "premise violated"
-    elif eps_mlp <= cfg.eps_target and eps_mlp * cfg.depth_factor <= eps_lin:
+    elif eps_mlp <= cfg.verdict.eps_target and eps_mlp * cfg.verdict.depth_factor <= eps_lin:
         expected = "supported"
     else:
         expected = "inconclusive"
@@ -61,12 +62,12 @@ def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
             assert c["max_abs_sectional_curvature"] == pytest.approx(c["max_abs_scalar_curvature"] / 2, rel=1e-8)
         assert c["constant_W_rms"] <= c["constant_W_residual"] + 1e-12
     # A linear head has a constant Jacobian: CV(J^T J) = 0 to rounding; a swish MLP's varies.
-    for row in r["variation"]:
+    for row in m["variation"]:
         if row["depth"] == 1 or row["activation"] == "identity":
             assert row["cv_JtJ"] < 1e-12
         else:
             assert row["cv_JtJ"] > 1e-3
-    affine = next(f for f in r["isotropy_fits"] if f["depth"] == 1)
+    affine = next(f for f in m["isotropy_fits"] if f["depth"] == 1)
     assert affine["cv_JtJ_along_curve"] < 1e-12
     assert (out / "metric_adaptation" / "metric_adaptation.png").exists()
     text = metric_adaptation.report(r, "figs")

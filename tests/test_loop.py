@@ -1,0 +1,93 @@
+"""The one optimisation loop (ssl_geometry.training.loop.fit) and the dynamics entry points that share it."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from ssl_geometry import dynamics
+from ssl_geometry.training import loop
+
+
+def quad(p, b):
+    """0.5 |p - b|^2: one step of SGD(lr) moves p to p - lr (p - b)."""
+    return 0.5 * jnp.sum((p - b) ** 2)
+
+
+def test_fit_matches_closed_form_sgd_with_per_step_batches():
+    lr, steps = 0.3, 6
+    b = jnp.arange(steps, dtype=jnp.float64)[:, None] * jnp.ones((steps, 2))
+    r = loop.fit(quad, jnp.zeros(2), optax.sgd(lr), steps=steps, batches=b, chunk=3)
+    p, losses = np.zeros(2), []
+    for k in range(steps):
+        losses.append(0.5 * np.sum((p - np.asarray(b[k])) ** 2))
+        p = p - lr * (p - np.asarray(b[k]))
+    np.testing.assert_allclose(r.params, p, rtol=1e-14)
+    np.testing.assert_allclose(r.losses, losses, rtol=1e-14)
+    assert r.ok and r.n_steps == steps and r.first_bad_step is None
+
+
+def test_fit_reports_first_non_finite_step_and_freezes_params():
+    # the loss turns non-finite once p[0] > 1.5 (log of a negative number); p grows by 1 per step
+    loss = lambda p: jnp.log(2.0 - p[0]) * 0.0 - p[0]
+    with pytest.raises(loop.FitError, match="step 2 of 5") as e:
+        loop.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5)
+    r = e.value.result
+    assert r.first_bad_step == 2 and r.n_steps == 2 and not r.ok
+    np.testing.assert_allclose(r.params, [2.0])  # params after steps 0 and 1, not after the bad one
+    assert np.isfinite(r.losses[:2]).all() and np.isnan(r.losses[2:]).all()
+    r2 = loop.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5, throw=False)
+    assert r2.first_bad_step == 2
+
+
+def test_fit_stateful_loss_and_observe():
+    def loss(p, s, b):
+        return 0.5 * jnp.sum((p - b) ** 2), s + 1.0
+
+    r = loop.fit(loss, jnp.zeros(1), optax.sgd(0.5), steps=4, args=jnp.ones(1), state=jnp.zeros(()), chunk=2,
+                 observe=lambda p, k: p[0])
+    assert float(r.state) == 4.0
+    np.testing.assert_allclose(r.observed, [0.0, 0.75, 0.9375])  # k = 0, 2, 4
+
+
+def test_fit_bad_arguments_name_the_argument():
+    with pytest.raises(TypeError, match="optimizer"):
+        loop.fit(quad, jnp.zeros(1), lambda g: g, steps=2)
+    with pytest.raises(ValueError, match="steps"):
+        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=0)
+    with pytest.raises(ValueError, match="multiple of `chunk`"):
+        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=5, chunk=2)
+    with pytest.raises(ValueError, match="leading axis `steps`=3"):
+        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=3, batches=jnp.zeros((4, 1)))
+
+
+def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
+    """The docstrings promise one compiled program per static configuration: count XLA compilations."""
+    opt = optax.sgd(0.1)
+    obs = lambda p, t: p[0]
+    loop.fit(quad, jnp.zeros(3), opt, steps=4, args=jnp.ones(3))
+    dynamics.discrete(quad, jnp.zeros(3), opt, steps=4, args=jnp.ones(3), observe=obs, observe_every=2, lr=0.1)
+    dynamics.gradient_flow(quad, jnp.zeros(3), t1=1.0, save_at=jnp.array([0.0, 1.0]), args=jnp.ones(3), observe=obs)
+    before = loop._runner.cache_info().currsize
+    from ssl_geometry.dynamics import flow as _flow
+    before_flow = _flow._flow_solver.cache_info().currsize
+    key = jax.random.PRNGKey(0)
+    for i in range(3):
+        x0, b = jax.random.normal(jax.random.fold_in(key, i), (2, 3), jnp.float64)
+        loop.fit(quad, x0, opt, steps=4, args=b)
+        dynamics.discrete(quad, x0, opt, steps=4, args=b, observe=obs, observe_every=2, lr=0.1)
+        dynamics.gradient_flow(quad, x0, t1=1.0, save_at=jnp.array([0.0, 1.0]), args=b, observe=obs)
+    assert loop._runner.cache_info().currsize == before
+    assert _flow._flow_solver.cache_info().currsize == before_flow
+    # and the jitted programs themselves were traced once each: a new shape would add a trace
+    run = loop._runner(quad, opt, None, False, False, False, True, 1, 4)
+    assert run._cache_size() == 1
+
+
+def test_gradient_flow_non_finite_final_loss_is_a_failure():
+    # params stay finite (the gradient is 0) but the loss is NaN: must not be reported "successful"
+    loss = lambda p: jnp.sum(p * 0.0) + jnp.log(-1.0)
+    with pytest.raises(dynamics.DynamicsError, match="non-finite"):
+        dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]))
+    tr = dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]), throw=False)
+    assert not tr.ok and tr.status == "non_finite"
