@@ -27,17 +27,17 @@ import sys
 
 from experiments import common
 
-from .measure import CLAIM as CLAIM
-from .measure import NAME as NAME
-from .measure import PRINTED as PRINTED
-from .measure import RULE as RULE
-from .measure import TITLE as TITLE
-from .measure import data_root as data_root
-from .measure import decide as decide
-from .measure import measure as measure
-from .measure import recomputed as recomputed
-from .report import figures as figures
-from .report import report as report
+from .analysis import CLAIM as CLAIM
+from .analysis import NAME as NAME
+from .analysis import PRINTED as PRINTED
+from .analysis import RULE as RULE
+from .analysis import TITLE as TITLE
+from .analysis import data_root as data_root
+from .analysis import decide as decide
+from .analysis import measure as measure
+from .analysis import recomputed as recomputed
+from .tables import figures as figures
+from .tables import report as report
 
 __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "PRINTED", "measure", "decide", "recomputed", "data_root",
            "report", "figures", "run"]

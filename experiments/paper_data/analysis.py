@@ -13,7 +13,7 @@ import scipy.stats
 
 from ssl_geometry import metrics
 from ssl_geometry import paper as P
-from ssl_geometry.dynamics import flow as _flow
+from ssl_geometry import dynamics as _dyn
 
 __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "PRINTED", "TRACKER_RUNS", "RUNS", "data_root", "tracker",
            "geometry", "collapse", "measure", "recomputed", "decide"]
@@ -141,10 +141,10 @@ def geometry(root) -> dict:
     return out
 
 
-def _std_trajectory(series) -> _flow.Trajectory:
+def _std_trajectory(series) -> _dyn.Trajectory:
     """Per-epoch std as a :class:`Trajectory` on the epoch axis, so escape_time applies its own criterion."""
     s = np.asarray(series, np.float64)
-    return _flow.Trajectory(ts=np.arange(s.size, dtype=np.float64), observed={"std": s}, params=None, ok=True,
+    return _dyn.Trajectory(ts=np.arange(s.size, dtype=np.float64), observed={"std": s}, params=None, ok=True,
                             status="successful", message="released per-epoch series", t_final=float(s.size - 1),
                             n_steps=s.size, n_rejected=0, n_grad_evals=None, saved=np.ones(s.size, bool), last=None)
 
@@ -158,8 +158,8 @@ def collapse(root, cfg) -> list:
         arr = _npz(root / ds / arch / "collapse_results/arrays.npz")
         for key in sorted({k.split("/")[0] for k in arr}):
             std = arr[f"{key}/mean"]
-            esc = _flow.escape_time(_std_trajectory(std), "std_threshold", threshold=threshold)
-            seeds_escaped = sum(_flow.escape_time(_std_trajectory(r), "std_threshold", threshold=threshold).escaped
+            esc = _dyn.escape_time(_std_trajectory(std), "std_threshold", threshold=threshold)
+            seeds_escaped = sum(_dyn.escape_time(_std_trajectory(r), "std_threshold", threshold=threshold).escaped
                                 for r in arr[f"{key}/raw"])
             ep = np.arange(std.size)[e0:]
             slope = float(np.polyfit(ep, np.log(std[e0:]), 1)[0])

@@ -6,7 +6,7 @@ import pathlib
 from experiments import common
 from ssl_geometry import paper as P
 
-from .measure import PRINTED, TRACKER_RUNS, _npz, data_root, recomputed
+from .analysis import PRINTED, TRACKER_RUNS, _npz, data_root, recomputed
 
 __all__ = ["report", "figures"]
 
