@@ -17,26 +17,29 @@ __all__ = ["load_data", "make_backbone", "make_head", "view", "train_simclr", "f
            "rotation_probe_subset", "probe_suite", "trained_augmentations"]
 
 
+def _first(ds, n):
+    """The first ``n`` examples (``data.subset`` cannot be used: ``Dataset.__len__`` breaks ``_replace``)."""
+    return type(ds)(ds.images[:n], ds.labels[:n], {k: v[:n] for k, v in ds.factors.items()}, ds.num_classes, ds.name)
+
+
 def load_data(cfg):
     """``(train, test)`` :class:`ssl_geometry.data.Dataset`; under ``cfg.dry_run`` a few generated/mock images."""
     d = cfg.data
     kwargs = {"seed": cfg.seed, "image_size": d.image_size}
+    test_split = "test" if "test" in data.info(d.name).splits else "validation"
+    counts = (d.dry_run_examples,) * 2 if cfg.dry_run else (d.n_train, d.n_test)
     if d.name == "shapes":
         a = math.radians(d.shapes_max_angle_deg)
-        kwargs["config"] = data.ShapesConfig(angle=(-a, a))
-    elif d.data_dir:
+        return tuple(data.load(d.name, s, num_examples=n, config=data.ShapesConfig(angle=(-a, a)), **kwargs)
+                     for s, n in zip(("train", test_split), counts))
+    if d.data_dir:
         kwargs["data_dir"] = d.data_dir
-    test_split = "test" if "test" in data.info(d.name).splits else "validation"
     if cfg.dry_run:
-        n = d.dry_run_examples
-        if data.DATASETS[d.name].source == "embedded":
-            return tuple(data.load(d.name, s, num_examples=n, **kwargs) for s in ("train", test_split))
         import tensorflow_datasets as tfds
 
-        with tfds.testing.mock_data(num_examples=n):
-            return tuple(data.load(d.name, s, num_examples=n, **kwargs) for s in ("train", test_split))
-    return (data.load(d.name, "train", num_examples=d.n_train, **kwargs),
-            data.load(d.name, test_split, num_examples=d.n_test, **kwargs))
+        with tfds.testing.mock_data(num_examples=d.dry_run_examples):
+            return tuple(_first(data.load(d.name, s, **kwargs), n) for s, n in zip(("train", test_split), counts))
+    return tuple(_first(data.load(d.name, s, **kwargs), n) for s, n in zip(("train", test_split), counts))
 
 
 def make_backbone(cfg, dtype):
