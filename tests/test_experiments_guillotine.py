@@ -238,3 +238,12 @@ def test_paper_variants_are_the_authors_recipe():
         assert (c.train.batch_size, c.train.lr, c.train.temperature, c.probes.epochs) == (256, 1e-3, 0.1, 5)
         assert tuple(c.model.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
         assert T.trained_augmentations(c) == {"rotation": True, "hue": True, "blur": False}
+
+
+def test_dry_run_sizes_keep_every_step_small():
+    c = gconfig.get_config("paper")
+    assert guillotine._sizes(c)["curvature"] == c.analysis.curvature_images
+    c.dry_run = True
+    sz = guillotine._sizes(c)
+    assert all(v <= 8 for v in sz.values()) and sz["degeneracy"] >= 2  # a permutation without fixed points needs 2
+    assert (c.model.backbone, c.data.image_size, c.model.head_out) == ("resnet18_cifar", 32, 2048)  # the paper's models

@@ -209,3 +209,12 @@ def test_find_and_load_converted_safetensors(tiny_dino_checkpoint, tmp_path):
         PO.load_checkpoint("dino_resnet50", tmp_path / "dino_resnet50.safetensors")
     with pytest.raises(ValueError, match="Unknown checkpoint"):
         PO.find_checkpoint("simclr", tmp_path)
+
+
+def test_dry_run_overrides_keep_the_papers_models():
+    from experiments import configs
+
+    c = cfg_module.get_config("paper")
+    d = configs.apply_overrides(cfg_module.get_config("paper"), _PO._DRY)
+    assert (d.data.image_size, d.control.image_size, d.control.dino.out) == (c.data.image_size, 224, 65536)
+    assert _PO._points(d, "control") == 2 * 1 * 3 and _PO._points(c, "control") == 10 * 5 * 12

@@ -320,6 +320,18 @@ def test_missing_files_and_bad_inputs(tmp_path, monkeypatch, pm, small):
 # ----------------------------------------------------------------------------- experiment
 
 
+def test_experiment_dry_run_overrides_are_valid():
+    import ml_collections
+
+    from experiments import configs, minilm_geometry
+    from experiments.configs import minilm_geometry as cfg_mod
+
+    for variant in ("smoke", "paper"):
+        c = configs.apply_overrides(ml_collections.ConfigDict(cfg_mod.get_config(variant).to_dict()), minilm_geometry._DRY)
+        minilm_geometry._check(c)  # consistent sizes; the paper variant's head and token length are kept
+        assert c.model.head_hidden == cfg_mod.get_config(variant).model.head_hidden and c.train.frozen_steps == 2
+
+
 def test_experiment_tiny_contract(tmp_path):
     from experiments import common, minilm_geometry
     from experiments.configs import minilm_geometry as cfg_mod

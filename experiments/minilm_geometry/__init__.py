@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common
+import ml_collections
+
+from experiments import common, configs
 from ssl_geometry import heads, text
 
 from . import core as C
@@ -65,10 +67,19 @@ def _check(cfg) -> None:
         raise ValueError(f"`verdict.control` must be one of {CONTROLS}; got {cfg.verdict.control!r}.")
 
 
+#: Under ``dry_run``: the paper variant's models and token length, a handful of sentences, 2 steps per
+#: training phase (frozen head, fine-tuning), every measurement.
+_DRY = {"data.n_train": 16, "data.n_eval": 8, "train.view_bank": 2, "train.frozen_steps": 2, "train.frozen_batch": 4,
+        "train.finetune_steps": 2, "train.finetune_batch": 4, "train.fit_steps": 1, "train.embed_batch": 8,
+        "analysis.n_views": 2, "analysis.n_between": 2, "analysis.n_hessian": 2, "analysis.bootstrap": 50}
+
+
 def measure(config) -> dict:
     """Train the frozen and fine-tuned heads, then measure init / frozen / fine-tuned geometry (numbers only)."""
-    cfg = config
+    full = config
+    cfg = configs.apply_overrides(ml_collections.ConfigDict(config.to_dict()), _DRY) if config.dry_run else config
     _check(cfg)
+    C._STEP_TIMES.clear()
     t_start = time.perf_counter()
     k_head, k_bank, k_train, k_ft, k_eval, k_meas = jax.random.split(jax.random.PRNGKey(cfg.seed), 6)
     pm = text.load_minilm()
@@ -105,7 +116,16 @@ def measure(config) -> dict:
         settings["finetuned"]["backbone_relative_change"] = float(
             np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l0, l1))) / np.sqrt(sum(float(jnp.sum(a ** 2)) for a in l0)))
     timings["total_s"] = time.perf_counter() - t_start
-    return {"corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
+    dry = {}
+    if config.dry_run:
+        steps = [full.train.frozen_steps, full.train.finetune_steps]
+        train_s = sum(t * n for t, n in zip(C._STEP_TIMES, steps))
+        rest = timings["total_s"] - sum(C._STEP_TIMES[i] * cfg.train[k] for i, k in enumerate(("frozen_steps", "finetune_steps"))
+                                        if i < len(C._STEP_TIMES))
+        dry = {"dry_run": {"step_time_s": C._STEP_TIMES[0], "device": jax.devices()[0].device_kind,
+                           "projected_wall_time_s": train_s + rest * full.data.n_eval / cfg.data.n_eval,
+                           "projection": "measured step time x full steps per phase + the rest x n_eval ratio"}}
+    return {**dry, "corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
             "model": {"name": pm.model.name, "head": head.name}, "settings": settings, "effective_hessian": hess,
             "loss_curves": {"frozen": loss_frozen.tolist(), "finetuned": np.asarray(loss_ft).tolist()},
             "timings": timings}

@@ -84,13 +84,20 @@ def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
     per_call = min(per_call, steps)
     if steps % per_call:
         raise ValueError(f"steps ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
-    opt_state, out = None, []
+    opt_state, out, times = None, [], []
     for s0 in range(0, steps, per_call):
+        t0 = time.perf_counter()
         res = loop.fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
                        has_state=True, opt_state=opt_state)
         params, state, opt_state = res.params, res.state, res.opt_state
-        out.append(np.asarray(res.losses))
+        out.append(np.asarray(res.losses))  # blocks until the call is done
+        times.append((time.perf_counter() - t0) / per_call)
+    _STEP_TIMES.append(float(np.median(times[1:])) if len(times) > 1 else float(times[0]))
     return params, state, np.concatenate(out)
+
+
+#: Median wall time per step of each :func:`_fit_in_calls` run (calls after the first), for the dry run.
+_STEP_TIMES: list = []
 
 
 def train_frozen(head, head_vars, bank, cfg, key):

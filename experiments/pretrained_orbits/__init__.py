@@ -46,7 +46,9 @@ import time
 
 import jax
 
-from experiments import common
+import ml_collections
+
+from experiments import common, configs
 from ssl_geometry import pretrained
 
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
@@ -71,8 +73,22 @@ RULE = ("Only checkpoints found on disk count (pipeline controls on random initi
         "disagrees, 'inconclusive' otherwise or when no checkpoint is present.")
 
 
+#: Under ``dry_run``: the paper's architectures, heads and 224 px images, 2 classes x 1 image, 3 orbit steps.
+_DRY = {"data.num_classes": 2, "data.images_per_class": 1, "analysis.orbit_steps": 3, "analysis.metric_points": 1,
+        "analysis.lanczos_k": 2, "analysis.lanczos_steps": 20, "analysis.n_random": 2, "analysis.batch_size": 6,
+        "control.num_classes": 2, "control.images_per_class": 1, "control.orbit_steps": 3}
+
+
+def _points(c, section) -> int:
+    return c[section].num_classes * c[section].images_per_class * (c.analysis.orbit_steps if section == "data"
+                                                                     else c.control.orbit_steps)
+
+
 def measure(config) -> dict:
     """Every checkpoint (present, or its absence) and the pipeline controls (numbers only)."""
+    full = config
+    if config.dry_run:
+        config = configs.apply_overrides(ml_collections.ConfigDict(config.to_dict()), _DRY)
     t_cpu = time.process_time()
     with jax.enable_x64(True):
         rows, aug_rows, image_cache = [], [], {}
@@ -123,9 +139,17 @@ def measure(config) -> dict:
                  "[0.1, 2]), so the orbits also leave the training distribution."),
         "held_for": [f"{r['checkpoint']}/{a}" for r in rows if r["status"] == STATUS_PRESENT for a in config.analysis.trained_augmentations],
     }
-    return {"checkpoints": rows, "augmentations": aug_rows, "premises": premises,
-            "checkpoint_dir": str(pathlib.Path(config.model.checkpoint_dir).expanduser()),
-            "cpu_time_s": time.process_time() - t_cpu}
+    out = {"checkpoints": rows, "augmentations": aug_rows, "premises": premises,
+           "checkpoint_dir": str(pathlib.Path(config.model.checkpoint_dir).expanduser()),
+           "cpu_time_s": time.process_time() - t_cpu}
+    if full.dry_run:  # no training: a "step" is one analysed checkpoint or control, scaled by its orbit points
+        done = [r for r in rows if r["status"] != STATUS_ABSENT]
+        sec = {r["status"]: "data" if r["status"] == STATUS_PRESENT else "control" for r in done}
+        proj = sum(r["seconds"] * _points(full, sec[r["status"]]) / _points(config, sec[r["status"]]) for r in done)
+        out["dry_run"] = {"step_time_s": float(sum(r["seconds"] for r in done) / max(len(done), 1)),
+                          "projected_wall_time_s": float(proj), "device": jax.devices()[0].device_kind,
+                          "projection": "seconds per analysed checkpoint x (full / dry orbit points)"}
+    return out
 
 
 def _verdict(rows: list[dict]) -> tuple[str, str]:
