@@ -75,6 +75,11 @@ PAPER_NUMBERS = {
 }
 
 
+def _log(msg: str, t0: float) -> None:
+    """Progress on stderr (a paper-size run takes hours; a CPU dry run minutes, mostly XLA compiles)."""
+    print(f"[{NAME}] {time.perf_counter() - t0:8.1f} s  {msg}", file=sys.stderr, flush=True)
+
+
 def _sizes(cfg) -> dict:
     """Image counts of every analysis step (a handful under ``dry_run``: every step still runs)."""
     a, p = cfg.analysis, cfg.probes
@@ -104,10 +109,13 @@ def _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe):
     cls_test = (augment.to_float(test_ds.images[: sz["probe_test"]]), test_ds.labels[: sz["probe_test"]])
     depths = [cfg.model.head_depth] + [d for d in cfg.model.depths if d != cfg.model.head_depth]
     runs, probe_res = {}, {}
+    t0 = time.perf_counter()
     for d in depths:  # same key: same backbone initialisation for every depth
         runs[d] = T.train_simclr(cfg, d, train_ds.images, k_train)
+        _log(f"head depth {d}: SimCLR trained ({runs[d]['step_time_s']:.3g} s/step)", t0)
         probe_res[d] = T.probe_suite(cfg, runs[d], rot_train, rot_test, cls_train, cls_test, k_probe,
                                      class_probes=(d == cfg.model.head_depth))
+        _log(f"head depth {d}: probes done", t0)
     return runs, probe_res, cls_test, rot_train.shape[0], rot_test.shape[0]
 
 
@@ -132,12 +140,16 @@ def measure(config) -> dict:
     geos = {a: G.Geometry(backbone, head, G.augmentation_fn(cfg, a)) for a in AUGMENTATIONS}
     v_tr, v_init = G.analysis_variables(main, adt), G.analysis_variables(main, adt, initial_head=True)
     test_f = augment.to_float(test_ds.images, adt)
+    _log("representation statistics done", t_start)
     curv = G.curvature_analysis(cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales,
                                 convergence_images=sz["convergence"])
+    _log("curvature done", t_start)
     orb_imgs = G.orbit_images(cfg, test_ds, sz["orbit_classes"], sz["orbit_images"])
     orb = G.orbit_analysis(cfg, geos["rotation"], v_tr, augment.to_float(orb_imgs, adt), scales)
+    _log("orbits done", t_start)
     deg = G.degeneracy_analysis(cfg, geos, v_tr, v_init, test_f[: sz["degeneracy"]], k_deg)
     t_end = time.perf_counter()
+    _log("degeneracy done", t_start)
     out = {
         "premises": _premises(cfg, main["losses"], probe_res[cfg.model.head_depth]["rotation"],
                               ranks["erank_rankme_backbone"]),
