@@ -105,7 +105,7 @@ def train_simclr(cfg, depth: int, images, key) -> dict:
     t = cfg.train
     steps = 2 if cfg.dry_run else t.steps
     bs = t.dry_run_batch if cfg.dry_run else t.batch_size
-    per_call = min(t.fit_steps, steps)
+    per_call = 1 if cfg.dry_run else min(t.fit_steps, steps)  # dry run: 2 calls, the second one times a step
     if steps % per_call:
         raise ValueError(f"`train.steps` ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
     backbone = make_backbone(cfg, jnp.float32)
