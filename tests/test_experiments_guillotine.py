@@ -238,6 +238,7 @@ def test_paper_variants_are_the_authors_recipe():
         assert (c.train.batch_size, c.train.lr, c.train.temperature, c.probes.epochs) == (256, 1e-3, 0.1, 5)
         assert tuple(c.model.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
         assert T.trained_augmentations(c) == {"rotation": True, "hue": True, "blur": False}
+        assert (c.model.head_activation, c.model.ablation_activation) == ("relu", "swish")
 
 
 def test_dry_run_sizes_keep_every_step_small():

@@ -21,9 +21,9 @@ Deviations of the ``paper`` variants from the authors' code, with reasons:
 * The colour jitter's order of the four factors is random per view (torchvision's ColorJitter
   also permutes them); hue is in HSV as torchvision's.
 * The head is the authors' ``ProjectionHead(relu, use_bn=True)``: Linear(512, 2048, bias-free)-BN-ReLU-
-  Linear(2048, 2048, bias-free)-BN; depth 1 and 3 (the ablation) extend it with the same blocks.
-  The authors' ``head_depth_ablations.py`` is not in the released data set's scope; its depth-1 head
-  is one bias-free Linear + BN here.
+  Linear(2048, 2048, bias-free)-BN. The depth ablation trains depths 1/2/3 separately with the authors'
+  ``FlexibleProjectionHead(activation='swish', use_bn=True)`` (BN after every Linear, bias-free); the
+  main (ReLU) run is not reused for it.
 * Probes: the library's linear and 2-layer MLP probes (Adam 1e-3, 5 epochs) on the four 90-degree
   rotations of each test-split image, as the authors; hidden width ``probes.hidden``.
 * Training through ``training.loop.fit`` on the objective the CLI trainer (``ssl_geometry.train``)
@@ -58,6 +58,8 @@ def base() -> ml_collections.ConfigDict:
             "backbone": "small_cnn",  # small_cnn | resnet18_cifar | vit_tiny
             "widths": (16, 32, 64),  # small_cnn only
             "head_depth": 2,  # affine layers of the main run's projector (2: Linear-BN-ReLU-Linear)
+            "head_activation": "relu",  # the authors' guillotine head (ProjectionHead(relu, use_bn=True))
+            "ablation_activation": "relu",  # head-depth ablation; the authors' head_depth_ablations.py: swish
             "head_hidden": 128, "head_out": 32,
             "head_final_bn": False, "head_bias": True,  # the authors' head: BN on the output, no biases
             "depths": (1, 2, 3),  # head-depth ablation (the main run is head_depth, reused)
@@ -108,7 +110,7 @@ _PAPER = {
     "data.name": "cifar10", "data.image_size": 32, "data.n_train": 50000, "data.n_test": 10000,
     "data.rotation_probe_classes": None,
     "model.backbone": "resnet18_cifar", "model.widths": (), "model.head_hidden": 2048, "model.head_out": 2048,
-    "model.head_final_bn": True, "model.head_bias": False,
+    "model.head_final_bn": True, "model.head_bias": False, "model.ablation_activation": "swish",
     "train.batch_size": 256, "train.steps": 50 * (50000 // 256), "train.fit_steps": 50000 // 256,
     "probes.train_images": 50000, "probes.test_images": 10000, "probes.epochs": 5, "probes.hidden": 512,
     "analysis.curvature_images": 100, "analysis.convergence_images": 32, "analysis.degeneracy_images": 256,

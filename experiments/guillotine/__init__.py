@@ -107,15 +107,23 @@ def _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe):
     rot_test = T.rotation_probe_subset(cfg, test_ds, sz["probe_test"])
     cls_train = (augment.to_float(train_ds.images[: sz["probe_train"]]), train_ds.labels[: sz["probe_train"]])
     cls_test = (augment.to_float(test_ds.images[: sz["probe_test"]]), test_ds.labels[: sz["probe_test"]])
-    depths = [cfg.model.head_depth] + [d for d in cfg.model.depths if d != cfg.model.head_depth]
+    m = cfg.model
+    # The main run (head_depth, head_activation) first; then the ablation depths with ablation_activation (the
+    # main run is reused at its depth when the activations agree). Same key: same backbone initialisation.
+    plan = [("main", m.head_depth, m.head_activation)]
+    plan += [(d, d, m.ablation_activation) for d in m.depths
+             if not (d == m.head_depth and m.ablation_activation == m.head_activation)]
     runs, probe_res = {}, {}
     t0 = time.perf_counter()
-    for d in depths:  # same key: same backbone initialisation for every depth
-        runs[d] = T.train_simclr(cfg, d, train_ds.images, k_train)
-        _log(f"head depth {d}: SimCLR trained ({runs[d]['step_time_s']:.3g} s/step)", t0)
-        probe_res[d] = T.probe_suite(cfg, runs[d], rot_train, rot_test, cls_train, cls_test, k_probe,
-                                     class_probes=(d == cfg.model.head_depth))
-        _log(f"head depth {d}: probes done", t0)
+    for name, d, act in plan:
+        runs[name] = T.train_simclr(cfg, d, train_ds.images, k_train, act)
+        _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
+        probe_res[name] = T.probe_suite(cfg, runs[name], rot_train, rot_test, cls_train, cls_test, k_probe,
+                                        class_probes=(name == "main"))
+        _log(f"{name}: probes done", t0)
+    for d in m.depths:  # the ablation's entries
+        if d not in runs:
+            runs[d], probe_res[d] = runs["main"], probe_res["main"]
     return runs, probe_res, cls_test, rot_train.shape[0], rot_test.shape[0]
 
 
@@ -128,7 +136,7 @@ def measure(config) -> dict:
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
     runs, probe_res, cls_test, n_rot_tr, n_rot_te = _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe)
-    main = runs[cfg.model.head_depth]
+    main = runs["main"]
     t_analysis = time.perf_counter()
     fz, fh = T.feature_fns(main)
     z_test, h_test = probes.features_in_batches(fz, cls_test[0]), probes.features_in_batches(fh, cls_test[0])
@@ -136,7 +144,7 @@ def measure(config) -> dict:
     ranks = {f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
              for w, r in (("backbone", z_test), ("head", h_test)) for m in metrics.EFFECTIVE_RANK_METHODS}
     backbone = T.make_backbone(cfg, adt)
-    head = T.make_head(cfg, backbone.out_dim, cfg.model.head_depth, adt)
+    head = T.make_head(cfg, backbone.out_dim, cfg.model.head_depth, adt)  # the main run's activation
     geos = {a: G.Geometry(backbone, head, G.augmentation_fn(cfg, a)) for a in AUGMENTATIONS}
     v_tr, v_init = G.analysis_variables(main, adt), G.analysis_variables(main, adt, initial_head=True)
     test_f = augment.to_float(test_ds.images, adt)
@@ -151,13 +159,13 @@ def measure(config) -> dict:
     t_end = time.perf_counter()
     _log("degeneracy done", t_start)
     out = {
-        "premises": _premises(cfg, main["losses"], probe_res[cfg.model.head_depth]["rotation"],
+        "premises": _premises(cfg, main["losses"], probe_res["main"]["rotation"],
                               ranks["erank_rankme_backbone"]),
         "setting": {"dataset": cfg.data.name, "image_size": cfg.data.image_size, "backbone": backbone.name,
                     "head": head.name, "analysis_dtype": str(jnp.dtype(adt)), "trained_augmentations":
                     T.trained_augmentations(cfg), "rotation_probe_train_images": int(n_rot_tr),
                     "rotation_probe_test_images": int(n_rot_te), "sizes": sz},
-        "probes": probe_res[cfg.model.head_depth], "representation": {**ranks, **{f"scale_{k}": v for k, v in scales.items()}},
+        "probes": probe_res["main"], "representation": {**ranks, **{f"scale_{k}": v for k, v in scales.items()}},
         "curvature": curv, "orbits": orb,
         "degeneracy": deg,
         "depth_ablation": [{"head_depth": d, **{f"rot_{k[:3]}_{w}": probe_res[d]["rotation"][w][k]
@@ -167,7 +175,8 @@ def measure(config) -> dict:
     }
     if cfg.dry_run:
         t = cfg.train
-        train_proj = sum(runs[d]["step_time_s"] for d in runs) * t.steps * t.batch_size / t.dry_run_batch
+        trained = {id(r): r for r in runs.values()}.values()
+        train_proj = sum(r["step_time_s"] for r in trained) * t.steps * t.batch_size / t.dry_run_batch
         full = _sizes(_full(cfg))
         scale = max(full[k] / max(sz[k], 1) for k in ("curvature", "degeneracy", "probe_train"))
         out["dry_run"] = {"step_time_s": main["step_time_s"], "projected_wall_time_s": train_proj

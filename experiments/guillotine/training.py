@@ -54,13 +54,17 @@ def make_backbone(cfg, dtype):
     raise ValueError(f"`model.backbone` must be 'small_cnn', 'resnet18_cifar' or 'vit_tiny'; got {m.backbone!r}.")
 
 
-def make_head(cfg, in_dim: int, depth: int, dtype):
-    """ReLU+BN MLP projector with ``depth`` affine layers ``in -> hidden x (depth-1) -> out`` (BN on hidden)."""
+def make_head(cfg, in_dim: int, depth: int, dtype, activation: str | None = None):
+    """BN MLP projector with ``depth`` affine layers ``in -> hidden x (depth-1) -> out`` (BN on hidden).
+
+    ``activation``: default ``model.head_activation`` (the main run); the depth ablation passes
+    ``model.ablation_activation`` (the authors' ``head_depth_ablations.py`` uses Swish).
+    """
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"head `depth` must be a positive int; got {depth!r}.")
     m = cfg.model
-    return heads.mlp(in_dim, (m.head_hidden,) * (depth - 1), m.head_out, activation="relu", batch_norm=True,
-                     final_batch_norm=m.head_final_bn, bias=m.head_bias, dtype=dtype)
+    return heads.mlp(in_dim, (m.head_hidden,) * (depth - 1), m.head_out, activation=activation or m.head_activation,
+                     batch_norm=True, final_batch_norm=m.head_final_bn, bias=m.head_bias, dtype=dtype)
 
 
 def trained_augmentations(cfg) -> dict:
@@ -93,7 +97,7 @@ def view(key, images, *, aug: tuple, size: int):
     return augment.batch_augment(key, x, _view_one, dict(aug), size)
 
 
-def train_simclr(cfg, depth: int, images, key) -> dict:
+def train_simclr(cfg, depth: int, images, key, activation: str | None = None) -> dict:
     """SimCLR (NT-Xent, ``train.temperature``) with Adam(``train.lr``) on ``images`` (uint8 NHWC), float32.
 
     The batch at step ``s`` is :func:`ssl_geometry.trainer.batch_indices` ``(seed, s)``, the views are
@@ -109,7 +113,7 @@ def train_simclr(cfg, depth: int, images, key) -> dict:
     if steps % per_call:
         raise ValueError(f"`train.steps` ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
     backbone = make_backbone(cfg, jnp.float32)
-    head = make_head(cfg, backbone.out_dim, depth, jnp.float32)
+    head = make_head(cfg, backbone.out_dim, depth, jnp.float32, activation)
     aug = tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in cfg.augment.items()))
     views = functools.partial(augment.two_views, pipeline=functools.partial(view, aug=aug, size=cfg.data.image_size))
     obj = objectives.make_objective("simclr", backbone, head, augment=views, temperature=t.temperature)
