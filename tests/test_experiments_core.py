@@ -97,3 +97,49 @@ def test_require_x64_names_the_experiment_and_the_fix():
         with pytest.raises(RuntimeError, match="objectives computes exact Hessians in float64"):
             common.require_x64("objectives")
     common.require_x64("objectives")  # enabled by conftest: no error
+
+
+def test_make_config_passes_data_dir_and_dry_run(tmp_path):
+    c = reproduce.make_config("hessian_tracker", "paper", data_dir=str(tmp_path), dry_run=True, seed=3)
+    assert c.data.data_dir == str(tmp_path) and c.dry_run is True and c.seed == 3
+    assert reproduce.make_config("hessian_tracker", "paper").dry_run is False
+    # The paper variant of experiment 4 is its own module; other variants stay with collapse_escape.
+    assert reproduce.module_name("collapse_escape", "paper") == "collapse_escape_paper"
+    assert reproduce.module_name("collapse_escape", "smoke") == "collapse_escape"
+    mod, cfg = reproduce.load("collapse_escape", "paper")
+    assert mod.__name__ == "experiments.collapse_escape_paper" and cfg.get_config("paper").seeds == 3
+
+
+def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
+    import ml_collections
+
+    class FakeCfg:
+        @staticmethod
+        def get_config(arg=None):
+            return ml_collections.ConfigDict({"seed": 0})
+
+    class Declares:
+        __name__ = "fake"
+        DRY_RUN = True
+
+    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (Declares, FakeCfg))
+    with pytest.raises(NotImplementedError, match="no `dry_run` field"):
+        reproduce.make_config("whitening", "paper", dry_run=True)
+    # A module that does not declare DRY_RUN would ignore the flag and run its full variant: refused.
+    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (type("M", (), {"__name__": "m"}), FakeCfg))
+    with pytest.raises(NotImplementedError, match="does not declare DRY_RUN"):
+        reproduce.make_config("whitening", "paper", dry_run=True)
+
+
+def test_main_dry_run_writes_its_own_report_never_report_md(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "dry"
+    assert reproduce.main(["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--out", str(out)]) == 0
+    text = (out / "DRY_RUN.md").read_text()
+    assert text.startswith("# DRY RUN") and "| 5. Hessian tracker parity | ran |" in text
+    assert not (tmp_path / "REPORT.md").exists() and not (out / "REPORT.md").exists()
+    res = common.read_results(out / "hessian_tracker")
+    assert res["config"]["dry_run"] is True and res["measurements"]["dry_run"]["step_time_s"] > 0
+    assert "[hessian_tracker] dry run: step" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        reproduce.main(["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--report", "REPORT.md"])

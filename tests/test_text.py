@@ -241,26 +241,31 @@ def test_train_steps_decrease_loss(small):
     hv = head.init(jax.random.PRNGKey(1))
     loss_fn = functools.partial(losses.info_nce, temperature=0.1)
     key = jax.random.PRNGKey(5)
+    steps = 12
+    per_step = text.Tokens(*(jnp.broadcast_to(a, (steps,) + a.shape) for a in toks))
+    keys = jax.random.split(key, steps)
     for finetune in (False, True):
         opt = optax.adam(3e-3) if not finetune else optax.multi_transform(
             {"head": optax.adam(3e-3), "backbone": optax.adam(1e-3)}, {"head": "head", "backbone": "backbone"})
-        step = text.make_train_step(enc32, head, loss_fn, opt, finetune=finetune, augment={"deletion": 0.1})
-        state = text.init_train_state(v32, hv, opt, finetune=finetune)
-        # The step returns the loss before its update: stepping with the same key before and
-        # after training compares the objective on identical views.
-        _, before = step(state, toks, key)
-        for i in range(12):
-            state, loss = step(state, toks, jax.random.fold_in(key, i))
-            assert np.isfinite(float(loss))
-        assert int(state.step) == 12
-        _, after = step(state, toks, key)
+        objective = text.make_two_view_loss(enc32, head, loss_fn, finetune=finetune, augment={"deletion": 0.1})
+        # The objective on identical views (same key) before and after training.
+        params0 = {"head": hv["params"], **({"backbone": v32["params"]} if finetune else {})}
+        state0 = {"backbone": v32, "head": {k: a for k, a in hv.items() if k != "params"}}
+        before, _ = objective(params0, state0, toks, key)
+        res = text.fit_two_view(enc32, head, loss_fn, opt, v32, hv, tokens=per_step, keys=keys, finetune=finetune,
+                                augment={"deletion": 0.1}, chunk=4)
+        assert res.losses.shape == (steps,) and np.all(np.isfinite(res.losses))
+        params1 = {"head": res.head["params"], **({"backbone": res.backbone["params"]} if finetune else {})}
+        after, _ = objective(params1, {"backbone": res.backbone, "head": state0["head"]}, toks, key)
         assert float(after) < 0.8 * float(before), (finetune, float(before), float(after))
-        moved = jax.tree_util.tree_map(lambda a, b: float(jnp.max(jnp.abs(a - b))), state.backbone["params"],
+        moved = jax.tree_util.tree_map(lambda a, b: float(jnp.max(jnp.abs(a - b))), res.backbone["params"],
                                        v32["params"])
         if finetune:
             assert max(jax.tree_util.tree_leaves(moved)) > 0
         else:
             assert max(jax.tree_util.tree_leaves(moved)) == 0.0
+    with pytest.raises(ValueError, match="leading step axis"):
+        text.fit_two_view(enc32, head, loss_fn, optax.adam(1e-3), v32, hv, tokens=toks, keys=keys, finetune=False)
 
 
 # ----------------------------------------------------------------------------- corpus and errors

@@ -41,10 +41,11 @@ from .geometry import CONTROLS as CONTROLS
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "CONTROLS", "PAPER_NUMBERS", "measure", "decide",
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "CONTROLS", "PAPER_NUMBERS", "measure", "decide",
            "report", "figures", "run"]
 
 NAME = "guillotine"
+DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Guillotine and information-invariance (Sec. 5)"
 CLAIM = ("The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
          "decodable from h(z) than from the backbone z, and the head's pullback metric degenerates along the "

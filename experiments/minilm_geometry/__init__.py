@@ -36,9 +36,10 @@ from .core import CONTROLS as CONTROLS
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "CONTROLS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "CONTROLS", "measure", "decide", "report", "figures", "run"]
 
 NAME = "minilm_geometry"
+DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation model: MiniLM sentence encoder with a trained SSL head (Sec. 5 on text)"
 CLAIM = ("A trained projection head's pullback metric degenerates along the augmentation directions it was trained "
          "to be invariant to (|J_h v| small for v along view differences) more than along other directions (Sec. 5).")

@@ -28,6 +28,7 @@ import sys
 from experiments import common
 
 from .analysis import CLAIM as CLAIM
+from .analysis import DRY_RUN as DRY_RUN
 from .analysis import NAME as NAME
 from .analysis import PRINTED as PRINTED
 from .analysis import RULE as RULE
@@ -39,7 +40,7 @@ from .analysis import recomputed as recomputed
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "PRINTED", "measure", "decide", "recomputed", "data_root",
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "PRINTED", "measure", "decide", "recomputed", "data_root",
            "report", "figures", "run"]
 
 

@@ -57,9 +57,10 @@ from .pipeline import find_checkpoint, load_checkpoint
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measure", "decide", "report", "figures", "run"]
 
 NAME = "pretrained_orbits"
+DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation models: released vision SSL checkpoints with their heads (Sec. 5)"
 CLAIM = ("In released SSL checkpoints (DINO ViT-S/16, DINO / VICReg / Barlow Twins ResNet-50) the head's "
          "metric degenerates along augmentation tangents (|J_h v|/|v| below random directions) and "

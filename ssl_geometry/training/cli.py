@@ -55,6 +55,8 @@ from ssl_geometry.models import heads as _heads
 from ssl_geometry.ssl import objectives as _obj
 from ssl_geometry.training import probes as _probes
 from ssl_geometry.training import trainer as _tr
+from ssl_geometry.training import feed as _feed
+from ssl_geometry.training import workdir as _wd
 from ssl_geometry._checks import check_choice
 
 BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
@@ -149,6 +151,9 @@ def validate_config(config) -> None:
         v = config.train[field]
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"`train.{field}` must be a positive int; got {v!r}.")
+    stop = config.train.get("stop_after", 0)
+    if isinstance(stop, bool) or not isinstance(stop, int) or stop < 0:
+        raise ValueError(f"`train.stop_after` must be an int >= 0 (0: off); got {stop!r}.")
     if not isinstance(config.train.metrics_every, int) or config.train.metrics_every < 0:
         raise ValueError(f"`train.metrics_every` must be an int >= 0 (0: off); got {config.train.metrics_every!r}.")
     b = config.data.batch_size
@@ -202,112 +207,191 @@ def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=No
 # ----------------------------------------------------------------------------- training
 
 
-def train(config, workdir, *, verbose: bool = True) -> dict:
-    """Train ``config`` in ``workdir`` (resuming from its newest checkpoint); return a summary.
-
-    The summary has ``step``, ``resumed_from`` (``None`` for a fresh start),
-    ``last`` (the last logged metrics), ``final`` (offline probe accuracies) and
-    ``images_per_s`` (training throughput over this invocation, compilation excluded).
-    Raises ``FloatingPointError`` when the loss becomes non-finite.
-    """
+def init_distributed(config) -> None:
+    """``jax.distributed.initialize`` from ``config.distributed`` when ``initialize`` is set
+    (empty fields are left to JAX's cluster auto-detection: TPU pods, SLURM, Open MPI).
+    On CPU the collectives go over gloo (``jax_cpu_collectives_implementation``)."""
     dist = config.get("distributed", None)
-    if dist is not None and dist.get("initialize", False):
-        kw = {}
-        if dist.get("coordinator_address"):
-            kw["coordinator_address"] = dist.coordinator_address
-        if dist.get("num_processes", 0) > 0:
-            kw["num_processes"] = int(dist.num_processes)
-        if dist.get("process_id", -1) >= 0:
-            kw["process_id"] = int(dist.process_id)
+    if dist is None or not dist.get("initialize", False):
+        return
+    kw = {}
+    if dist.get("coordinator_address"):
+        kw["coordinator_address"] = dist.coordinator_address
+    if dist.get("num_processes", 0) > 0:
+        kw["num_processes"] = int(dist.num_processes)
+    if dist.get("process_id", -1) >= 0:
+        kw["process_id"] = int(dist.process_id)
+    if dist.get("cpu_collectives", "gloo"):
+        jax.config.update("jax_cpu_collectives_implementation", dist.get("cpu_collectives", "gloo"))
+    if not jax.distributed.is_initialized():
         jax.distributed.initialize(**kw)
-    validate_config(config)
-    workdir = pathlib.Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
-    seed, steps, batch_size = int(config.seed), int(config.train.steps), int(config.data.batch_size)
-    # 0 / "" in a config mean "the data set's default".
-    dkw = {"image_size": config.data.get("image_size") or None, "data_dir": config.data.get("data_dir") or None}
-    train_data = load_dataset(config.data.name, "train", num_examples=config.data.get("num_train") or None, **dkw)
-    test_data = load_dataset(config.data.name, "test", num_examples=config.data.get("num_test") or None, **dkw)
-    xtr, ytr = train_data
-    num_classes = int(max(ytr.max(), test_data[1].max())) + 1
-    objective = build_objective(config, xtr.shape[1:], steps)
-    tx, sched = _tr.make_optimizer(config.optimizer, steps, batch_size,
-                                   probe_lr=float(config.optimizer.get("probe_lr", 1e-3)))
-    mesh = _tr.make_mesh(config.mesh.data, config.mesh.model)
-    mmd = int(config.mesh.get("min_model_dim", 1024))
-    state = _tr.init_train_state(objective, tx, jax.random.PRNGKey(seed), num_classes)
-    state = _tr.place_state(state, mesh, min_model_dim=mmd)
 
-    mngr = ckpt.manager(workdir / "checkpoints", max_to_keep=int(config.train.keep_checkpoints))
-    restored = ckpt.restore_latest(mngr, state)
-    start, resumed_from = 0, None
-    if restored is not None:
-        if restored.meta.get("seed", seed) != seed:
-            raise ValueError(f"workdir {workdir} holds a run with seed {restored.meta.get('seed')}; config has "
-                             f"seed {seed}. Use a fresh --workdir.")
-        state, start, resumed_from = restored.state, int(restored.meta["data_position"]), restored.step
+
+def _checkpoint_meta(config, state, position) -> dict:
+    return {"data_position": position, "seed": int(config.seed), "config": _wd.config_record(config),
+            "state_signature": _wd.state_signature(state)}
+
+
+def _final_record(workdir) -> dict | None:
+    recs = [r for r in _tr.read_metrics(workdir) if r.get("event") == "final"] \
+        if (pathlib.Path(workdir) / "metrics.jsonl").exists() else []
+    return recs[-1] if recs else None
+
+
+def _resume(run: dict, config, workdir, verbose: bool):
+    """Restore the newest readable checkpoint into ``run`` (state, start step, data position);
+    refuses a mismatched config (see :func:`ssl_geometry.training.workdir.check_resume`)."""
+    allow = bool(config.train.get("allow_config_change", False))
+    meta = ckpt.latest_meta(run["mngr"])
+    if meta is not None:  # refuse a different run before orbax fails on mismatched shapes
+        _wd.check_resume(meta, config, run["state"], allow_config_change=allow)
+    restored = ckpt.restore_latest(run["mngr"], run["state"])
+    if restored is None:
+        if jax.process_index() == 0:
+            _wd.truncate_metrics(workdir / "metrics.jsonl", 0)
+        return None
+    changed = _wd.check_resume(restored.meta, config, run["state"], allow_config_change=allow)
+    steps = int(config.train.steps)
+    if restored.step > steps:
+        raise ValueError(f"workdir {workdir} holds a checkpoint at step {restored.step}, beyond `train.steps` = "
+                         f"{steps}; set train.steps >= {restored.step} or use a fresh --workdir.")
+    run.update(state=restored.state, start=restored.step, position=restored.meta.get("data_position"))
+    if jax.process_index() == 0:
+        dropped = _wd.truncate_metrics(workdir / "metrics.jsonl", restored.step)
+        if changed:
+            run["logger"].write({"step": restored.step, "event": "config_change",
+                                 "fields": {k: {"saved": a, "now": b} for k, (a, b) in changed.items()}})
         if verbose:
-            print(f"resumed from checkpoint step {resumed_from}", flush=True)
+            print(f"resumed from checkpoint step {restored.step}"
+                  + (f" (dropped {dropped} metrics records written after it)" if dropped else ""), flush=True)
+    return restored.step
 
-    step_fn = _tr.jit_train_step(_tr.make_train_step(objective, tx, sched), mesh, state, min_model_dim=mmd)
-    eval_fn = jax.jit(_tr.make_eval_metrics(objective))
-    n_eval = min(len(test_data[0]), int(config.eval.get("metrics_images", 512)))
-    eval_images = jnp.asarray(test_data[0][:n_eval])
-    logger = _tr.MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))
+
+def _log_step(run, config, metrics, done, clock) -> dict:
+    rec = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    now = time.perf_counter()
+    if done > clock["s_mark"]:
+        clock["t_train"] += now - clock["t_mark"]
+        clock["n_images"] += (done - clock["s_mark"]) * run["batch_size"]
+        rec["images_per_s"] = (done - clock["s_mark"]) * run["batch_size"] / (now - clock["t_mark"])
+    clock["t_mark"], clock["s_mark"] = now, done
+    rec["step"] = done
+    if not math.isfinite(rec["loss"]):
+        raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; the last checkpoint "
+                                 f"is step {run['mngr'].latest_step()}.")
+    run["logger"].write(rec)
+    return rec
+
+
+def _run_steps(run: dict, config, verbose: bool) -> tuple[dict, dict, int]:
+    """The training loop from ``run["start"]`` to ``train.steps`` (or ``train.stop_after``)."""
+    steps, mngr, tc = int(config.train.steps), run["mngr"], config.train
+    stop = int(tc.get("stop_after", 0) or 0)
+    end = min(steps, stop) if 0 < stop else steps
     bar = None
-    if verbose and config.train.get("progress", True) and jax.process_index() == 0:
+    if verbose and tc.get("progress", True) and jax.process_index() == 0:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
-        bar = tqdm(total=steps, initial=start, desc=f"{config.objective.name}", dynamic_ncols=True)
-    last = {}
-    t_mark, s_mark, n_images, t_train = None, start, 0, 0.0
-    for s in range(start, steps):
-        idx = _tr.host_slice(_tr.batch_indices(seed, s, len(xtr), batch_size))
-        batch = _tr.place_batch({"images": xtr[idx], "labels": ytr[idx]}, mesh)
-        state, metrics = step_fn(state, batch)
+        bar = tqdm(total=steps, initial=run["start"], desc=f"{config.objective.name}", dynamic_ncols=True)
+    last, state, feed = {}, run["state"], run["feed"]
+    clock = {"t_mark": None, "s_mark": run["start"], "n_images": 0, "t_train": 0.0}
+    for s in range(run["start"], end):
+        state, metrics = run["step_fn"](state, feed.batch(s))
         done = s + 1
-        if t_mark is None:  # first step includes compilation: start the clock after it
+        if clock["t_mark"] is None:  # first step includes compilation: start the clock after it
             jax.block_until_ready(metrics)
-            t_mark, s_mark = time.perf_counter(), done
-        if done % config.train.log_every == 0 or done == steps:
-            rec = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            now = time.perf_counter()
-            if done > s_mark:
-                t_train += now - t_mark
-                n_images += (done - s_mark) * batch_size
-                rec["images_per_s"] = (done - s_mark) * batch_size / (now - t_mark)
-            t_mark, s_mark = now, done
-            rec["step"] = done
-            if not math.isfinite(rec["loss"]):
-                raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; the last checkpoint "
-                                         f"is step {mngr.latest_step()}.")
-            logger.write(rec)
-            last = rec
+            clock["t_mark"], clock["s_mark"] = time.perf_counter(), done
+        if done % tc.log_every == 0 or done == end:
+            last = _log_step(run, config, metrics, done, clock)
             if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", probe=f"{rec['probe_acc']:.3f}",
-                                img_s=f"{rec.get('images_per_s', float('nan')):.0f}")
-        if config.train.metrics_every and (done % config.train.metrics_every == 0 or done == steps):
-            em = jax.device_get(eval_fn(state["params"], state["obj_state"], eval_images))
-            logger.write({"step": done, "event": "tracked", **{k: float(v) for k, v in em.items()}})
-            t_mark = time.perf_counter()
-        if done % config.train.checkpoint_every == 0 or done == steps:
-            ckpt.save(mngr, done, state, {"data_position": done, "seed": seed})
+                bar.set_postfix(loss=f"{last['loss']:.4f}", probe=f"{last['probe_acc']:.3f}",
+                                img_s=f"{last.get('images_per_s', float('nan')):.0f}")
+        if tc.metrics_every and (done % tc.metrics_every == 0 or done == steps):
+            em = jax.device_get(run["eval_fn"](state["params"], state["obj_state"], run["eval_images"]))
+            run["logger"].write({"step": done, "event": "tracked", **{k: float(v) for k, v in em.items()}})
+            clock["t_mark"] = time.perf_counter()
+        if done % tc.checkpoint_every == 0 or done == end:
+            ckpt.save(mngr, done, state, _checkpoint_meta(config, state, feed.position(done)))
             mngr.wait_until_finished()
-            if verbose:
+            if verbose and jax.process_index() == 0:
                 msg = f"checkpoint saved: step {done}"
                 (bar.write(msg) if bar is not None else print(msg, flush=True))
-            t_mark = time.perf_counter()
+            clock["t_mark"] = time.perf_counter()
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    mngr.wait_until_finished()
-    mngr.close()
-    final = evaluate(objective, state["params"], state["obj_state"], train_data, test_data, config.eval,
-                     key=jax.random.PRNGKey(seed))
-    logger.write({"step": steps, "event": "final", **final})
-    return {"step": steps, "resumed_from": resumed_from, "last": last, "final": final,
-            "images_per_s": n_images / t_train if t_train > 0 else float("nan"), "state": state}
+    ips = clock["n_images"] / clock["t_train"] if clock["t_train"] > 0 else float("nan")
+    return state, last, ips
+
+
+def _setup(config, workdir) -> dict:
+    """Data, objective, optimiser, mesh, fresh placed state, checkpoint manager and logger."""
+    seed, steps, batch_size = int(config.seed), int(config.train.steps), int(config.data.batch_size)
+    feed = _feed.make_feed(config)
+    objective = build_objective(config, feed.image_shape, steps)
+    tx, sched = _tr.make_optimizer(config.optimizer, steps, batch_size,
+                                   probe_lr=float(config.optimizer.get("probe_lr", 1e-3)))
+    mesh = _tr.make_mesh(config.mesh.data, config.mesh.model)
+    mmd = int(config.mesh.get("min_model_dim", 1024))
+    state = _tr.init_train_state(objective, tx, jax.random.PRNGKey(seed), feed.num_classes)
+    state = _tr.place_state(state, mesh, min_model_dim=mmd)
+    feed.attach(mesh)
+    mngr = ckpt.manager(workdir / "checkpoints", max_to_keep=int(config.train.keep_checkpoints))
+    n_eval = min(len(feed.test[0]), int(config.eval.get("metrics_images", 512)))
+    return {"feed": feed, "objective": objective, "tx": tx, "sched": sched, "mesh": mesh, "mmd": mmd,
+            "state": state, "mngr": mngr, "start": 0, "batch_size": batch_size,
+            "eval_images": jnp.asarray(feed.test[0][:n_eval]), "eval_fn": jax.jit(_tr.make_eval_metrics(objective)),
+            "logger": _tr.MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))}
+
+
+def train(config, workdir, *, verbose: bool = True) -> dict:
+    """Train ``config`` in ``workdir`` (resuming from its newest checkpoint); return a summary.
+
+    The summary has ``step``, ``resumed_from`` (``None`` for a fresh start),
+    ``last`` (the last logged metrics), ``final`` (offline probe accuracies),
+    ``images_per_s`` (training throughput over this invocation, compilation
+    excluded), ``status`` (``"finished"``, ``"stopped"`` at ``train.stop_after``, or
+    ``"already_complete"``: the workdir's run had finished; nothing is recomputed or
+    logged again) and ``state``. The workdir is checked to be a writable directory
+    and locked against a second run (:mod:`ssl_geometry.training.workdir`); a
+    damaged newest checkpoint is moved aside and the previous one used.
+    Raises ``FloatingPointError`` when the loss becomes non-finite.
+    """
+    init_distributed(config)
+    validate_config(config)
+    workdir = _wd.prepare(workdir)
+    with _wd.Lock(workdir, enabled=jax.process_index() == 0):
+        return _train_locked(config, workdir, verbose)
+
+
+def _train_locked(config, workdir, verbose):
+    steps = int(config.train.steps)
+    run = _setup(config, workdir)
+    resumed_from = _resume(run, config, workdir, verbose)
+    final = _final_record(workdir) if resumed_from == steps else None
+    if final is not None:
+        run["mngr"].close()
+        if verbose and jax.process_index() == 0:
+            print(f"already complete: {workdir} holds a finished run of {steps} steps; nothing to do.", flush=True)
+        final = {k: v for k, v in final.items() if k not in ("step", "event")}
+        return {"step": steps, "resumed_from": resumed_from, "last": {}, "final": final, "images_per_s": float("nan"),
+                "state": run["state"], "status": "already_complete"}
+    run["feed"].seek(run["start"], run.pop("position", None))
+    run["step_fn"] = _tr.jit_train_step(_tr.make_train_step(run["objective"], run["tx"], run["sched"]), run["mesh"],
+                                        run["state"], min_model_dim=run["mmd"])
+    state, last, ips = _run_steps(run, config, verbose)
+    run["mngr"].wait_until_finished()
+    run["mngr"].close()
+    done = int(jax.device_get(state["step"]))
+    if done < steps:
+        return {"step": done, "resumed_from": resumed_from, "last": last, "final": {}, "images_per_s": ips,
+                "state": state, "status": "stopped"}
+    final = evaluate(run["objective"], state["params"], state["obj_state"], run["feed"].eval_train, run["feed"].test,
+                     config.eval, key=jax.random.PRNGKey(int(config.seed)))
+    run["logger"].write({"step": steps, "event": "final", **final})
+    return {"step": steps, "resumed_from": resumed_from, "last": last, "final": final, "images_per_s": ips,
+            "state": state, "status": "finished"}
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -341,11 +425,23 @@ def main(argv=None) -> int:
     except Exception as err:  # absl flag errors: print a clear message, not a traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
-    summary = train(config, workdir)
-    print(f"final step {summary['step']}: loss {summary['last'].get('loss', float('nan')):.4f}, "
-          f"throughput {summary['images_per_s']:.1f} images/s")
+    try:
+        summary = train(config, workdir)
+    except (_wd.WorkdirLockedError, ValueError, NotADirectoryError, PermissionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if jax.process_index() != 0:
+        return 0
+    if summary["status"] == "stopped":
+        print(f"stopped at step {summary['step']} (train.stop_after); run again to continue.")
+        return 0
+    if summary["status"] == "finished" and summary["last"]:
+        print(f"final step {summary['step']}: loss {summary['last']['loss']:.4f}, "
+              f"throughput {summary['images_per_s']:.1f} images/s")
+    elif summary["status"] == "finished":
+        print(f"final step {summary['step']} (restored; no training step in this invocation)")
     for k, v in sorted(summary["final"].items()):
-        print(f"  {k}: {v:.4f}")
+        print(f"  {k}: {v:.4f}" if isinstance(v, float) else f"  {k}: {v}")
     return 0
 
 

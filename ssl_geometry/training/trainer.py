@@ -258,9 +258,42 @@ def jit_train_step(train_step: Callable, mesh: Mesh, state, *, min_model_dim: in
                    donate_argnums=(0,) if donate else ())
 
 
+def unalias(tree):
+    """``tree`` with every leaf that is the same array object as an earlier leaf replaced by a copy.
+
+    A donated jitted step needs distinct buffers for distinct leaves: a state whose
+    leaves alias (e.g. an EMA target initialised as the online parameters themselves)
+    fails with "Attempt to donate the same buffer twice".
+    """
+    seen = set()
+
+    def leaf(x):
+        if isinstance(x, jax.Array) and id(x) in seen:
+            return jnp.copy(x)
+        seen.add(id(x))
+        return x
+
+    return jax.tree_util.tree_map(leaf, tree)
+
+
 def place_state(state, mesh: Mesh, *, min_model_dim: int = 1024):
-    """``jax.device_put`` the state onto ``mesh`` with :func:`state_shardings`."""
-    return jax.device_put(state, state_shardings(mesh, state, min_model_dim=min_model_dim))
+    """``jax.device_put`` the state onto ``mesh`` with :func:`state_shardings` (aliased leaves
+    copied first, see :func:`unalias`).
+
+    Multi-host: every process holds the full (replicated) host value of each leaf
+    (same seed, same init); each device gets its shard of it, so no process ever
+    reads data held only by another process.
+    """
+    state = unalias(state)
+    shardings = state_shardings(mesh, state, min_model_dim=min_model_dim)
+    if jax.process_count() == 1:
+        return jax.device_put(state, shardings)
+
+    def put(x, sh):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sh, lambda idx: x[idx])
+
+    return jax.tree_util.tree_map(put, state, shardings)
 
 
 def place_batch(batch: dict, mesh: Mesh) -> dict:

@@ -1,0 +1,145 @@
+"""The dry run of every paper variant (``reproduce --variant paper --dry-run``): each paper path executes.
+
+Each test runs one experiment's ``paper`` config end to end with ``config.dry_run = True`` (the
+paper's models and image shapes, tfds mock data, a reduced batch, 2 steps per training phase plus
+every analysis step) and checks the timing it reports. An experiment whose paper config has no
+``dry_run`` field, or whose module does not declare ``DRY_RUN = True`` (not converted yet), is
+skipped with that reason, visibly.
+The ResNet-18 paper variants compile the full model on CPU: each of these tests takes about a minute
+on 2 cores (compilation dominates; the 2 steps themselves take seconds).
+"""
+import math
+
+import pytest
+
+from experiments import reproduce
+
+
+#: Paper variants whose dry run compiles ResNet-18 training steps on the CPU (about a minute each on an idle
+#: 2-core machine; 3 head code paths for collapse_escape): marked slow, deselect with ``-m "not slow"``.
+SLOW = {"collapse_escape", "hessian_tracker", "guillotine"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in reproduce.NAMES])
+def test_paper_variant_dry_run(name, tmp_path):
+    module, cfg_module = reproduce.load(name, "paper")
+    if not getattr(module, "DRY_RUN", False) or "dry_run" not in cfg_module.get_config("paper"):
+        pytest.skip(f"{name}: {module.__name__} does not declare DRY_RUN = True yet (it would run its full variant)")
+    res = reproduce.run_one(name, "paper", tmp_path, force=True, dry_run=True)
+    assert res["config"]["dry_run"] is True and res["variant"] == "paper"
+    d = res["measurements"]["dry_run"]
+    assert d["step_time_s"] > 0 and math.isfinite(d["step_time_s"])
+    # The full variant takes many steps: its projection must exceed the 2 measured steps.
+    assert d["projected_wall_time_s"] > 2 * d["step_time_s"] and math.isfinite(d["projected_wall_time_s"])
+    assert isinstance(d["device"], str) and d["device"]
+    assert res["verdict"] in ("supported", "not supported", "premise violated", "inconclusive")
+
+
+@pytest.mark.slow
+def test_simsiam_cifar10_recipe_trains_two_steps_on_mock_cifar(tmp_path):
+    """The trainer config of the paper's SimSiam (``configs/simsiam_cifar10.py``) through ``cli.train``."""
+    import tensorflow_datasets as tfds
+
+    from experiments.configs import simsiam_cifar10
+    from ssl_geometry.training import cli
+
+    c = simsiam_cifar10.get_config("swish")
+    # The authors' recipe: no weight decay, constant lr, BN on every head layer (predictor output too).
+    assert c.optimizer.weight_decay == 0.0 and c.optimizer.schedule == "constant" and c.optimizer.lr == 0.05
+    assert c.model.predictor.final_batch_norm and c.model.projector.final_batch_norm and c.data.batch_size == 512
+    assert not simsiam_cifar10.get_config("linear").model.projector.batch_norm
+    c.data.batch_size, c.train.steps, c.train.log_every = 8, 2, 1
+    c.train.checkpoint_every, c.train.progress = 2, False
+    # (data.num_train is left at 0: ssl_geometry.data.subset fails on tfds sets, see the report.)
+    c.eval.update({"max_train": 16, "max_test": 16, "knn_k": 4, "rotation_epochs": 1, "metrics_images": 16})
+    with tfds.testing.mock_data(num_examples=16):
+        out = cli.train(c, tmp_path / "run", verbose=False)
+    assert out["step"] == 2 and math.isfinite(out["last"]["loss"])
+
+
+def test_tracked_step_observes_the_views_the_trainer_trains_on():
+    """The paper statistics are taken on the very views the trainer's step trains on (independent recompute)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments import paper_simsiam
+    from ssl_geometry.instrument import metrics
+    from ssl_geometry.ssl import losses
+    from ssl_geometry.training import trainer
+
+    tc = paper_simsiam.trainer_config(activation="swish", batch_norm=True, lr=0.05, batch_size=8, projector_scale=0.1,
+                                      backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
+                                      pred_hidden=4, steps=2)
+    assert tc.optimizer.weight_decay == 0.0 and tc.model.predictor.final_batch_norm
+    run = paper_simsiam.build(tc, (8, 8, 3), 2)
+    state = trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(0), 10)
+    images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (8, 8, 8, 3)), jnp.uint8)
+    batch = {"images": images, "labels": jnp.zeros(8, jnp.int32)}
+    new_state, m, obs = run.step(state, batch)
+    # Recompute the SimSiam loss from paper_simsiam.views and the models in train mode.
+    p, s = state["params"], state["obj_state"]
+    x1, x2 = paper_simsiam.views(run.augment, state, images, jnp.float32)
+
+    def fwd(x):
+        z, _ = run.backbone.apply({"params": p["backbone"], **s["backbone"]}, x, train=True)
+        u, _ = run.projector.apply({"params": p["projector"], **s["projector"]}, z, train=True)
+        q, _ = run.predictor.apply({"params": p["predictor"], **s["predictor"]}, u, train=True)
+        return z, u, q
+
+    (z1, u1, q1), (z2, u2, q2) = fwd(x1), fwd(x2)
+    assert float(losses.simsiam(q1, q2, u1, u2)) == pytest.approx(float(m["loss"]), rel=1e-5)
+    assert float(obs["std_head"]) == pytest.approx(float(metrics.normalized_std(jnp.concatenate([u1, u2]))), rel=1e-5)
+    # The authors' clamped condition number: lambda_max / max(lambda_min, 1e-7) of the normalised rows' covariance.
+    zn = np.asarray(jnp.concatenate([z1, z2]), np.float64)
+    zn = zn / np.linalg.norm(zn, axis=1, keepdims=True)
+    ev = np.linalg.eigvalsh(np.cov(zn, rowvar=False))
+    assert float(obs["cond_backbone"]) == pytest.approx(ev[-1] / max(ev[0], 1e-7), rel=1e-3)
+    assert int(new_state["step"]) == 1
+    # The authors' relative update size lr |g| / (|theta| + 1e-7), g read off the momentum buffer: against
+    # jax.grad of the SSL loss, at the second step (non-zero buffer from the first).
+    state2 = new_state
+    _, _, obs2 = run.step(state2, batch)
+    rng = jax.random.fold_in(state2["rng"], state2["step"])
+    g = jax.grad(lambda q: run.objective.loss_fn(q, state2["obj_state"], rng, batch)[0])(state2["params"])
+    norm = lambda t: float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(t))))
+    for grp in ("projector", "backbone"):
+        want = 0.05 * norm(g[grp]) / (norm(state2["params"][grp]) + 1e-7)
+        assert float(obs2[f"rel_update_{grp}"]) == pytest.approx(want, rel=1e-3)
+
+
+@pytest.mark.parametrize("m,k", [(6, 10), (12, 5)])
+def test_paper_condition_number_equals_the_clamped_covariance_ratio(m, k):
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments import paper_simsiam
+    from ssl_geometry.instrument import metrics
+
+    z = np.random.default_rng(m).normal(size=(m, k))
+    zn = jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True))
+    want = float(metrics.covariance_condition_number(zn, eig_floor=1e-7))
+    ev = np.linalg.eigvalsh(np.cov(np.asarray(zn), rowvar=False))
+    assert want == pytest.approx(ev[-1] / max(ev[0], 1e-7), rel=1e-9)
+    assert float(paper_simsiam.paper_condition_number(zn)) == pytest.approx(want, rel=1e-9)
+
+
+def test_train_run_reports_divergence_and_keeps_only_finished_epochs():
+    import jax.numpy as jnp
+    import numpy as np
+
+    from experiments import paper_simsiam
+
+    def step(state, batch):  # a stand-in trainer step whose loss turns NaN at step 5 (epoch 2 of 3 x 3 steps)
+        s = state["step"]
+        loss = jnp.where(s == 5, jnp.nan, 1.0 / (1.0 + s))
+        m = {"loss": loss, "rel_update/backbone": jnp.float32(0.1), "rel_update/head": jnp.float32(0.2)}
+        return {"step": s + 1}, m, {"std_head": jnp.float32(s)}
+
+    run = paper_simsiam.Run(*([None] * 6), step=step, features=None, lr=0.1)
+    images, labels = np.zeros((8, 2, 2, 3), np.uint8), np.zeros(8, np.int32)
+    out = paper_simsiam.train_run(run, {"step": jnp.int32(0)}, images, labels, seed=0, epochs=3, steps_per_epoch=3,
+                                  batch_size=2)
+    assert out["diverged_at_step"] == 5
+    assert out["epochs"]["std_head"] == [1.0]  # epoch 0 (steps 0, 1, 2) only; epoch 1 held the NaN
+    assert out["epochs"]["loss"] == pytest.approx([np.mean([1.0, 0.5, 1 / 3])])
