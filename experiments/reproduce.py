@@ -50,6 +50,7 @@ from experiments import common  # noqa: E402
 
 #: The suite, in report order: (module name under experiments/, short label).
 EXPERIMENTS = [
+    ("paper_data", "0. The paper's released results, re-analysed"),
     ("whitening", "1. Whitening (Thm 3.1)"),
     ("metric_adaptation", "2. Local metric adaptation and depth (Thm 3.2, Prop 3.3)"),
     ("collapse_hessians", "3. Collapse Hessians (Thm 4.1)"),

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from experiments import common, guillotine, reproduce
+from experiments.guillotine import geometry as G
+from experiments.guillotine import training as T
 from experiments.configs import guillotine as gconfig
 from ssl_geometry import backbones, heads
 
@@ -26,91 +28,123 @@ def _finite(x):
 def test_schema_finiteness_and_figures(tiny):
     out, r = tiny
     common.check_verdict(r)
+    m = r["measurements"]
     assert all(_finite(v) for v in r["headline"].values()), r["headline"]
-    for k in ("rot_lin_backbone", "rot_lin_head", "curvature_ratio_fd_raw", "spread_shrink_raw"):
+    for k in ("rot_lin_backbone", "rot_lin_head", "curvature_ratio_paper", "spread_shrink_paper"):
         assert k in r["paper"] and k in r["headline"]
     for kind in ("linear", "mlp"):
         for task in ("rotation", "class"):
             for w in ("backbone", "head"):
-                assert 0.0 <= r["probes"][task][w][kind] <= 1.0
-    assert set(r["premises"]) == {"ssl_loss_decreased", "backbone_encodes_rotation", "backbone_not_collapsed"}
-    assert r["setting"]["analysis_dtype"] == "float64"
+                assert 0.0 <= m["probes"][task][w][kind] <= 1.0
+    assert set(m["premises"]) == {"ssl_loss_decreased", "backbone_encodes_rotation", "backbone_not_collapsed"}
+    assert m["setting"]["analysis_dtype"] == "float64"
     for name in ("probes", "curvature", "orbits_degeneracy"):
         assert (out / f"{name}.png").stat().st_size > 1000
-    assert len(r["loss_curve"]) == gconfig.get_config("tiny").steps
-    assert [row["head_depth"] for row in r["depth_ablation"]] == sorted(gconfig.get_config("tiny").depths)
+    cfg = gconfig.get_config("tiny")
+    assert len(m["loss_curve"]) == cfg.train.steps
+    assert [row["head_depth"] for row in m["depth_ablation"]] == sorted(cfg.model.depths)
 
 
 def test_verdict_follows_from_stored_numbers(tiny):
     _, r = tiny
     cfg = gconfig.get_config("tiny")
-    rot = r["probes"]["rotation"]
+    m = r["measurements"]
+    rot = m["probes"]["rotation"]
     gap = 0.5 * ((rot["backbone"]["linear"] - rot["head"]["linear"]) + (rot["backbone"]["mlp"] - rot["head"]["mlp"]))
     assert r["headline"]["rotation_gap_mean"] == pytest.approx(gap, abs=1e-12)
-    ratios = {}
-    for row in r["degeneracy"]:
-        assert row["ratio_vs_random"] == pytest.approx(row["tangent"] / row["random"], rel=1e-12)
-        assert row["ratio_vs_data"] == pytest.approx(row["tangent"] / row["data"], rel=1e-12)
-        if row["head"] == "trained":
-            ratios[row["augmentation"]] = row["ratio_vs_random"]
-    assert set(ratios) == set(guillotine.AUGMENTATIONS)
-    # The rule, recomputed independently of guillotine.verdict.
-    p = r["premises"]
+    for row in m["degeneracy"]:
+        for c in guillotine.CONTROLS:
+            assert row[f"ratio_vs_{c}"] == pytest.approx(row["tangent"] / row[c], rel=1e-12)
+    # tiny trains with rotation only (jitter off): only the rotation tangent counts
+    assert m["setting"]["trained_augmentations"] == {"rotation": True, "hue": False, "blur": False}
+    assert "degeneracy_ratio_rotation" in r["headline"] and "degeneracy_ratio_hue" not in r["headline"]
+    ctl = cfg.verdict.control
+    rot_row = next(x for x in m["degeneracy"] if x["augmentation"] == "rotation" and x["head"] == "trained")
+    assert r["headline"]["degeneracy_ratio_rotation"] == rot_row[f"ratio_vs_{ctl}"]
+    # The rule, recomputed independently of guillotine.decide.
+    p = m["premises"]
     z_rot = 0.5 * (rot["backbone"]["linear"] + rot["backbone"]["mlp"])
-    assert p["backbone_encodes_rotation"]["met"] == (z_rot >= cfg.min_backbone_rotation_acc)
-    assert p["ssl_loss_decreased"]["met"] == (p["ssl_loss_decreased"]["value"]["last_10pct"]
-                                              < p["ssl_loss_decreased"]["value"]["first_10pct"])
+    assert p["backbone_encodes_rotation"]["met"] == (z_rot >= cfg.verdict.min_backbone_rotation_acc)
+    ratio = rot_row[f"ratio_vs_{ctl}"]
     if not all(x["met"] for x in p.values()):
         expected = "premise violated"
-    elif gap >= cfg.probe_margin and all(v < 1 for v in ratios.values()):
+    elif gap >= cfg.verdict.probe_margin and ratio < 1:
         expected = "supported"
-    elif gap <= 0 and all(v >= 1 for v in ratios.values()):
+    elif gap <= 0 and ratio >= 1:
         expected = "not supported"
     else:
         expected = "inconclusive"
     assert r["verdict"] == expected
-    assert guillotine.verdict(r["headline"], r["premises"], cfg) == expected
 
 
-def test_verdict_rule_cases():
+def _fake(gap, ratios: dict, trained: dict, met=True):
+    """Measurements with a given rotation gap and tangent ratios (same ratio against every control)."""
+    probes = {"rotation": {"backbone": {"linear": 0.5 + gap, "mlp": 0.5 + gap}, "head": {"linear": 0.5, "mlp": 0.5}},
+              "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")}}
+    deg = [{"augmentation": a, "head": "trained", **{f"ratio_vs_{c}": r[c] for c in guillotine.CONTROLS}}
+           for a, r in ratios.items()]
+    summary = {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}
+    osum = {k: 1.0 for k in ("spread_shrink_paper", "spread_shrink_raw", "spread_shrink_normalised")}
+    return {"premises": {"a": {"met": met, "value": 1.0}}, "setting": {"trained_augmentations": trained},
+            "probes": probes, "degeneracy": deg, "curvature": {"summary": summary}, "orbits": {"summary": osum},
+            "depth_ablation": []}
+
+
+def test_verdict_rule_cases_and_the_fixed_control():
     cfg = gconfig.get_config("tiny")
-    ok = {k: {"met": True, "value": 1.0} for k in ("a", "b")}
-    base = {f"degeneracy_ratio_{a}": 0.5 for a in guillotine.AUGMENTATIONS}
-    assert guillotine.verdict({**base, "rotation_gap_mean": 0.1}, ok, cfg) == "supported"
-    assert guillotine.verdict({**base, "rotation_gap_mean": cfg.probe_margin / 2}, ok, cfg) == "inconclusive"
-    worse = {f"degeneracy_ratio_{a}": 1.2 for a in guillotine.AUGMENTATIONS}
-    assert guillotine.verdict({**worse, "rotation_gap_mean": -0.05}, ok, cfg) == "not supported"
-    assert guillotine.verdict({**worse, "rotation_gap_mean": 0.1}, ok, cfg) == "inconclusive"
-    bad = {**ok, "c": {"met": False, "value": 0.0}}
-    assert guillotine.verdict({**base, "rotation_gap_mean": 0.1}, bad, cfg) == "premise violated"
+    trained = {"rotation": True, "hue": True, "blur": False}
+    low = {c: 0.5 for c in guillotine.CONTROLS}
+    high = {c: 1.2 for c in guillotine.CONTROLS}
+    decide = lambda m, c=cfg: guillotine.decide(m, c)["verdict"]  # noqa: E731
+    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": high}, trained)) == "supported"  # blur not trained
+    assert decide(_fake(0.1, {"rotation": low, "hue": high, "blur": low}, trained)) == "inconclusive"
+    assert decide(_fake(cfg.verdict.probe_margin / 2, {"rotation": low, "hue": low, "blur": low}, trained)) == "inconclusive"
+    assert decide(_fake(-0.05, {"rotation": high, "hue": high, "blur": low}, trained)) == "not supported"
+    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": low}, trained, met=False)) == "premise violated"
+    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": low}, dict.fromkeys(trained, False))) == "inconclusive"
+    # The control decides: hue below 1 against random directions but above against data directions
+    split = {"random": 0.8, "data": 1.1, "between": 1.1}
+    m = _fake(0.1, {"rotation": low, "hue": split, "blur": low}, trained)
+    for control, expected in (("random", "supported"), ("data", "inconclusive"), ("between", "inconclusive")):
+        c = gconfig.get_config("tiny")
+        c.verdict.control = control
+        assert decide(m, c) == expected
+    c = gconfig.get_config("tiny")
+    c.verdict.control = "orthogonal"
+    with pytest.raises(ValueError, match="verdict.control"):
+        guillotine.decide(m, c)
 
 
-def test_scale_free_numbers_are_consistent(tiny):
+def test_scale_free_and_paper_numbers_are_consistent(tiny):
     _, r = tiny
-    s_z, s_h = r["representation"]["scale_backbone"], r["representation"]["scale_head"]
-    cs = r["curvature"]["summary"]
+    m = r["measurements"]
+    s_z, s_h = m["representation"]["scale_backbone"], m["representation"]["scale_head"]
+    cs = m["curvature"]["summary"]
     assert cs["ratio_exact_normalised"] == pytest.approx(cs["ratio_exact_raw"] * s_z / s_h, rel=1e-12)
-    rows = {(x["rep"], x["scale"]): x for x in r["orbits"]["rows"]}
+    assert cs["ratio_paper"] == pytest.approx(cs["paper_kappa_head"] / (cs["paper_kappa_backbone"] + 1e-8), rel=1e-9)
+    rows = {(x["rep"], x["scale"]): x for x in m["orbits"]["rows"]}
     for w, s in (("backbone", s_z), ("head", s_h)):
         raw, nrm = rows[(w, "raw")], rows[(w, "normalised")]
-        # Distances scale with the representation; their ratio does not.
         assert nrm["orbit_spread"] == pytest.approx(raw["orbit_spread"] / s, rel=1e-10)
         assert nrm["class_orbit_ratio"] == pytest.approx(raw["class_orbit_ratio"], rel=1e-10)
-        # Mean pairwise distance within an orbit <= 2 x mean distance to its centroid (triangle inequality).
         assert raw["intra_orbit_distance"] <= 2 * raw["orbit_spread"] * (1 + 1e-12)
-    sh = r["orbits"]["summary"]
+        # the paper's reps are unit vectors: squared spread <= 1 - |centroid|^2 <= 1, distances <= 2
+        assert 0 <= m["orbits"]["paper"][w]["spread"] <= 1 and m["orbits"]["paper"][w]["inter"] <= 2
+    sh = m["orbits"]["summary"]
     assert sh["spread_shrink_normalised"] == pytest.approx(sh["spread_shrink_raw"] * s_h / s_z, rel=1e-10)
+    pb, ph = m["orbits"]["paper"]["backbone"]["spread"], m["orbits"]["paper"]["head"]["spread"]
+    assert sh["spread_shrink_paper"] == pytest.approx(pb / (ph + 1e-10), rel=1e-12)
 
 
 def test_fd_curvature_converges_to_exact_on_the_stored_run(tiny):
     _, r = tiny
-    conv = r["curvature"]["convergence"]
+    conv = r["measurements"]["curvature"]["convergence"]
     for w in ("backbone", "head"):
         rows = sorted((x for x in conv if x["rep"] == w), key=lambda x: -x["h_deg"])
         best = min(x["median_rel_err"] for x in rows)
         assert best < 1e-4, rows  # FD meets the exact second derivative once h is below the kink spacing
         assert rows[0]["median_rel_err"] > 100 * best  # at the paper's 5 deg spacing it does not
-        assert r["curvature"]["by_rep"][w]["exact_mean"] > 0
+        assert r["measurements"]["curvature"]["by_rep"][w]["exact_mean"] > 0
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +153,8 @@ def smooth_geometry():
     bb = backbones.small_cnn((6, 6, 3), widths=(3, 4), activation="swish", dtype=jnp.float64)
     hd = heads.mlp(4, (5,), 3, activation="swish", dtype=jnp.float64)
     v = {"backbone": bb.init(jax.random.PRNGKey(1)), "head": hd.init(jax.random.PRNGKey(2))}
-    cfg = ml_collections.ConfigDict({"tangent_blur_radius": 3})
-    geo = guillotine.Geometry(bb, hd, guillotine.augmentation_fn(cfg, "blur"))
+    cfg = ml_collections.ConfigDict({"analysis": {"tangent_blur_radius": 3}})
+    geo = G.Geometry(bb, hd, G.augmentation_fn(cfg, "blur"))
     x = jax.random.uniform(jax.random.PRNGKey(3), (2, 6, 6, 3), jnp.float64)
     return geo, v, x
 
@@ -155,28 +189,62 @@ def test_degeneracy_is_the_ratio_of_jvp_norms(smooth_geometry):
         assert other[i] == pytest.approx(np.linalg.norm(J @ d) / np.linalg.norm(d), rel=1e-10)
 
 
+def test_paper_orbit_reps_apply_the_head_to_normalised_z(smooth_geometry):
+    geo, v, x = smooth_geometry
+    ts = jnp.asarray([0.5, 1.5], jnp.float64)
+    zp, hp = geo.paper_grid(v, x, ts)
+    z = np.asarray(geo.grid(v, x, ts, which="backbone"))
+    zn = z / np.linalg.norm(z, axis=-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(zp), zn, rtol=1e-12)
+    h = np.asarray(jax.vmap(jax.vmap(lambda zz: geo.head.apply(v["head"], zz[None])[0][0]))(jnp.asarray(zn)))
+    np.testing.assert_allclose(np.asarray(hp), h / np.linalg.norm(h, axis=-1, keepdims=True), rtol=1e-12)
+
+
 def test_report_has_tables_and_figure_links(tiny):
     _, r = tiny
     text = guillotine.report(r, "figs")
     for name in ("probes", "curvature", "orbits_degeneracy"):
         assert f"(figs/{name}.png)" in text
-    assert text.count("|---|") >= 6  # probes, curvature, convergence, orbits, degeneracy, depth tables
+    assert text.count("|---|") >= 7  # probes, curvature, convergence, 2 orbit tables, degeneracy, depth
     assert "rotation linear" in text and "spread shrink" in text.lower()
 
 
 def test_bad_arguments_raise_clear_errors():
     cfg = gconfig.get_config("tiny")
     with pytest.raises(ValueError, match="depth"):
-        guillotine.make_head(cfg, 8, 0, jnp.float32)
+        T.make_head(cfg, 8, 0, jnp.float32)
     with pytest.raises(ValueError, match="augmentation"):
-        guillotine.augmentation_fn(cfg, "shear")
+        G.augmentation_fn(cfg, "shear")
     bad = gconfig.get_config("tiny")
-    bad.steps, bad.steps_per_call = 3, 2
-    with pytest.raises(ValueError, match="steps_per_call"):
-        guillotine.train_simclr(bad, 2, np.zeros((64, 8, 8, 3), np.uint8), jax.random.PRNGKey(0))
+    bad.train.steps, bad.train.fit_steps = 3, 2
+    with pytest.raises(ValueError, match="fit_steps"):
+        T.train_simclr(bad, 2, np.zeros((64, 8, 8, 3), np.uint8), jax.random.PRNGKey(0))
     bad = gconfig.get_config("tiny")
-    bad.backbone = "alexnet"
+    bad.model.backbone = "alexnet"
     with pytest.raises(ValueError, match="backbone"):
-        guillotine.make_backbone(bad, jnp.float32)
+        T.make_backbone(bad, jnp.float32)
     with pytest.raises(ValueError, match="variant"):
         gconfig.get_config("huge")
+
+
+def test_paper_variants_are_the_authors_recipe():
+    for v, (name, backbone) in {"paper": ("cifar10", "resnet18_cifar"), "paper_vit_tiny": ("cifar10", "vit_tiny"),
+                                "paper_cifar100": ("cifar100", "resnet18_cifar")}.items():
+        c = gconfig.get_config(v)
+        assert (c.data.name, c.model.backbone) == (name, backbone)
+        assert c.augment.rotation_deg == 45.0 and tuple(c.augment.crop_scale) == (0.08, 1.0)
+        assert c.augment.gray_prob == 0.0 and c.augment.blur_prob == 0.0
+        assert (c.model.head_hidden, c.model.head_out, c.model.head_final_bn, c.model.head_bias) == (2048, 2048, True, False)
+        assert (c.train.batch_size, c.train.lr, c.train.temperature, c.probes.epochs) == (256, 1e-3, 0.1, 5)
+        assert tuple(c.model.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
+        assert T.trained_augmentations(c) == {"rotation": True, "hue": True, "blur": False}
+        assert (c.model.head_activation, c.model.ablation_activation) == ("relu", "swish")
+
+
+def test_dry_run_sizes_keep_every_step_small():
+    c = gconfig.get_config("paper")
+    assert guillotine._sizes(c)["curvature"] == c.analysis.curvature_images
+    c.dry_run = True
+    sz = guillotine._sizes(c)
+    assert all(v <= 8 for v in sz.values()) and sz["degeneracy"] >= 2  # a permutation without fixed points needs 2
+    assert (c.model.backbone, c.data.image_size, c.model.head_out) == ("resnet18_cifar", 32, 2048)  # the paper's models

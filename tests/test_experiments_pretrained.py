@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from experiments import common, pretrained_orbits as PO, reproduce
+from experiments import pretrained_orbits as _PO
+from experiments.pretrained_orbits import pipeline as PP
 from experiments.configs import pretrained_orbits as cfg_module
 from ssl_geometry import augment, metrics, pretrained
 from ssl_geometry.models import as_function
@@ -50,15 +52,16 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
     ck, out, r = empty_run
     common.check_verdict(r)
     assert r["verdict"] == "inconclusive" and "no released checkpoint" in r["verdict_reason"]
-    assert r["headline"] == {"checkpoints_present": 0, "checkpoints_absent": 4}
-    assert r["config"]["checkpoint_dir"] == str(ck)  # default comes from $SSL_GEOMETRY_CHECKPOINTS
-    absent = {x["checkpoint"]: x for x in r["checkpoints"] if x["status"] == PO.STATUS_ABSENT}
+    m = r["measurements"]
+    assert r["headline"] == {"checkpoints_present": 0, "checkpoints_absent": 4, "controls_run": 1}
+    assert r["config"]["model"]["checkpoint_dir"] == str(ck)  # default comes from $SSL_GEOMETRY_CHECKPOINTS
+    absent = {x["checkpoint"]: x for x in m["checkpoints"] if x["status"] == PP.STATUS_ABSENT}
     assert set(absent) == set(pretrained.CHECKPOINTS)
     for name, row in absent.items():
         assert row["expected_file"] == pretrained.CHECKPOINTS[name].filename
         assert row["url"] == pretrained.CHECKPOINTS[name].url and row["url"].startswith("https://dl.fbaipublicfiles.com/")
-    controls = [x for x in r["checkpoints"] if x["status"] == PO.STATUS_CONTROL]
-    assert {x["checkpoint"] for x in controls} == set(cfg_module.get_config("tiny").control_checkpoints)
+    controls = [x for x in m["checkpoints"] if x["status"] == PP.STATUS_CONTROL]
+    assert {x["checkpoint"] for x in controls} == set(cfg_module.get_config("tiny").control.checkpoints)
     for row in controls:
         assert _finite_row(row), row
         assert row["data"].startswith("shapes[test]")  # CIFAR-10 is not prepared here; the fallback is recorded
@@ -68,8 +71,8 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
         assert abs(row["G_lambda_max_mean"] - row["dense_check"]["lambda_max_dense_mean"]) <= 1e-6 * row["G_lambda_max_mean"]
         # k < d for the narrow control heads: J^T J is singular, lambda_min = 0 up to rounding.
         assert row["k"] < row["d"] and abs(row["G_lambda_min_mean"]) < 1e-8 * row["G_lambda_max_mean"]
-        assert row["outcome"] == PO.checkpoint_outcome(row["D_trained"], row["spread_ratio_trained"])
-    augs = [a for a in r["augmentations"] if a["status"] == PO.STATUS_CONTROL]
+        assert row["outcome"] == PP.checkpoint_outcome(row["D_trained"], row["spread_ratio_trained"])
+    augs = [a for a in m["augmentations"] if a["status"] == PP.STATUS_CONTROL]
     assert len(augs) == 4 * len(controls)
     for a in augs:
         assert np.isfinite(a["D"]) and a["D"] > 0 and a["zero_tangent_points"] == 0
@@ -83,9 +86,19 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
 
 
 def test_decide_rule_on_rows():
-    def row(D, S, status=PO.STATUS_PRESENT):
+    def row(D, S, status=PP.STATUS_PRESENT):
         return {"checkpoint": "x", "status": status, "D_trained": D, "spread_ratio_trained": S,
-                "outcome": PO.checkpoint_outcome(D, S)}
+                "outcome": PP.checkpoint_outcome(D, S)}
+
+    cfg = cfg_module.get_config("tiny")
+
+    class PO:  # the rule through the skeleton's decide(measurements, config)
+        STATUS_CONTROL = PP.STATUS_CONTROL
+
+        @staticmethod
+        def decide(rows):
+            out = _PO.decide({"checkpoints": rows}, cfg)
+            return out["verdict"], out["verdict_reason"]
 
     assert PO.decide([row(0.5, 0.5)])[0] == "supported"
     assert PO.decide([row(0.5, 0.5), row(0.2, 0.9)])[0] == "supported"
@@ -121,8 +134,8 @@ def tiny_dino_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def present_run(tiny_dino_checkpoint, tmp_path_factory):
     config = cfg_module.get_config("tiny")
-    config.checkpoint_dir = str(tiny_dino_checkpoint)
-    config.control_checkpoints = ["dino_vits16"]  # the untrained baseline next to the present checkpoint
+    config.model.checkpoint_dir = str(tiny_dino_checkpoint)
+    config.control.checkpoints = ["dino_vits16"]  # the untrained baseline next to the present checkpoint
     out = tmp_path_factory.mktemp("po_present")
     with jax.enable_x64(True):
         res = PO.run(config, out)
@@ -132,7 +145,8 @@ def present_run(tiny_dino_checkpoint, tmp_path_factory):
 def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino_checkpoint):
     config, r = present_run
     common.check_verdict(r)
-    present = [x for x in r["checkpoints"] if x["status"] == PO.STATUS_PRESENT]
+    m = r["measurements"]
+    present = [x for x in m["checkpoints"] if x["status"] == PP.STATUS_PRESENT]
     assert [x["checkpoint"] for x in present] == ["dino_vits16"]
     row = present[0]
     assert row["file"] == str(tiny_dino_checkpoint / pretrained.CHECKPOINTS["dino_vits16"].filename)
@@ -143,27 +157,27 @@ def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino
     assert r["headline"]["checkpoints_present"] == 1 and r["headline"]["checkpoints_absent"] == 3
     assert r["headline"]["dino_vits16_D_trained"] == row["D_trained"]
     # The control runs next to the present checkpoint, labelled, and never enters the verdict.
-    ctrl = [x for x in r["checkpoints"] if x["status"] == PO.STATUS_CONTROL]
+    ctrl = [x for x in m["checkpoints"] if x["status"] == PP.STATUS_CONTROL]
     assert [x["checkpoint"] for x in ctrl] == ["dino_vits16"] and ctrl[0]["d"] == 384
     text = PO.report(r, "rel")
     assert "D of control (same arch.)" in text and "Released checkpoints" in text
     # The verdict follows the rule from the stored rows.
-    assert r["verdict"] == PO.decide(r["checkpoints"])[0]
+    assert r["verdict"] == PO.decide(m, config)["verdict"]
     expected = {"agrees": "supported", "disagrees": "not supported", "mixed": "inconclusive"}[row["outcome"]]
     assert r["verdict"] == expected
-    assert set(r["premises"]["held_for"]) == {f"dino_vits16/{a}" for a in ("hue", "saturation", "blur")}
+    assert set(m["premises"]["held_for"]) == {f"dino_vits16/{a}" for a in ("hue", "saturation", "blur")}
 
 
 def test_hue_gain_matches_independent_augmentation_metric_degeneracy(present_run, tiny_dino_checkpoint):
     """Mean |J_h v| / |v| along hue tangents, recomputed point by point through the composed path."""
     config, r = present_run
-    a = next(x for x in r["augmentations"] if x["augmentation"] == "hue" and x["status"] == PO.STATUS_PRESENT)
+    a = next(x for x in r["measurements"]["augmentations"] if x["augmentation"] == "hue" and x["status"] == PP.STATUS_PRESENT)
     assert a["checkpoint"] == "dino_vits16"
     assert a["degenerate_points_excluded"] == 0 and a["zero_tangent_points"] == 0
     pre = PO.load_checkpoint("dino_vits16", PO.find_checkpoint("dino_vits16", tiny_dino_checkpoint))
-    images, _, _, _ = PO.load_images(config, num_classes=config.num_classes, images_per_class=config.images_per_class,
-                                     image_size=config.image_size)
-    thetas = PO.orbit_params(config, "hue", config.orbit_steps)
+    images, _, _, _ = PP.load_images(config, num_classes=config.data.num_classes,
+                                     images_per_class=config.data.images_per_class, image_size=config.data.image_size)
+    thetas = PP.orbit_params(config, "hue", config.analysis.orbit_steps)
     with jax.enable_x64(True):
         hv = jax.tree_util.tree_map(lambda t: jnp.asarray(t, jnp.float64), pre.variables["head"])
         head_fn = as_function(pre.head, hv)
@@ -195,3 +209,12 @@ def test_find_and_load_converted_safetensors(tiny_dino_checkpoint, tmp_path):
         PO.load_checkpoint("dino_resnet50", tmp_path / "dino_resnet50.safetensors")
     with pytest.raises(ValueError, match="Unknown checkpoint"):
         PO.find_checkpoint("simclr", tmp_path)
+
+
+def test_dry_run_overrides_keep_the_papers_models():
+    from experiments import configs
+
+    c = cfg_module.get_config("paper")
+    d = configs.apply_overrides(cfg_module.get_config("paper"), _PO._DRY)
+    assert (d.data.image_size, d.control.image_size, d.control.dino.out) == (c.data.image_size, 224, 65536)
+    assert _PO._points(d, "control") == 2 * 1 * 3 and _PO._points(c, "control") == 10 * 5 * 12

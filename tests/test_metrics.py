@@ -190,3 +190,37 @@ def test_metric_degeneracy_linear_head():
     assert float(metrics.augmentation_metric_degeneracy(blind, path, t)) == 0.0
     with pytest.raises(ValueError, match="non-zero"):
         metrics.metric_degeneracy(head, jnp.asarray(z), jnp.zeros(5))
+
+
+def test_effective_rank_centered_drops_the_mean_direction():
+    # rows = mean + a trajectory moving in 2 orthogonal directions with equal energy:
+    # centred, the squared-singular-value rank is exactly 2; uncentred the (large) mean dominates.
+    mean = np.zeros(6)
+    mean[0] = 50.0
+    dev = np.array([[1.0, 0, 0, 0, 0, 0], [-1.0, 0, 0, 0, 0, 0], [0, 1.0, 0, 0, 0, 0], [0, -1.0, 0, 0, 0, 0]])
+    dev = dev[:, [1, 2, 0, 3, 4, 5]]  # move in e_1, e_2; the mean sits along e_0
+    z = jnp.asarray(mean + dev)
+    assert float(metrics.effective_rank(z, "squared", eps=0.0, center=True)) == pytest.approx(2.0, rel=1e-12)
+    assert float(metrics.effective_rank(z, "squared", eps=0.0)) < 1.01
+    # centring is a row-mean subtraction: same as passing the centred matrix uncentred
+    zc = z - jnp.mean(z, axis=0)
+    for m in metrics.EFFECTIVE_RANK_METHODS:
+        assert float(metrics.effective_rank(z, m, center=True)) == pytest.approx(
+            float(metrics.effective_rank(zc, m)), rel=1e-12)
+    with pytest.raises(TypeError, match="center"):
+        metrics.effective_rank(z, "squared", center="yes")
+
+
+def test_spearman_hand_ranks_nan_inf_and_undefined():
+    # hand-made: ranks of y are (1, 3, 2, 4) against (1, 2, 3, 4): 1 - 6 * sum d^2 / (n (n^2 - 1)) = 0.8
+    assert metrics.spearman([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0]) == pytest.approx(0.8, abs=1e-14)
+    # inf ranks last (a singular covariance's condition number is the largest)
+    assert metrics.spearman([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, np.inf]) == pytest.approx(1.0, abs=1e-14)
+    # NaN pairs are dropped, not ranked
+    assert metrics.spearman([1.0, 2.0, np.nan, 3.0, 4.0], [4.0, 3.0, 0.0, 2.0, 1.0]) == pytest.approx(-1.0, abs=1e-14)
+    # undefined: constant series (also all-inf), fewer than 3 pairs
+    assert np.isnan(metrics.spearman([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]))
+    assert np.isnan(metrics.spearman([1.0, 2.0, 3.0], [np.inf] * 3))
+    assert np.isnan(metrics.spearman([1.0, 2.0, np.nan], [1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="equal length"):
+        metrics.spearman([1.0, 2.0, 3.0], [1.0, 2.0])

@@ -325,6 +325,18 @@ def test_missing_files_and_bad_inputs(tmp_path, monkeypatch, pm, small):
 # ----------------------------------------------------------------------------- experiment
 
 
+def test_experiment_dry_run_overrides_are_valid():
+    import ml_collections
+
+    from experiments import configs, minilm_geometry
+    from experiments.configs import minilm_geometry as cfg_mod
+
+    for variant in ("smoke", "paper"):
+        c = configs.apply_overrides(ml_collections.ConfigDict(cfg_mod.get_config(variant).to_dict()), minilm_geometry._DRY)
+        minilm_geometry._check(c)  # consistent sizes; the paper variant's head and token length are kept
+        assert c.model.head_hidden == cfg_mod.get_config(variant).model.head_hidden and c.train.frozen_steps == 2
+
+
 def test_experiment_tiny_contract(tmp_path):
     from experiments import common, minilm_geometry
     from experiments.configs import minilm_geometry as cfg_mod
@@ -333,22 +345,31 @@ def test_experiment_tiny_contract(tmp_path):
         cfg_mod.get_config(variant)
     with pytest.raises(ValueError):
         cfg_mod.get_config("huge")
-    res = minilm_geometry.run(cfg_mod.get_config("tiny"), tmp_path)
+    cfg = cfg_mod.get_config("tiny")
+    res = minilm_geometry.run(cfg, tmp_path)
     common.check_verdict(res)
-    assert res["verdict"] == minilm_geometry.decide(res["headline"])
+    m = res["measurements"]
+    assert res["verdict"] == minilm_geometry.decide(m, cfg)["verdict"]
     assert res["paper"] == {} and isinstance(res["verdict_rule"], str)
     h = res["headline"]
     assert h["frozen_loss_last"] < h["frozen_loss_first"]
     assert h["D_frozen_ci_low"] <= h["D_frozen"] <= h["D_frozen_ci_high"]
-    for name, s in res["settings"].items():
+    # the deciding control is the configured one; every control is reported
+    assert h["D_frozen"] == m["settings"]["frozen"][f"D_vs_{cfg.verdict.control}"]
+    assert {f"D_frozen_vs_{c}" for c in minilm_geometry.CONTROLS} <= set(h)
+    other = cfg_mod.get_config("tiny")
+    other.verdict.control = "random"
+    assert minilm_geometry.decide(m, other)["headline"]["D_frozen"] == m["settings"]["frozen"]["D_vs_random"]
+    for name, s in m["settings"].items():
         # |J v| by jvp equals sqrt(v^T J^T J v) from the dense pullback metric.
         assert s["jvp_vs_G_max_rel_err"] < 1e-8
         # The exact isotropic baseline agrees with sampled random tangent directions.
         assert abs(s["gain_random_sampled_mean"] / s["gain_random_exact_mean"] - 1) < 0.25
         assert 1.0 <= s["erank_squared_u"] <= s["erank_rankme_u"] + 1e-9
-    for he in res["effective_hessian"].values():
+    for he in m["effective_hessian"].values():
         assert he["chain_rule_rel_err"] < 1e-10
         assert he["H_eff_min"] <= he["H_eff_max"]
     assert (tmp_path / "results.json").exists() and (tmp_path / "minilm_geometry.png").exists()
     md = minilm_geometry.report(common.read_results(tmp_path), ".")
-    assert res["verdict"] in md and "minilm_geometry.png" in md
+    assert "minilm_geometry.png" in md and f"D vs {cfg.verdict.control} (decides)" in md
+    assert "What this run can and cannot show" in md

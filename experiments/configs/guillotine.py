@@ -1,114 +1,142 @@
 """Config: experiment 6, the guillotine (Sec. 5) -- probes, trajectory curvature, orbits, metric degeneracy.
 
 A backbone + ReLU/BN MLP head is trained with SimCLR's NT-Xent (tau 0.1, Adam 1e-3) through
-:func:`ssl_geometry.objectives.make_objective`; the trained pair is then measured (see
-``experiments/guillotine.py``). ``"smoke"`` trains on the embedded ``"shapes"`` set at 16x16 on CPU;
-``"paper"`` is DESIGN.md section 3's setting (CIFAR-10, ResNet-18, batch 256, 50 epochs).
+:func:`ssl_geometry.objectives.make_objective` and :func:`ssl_geometry.training.loop.fit`; the
+trained pair is then measured (``experiments/guillotine/``). Views are the authors' guillotine
+recipe (``experiments.py: run_guillotine_experiment``): RandomResizedCrop(32, scale (0.08, 1)),
+flip, RandomRotation(45), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8; no grayscale, no blur.
+
+Variants: ``tiny`` (tests, seconds), ``smoke`` (default; the embedded ``shapes`` set at 16 px on
+CPU, minutes), ``paper`` (ResNet-18, CIFAR-10), ``paper_vit_tiny`` (ViT-T, CIFAR-10),
+``paper_cifar100`` (ResNet-18, CIFAR-100), each with the depth 1/2/3 ablation; tfds data from
+``data.data_dir`` (``reproduce --data-dir``). Under ``dry_run`` a variant runs end to end with
+``dry_run_examples`` generated images (tfds mock data for tfds sets), batch ``dry_run_batch``,
+2 steps per training phase (SimCLR of every depth, probes) and every analysis step on a few
+images, and reports its step time and the projected full wall time.
+
+Deviations of the ``paper`` variants from the authors' code, with reasons:
+
+* RandomRotation uses bilinear resampling (``augment.rotate``), torchvision's default is nearest:
+  the tangent analyses differentiate the same rotation, which must be differentiable.
+* The colour jitter's order of the four factors is random per view (torchvision's ColorJitter
+  also permutes them); hue is in HSV as torchvision's.
+* The head is the authors' ``ProjectionHead(relu, use_bn=True)``: Linear(512, 2048, bias-free)-BN-ReLU-
+  Linear(2048, 2048, bias-free)-BN. The depth ablation trains depths 1/2/3 separately with the authors'
+  ``FlexibleProjectionHead(activation='swish', use_bn=True)`` (BN after every Linear, bias-free); the
+  main (ReLU) run is not reused for it.
+* Probes: the library's linear and 2-layer MLP probes (Adam 1e-3, 5 epochs) on the four 90-degree
+  rotations of each test-split image, as the authors; hidden width ``probes.hidden``.
+* Training through ``training.loop.fit`` on the objective the CLI trainer (``ssl_geometry.train``)
+  also builds (``objectives.make_objective("simclr")``), not through the CLI itself: the trainer's
+  online probe, schedule and checkpointing are not part of the authors' recipe.
+* Curvature and orbits are computed twice: the paper's way (L2-normalised, undivided second
+  differences on 10 angles in [0, 45] deg; orbits of 12 rotations 0..330 deg with the head applied
+  to the *normalised* z, as ``run_orbit_visualization_experiment`` does) and the project's way
+  (exact ``|r''|`` by nested jvp; orbits over ``analysis.orbit_max_angle_deg``), named apart.
 """
 import ml_collections
 
+from experiments import configs
 
-def get_config(variant: str = "smoke") -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    c.seed = 0
-    # Data. "shapes" is rendered with nuisance rotations in [-shapes_max_angle_deg, +...] only, so that
-    # the 90-degree rotations of the rotation probe are visible (CIFAR images have an upright
-    # orientation; shapes with the library's default +-45 deg would make 90 deg ambiguous).
-    c.dataset = "shapes"
-    c.image_size = 16
-    c.shapes_max_angle_deg = 15.0
-    c.n_train = 4000
-    c.n_test = 1000
-    # Rotation probe on classes whose shape has no 90-degree symmetry (disk, square, plus and ring look the
-    # same under a 90-degree turn; bar under 180), so 4-way rotation prediction is well posed. None: all.
-    c.rotation_probe_classes = ["triangle", "ell", "half_disk"]
-    # Backbone and head.
-    c.backbone = "small_cnn"  # small_cnn | resnet18_cifar | vit_tiny
-    c.widths = (16, 32, 64)  # small_cnn only
-    c.head_depth = 2  # affine layers of the projector (2: Linear-BN-ReLU-Linear, SimCLR's)
-    c.head_hidden = 128
-    c.head_out = 32
-    c.depths = (1, 2, 3)  # head-depth ablation (the main run is head_depth, reused)
-    # SimCLR training (the paper: NT-Xent tau 0.1, Adam 1e-3, batch 256, 50 epochs).
-    c.temperature = 0.1
-    c.lr = 1e-3
-    c.batch_size = 128
-    c.steps = 300
-    # Steps per jitted call, scanned with `unroll`: XLA:CPU runs a convolution's backward pass inside a
-    # while loop ~15x slower than in straight-line code (measured: 0.85 s vs 0.057 s per step), so on CPU
-    # the chunk is unrolled; on an accelerator use a long chunk with unroll=1.
-    c.steps_per_call = 5
-    c.unroll = 5  # lax.scan unroll factor (= steps_per_call: straight-line code)
-    c.augment = ml_collections.ConfigDict(dict(  # the CIFAR SimCLR recipe (augment.SIMCLR_CIFAR)
-        crop_scale=(0.2, 1.0), flip_prob=0.5, jitter=(0.4, 0.4, 0.4, 0.1), jitter_prob=0.8,
-        jitter_random_order=True, gray_prob=0.2, blur_prob=0.0))
-    # Probes (the paper: linear and 2-layer MLP, 5 epochs on 4 x 50k rotated images).
-    c.probe_train_images = 2000
-    c.probe_test_images = 1000
-    c.probe_epochs = 20
-    c.probe_hidden = 256
-    # Trajectory curvature: the paper's grid of 10 rotation angles in [0, 45 deg] (FD spacing 5 deg).
-    c.curvature_images = 16
-    c.curvature_angles = 10
-    c.curvature_max_angle_deg = 45.0
-    # FD convergence study at one generic angle, spacings h (degrees) shrinking to where FD must agree.
-    c.convergence_angle_deg = 21.3
-    c.convergence_images = 8
-    c.convergence_spacings_deg = (5.0, 1.0, 0.2, 0.04, 0.008, 0.0016, 0.00032, 0.000064)
-    # Orbit geometry: classes x images x rotations in [0, orbit_max_angle_deg].
-    c.orbit_classes = 5
-    c.orbit_images = 3
-    c.orbit_steps = 12
-    c.orbit_max_angle_deg = 45.0
-    # Metric degeneracy |J_h v|/|v| along augmentation tangents at these parameter values (rotation: a
-    # generic angle, since at 0 every bilinear sample sits on a pixel, where interpolation has a kink).
-    c.degeneracy_images = 64
-    c.tangent_rotation_deg = 10.0
-    c.tangent_hue = 0.0
-    c.tangent_blur_sigma = 1.0
-    c.tangent_blur_radius = 4
-    # Verdict rule (experiments/guillotine.py: verdict).
-    c.probe_margin = 0.02  # rotation accuracy on h(z) must be below z by this much (mean of lin/MLP)
-    c.min_backbone_rotation_acc = 0.30  # premise: z carries rotation information (chance = 0.25)
-    c.min_effective_rank = 2.0  # premise: z is not collapsed (RankMe effective rank)
-    if variant == "tiny":
-        c.image_size = 8
-        c.n_train, c.n_test = 256, 128
-        c.widths = (4, 8)
-        c.head_hidden, c.head_out = 16, 8
-        c.depths = (2,)  # the ablation loop runs with the main depth only (test time)
-        c.batch_size, c.steps, c.steps_per_call, c.unroll = 32, 3, 1, 1
-        c.augment.jitter_prob = 0.0  # crop, flip, grayscale only: seconds less to compile
-        c.probe_train_images, c.probe_test_images = 96, 64
-        c.probe_epochs, c.probe_hidden = 2, 16
-        c.curvature_images = 2
-        c.convergence_images = 2
-        c.convergence_spacings_deg = (5.0, 0.04, 0.00032)
-        c.orbit_images, c.orbit_steps = 2, 6
-        c.degeneracy_images = 8
-        c.tangent_blur_radius = 2
-    elif variant == "smoke":
-        pass
-    elif variant == "paper":
-        c.dataset = "cifar10"
-        c.image_size = 32
-        c.n_train, c.n_test = 50000, 10000
-        c.rotation_probe_classes = None
-        c.backbone = "resnet18_cifar"
-        c.widths = ()
-        c.head_hidden, c.head_out = 2048, 128
-        c.batch_size = 256
-        c.steps = 50 * (50000 // 256)  # 50 epochs
-        c.steps_per_call, c.unroll = 50000 // 256, 1
-        c.probe_train_images, c.probe_test_images = 50000, 10000
-        c.probe_epochs, c.probe_hidden = 5, 512
-        c.curvature_images = 100
-        c.convergence_images = 32
-        c.degeneracy_images = 256
-        c.tangent_blur_radius = 8
-        c.expected_runtime = ("not run on an accelerator; estimated 3 SimCLR trainings (head depths 1/2/3) of "
-                              "50 epochs of ResNet-18 on CIFAR-10 at about 30-60 min each on one modern GPU, "
-                              "plus about 10 min of probes and float64 curvature")
-    else:
-        raise ValueError(f"unknown variant {variant!r}; expected 'tiny', 'smoke' or 'paper'")
-    return c
+_PAPER_AUGMENT = {"augment.crop_scale": (0.08, 1.0), "augment.rotation_deg": 45.0, "augment.gray_prob": 0.0,
+                  "augment.blur_prob": 0.0}
+
+
+def base() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "seed": 0,
+        "data": {
+            # "shapes" is rendered with nuisance rotations within +-shapes_max_angle_deg so that the probe's
+            # 90-degree rotations are visible (CIFAR images have an upright orientation).
+            "name": "shapes", "image_size": 16, "shapes_max_angle_deg": 15.0, "n_train": 4000, "n_test": 1000,
+            "data_dir": "",  # tfds data_dir ("" = tfds default); reproduce --data-dir sets it
+            # Rotation probe on shape classes without 90-degree symmetry; None: all classes.
+            "rotation_probe_classes": ["triangle", "ell", "half_disk"],
+            "dry_run_examples": 64,  # images per split under dry_run (tfds mock data for tfds sets)
+        },
+        "model": {
+            "backbone": "small_cnn",  # small_cnn | resnet18_cifar | vit_tiny
+            "widths": (16, 32, 64),  # small_cnn only
+            "head_depth": 2,  # affine layers of the main run's projector (2: Linear-BN-ReLU-Linear)
+            "head_activation": "relu",  # the authors' guillotine head (ProjectionHead(relu, use_bn=True))
+            "ablation_activation": "relu",  # head-depth ablation; the authors' head_depth_ablations.py: swish
+            "head_hidden": 128, "head_out": 32,
+            "head_final_bn": False, "head_bias": True,  # the authors' head: BN on the output, no biases
+            "depths": (1, 2, 3),  # head-depth ablation (the main run is head_depth, reused)
+        },
+        "augment": {  # the authors' guillotine views (module docstring); rotation_deg 0 = no rotation
+            "crop_scale": (0.08, 1.0), "flip_prob": 0.5, "rotation_deg": 45.0, "jitter": (0.4, 0.4, 0.4, 0.1),
+            "jitter_prob": 0.8, "jitter_random_order": True, "gray_prob": 0.0, "blur_prob": 0.0,
+        },
+        "train": {
+            "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
+            # Steps per training.loop.fit call; on an accelerator an epoch per call. Measured on this CPU (smoke
+            # model, batch 128, loaded machine): 2-3.3 s per step through fit against 0.05-0.27 s for a plain jitted
+            # step -- XLA:CPU runs a convolution's backward pass inside fit's scan much slower.
+            "fit_steps": 1,
+            "dry_run_batch": 8,
+        },
+        "probes": {"train_images": 2000, "test_images": 1000, "epochs": 20, "hidden": 256},
+        "analysis": {
+            # Trajectory curvature on the paper's grid: 10 rotation angles in [0, 45 deg] (spacing 5 deg).
+            "curvature_images": 16, "curvature_angles": 10, "curvature_max_angle_deg": 45.0,
+            # FD convergence at one generic angle, spacings (deg) shrinking to where FD must agree.
+            "convergence_angle_deg": 21.3, "convergence_images": 8,
+            "convergence_spacings_deg": (5.0, 1.0, 0.2, 0.04, 0.008, 0.0016, 0.00032, 0.000064),
+            # Orbits: classes x images x steps; the project's arc [0, orbit_max_angle_deg] and the paper's
+            # full orbit (paper_orbit_steps rotations 0..330 deg).
+            "orbit_classes": 5, "orbit_images": 3, "orbit_steps": 12, "orbit_max_angle_deg": 45.0,
+            "paper_orbit_steps": 12,
+            # Metric degeneracy |J_h v|/|v| at these augmentation parameters (rotation at a generic angle:
+            # at 0 every bilinear sample sits on a pixel, where interpolation has a kink).
+            "degeneracy_images": 64, "tangent_rotation_deg": 10.0, "tangent_hue": 0.0,
+            "tangent_blur_sigma": 1.0, "tangent_blur_radius": 4,
+        },
+        "verdict": {
+            # The control the tangent ratio is decided against, fixed before the run: "between" (directions
+            # z_j - z_i between samples: how the head treats differences the data actually has), "data"
+            # (Gaussian directions with the covariance of z) or "random" (isotropic N(0, I), mostly off the
+            # data's span). All three are reported; only this one decides.
+            "control": "between",
+            "probe_margin": 0.02,  # rotation accuracy on h(z) below z by this much (mean of lin/MLP)
+            "min_backbone_rotation_acc": 0.30,  # premise: z carries rotation information (chance 0.25)
+            "min_effective_rank": 2.0,  # premise: z is not collapsed (RankMe effective rank)
+        },
+        "expected_runtime": "smoke: minutes on 2 CPU cores",
+    })
+
+
+_PAPER = {
+    "data.name": "cifar10", "data.image_size": 32, "data.n_train": 50000, "data.n_test": 10000,
+    "data.rotation_probe_classes": None,
+    "model.backbone": "resnet18_cifar", "model.widths": (), "model.head_hidden": 2048, "model.head_out": 2048,
+    "model.head_final_bn": True, "model.head_bias": False, "model.ablation_activation": "swish",
+    "train.batch_size": 256, "train.steps": 50 * (50000 // 256), "train.fit_steps": 50000 // 256,
+    "probes.train_images": 50000, "probes.test_images": 10000, "probes.epochs": 5, "probes.hidden": 512,
+    "analysis.curvature_images": 100, "analysis.convergence_images": 32, "analysis.degeneracy_images": 256,
+    "analysis.tangent_blur_radius": 8,
+    "expected_runtime": ("not run on an accelerator; estimated 3 SimCLR trainings (head depths 1/2/3) of 50 epochs "
+                         "at about 30-60 min each on one modern GPU, plus about 10 min of probes and float64 "
+                         "curvature; the dry run prints the projection for the device it runs on"),
+}
+
+VARIANTS = {
+    "tiny": {
+        "data.image_size": 8, "data.n_train": 256, "data.n_test": 128, "model.widths": (4, 8),
+        "model.head_hidden": 16, "model.head_out": 8, "model.depths": (2,),
+        "train.batch_size": 32, "train.steps": 3, "augment.jitter_prob": 0.0,
+        "probes.train_images": 96, "probes.test_images": 64, "probes.epochs": 2, "probes.hidden": 16,
+        "analysis.curvature_images": 2, "analysis.convergence_images": 2,
+        "analysis.convergence_spacings_deg": (5.0, 0.04, 0.00032), "analysis.orbit_images": 2,
+        "analysis.orbit_steps": 6, "analysis.paper_orbit_steps": 6, "analysis.degeneracy_images": 8,
+        "analysis.tangent_blur_radius": 2, "expected_runtime": "about a minute on 2 shared CPU cores",
+    },
+    "smoke": {},
+    "paper": {**_PAPER, **_PAPER_AUGMENT},
+    "paper_vit_tiny": {**_PAPER, **_PAPER_AUGMENT, "model.backbone": "vit_tiny"},
+    "paper_cifar100": {**_PAPER, **_PAPER_AUGMENT, "data.name": "cifar100"},
+}
+
+
+def get_config(arg=None) -> ml_collections.ConfigDict:
+    return configs.build(base(), VARIANTS, arg)

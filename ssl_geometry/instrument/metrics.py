@@ -1,7 +1,10 @@
 """Collapse, conditioning, invariance and trajectory metrics of representations.
 
 * :func:`effective_rank` -- RankMe (singular values) or the paper's code's version
-  (squared singular values), named, never silently one.
+  (squared singular values), named, never silently one; ``center=True`` centres the rows
+  first (the paper's notebook does).
+* :func:`spearman` -- Spearman rank correlation of two series (NaN pairs dropped, NaN when
+  undefined); the one definition every experiment uses.
 * :func:`covariance_condition_number` -- ``lambda_max / lambda_min`` of the covariance.
 * :func:`normalized_std` -- SimSiam's collapse monitor (mean per-dimension std of
   L2-normalised outputs).
@@ -27,6 +30,7 @@ Array = jax.Array
 __all__ = [
     "EFFECTIVE_RANK_METHODS",
     "effective_rank",
+    "spearman",
     "covariance_condition_number",
     "normalized_std",
     "relative_update_size",
@@ -49,10 +53,10 @@ def _matrix(z, name="z") -> Array:
     return z
 
 
-def effective_rank(z: Array, method: str, *, eps: float = 1e-7) -> Array:
+def effective_rank(z: Array, method: str, *, eps: float = 1e-7, center: bool = False) -> Array:
     """Effective rank ``exp(H(p))`` of an ``(n, d)`` matrix, by a named method.
 
-    With singular values ``s_k`` of ``z`` (no centring):
+    With singular values ``s_k`` of ``z`` (of ``z - mean_rows(z)`` when ``center=True``):
 
     * ``"rankme"`` (Garrido et al. 2023, "RankMe", ICML): ``p_k = s_k / sum_j s_j + eps``;
     * ``"squared"`` (the paper's released code): ``p_k = s_k^2 / sum_j s_j^2 + eps``;
@@ -63,6 +67,11 @@ def effective_rank(z: Array, method: str, *, eps: float = 1e-7) -> Array:
     ``"squared" <= "rankme"``.
 
     ``method`` is required: the two definitions differ (DESIGN.md section 4).
+    ``center`` (default ``False``, RankMe's convention) subtracts the row mean first, as the
+    paper's ``pretrained.ipynb`` does (``traj - mean(traj, 0)``): it drops the direction of
+    the mean, so on a trajectory far from the origin the centred rank counts how many
+    directions the trajectory *moves* in, the uncentred one is near 1 (the mean dominates).
+    The paper's exact estimator is :func:`ssl_geometry.paper.effective_rank_squared`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -72,14 +81,62 @@ def effective_rank(z: Array, method: str, *, eps: float = 1e-7) -> Array:
     """
     check_choice(method, "method", EFFECTIVE_RANK_METHODS)
     check_positive(eps, "eps", strict=False)
+    if not isinstance(center, bool):
+        raise TypeError(f"`center` must be a bool; got {type(center).__name__}.")
     z = _matrix(z)
-    s = jnp.linalg.svd(z, compute_uv=False)
+    if center:
+        z = z - jnp.mean(z, axis=0)
+    s = _singular_values(z)
     w = s if method == "rankme" else s**2
     total = jnp.sum(w)
     if not isinstance(total, jax.core.Tracer) and not float(total) > 0:
         raise ValueError("`z` is the zero matrix (or non-finite): its effective rank is undefined.")
     p = w / total + eps
     return jnp.exp(-jnp.sum(jax.scipy.special.xlogy(p, p)))
+
+
+def _singular_values(z: Array) -> Array:
+    """Singular values of an ``(n, d)`` matrix via the ``min(n, d)``-square R of a QR factorisation.
+
+    ``z^T = Q R`` (``d > n``) or ``z = Q R`` (``n > d``) leaves the singular values unchanged and is
+    backward stable; it keeps memory at ``O(n d)`` for very wide matrices (a 24 x 65536 head output:
+    XLA's direct SVD allocated a 65536 x 65536 workspace).
+    """
+    n, d = z.shape
+    if d > n:
+        z = jnp.linalg.qr(z.T, mode="r")
+    elif n > d:
+        z = jnp.linalg.qr(z, mode="r")
+    return jnp.linalg.svd(z, compute_uv=False)
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation ``rho = corr(rank(x), rank(y))`` of two 1-D series (host-side).
+
+    Ties get average ranks (``scipy.stats.spearmanr``). Pairs where either value is NaN are
+    dropped; infinities are kept (they rank last: a singular covariance's ``inf`` condition
+    number is the largest). Returns NaN -- the correlation is undefined -- when fewer than 3
+    pairs remain or either series is constant on them (a constant, including all-``inf``,
+    series has no ranks to correlate). This is the one Spearman of the suite: the paper's
+    ``hessian_tracker.py`` calls ``scipy.stats.spearmanr`` on epochs 1..99, which agrees
+    with it on finite, non-constant data.
+
+    Example:
+      >>> round(spearman([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, float("inf"), 15.0]), 12)
+      0.4
+    """
+    import numpy as np
+    import scipy.stats
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 1 or y.ndim != 1 or x.shape != y.shape:
+        raise ValueError(f"`x` and `y` must be 1-D series of equal length; got shapes {x.shape} and {y.shape}.")
+    ok = ~np.isnan(x) & ~np.isnan(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    return float(scipy.stats.spearmanr(scipy.stats.rankdata(x), scipy.stats.rankdata(y)).statistic)
 
 
 def covariance_condition_number(z: Array, *, eig_floor: float = 0.0) -> Array:

@@ -1,0 +1,277 @@
+"""Experiment 6, geometry: trajectory curvature, orbits and metric degeneracy of a trained backbone/head pair.
+
+Each quantity the paper reports is computed twice, named apart: the paper's way
+(:mod:`ssl_geometry.paper`: L2-normalised representations, undivided second differences, full
+rotation orbits with the head on ``z/|z|``) and the project's (exact ``|r''|`` by nested jvp,
+scale-free ratios, orbits over a small arc).
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ssl_geometry import augment, metrics
+from ssl_geometry import paper as P
+
+from .training import trained_augmentations
+
+__all__ = ["AUGMENTATIONS", "CONTROLS", "analysis_variables", "augmentation_fn", "Geometry", "spread_scale",
+           "curvature_analysis", "fd_convergence", "orbit_images", "orbit_analysis", "degeneracy_analysis"]
+
+AUGMENTATIONS = ("rotation", "hue", "blur")
+CONTROLS = ("random", "data", "between")
+
+
+def _unit(x):
+    return x / jnp.maximum(jnp.linalg.norm(x), 1e-12)
+
+
+def _cast(tree, dtype):
+    return jax.tree_util.tree_map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
+def analysis_variables(run, dtype, *, initial_head: bool = False) -> dict:
+    """``{"backbone": variables, "head": variables}`` of a run (trained; head at init if ``initial_head``), cast."""
+    p, s = run["params"], run["state"]
+    hp, hs = (run["init_params"], run["init_state"]) if initial_head else (p, s)
+    return _cast({"backbone": {"params": p["backbone"], **s["backbone"]},
+                  "head": {"params": hp["projector"], **hs["projector"]}}, dtype)
+
+
+def augmentation_fn(cfg, name: str):
+    """``(image, t) -> image``: rotation by ``t`` radians, hue shift by ``t`` turns, blur with sigma ``t``."""
+    if name == "rotation":
+        return augment.rotate
+    if name == "hue":
+        return augment.adjust_hue
+    if name == "blur":
+        return lambda x, t: augment.gaussian_blur(x, t, radius=cfg.analysis.tangent_blur_radius)
+    raise ValueError(f"augmentation must be one of {AUGMENTATIONS}; got {name!r}.")
+
+
+class Geometry:
+    """Jitted measurements of ``r(t) = f(g_t x)`` and ``h(f(g_t x))`` for one backbone/head architecture.
+
+    The models are code (closed over); every array -- variables, images, parameters -- is an argument.
+    """
+
+    def __init__(self, backbone, head, aug):
+        self.backbone, self.head, self.aug = backbone, head, aug
+
+        def z_of(v, x):
+            return backbone.apply(v["backbone"], x[None])[0][0]
+
+        def h_of(v, z):
+            return head.apply(v["head"], z[None])[0][0]
+
+        def rep(v, x, t, which):
+            z = z_of(v, aug(x, t))
+            return z if which == "backbone" else h_of(v, z)
+
+        self.rep = rep
+
+        def grid(v, xs, ts, which):  # (N, T, d)
+            return jax.vmap(lambda x: jax.vmap(lambda t: rep(v, x, t, which))(ts))(xs)
+
+        def exact(v, xs, ts, which):  # (N, T)
+            one = lambda x, t: metrics.trajectory_curvature(lambda a: rep(v, x, a, which), t)  # noqa: E731
+            return jax.vmap(lambda x: jax.vmap(lambda t: one(x, t))(ts))(xs)
+
+        def z_at(v, xs, t0):  # (N, d): z of the augmented images
+            return jax.vmap(lambda x: z_of(v, aug(x, t0)))(xs)
+
+        def degeneracy(v, xs, t0, dirs):  # (N,) along the tangent, (N,) along the given directions
+            head_fn = lambda z: h_of(v, z)  # noqa: E731
+            along = jax.vmap(lambda x: metrics.augmentation_metric_degeneracy(
+                head_fn, lambda a: z_of(v, aug(x, a)), t0))(xs)
+            other = jax.vmap(lambda z, r: metrics.metric_degeneracy(head_fn, z, r))(z_at(v, xs, t0), dirs)
+            return along, other
+
+        def paper_grid(v, xs, ts):  # the paper's orbit reps: z/|z| and h(z/|z|)/|h(z/|z|)|, (N, T, d) each
+            def one(x, t):
+                z = _unit(z_of(v, aug(x, t)))
+                return z, _unit(h_of(v, z))
+            return jax.vmap(lambda x: jax.vmap(lambda t: one(x, t))(ts))(xs)
+
+        self.grid = jax.jit(grid, static_argnames="which")
+        self.paper_grid = jax.jit(paper_grid)
+        self.exact = jax.jit(exact, static_argnames="which")
+        self.z_at = jax.jit(z_at)
+        self.degeneracy = jax.jit(degeneracy)
+
+
+def spread_scale(r) -> float:
+    """``s_r = sqrt(mean_i |r_i - mean r|^2)``: the overall spread used to make comparisons scale-free."""
+    r = np.asarray(r, np.float64)
+    return float(np.sqrt(np.mean(np.sum((r - r.mean(0)) ** 2, axis=1))))
+
+
+# ----------------------------------------------------------------------------------------- curvature
+
+
+def curvature_analysis(cfg, geo: Geometry, v, images, scales, *, convergence_images: int) -> dict:
+    """Exact ``|r''|`` and the paper's FD on ``cfg.analysis.curvature_angles`` angles in ``[0, max]``, plus FD convergence.
+
+    ``scales``: ``{"backbone": s_z, "head": s_h}`` (see :func:`spread_scale`). Returns summary numbers,
+    the per-angle means (figure) and the convergence rows.
+    """
+    T = cfg.analysis.curvature_angles
+    if T < 3:
+        raise ValueError(f"`curvature_angles` must be >= 3 for second differences; got {T}.")
+    dt = images.dtype
+    thetas = jnp.linspace(0.0, math.radians(cfg.analysis.curvature_max_angle_deg), T, dtype=dt)
+    h = float(thetas[1] - thetas[0])
+    out, per_angle = {}, {}
+    paper_kappa = {}
+    for which in ("backbone", "head"):
+        reps = geo.grid(v, images, thetas, which=which)
+        paper_kappa[which] = np.asarray(P.fd_curvature(reps))  # (N,): normalised, undivided, mean over angles
+        fd = np.asarray(metrics.fd_trajectory_curvature(reps, h))  # (N, T-2) at thetas[1:-1]
+        ex = np.asarray(geo.exact(v, images, thetas[1:-1], which=which))
+        for name, arr in (("fd", fd), ("exact", ex)):
+            if not np.all(np.isfinite(arr)):
+                raise FloatingPointError(f"non-finite {name} curvature of the {which} trajectory.")
+        out[which] = {"exact_mean": float(ex.mean()), "fd_mean": float(fd.mean()),
+                      "fd_over_exact": float(fd.mean() / ex.mean()),
+                      "median_pointwise_rel_diff": float(np.median(np.abs(fd - ex) / np.maximum(ex, 1e-300))),
+                      "scale": scales[which]}
+        per_angle[which] = {"exact": ex.mean(0) / scales[which], "fd": fd.mean(0) / scales[which]}
+    ratio = lambda k: out["head"][k] / out["backbone"][k]  # noqa: E731
+    norm = scales["backbone"] / scales["head"]
+    summary = {"ratio_exact_raw": ratio("exact_mean"), "ratio_fd_raw": ratio("fd_mean"),
+               "ratio_exact_normalised": ratio("exact_mean") * norm, "ratio_fd_normalised": ratio("fd_mean") * norm,
+               "fd_spacing_deg": math.degrees(h),
+               "ratio_paper": float(P.curvature_ratio(paper_kappa["backbone"], paper_kappa["head"])),
+               "paper_kappa_backbone": float(paper_kappa["backbone"].mean()),
+               "paper_kappa_head": float(paper_kappa["head"].mean())}
+    conv = fd_convergence(cfg, geo, v, images[:convergence_images])
+    return {"summary": summary, "by_rep": out, "angles_deg": np.degrees(np.asarray(thetas[1:-1])).tolist(),
+            "per_angle": {k: {kk: vv.tolist() for kk, vv in d.items()} for k, d in per_angle.items()},
+            "convergence": conv}
+
+
+def fd_convergence(cfg, geo: Geometry, v, images) -> list[dict]:
+    """At ``theta_c``: central second difference ``|r(t+h) - 2 r(t) + r(t-h)| / h^2`` for shrinking ``h`` vs exact.
+
+    Rows: ``{"rep", "h_deg", "median_rel_err", "max_rel_err"}`` with ``rel_err = |FD - exact| / exact`` over
+    images. With ``r`` smooth near ``theta_c`` the error is ``O(h^2)`` until rounding (``~eps |r| / h^2``)
+    takes over; a kink of ``r'`` inside ``[t-h, t+h]`` adds an ``O(|jump| / h)`` term.
+    """
+    dt = images.dtype
+    tc = math.radians(cfg.analysis.convergence_angle_deg)
+    rows = []
+    for which in ("backbone", "head"):
+        ex = np.asarray(geo.exact(v, images, jnp.asarray([tc], dt), which=which))[:, 0]
+        for hd in cfg.analysis.convergence_spacings_deg:
+            hr = math.radians(hd)
+            reps = geo.grid(v, images, jnp.asarray([tc - hr, tc, tc + hr], dt), which=which)
+            fd = np.asarray(metrics.fd_trajectory_curvature(reps, hr))[:, 0]
+            rel = np.abs(fd - ex) / np.maximum(ex, 1e-300)
+            rows.append({"rep": which, "h_deg": float(hd), "median_rel_err": float(np.median(rel)),
+                         "max_rel_err": float(np.max(rel)), "exact_median": float(np.median(ex))})
+    return rows
+
+
+# -------------------------------------------------------------------------------------------- orbits
+
+
+def orbit_images(cfg, ds, classes: int, per_class: int):
+    """``(classes, per_class, H, W, 3)`` uint8 images: the first ``per_class`` test images of the first
+    ``classes`` classes that have that many."""
+    out = []
+    for c in np.unique(ds.labels):
+        idx = np.flatnonzero(ds.labels == c)[:per_class]
+        if idx.size == per_class:
+            out.append(ds.images[idx])
+        if len(out) == classes:
+            return np.stack(out)
+    raise ValueError(f"fewer than {classes} classes have {per_class} test images each.")
+
+
+def orbit_analysis(cfg, geo: Geometry, v, images, scales) -> dict:
+    """:func:`ssl_geometry.metrics.orbit_statistics` of rotation orbits, raw and divided by ``s_r``."""
+    C, I = images.shape[:2]
+    ts = jnp.linspace(0.0, math.radians(cfg.analysis.orbit_max_angle_deg), cfg.analysis.orbit_steps, dtype=images.dtype)
+    rows, reps_out = [], {}
+    flat = images.reshape((C * I,) + images.shape[2:])
+    for which in ("backbone", "head"):
+        reps = np.asarray(geo.grid(v, flat, ts, which=which)).reshape(C, I, cfg.analysis.orbit_steps, -1)
+        reps_out[which] = reps
+        for norm in ("raw", "normalised"):
+            r = reps if norm == "raw" else reps / scales[which]
+            st = metrics.orbit_statistics(jnp.asarray(r))
+            rows.append({"rep": which, "scale": norm, "orbit_spread": float(st.orbit_spread),
+                         "intra_orbit_distance": float(st.intra_orbit_distance),
+                         "inter_class_distance": float(st.inter_class_distance),
+                         "class_orbit_ratio": float(st.class_orbit_ratio)})
+    # The paper's full orbit: paper_orbit_steps rotations over [0, 360) deg, L2-normalised, head on z/|z|.
+    T = cfg.analysis.paper_orbit_steps
+    ts_p = jnp.asarray(np.radians(np.linspace(0.0, 360.0, T, endpoint=False)), images.dtype)
+    zp, hp = (np.asarray(a) for a in geo.paper_grid(v, flat, ts_p))
+    ids, labels = np.repeat(np.arange(C * I), T), np.repeat(np.arange(C), I * T)
+    paper = {w: P.orbit_metrics(r.reshape(C * I * T, -1), ids, labels) for w, r in (("backbone", zp), ("head", hp))}
+    get = lambda w, n, k: next(r[k] for r in rows if r["rep"] == w and r["scale"] == n)  # noqa: E731
+    summary = {f"spread_shrink_{n}": get("backbone", n, "orbit_spread") / get("head", n, "orbit_spread")
+               for n in ("raw", "normalised")}
+    summary["class_orbit_ratio_backbone"] = get("backbone", "raw", "class_orbit_ratio")
+    summary["class_orbit_ratio_head"] = get("head", "raw", "class_orbit_ratio")
+    summary["spread_shrink_paper"] = paper["backbone"]["spread"] / (paper["head"]["spread"] + 1e-10)
+    summary["class_orbit_ratio_backbone_paper"] = paper["backbone"]["ratio"]
+    summary["class_orbit_ratio_head_paper"] = paper["head"]["ratio"]
+    return {"rows": rows, "summary": summary, "paper": paper,
+            "pca": {w: _pca2(r).tolist() for w, r in reps_out.items()}}
+
+
+def _pca2(r):
+    """``(C, I, T, d)`` orbits -> ``(C, I, T, 2)``: the top-2 principal coordinates, spread-normalised (figure)."""
+    C, I, T, d = r.shape
+    flat = r.reshape(-1, d)
+    flat = (flat - flat.mean(0)) / max(spread_scale(flat), 1e-300)
+    _, _, vt = np.linalg.svd(flat, full_matrices=False)
+    return (flat @ vt[:2].T).reshape(C, I, T, -1)
+
+
+# -------------------------------------------------------------------------------------- degeneracy
+
+
+def degeneracy_analysis(cfg, geos: dict, v_trained, v_init, images, key) -> list[dict]:
+    """Mean ``|J_h v|/|v|`` along each augmentation tangent against three controls, trained and init heads.
+
+    Controls (all reported; ``verdict.control`` decides): ``random`` isotropic ``v ~ N(0, I)``; ``data``
+    ``v = sum_j g_j (z_j - zbar) / sqrt(n)``, ``g ~ N(0, I_n)`` (Gaussian with the covariance of the
+    batch's z: directions the data spans); ``between`` ``v = z_j - z_i`` for a permutation without fixed
+    points. ``ratio_vs_<control>`` = tangent mean / control mean; ``< 1``: the head's metric is more
+    degenerate along the augmentation than along the control.
+    """
+    a = cfg.analysis
+    t0s = {"rotation": math.radians(a.tangent_rotation_deg), "hue": a.tangent_hue, "blur": a.tangent_blur_sigma}
+    trained = trained_augmentations(cfg)
+    n = images.shape[0]
+    k_rand, k_perm, k_data = jax.random.split(key, 3)
+    perm = np.asarray(jax.random.permutation(k_perm, n))
+    perm = np.where(perm == np.arange(n), np.roll(perm, 1), perm)  # no image paired with itself
+    rows = []
+    for aug in AUGMENTATIONS:
+        geo = geos[aug]
+        t0 = jnp.asarray(t0s[aug], images.dtype)
+        for head_state, v in (("trained", v_trained), ("init", v_init)):
+            zs = geo.z_at(v, images, t0)
+            dirs = {"random": jax.random.normal(k_rand, zs.shape, images.dtype),
+                    "data": jax.random.normal(k_data, (n, n), images.dtype) @ (zs - zs.mean(0)) / math.sqrt(n),
+                    "between": zs[perm] - zs}
+            vals = {}
+            for name, dv in dirs.items():
+                along, other = geo.degeneracy(v, images, t0, dv)
+                vals["tangent"], vals[name] = np.asarray(along), np.asarray(other)
+            for name, arr in vals.items():
+                if not np.all(np.isfinite(arr)):
+                    raise FloatingPointError(f"non-finite metric degeneracy ({aug}, {head_state} head, {name}).")
+            row = {"augmentation": aug, "head": head_state, "at": float(t0s[aug]), "in_training": trained[aug],
+                   **{k: float(x.mean()) for k, x in vals.items()}}
+            row.update({f"ratio_vs_{c}": row["tangent"] / row[c] for c in CONTROLS})
+            row["fraction_below_random_median"] = float(np.mean(vals["tangent"] < np.median(vals["random"])))
+            rows.append(row)
+    return rows

@@ -1,0 +1,270 @@
+"""Experiment 8, core: views, head training through ``training.loop.fit``, geometry of one head, H_eff."""
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ssl_geometry import geometry, losses, metrics, text
+from ssl_geometry.models import as_function
+from ssl_geometry.training import loop
+
+__all__ = ["CONTROLS", "view_fn", "views", "loss_fn", "train_frozen", "train_finetune", "head_geometry",
+           "effective_hessian_at_data"]
+
+#: Controls of the degeneracy ratio: exact isotropic tangent directions, Gaussian directions with the
+#: covariance of the evaluation embeddings (projected to the tangent space), directions to other sentences.
+CONTROLS = ("random", "data", "between")
+
+
+def _tok_slice(tokens, idx):
+    return text.Tokens(tokens.input_ids[idx], tokens.attention_mask[idx])
+
+
+def view_fn(model, augment):
+    """jit: (variables, tokens, key) -> z of one training-style view (token aug + dropout)."""
+
+    @jax.jit
+    def view(variables, tokens, key):
+        ka, kd = jax.random.split(key)
+        t = text.augment_tokens(ka, tokens, **augment)
+        return model.apply(variables, t, train=True, rng=kd)[0]
+
+    return view
+
+
+def views(view, variables, tokens, keys, batch):
+    """Stack of views ``(len(keys), n, d)``; chunks of ``batch`` sentences (padded to one shape)."""
+    ids, mask = np.asarray(tokens.input_ids), np.asarray(tokens.attention_mask)
+    n, L = ids.shape
+    out = []
+    for key in keys:
+        rows = []
+        for i in range(0, n, batch):
+            ci, cm = ids[i:i + batch], mask[i:i + batch]
+            short = batch - ci.shape[0]
+            if short:
+                ci = np.concatenate([ci, np.tile(ci[:1], (short, 1))])
+                cm = np.concatenate([cm, np.tile(cm[:1], (short, 1))])
+            rows.append(view(variables, text.Tokens(jnp.asarray(ci), jnp.asarray(cm)),
+                             jax.random.fold_in(key, i))[: batch - short])
+        out.append(jnp.concatenate(rows))
+    return jnp.stack(out)
+
+
+def loss_fn(cfg):
+    return _named_loss(cfg.train.loss, float(cfg.train.temperature))
+
+
+@functools.lru_cache(maxsize=None)
+def _named_loss(name, temperature):
+    """The two-view loss ``(u1, u2) -> scalar`` (one object per setting, so jit caches hit)."""
+    fn = losses.get(name)
+    if name in ("info_nce", "simclr", "nt_xent", "moco_v3"):
+        fn = functools.partial(fn, temperature=temperature)
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _frozen_loss(head, two_view_loss):
+    """``(params, state, batch) -> (loss, new_state)`` on a batch of bank view pairs (one object per head)."""
+    def objective(params, state, batch):
+        za, zb = batch["za"], batch["zb"]
+        u, new_state = head.apply({**state, "params": params}, jnp.concatenate([za, zb]), train=True)
+        return two_view_loss(u[: za.shape[0]], u[za.shape[0]:]), {**state, **new_state}
+    return objective
+
+
+def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
+    """Run ``fit`` over ``steps`` steps, ``per_call`` per call, with ``make_batches(first_step, n)``."""
+    per_call = min(per_call, steps)
+    if steps % per_call:
+        raise ValueError(f"steps ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
+    opt_state, out, times = None, [], []
+    for s0 in range(0, steps, per_call):
+        t0 = time.perf_counter()
+        res = loop.fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
+                       has_state=True, opt_state=opt_state)
+        params, state, opt_state = res.params, res.state, res.opt_state
+        out.append(np.asarray(res.losses))  # blocks until the call is done
+        times.append((time.perf_counter() - t0) / per_call)
+    _STEP_TIMES.append(float(np.median(times[1:])) if len(times) > 1 else float(times[0]))
+    return params, state, np.concatenate(out)
+
+
+#: Median wall time per step of each :func:`_fit_in_calls` run (calls after the first), for the dry run.
+_STEP_TIMES: list = []
+
+
+def train_frozen(head, head_vars, bank, cfg, key):
+    """Adam on the head only; each step pairs two distinct bank views of each batch sentence.
+
+    ``bank``: ``(V, n, d)`` backbone views; the pairs of step ``s`` are drawn on the host from
+    ``default_rng([seed, s])``. Returns ``(head_vars, losses)``; a non-finite step raises ``FitError``.
+    """
+    del key  # pairs are drawn on the host, reproducibly from the seed
+    t = cfg.train
+    bank = np.asarray(bank)
+    V, n, _ = bank.shape
+
+    def make_batches(s0, m):
+        za, zb = [], []
+        for s in range(s0, s0 + m):
+            rng = np.random.default_rng([cfg.seed, s])
+            idx = rng.choice(n, t.frozen_batch, replace=False)
+            a = rng.integers(0, V, t.frozen_batch)
+            b = (a + rng.integers(1, V, t.frozen_batch)) % V  # b != a
+            za.append(bank[a, idx])
+            zb.append(bank[b, idx])
+        return {"za": jnp.asarray(np.stack(za)), "zb": jnp.asarray(np.stack(zb))}
+
+    state = {k: v for k, v in head_vars.items() if k != "params"}
+    params, state, losses_ = _fit_in_calls(_frozen_loss(head, loss_fn(cfg)), head_vars["params"], state,
+                                           optax.adam(t.frozen_lr), t.frozen_steps, t.fit_steps, make_batches)
+    return {**state, "params": params}, losses_
+
+
+def train_finetune(model, bb_vars, head, head_vars, tokens, cfg, key):
+    """Joint Adam (head lr, small backbone lr) with live dropout + token-augmented views (``text.fit_two_view``).
+
+    One ``fit`` over all steps; under ``dry_run`` one call per step (so the second call times a compiled
+    step; the Adam state restarts at each call, which a 2-step timing run does not care about).
+    """
+    t = cfg.train
+    opt = optax.multi_transform({"head": optax.adam(t.finetune_lr_head), "backbone": optax.adam(t.finetune_lr_backbone)},
+                                {"head": "head", "backbone": "backbone"})
+    rng = np.random.default_rng(cfg.seed + 1)
+    n, steps = tokens.input_ids.shape[0], t.finetune_steps
+    idx = np.stack([np.sort(rng.choice(n, t.finetune_batch, replace=False)) for _ in range(steps)])
+    ids, mask = np.asarray(tokens.input_ids)[idx], np.asarray(tokens.attention_mask)[idx]
+    keys = jnp.stack([jax.random.fold_in(key, s) for s in range(steps)])
+    calls = [(s, s + 1) for s in range(steps)] if cfg.dry_run else [(0, steps)]
+    losses_, times = [], []
+    for a, b in calls:
+        t0 = time.perf_counter()
+        res = text.fit_two_view(model, head, loss_fn(cfg), opt, bb_vars, head_vars,
+                                tokens=text.Tokens(jnp.asarray(ids[a:b]), jnp.asarray(mask[a:b])), keys=keys[a:b],
+                                finetune=True, augment=dict(cfg.augment))
+        bb_vars, head_vars = res.backbone, res.head
+        losses_.append(np.asarray(res.losses))
+        times.append((time.perf_counter() - t0) / (b - a))
+    _STEP_TIMES.append(float(np.median(times[1:])) if len(times) > 1 else float(times[0]))
+    return bb_vars, head_vars, np.concatenate(losses_)
+
+
+def _bootstrap_mean_ci(x, n_boot, seed):
+    rng = np.random.default_rng(seed)
+    means = np.mean(x[rng.integers(0, len(x), (n_boot, len(x)))], axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+@functools.partial(jax.jit, static_argnames=("head", "n_random", "n_between"))
+def _measure_core(head, hv, z, views, key, *, n_random, n_between):
+    """Jitted float64 core of :func:`measure` (arrays only; see there)."""
+    hfn = as_function(head, hv)
+    n, d = z.shape
+    u = hfn(z)
+    eranks = {f"erank_{m}_{nm}": metrics.effective_rank(a, m) for m in metrics.EFFECTIVE_RANK_METHODS
+              for nm, a in (("z", z), ("u", u))}
+    G = geometry.pullback_metric(hfn, z).euclidean  # (n, d, d), G_i = J_i^T J_i
+    eig = jnp.linalg.eigvalsh(G)[:, ::-1]  # descending
+    # Exact isotropic tangent-space baseline: E|Jv|^2/|v|^2 = tr(P G P)/(d-1), P = I - z z^T.
+    zn = z / jnp.linalg.norm(z, axis=1, keepdims=True)
+    P = jnp.eye(d, dtype=z.dtype) - zn[:, :, None] * zn[:, None, :]
+    g_rand = jnp.sqrt(jnp.einsum("nab,nbc,nca->n", P, G, P) / (d - 1))
+    deg = jax.vmap(jax.vmap(lambda zi, vi: metrics.metric_degeneracy(hfn, zi, vi), in_axes=(None, 0)))
+    V_aug = jnp.swapaxes(views - z[None], 0, 1)  # (n, V, d): v = z(view) - z(clean)
+    gains_aug = deg(z, V_aug)  # |J v| / |v| by jvp
+    vgv = jnp.einsum("nva,nab,nvb->nv", V_aug, G, V_aug) / jnp.sum(V_aug ** 2, axis=-1)
+    k1, k2 = jax.random.split(key)
+    R = jax.random.normal(k1, (n, n_random, d), z.dtype)
+    R = R - jnp.einsum("nvd,nd->nv", R, zn)[..., None] * zn[:, None]  # tangent to the sphere
+    others = jax.random.randint(k2, (n, n_between), 1, n)
+    Vb = z[(jnp.arange(n)[:, None] + others) % n] - z[:, None]
+    # data control: Gaussian directions with the covariance of the evaluation embeddings, tangent to the sphere
+    Rd = jnp.einsum("nvm,md->nvd", jax.random.normal(jax.random.fold_in(k1, 7), (n, n_random, n), z.dtype),
+                    z - jnp.mean(z, axis=0)) / jnp.sqrt(n)
+    Rd = Rd - jnp.einsum("nvd,nd->nv", Rd, zn)[..., None] * zn[:, None]
+    return {
+        **eranks, "eig": eig, "g_rand": g_rand, "gains_aug": gains_aug, "vgv": vgv,
+        "aug_norms": jnp.linalg.norm(V_aug, axis=-1),
+        "g_rand_sampled": jnp.sqrt(jnp.mean(deg(z, R) ** 2, axis=1)),
+        "g_between": jnp.sqrt(jnp.mean(deg(z, Vb) ** 2, axis=1)),
+        "g_data": jnp.sqrt(jnp.mean(deg(z, Rd) ** 2, axis=1)),
+    }
+
+
+def head_geometry(head, head_vars, z, views, cfg, key):
+    """Geometry of one head at the evaluation embeddings ``z`` (n, d), views ``(V, n, d)``.
+
+    Float64 throughout (head parameters and embeddings are cast). See the module
+    docstring for the quantities.
+    """
+    with jax.enable_x64(True):
+        hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), head_vars)
+        z = jnp.asarray(z, jnp.float64)
+        views = jnp.asarray(views, jnp.float64)
+        r = jax.tree_util.tree_map(np.asarray, _measure_core(head, hv, z, views, key, n_random=4 * cfg.analysis.n_views,
+                                                             n_between=cfg.analysis.n_between))
+    d = z.shape[1]
+    if np.min(r["aug_norms"]) == 0.0:
+        raise ValueError("an augmented view equals its clean embedding (zero direction); "
+                         "check the augmentation / dropout settings.")
+    eig, g_rand = r["eig"], r["g_rand"]
+    spec = eig.mean(axis=0)
+    g_aug = np.sqrt(np.mean(r["gains_aug"] ** 2, axis=1))
+    ctl = {"random": g_rand, "data": r["g_data"], "between": r["g_between"]}
+    logs = {c: np.log(g_aug / g) for c, g in ctl.items()}
+    logr = logs["random"]
+    cis = {c: tuple(float(np.exp(b)) for b in _bootstrap_mean_ci(l, cfg.analysis.bootstrap, cfg.seed))
+           for c, l in logs.items()}
+    out = {k: float(v) for k, v in r.items() if k.startswith("erank_")}
+    out.update({
+        "G_spectrum_mean": spec.tolist(), "G_lambda_max": float(spec[0]), "G_trace_per_dim": float(spec.sum() / d),
+        "G_participation_ratio": float(spec.sum() ** 2 / np.sum(spec ** 2)),
+        "G_frac_below_1e-3_max": float(np.mean(eig < 1e-3 * eig[:, :1])),
+        "jvp_vs_G_max_rel_err": float(np.max(np.abs(r["gains_aug"] ** 2 - r["vgv"]) / r["vgv"])),
+        **{f"D_vs_{c}": float(np.exp(np.mean(l))) for c, l in logs.items()},
+        **{f"D_vs_{c}_ci": cis[c] for c in logs},
+        **{f"frac_sentences_aug_below_{c}": float(np.mean(l < 0)) for c, l in logs.items()},
+        "gain_aug_mean": float(np.mean(g_aug)), "gain_random_exact_mean": float(np.mean(g_rand)),
+        "gain_random_sampled_mean": float(np.mean(r["g_rand_sampled"])),
+        "gain_between_mean": float(np.mean(r["g_between"])), "gain_data_mean": float(np.mean(r["g_data"])),
+        "aug_direction_norm_mean": float(np.mean(r["aug_norms"])),
+        "log_ratios": logr.tolist(),
+    })
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("head", "loss", "per_sample"))
+def _heff_core(head, loss, hv, z1, z2, *, per_sample):
+    hfn = as_function(head, hv)
+    u2 = jax.lax.stop_gradient(hfn(z2))
+    return geometry.effective_hessian(hfn, lambda u: loss(u, u2), z1, per_sample=per_sample)
+
+
+def effective_hessian_at_data(head, head_vars, z1, z2, cfg):
+    """Dense float64 ``H_eff`` of ``L(h(z1), sg(h(z2)))`` w.r.t. the view-1 batch ``z1``."""
+    with jax.enable_x64(True):
+        hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), head_vars)
+        z1 = jnp.asarray(z1, jnp.float64)
+        t0 = time.perf_counter()
+        eh = _heff_core(head, loss_fn(cfg), hv, z1, jnp.asarray(z2, jnp.float64),
+                        per_sample=not cfg.model.head_batch_norm)
+        eh = jax.tree_util.tree_map(np.asarray, eh)
+        p = geometry.premises(eh)
+        chain_err = float(np.max(np.abs(eh.full - eh.metric - eh.interaction)) / np.max(np.abs(eh.full)))
+    return {
+        "dim": int(z1.size),
+        "H_eff_min": p.extremes["full"][0], "H_eff_max": p.extremes["full"][1],
+        "G_min": p.extremes["metric"][0], "G_max": p.extremes["metric"][1],
+        "M_min": p.extremes["interaction"][0], "M_max": p.extremes["interaction"][1],
+        "H_L_min": p.extremes["loss_hessian"][0], "H_L_max": p.extremes["loss_hessian"][1],
+        "H_L_psd": p.loss_hessian_psd, "H_L_rank": p.loss_hessian_rank,
+        "residual_norm": p.residual_norm, "signs": p.signs,
+        "chain_rule_rel_err": chain_err, "seconds": time.perf_counter() - t0,
+    }
