@@ -30,10 +30,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
 
 from experiments import common, paper_simsiam
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
+from ssl_geometry.instrument.metrics import spearman
 from ssl_geometry.linalg import curvature
 from ssl_geometry.ssl import losses
 from ssl_geometry.training import trainer as _trainer
@@ -166,15 +166,6 @@ def _compare(row: dict) -> dict:
         block_lanczos_abs_error=(max(abs(row["lambda_min_block_lanczos"] - lmin),
                                      abs(row["lambda_max_block_lanczos"] - lmax)) if exact else float("nan")))
     return row
-
-
-def spearman(x, y) -> float:
-    """Spearman's rho of two series (NaN when fewer than 3 finite pairs or one series is constant)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
-        return float("nan")
-    return float(scipy.stats.spearmanr(x[ok], y[ok]).statistic)
 
 
 def _plan(cfg, n_images):

@@ -91,3 +91,21 @@ def test_gradient_flow_non_finite_final_loss_is_a_failure():
         dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]))
     tr = dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]), throw=False)
     assert not tr.ok and tr.status == "non_finite"
+
+
+def test_host_loop_mode_gives_the_same_numbers_as_scan():
+    """``scan=False`` (one jitted step per step, for conv nets on XLA:CPU) is the same computation."""
+    def loss(p, s, b):
+        return 0.5 * jnp.sum((p - b) ** 2) + jnp.sum(p ** 4), s + jnp.sum(p)
+
+    b = jax.random.normal(jax.random.PRNGKey(3), (6, 3), jnp.float64)
+    kw = dict(steps=6, batches=b, state=jnp.zeros(()), chunk=2, observe=lambda p, k: p[0])
+    a = loop.fit(loss, jnp.ones(3), optax.adam(0.1), **kw)
+    h = loop.fit(loss, jnp.ones(3), optax.adam(0.1), scan=False, **kw)
+    np.testing.assert_allclose(h.params, a.params, rtol=1e-13)
+    np.testing.assert_allclose(h.losses, a.losses, rtol=1e-13)
+    np.testing.assert_allclose(h.observed, a.observed, rtol=1e-13)
+    np.testing.assert_allclose(h.state, a.state, rtol=1e-13)
+    bad = loop.fit(lambda p: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5, scan=False,
+                   throw=False)
+    assert bad.first_bad_step == 2 and np.isnan(bad.losses[2:]).all()

@@ -89,9 +89,8 @@ def _value_and_grad(loss_fn, params, state, data, has_state, has_data):
     return loss, g, state
 
 
-@functools.lru_cache(maxsize=128)
-def _runner(loss_fn, optimizer, observe, observe_args, has_state, has_batches, has_args, n_chunks, chunk):
-    """The jitted program of :func:`fit` for one static configuration."""
+def _make_step(loss_fn, optimizer, has_state, has_batches, has_args):
+    """One optimiser step ``step(carry, (k, batch, args)) -> (carry, loss)``, frozen after the first bad step."""
     has_data = has_batches or has_args
 
     def step(carry, xs):
@@ -109,10 +108,30 @@ def _runner(loss_fn, optimizer, observe, observe_args, has_state, has_batches, h
         loss = jnp.where(alive & good, loss, jnp.nan)
         return (pick(new_params, params), pick(new_state, state), pick(new_opt, opt_state), first_bad), loss
 
+    return step
+
+
+def _make_observer(observe, observe_args):
     def observe_at(params, k, args):
         if observe is None:
             return None
         return observe(params, k, args) if observe_args else observe(params, k)
+
+    return observe_at
+
+
+@functools.lru_cache(maxsize=128)
+def _stepper(loss_fn, optimizer, observe, observe_args, has_state, has_batches, has_args):
+    """``(jitted step, jitted observer)`` for the host-loop mode of :func:`fit` (``scan=False``)."""
+    return (jax.jit(_make_step(loss_fn, optimizer, has_state, has_batches, has_args)),
+            jax.jit(_make_observer(observe, observe_args)))
+
+
+@functools.lru_cache(maxsize=128)
+def _runner(loss_fn, optimizer, observe, observe_args, has_state, has_batches, has_args, n_chunks, chunk):
+    """The jitted program of :func:`fit` for one static configuration (``scan=True``)."""
+    step = _make_step(loss_fn, optimizer, has_state, has_batches, has_args)
+    observe_at = _make_observer(observe, observe_args)
 
     @jax.jit
     def run(params0, state0, opt_state0, batches, args):
@@ -164,6 +183,7 @@ def fit(
     chunk: Optional[int] = None,
     observe: Optional[Callable] = None,
     observe_args: bool = False,
+    scan: bool = True,
     throw: bool = True,
 ) -> FitResult:
     """Minimise ``loss_fn`` with ``optimizer`` for ``steps`` steps on device (see the module docstring).
@@ -183,6 +203,12 @@ def fit(
       chunk: steps per inner scan and observation interval (default ``steps``).
       observe: ``observe(params, k) -> pytree`` recorded at ``k = 0, chunk, ..., steps``
         (``observe(params, k, args)`` with ``observe_args=True``).
+      scan: run the steps inside one jitted ``lax.scan`` program (default). ``False`` runs the
+        same jitted step once per step from a host loop, dispatched asynchronously (no host sync
+        per step; the losses stay on device): on XLA:CPU a convolutional network inside a
+        ``while`` loop runs about 20x slower than the same step jitted on its own (measured on
+        the guillotine's ResNet stem, batch 128: 0.28 s against 0.013 s per step), so CPU
+        training of conv nets passes ``scan=False``. Both modes give the same numbers.
       throw: raise :class:`FitError` on a non-finite step (default); ``False`` returns the
         flagged result.
 
@@ -206,8 +232,13 @@ def fit(
     else:
         xb = jnp.zeros((n_chunks, chunk), jnp.int32)  # scanned alongside the step index
     opt_state = optimizer.init(params) if opt_state is None else opt_state
-    run = _runner(loss_fn, optimizer, observe, bool(observe_args), has_state, batches is not None, args is not None, n_chunks, chunk)
-    (params, state, opt_state, first_bad), losses, observed = run(params, state, opt_state, xb, args)
+    key = (loss_fn, optimizer, observe, bool(observe_args), has_state, batches is not None, args is not None)
+    if scan:
+        run = _runner(*key, n_chunks, chunk)
+        (params, state, opt_state, first_bad), losses, observed = run(params, state, opt_state, xb, args)
+    else:
+        (params, state, opt_state, first_bad), losses, observed = _host_loop(key, params, state, opt_state,
+                                                                            batches, args, steps, chunk)
     first_bad = int(first_bad)
     result = FitResult(params=params, state=state if has_state else None, opt_state=opt_state,
                        losses=np.asarray(losses), observed=observed,
@@ -218,3 +249,19 @@ def fit(
                        "the returned parameters are those before that step (pass throw=False to get them).",
                        result)
     return result
+
+
+def _host_loop(key, params, state, opt_state, batches, args, steps, chunk):
+    """``scan=False``: the jitted step dispatched once per step from Python (see :func:`fit`)."""
+    step, observe_at = _stepper(*key)
+    carry = (params, state, opt_state, jnp.asarray(-1))
+    losses, observed = [], [observe_at(params, jnp.asarray(0), args)] if key[2] is not None else None
+    for k in range(steps):
+        batch = jax.tree_util.tree_map(lambda b: b[k], batches) if batches is not None else jnp.zeros((), jnp.int32)
+        carry, loss = step(carry, (jnp.asarray(k), batch, args))
+        losses.append(loss)
+        if observed is not None and (k + 1) % chunk == 0:
+            observed.append(observe_at(carry[0], jnp.asarray(k + 1), args))
+    if observed is not None:
+        observed = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *observed)
+    return carry, jnp.stack(losses), observed
