@@ -33,6 +33,8 @@ import optax
 
 from ssl_geometry._checks import check_choice, check_finite, check_positive, check_rank
 
+__all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset", "features_in_batches", "rotation_probe"]
+
 
 def _check_xy(x, y, name: str, num_classes: int | None = None):
     check_rank(x, f"{name}_x", 2)
