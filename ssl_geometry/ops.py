@@ -14,7 +14,9 @@ One definition each, used by the losses, the heads' converters and the text enco
   ``jit`` they raise a ``RuntimeError`` (``jax.errors.JaxRuntimeError``) at run
   time whose message names the argument. Set the environment variable
   ``EQX_ON_ERROR=nan`` (before starting Python) to get NaN instead and let an
-  outer loop report the non-finite step, or ``EQX_ON_ERROR=off`` to drop them.
+  outer loop report the non-finite step, or ``EQX_ON_ERROR=off`` to drop them. The library's
+  own loops (``fit``, ``gradient_flow``) trace inside :func:`loop_reports_non_finite`: there a
+  loss that overflows is reported as the run's first non-finite step, with its step and time.
 
 Example:
   >>> import jax.numpy as jnp
@@ -22,6 +24,8 @@ Example:
   >>> [round(float(v), 6) for v in u[0]]
   [0.6, 0.8]
 """
+import contextlib
+import contextvars
 from typing import Union
 
 import equinox as eqx
@@ -142,6 +146,25 @@ def check_unit_interval_traced(value, name: str):
     return eqx.error_if(v, bad, f"`{name}` must lie in [0, 1] (checked inside jit).")
 
 
+_LOOP_REPORTS = contextvars.ContextVar("ssl_geometry_loop_reports_non_finite", default=False)
+
+
+@contextlib.contextmanager
+def loop_reports_non_finite():
+    """While active, *traced* non-finite results pass through :func:`check_finite_result` unchecked.
+
+    For loops that report the first non-finite step themselves (:func:`ssl_geometry.training.loop.fit`,
+    :func:`ssl_geometry.dynamics.gradient_flow`): a run that diverges (its loss overflows from finite
+    inputs) is then a reported, flagged run with its step and time, not an exception from inside
+    ``jit`` that loses them. Concrete results are still checked. Read at trace time.
+    """
+    token = _LOOP_REPORTS.set(True)
+    try:
+        yield
+    finally:
+        _LOOP_REPORTS.reset(token)
+
+
 def check_finite_result(result, name: str, inputs=(), why: str = ""):
     """Fail loudly when ``result`` is non-finite although every array in ``inputs`` is finite.
 
@@ -164,5 +187,7 @@ def check_finite_result(result, name: str, inputs=(), why: str = ""):
     if is_concrete(bad) and all(is_concrete(a) for a in leaves) and is_concrete(result):
         if bool(bad):
             raise FloatingPointError(msg)
+        return result
+    if _LOOP_REPORTS.get():  # an enclosing loop reports the non-finite step (see loop_reports_non_finite)
         return result
     return eqx.error_if(result, bad, msg)

@@ -56,6 +56,7 @@ import numpy as np
 
 from ssl_geometry._checks import check_choice, check_positive, check_rank
 from ssl_geometry.dynamics.trajectory import DynamicsError, PyTree, Trajectory, call_loss, nan_where_unsaved
+from ssl_geometry.ops import loop_reports_non_finite
 from ssl_geometry.training.loop import tree_all_finite
 
 __all__ = ["RK4", "SOLVERS", "gradient_flow"]
@@ -315,8 +316,9 @@ def gradient_flow(
     if count_evals:
         jax.effects_barrier()
         _EVAL_COUNTER[0] = 0
-    out = solve(params0, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype), jnp.asarray(ts, dtype), dt_arg,
-                jnp.asarray(grid, dtype), args, jnp.asarray(0.0 if igr_lr is None else igr_lr, dtype))
+    with loop_reports_non_finite():  # a blow-up is reported as the flow's non-finite event
+        out = solve(params0, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype), jnp.asarray(ts, dtype), dt_arg,
+                    jnp.asarray(grid, dtype), args, jnp.asarray(0.0 if igr_lr is None else igr_lr, dtype))
     observed, t_last, params, last, loss_last, result, n_all, n_acc, n_rej = jax.device_get(out)
     if count_evals:
         jax.effects_barrier()

@@ -30,6 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ssl_geometry.ops import loop_reports_non_finite
+
 PyTree = Any
 
 __all__ = ["FitResult", "FitError", "fit", "tree_all_finite"]
@@ -233,12 +235,13 @@ def fit(
         xb = jnp.zeros((n_chunks, chunk), jnp.int32)  # scanned alongside the step index
     opt_state = optimizer.init(params) if opt_state is None else opt_state
     key = (loss_fn, optimizer, observe, bool(observe_args), has_state, batches is not None, args is not None)
-    if scan:
-        run = _runner(*key, n_chunks, chunk)
-        (params, state, opt_state, first_bad), losses, observed = run(params, state, opt_state, xb, args)
-    else:
-        (params, state, opt_state, first_bad), losses, observed = _host_loop(key, params, state, opt_state,
-                                                                            batches, args, steps, chunk)
+    with loop_reports_non_finite():  # a diverging loss is this loop's first non-finite step, not an exception
+        if scan:
+            run = _runner(*key, n_chunks, chunk)
+            (params, state, opt_state, first_bad), losses, observed = run(params, state, opt_state, xb, args)
+        else:
+            (params, state, opt_state, first_bad), losses, observed = _host_loop(key, params, state, opt_state,
+                                                                                batches, args, steps, chunk)
     first_bad = int(first_bad)
     result = FitResult(params=params, state=state if has_state else None, opt_state=opt_state,
                        losses=np.asarray(losses), observed=observed,
