@@ -11,6 +11,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+#: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): the device script end to end on CPU (--cpu-smoke).
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash script")
 def test_bench_device_cpu_smoke_runs_every_step(tmp_path):

@@ -23,6 +23,9 @@ import pytest
 
 from ssl_geometry.training import cli
 
+#: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): 2 and 4 jax.distributed processes over the loopback address.
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
 ARGS = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.log_every=1",

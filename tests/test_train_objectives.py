@@ -19,6 +19,9 @@ import pytest
 from ssl_geometry.ssl.objectives import OBJECTIVES
 from ssl_geometry.training import cli
 
+#: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): every objective through the CLI on 1 and 8 devices, with resume.
+pytestmark = pytest.mark.slow
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
 SMALL = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.keep_checkpoints=3",
