@@ -367,7 +367,16 @@ def test_imagenet_normalize():
 
 
 def test_module_imports_without_torch():
-    code = "import sys; sys.modules['torch'] = None; import ssl_geometry.pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)"
+    # torch made unimportable by a finder (a ``sys.modules['torch'] = None`` stand-in would break
+    # libraries that look torch up in sys.modules, e.g. jaxtyping's printer, not ours)
+    code = ("import sys, importlib.abc\n"
+            "class NoTorch(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, *args):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ImportError('torch is not installed (simulated)')\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "import ssl_geometry.pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)\n"
+            "assert 'torch' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1],
                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
     assert out.returncode == 0, out.stderr
