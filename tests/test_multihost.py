@@ -40,18 +40,11 @@ from ssl_geometry.training import cli
 out, argv = sys.argv[1], sys.argv[2:]
 cfg, wd = cli.parse_args(["train", *argv])
 mock = contextlib.nullcontext()
-if os.environ.get("MOCK_TFDS"):  # a 40-example mock tfds set: example i is a seeded image, label i % 10
-    import tensorflow as tf, tensorflow_datasets as tfds
-    n = int(os.environ["MOCK_TFDS"])
-    def as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False, **kw):
-        splits = tfds.core.SplitDict([tfds.core.SplitInfo(name=s, shard_lengths=[n], num_bytes=0)
-                                      for s in ("train", "test")])
-        spec = split if hasattr(split, "to_absolute") else tfds.core.ReadInstruction.from_spec(split)
-        idx = np.concatenate([np.arange(n)[r.from_:r.to] for r in spec.to_absolute(splits)])
-        png = [tf.io.encode_png(np.random.default_rng(int(i)).integers(0, 256, (32, 32, 3), dtype=np.uint8)).numpy()
-               for i in idx]
-        return tf.data.Dataset.from_tensor_slices({"image": png, "label": (idx % 10).astype(np.int64),
-                                                   "id": [str(i) for i in idx]})
+if os.environ.get("MOCK_TFDS"):  # a mock tfds set: example i is a seeded image, label i % 10
+    import tensorflow_datasets as tfds
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+    from test_data import _random_as_dataset  # the one mock, shared with tests/test_data.py
+    as_dataset = _random_as_dataset(int(os.environ["MOCK_TFDS"]))
     mock = tfds.testing.mock_data(as_dataset_fn=as_dataset)
 with mock:
     summary = cli.train(cfg, wd, verbose=True)
