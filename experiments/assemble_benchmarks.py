@@ -31,7 +31,7 @@ ORDER = [
     ("bench_flow.md", "Gradient flow: adaptive diffrax vs fixed-step RK4", "experiments/bench_flow.py"),
     ("bench_forward.md", "Forward throughput: ViT-S/16 and ResNet-50 at 224 px, JAX vs PyTorch eager",
      "experiments/bench_forward.py"),
-    ("bench_text.md", "MiniLM forward throughput, JAX vs PyTorch eager", "experiments/minilm_geometry.py"),
+    ("bench_text.md", "MiniLM forward throughput, JAX vs PyTorch eager", "experiments/bench_text.py"),
     ("bench_device.md", "Device run (GPU): training MFU, Lanczos at paper size, dry run, scaling",
      "experiments/bench_device.sh"),
 ]

@@ -10,6 +10,9 @@ current device with ``config.dry_run = True`` (the paper's models and image shap
 generated data, a reduced batch, 2 steps per training phase plus every analysis step), prints the
 measured step time and the projected wall time of the full variant, and writes its results under
 ``dry_run/<variant>/`` and a report marked as a dry run (``DIR/DRY_RUN.md``; never ``REPORT.md``).
+``--variant paper`` runs every paper variant an experiment defines: ``paper`` in ``DIR/<name>/`` and each
+sibling ``paper_*`` variant (the guillotine's ``paper_vit_tiny``, ``paper_cifar100``) in
+``DIR/<name>-<variant>/`` (:func:`variants_of`, :func:`run_dir`).
 
 Two experiment contracts are accepted while the suite is converted to the skeleton of
 :mod:`experiments.common`: a module with ``measure``/``decide`` runs through
@@ -70,11 +73,32 @@ MARKER = ".reproduce_in_progress.json"
 DRY_RUN_DIR = "dry_run"
 
 
+def is_paper_variant(variant: str | None) -> bool:
+    """``paper`` and its named siblings (``paper_vit_tiny``, ``paper_cifar100``, ...)."""
+    return variant is not None and (variant == "paper" or variant.startswith("paper_"))
+
+
 def module_name(name: str, variant: str | None = None) -> str:
     """The module that runs experiment ``name`` in ``variant`` (see :data:`PAPER_MODULES`)."""
     if name not in NAMES:
         raise ValueError(f"Unknown experiment {name!r}; expected one of {NAMES}.")
-    return PAPER_MODULES.get(name, name) if variant == "paper" else name
+    return PAPER_MODULES.get(name, name) if is_paper_variant(variant) else name
+
+
+def variants_of(name: str, variant: str) -> list[str]:
+    """The variants ``--variant VARIANT`` runs for ``name``: ``[variant]``, and for ``paper`` also every
+    ``paper_*`` variant its config defines (e.g. the guillotine's ``paper_vit_tiny`` and ``paper_cifar100``)."""
+    if variant != "paper":
+        return [variant]
+    _, cfg_module = load(name, variant)
+    extra = [v for v in getattr(cfg_module, "VARIANTS", {}) if is_paper_variant(v) and v != "paper"]
+    return ["paper", *extra]
+
+
+def run_dir(name: str, variant: str) -> str:
+    """Directory (under the output root) of ``name`` in ``variant``: ``name``, or ``name-paper_x`` for a sibling
+    paper variant, so that the sibling runs never overwrite (or resume from) each other."""
+    return f"{name}-{variant}" if is_paper_variant(variant) and variant != "paper" else name
 
 
 def load(name: str, variant: str | None = None):
@@ -138,7 +162,7 @@ def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False
     """Run (or reuse) one experiment; returns its results dict (see :func:`make_config` for the options)."""
     module, _ = load(name, variant)
     config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
-    out_dir = out_root / name
+    out_dir = out_root / run_dir(name, variant)
     if not force and is_done(out_dir, config):
         return common.read_results(out_dir)
     t0 = time.perf_counter()
@@ -192,6 +216,19 @@ def dry_run_table(entries: list[tuple[str, str, dict]], skipped: dict | None = N
     return "\n".join(lines)
 
 
+def _section(mod, res, label, out_dir, report_path, dry_run) -> str:
+    """One experiment's report section (figures linked relative to the report)."""
+    rel = os.path.relpath(out_dir, report_path.parent)
+    body = mod.report(res, rel)
+    env = res.get("environment", {})
+    return (
+        f"## {label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {mod.CLAIM}\n\n*Verdict:* **{res['verdict']}** — rule: {res['verdict_rule']}\n\n"
+        f"{body}\n\n<sub>variant `{res.get('variant')}`, wall time {res.get('wall_time_s', float('nan')):.1f} s, "
+        f"{env.get('backend')} ({env.get('device_kind')}), jax {env.get('versions', {}).get('jax')}; "
+        f"results: `{rel}/results.json`</sub>\n"
+    )
+
+
 def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: str, names=None,
                     dry_run: bool = False, skipped: dict | None = None) -> str:
     """Write ``report_path`` from the stored results under ``out_root``.
@@ -203,22 +240,17 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
     for name, label in EXPERIMENTS:
         if names is not None and name not in names:
             continue
-        out_dir = out_root / name
-        if not (out_dir / "results.json").exists():
-            continue
-        res = common.read_results(out_dir)
-        mod, _ = load(name, res.get("variant"))
-        entries.append((name, label, res))
-        # Figures are linked relative to the report.
-        rel = os.path.relpath(out_dir, report_path.parent)
-        body = mod.report(res, rel)
-        env = res.get("environment", {})
-        sections.append(
-            f"## {label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {mod.CLAIM}\n\n*Verdict:* **{res['verdict']}** — rule: {res['verdict_rule']}\n\n"
-            f"{body}\n\n<sub>variant `{res.get('variant')}`, wall time {res.get('wall_time_s', float('nan')):.1f} s, "
-            f"{env.get('backend')} ({env.get('device_kind')}), jax {env.get('versions', {}).get('jax')}; "
-            f"results: `{rel}/results.json`</sub>\n"
-        )
+        for out_dir in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))]:
+            if not (out_dir / "results.json").exists():
+                continue
+            res = common.read_results(out_dir)
+            mod, _ = load(name, res.get("variant"))
+            if out_dir.name != name:
+                label_v = f"{label} [{res.get('variant')}]"
+            else:
+                label_v = label
+            entries.append((name, label_v, res))
+            sections.append(_section(mod, res, label_v, out_dir, report_path, dry_run))
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if dry_run:
         text = (
@@ -307,22 +339,24 @@ def main(argv=None) -> int:
                                   "dry_run": args.dry_run, "data_dir": args.data_dir,
                                   "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
     failures, skipped = {}, {}
-    bar = tqdm(names, desc="reproduce" + (" --dry-run" if args.dry_run else ""), unit="exp")
-    for name in bar:
-        bar.set_postfix_str(name)
+    jobs = [(name, v) for name in names for v in variants_of(name, args.variant)]
+    bar = tqdm(jobs, desc="reproduce" + (" --dry-run" if args.dry_run else ""), unit="run")
+    for name, variant in bar:
+        tag = run_dir(name, variant)
+        bar.set_postfix_str(tag)
         try:
-            res = run_one(name, args.variant, out_root, force=not resuming, seed=args.seed, data_dir=args.data_dir,
+            res = run_one(name, variant, out_root, force=not resuming, seed=args.seed, data_dir=args.data_dir,
                           dry_run=args.dry_run)
             if args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is the result
-                tqdm.write(f"{_dry_line(name, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")
+                tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")
             else:
-                tqdm.write(f"[{name}] {res['verdict']} ({res.get('wall_time_s', 0):.1f} s)")
+                tqdm.write(f"[{tag}] {res['verdict']} ({res.get('wall_time_s', 0):.1f} s)")
         except NotImplementedError as err:  # dry run of an experiment not on the skeleton yet
-            skipped[name] = f"skipped: {err}"
-            tqdm.write(f"[{name}] {skipped[name]}")
+            skipped[tag] = f"skipped: {err}"
+            tqdm.write(f"[{tag}] {skipped[tag]}")
         except Exception:  # keep going: one broken experiment must not lose the others' results
-            failures[name] = traceback.format_exc()
-            tqdm.write(f"[{name}] FAILED\n{failures[name]}")
+            failures[tag] = traceback.format_exc()
+            tqdm.write(f"[{tag}] FAILED\n{failures[tag]}")
     command = "python -m experiments.reproduce" + ("" if argv is None and len(sys.argv) <= 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
     assemble_report(out_root, report_path, command.strip(), names=names if args.dry_run else None,
                     dry_run=args.dry_run, skipped=skipped)

@@ -1,10 +1,9 @@
 """The dry run of every paper variant (``reproduce --variant paper --dry-run``): each paper path executes.
 
-Each test runs one experiment's ``paper`` config end to end with ``config.dry_run = True`` (the
+Each test runs one of the paper variants ``reproduce --variant paper`` runs (``paper`` of every
+experiment and the sibling ``paper_*`` variants) end to end with ``config.dry_run = True`` (the
 paper's models and image shapes, tfds mock data, a reduced batch, 2 steps per training phase plus
-every analysis step) and checks the timing it reports. An experiment whose paper config has no
-``dry_run`` field, or whose module does not declare ``DRY_RUN = True`` (not converted yet), is
-skipped with that reason, visibly.
+every analysis step) and checks the timing it reports. A paper variant that cannot dry-run fails.
 The ResNet-18 paper variants compile the full model on CPU: each of these tests takes about a minute
 on 2 cores (compilation dominates; the 2 steps themselves take seconds).
 """
@@ -19,14 +18,28 @@ from experiments import reproduce
 #: CPU: minutes in all, so the whole parametrisation is the slow tier (``.ci/run`` runs it after the suite).
 
 
+#: Every (experiment, paper variant) pair ``reproduce --variant paper`` runs.
+PAPER_RUNS = [(name, v) for name in reproduce.NAMES for v in reproduce.variants_of(name, "paper")]
+
+
+def test_every_paper_variant_is_run_by_reproduce():
+    """``--variant paper`` covers the guillotine's ViT-T and CIFAR-100 variants, each in a directory of its own."""
+    assert ("guillotine", "paper_vit_tiny") in PAPER_RUNS and ("guillotine", "paper_cifar100") in PAPER_RUNS
+    dirs = [reproduce.run_dir(n, v) for n, v in PAPER_RUNS]
+    assert len(set(dirs)) == len(dirs) and "guillotine-paper_vit_tiny" in dirs
+    assert reproduce.module_name("collapse_escape", "paper") == "collapse_escape_paper"
+    assert reproduce.variants_of("guillotine", "smoke") == ["smoke"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", reproduce.NAMES)
-def test_paper_variant_dry_run(name, tmp_path):
-    module, cfg_module = reproduce.load(name, "paper")
-    if not getattr(module, "DRY_RUN", False) or "dry_run" not in cfg_module.get_config("paper"):
-        pytest.skip(f"{name}: {module.__name__} does not declare DRY_RUN = True yet (it would run its full variant)")
-    res = reproduce.run_one(name, "paper", tmp_path, force=True, dry_run=True)
-    assert res["config"]["dry_run"] is True and res["variant"] == "paper"
+@pytest.mark.parametrize("name,variant", PAPER_RUNS, ids=[reproduce.run_dir(n, v) for n, v in PAPER_RUNS])
+def test_paper_variant_dry_run(name, variant, tmp_path):
+    module, cfg_module = reproduce.load(name, variant)
+    assert getattr(module, "DRY_RUN", False) and "dry_run" in cfg_module.get_config(variant), (
+        f"{name}: every paper path must dry-run ({module.__name__} does not declare DRY_RUN = True)")
+    res = reproduce.run_one(name, variant, tmp_path, force=True, dry_run=True)
+    assert res["config"]["dry_run"] is True and res["variant"] == variant
+    assert (tmp_path / reproduce.run_dir(name, variant) / "results.json").exists()
     d = res["measurements"]["dry_run"]
     assert d["step_time_s"] > 0 and math.isfinite(d["step_time_s"])
     # The full variant takes many steps: its projection must exceed the 2 measured steps.
