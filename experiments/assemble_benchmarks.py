@@ -27,6 +27,7 @@ ORDER = [
     ("bench_hessian.md", "Extreme eigenvalues of the SimSiam Hessian: Lanczos vs the paper's power iteration",
      "experiments/bench_hessian.py"),
     ("bench_train.md", "Training throughput: SimSiam ResNet-18 step, JAX vs PyTorch eager", "experiments/bench_train.py"),
+    ("bench_conv.md", "One convolution's forward, input and weight gradients: XLA:CPU vs PyTorch", "experiments/bench_conv.py"),
     ("bench_scaling.md", "Scaling of the instruments' cost", "experiments/bench_scaling.py"),
     ("bench_flow.md", "Gradient flow: adaptive diffrax vs fixed-step RK4", "experiments/bench_flow.py"),
     ("bench_forward.md", "Forward throughput: ViT-S/16 and ResNet-50 at 224 px, JAX vs PyTorch eager",

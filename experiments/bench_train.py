@@ -91,8 +91,13 @@ def _host_batch(batch, seed):
             "labels": rng.integers(0, 10, batch).astype(np.int32)}
 
 
-def jax_trainer(batch: int, seed: int = 0) -> _JaxRunner:
-    """The library's step: ``trainer.make_train_step`` jitted on a one-device mesh (probe included)."""
+def jax_trainer(batch: int, seed: int = 0, *, all_devices: bool = False) -> _JaxRunner:
+    """The library's step: ``trainer.make_train_step`` jitted on a one-device mesh (probe included).
+
+    ``all_devices``: on a ``("data",)`` mesh over every device instead, the batch sharded (``trainer_dp``;
+    with ``--xla-flags=--xla_force_host_platform_device_count=2`` the two halves of the batch run on two
+    host threads: XLA:CPU runs each convolution on about one core). BatchNorm statistics stay global.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -102,10 +107,11 @@ def jax_trainer(batch: int, seed: int = 0) -> _JaxRunner:
     obj = objectives.make_objective("simsiam", bb, proj, pred, augment=lambda k, x: (x, jnp.flip(x, axis=2)))
     tx, sched = trainer.make_optimizer({"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
                                         "schedule": "constant"}, 1000, batch)
-    mesh = trainer.make_mesh(1, 1, jax.devices()[:1])
+    devices = jax.devices() if all_devices else jax.devices()[:1]
+    mesh = trainer.make_mesh(len(devices), 1, devices)
     state = trainer.place_state(trainer.init_train_state(obj, tx, jax.random.PRNGKey(seed), 10), mesh)
     step = trainer.jit_train_step(trainer.make_train_step(obj, tx, sched), mesh, state)
-    return _JaxRunner("jax trainer (ssl_geometry.trainer, jit)", step, state, trainer.place_batch(_host_batch(batch, seed), mesh))
+    return _JaxRunner(f"jax trainer (ssl_geometry.trainer, jit, {len(devices)}-device data mesh)", step, state, trainer.place_batch(_host_batch(batch, seed), mesh))
 
 
 def jax_plain(batch: int, seed: int = 0, *, fused: bool = False) -> _JaxRunner:
@@ -251,7 +257,7 @@ def torch_runner(batch: int, seed: int = 0, threads: int | None = None):
     return r
 
 
-VARIANTS = {"trainer": jax_trainer, "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
+VARIANTS = {"trainer": jax_trainer, "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True), "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
             "torch": None}
 
 

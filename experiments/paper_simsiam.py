@@ -39,7 +39,6 @@ import optax
 
 from experiments.configs import simsiam_cifar10
 from ssl_geometry.instrument import metrics as _metrics
-from ssl_geometry.models import heads as _heads
 from ssl_geometry.training import cli as _cli, trainer as _trainer
 
 __all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run"]
@@ -67,14 +66,6 @@ def trainer_config(*, activation: str, batch_norm: bool, lr: float, batch_size: 
     c.data.batch_size = int(batch_size)
     c.train.steps = int(steps)
     return c
-
-
-def _head_model(cfg, in_dim: int, dtype):
-    """The head :class:`~ssl_geometry.models.Model` the trainer builds from ``cfg`` (``heads.mlp``)."""
-    cfg = dict(cfg)
-    hidden = tuple(cfg.pop("hidden", ()))
-    out_dim = int(cfg.pop("out_dim"))
-    return _heads.mlp(in_dim, hidden, out_dim, dtype=dtype, **cfg)
 
 
 class Run(NamedTuple):
@@ -106,8 +97,8 @@ def _build(key: str, image_shape, total_steps):
     dtype = _cli.DTYPES[tc.dtype]
     objective = _cli.build_objective(tc, image_shape, total_steps)
     backbone = _cli.build_backbone(tc.model, image_shape, dtype)
-    projector = _head_model(tc.model.projector, backbone.out_dim, dtype)
-    predictor = _head_model(tc.model.predictor, projector.out_dim, dtype)
+    projector = _cli.build_head(tc.model.projector, backbone.out_dim, dtype)
+    predictor = _cli.build_head(tc.model.predictor, projector.out_dim, dtype)
     augment = _cli.build_augment(tc.augment, image_shape)
     tx, sched = _trainer.make_optimizer(tc.optimizer, total_steps, int(tc.data.batch_size),
                                         probe_lr=float(tc.optimizer.probe_lr))

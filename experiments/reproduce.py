@@ -41,6 +41,7 @@ import importlib
 import json
 import os
 import pathlib
+import shutil
 import sys
 import time
 import traceback
@@ -141,6 +142,19 @@ def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: s
     return config
 
 
+def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
+    """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints
+    (``train.checkpoint_every > 0``); ``fresh`` (a forced or new run) removes old checkpoints there first,
+    so only a resumed reproduce run continues from them."""
+    train = config.get("train") if hasattr(config, "get") else None
+    if train is None or not hasattr(train, "get") or not train.get("checkpoint_every", 0):
+        return
+    path = out_dir / "checkpoints"
+    if fresh and path.exists():
+        shutil.rmtree(path)
+    config.train.checkpoint_dir = str(path)
+
+
 def _config_json(config) -> str:
     return json.dumps(common.to_jsonable(config), sort_keys=True)
 
@@ -163,6 +177,7 @@ def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False
     module, _ = load(name, variant)
     config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
     out_dir = out_root / run_dir(name, variant)
+    _checkpoint_dir(config, out_dir, fresh=force)
     if not force and is_done(out_dir, config):
         return common.read_results(out_dir)
     t0 = time.perf_counter()

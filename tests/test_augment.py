@@ -167,6 +167,24 @@ def test_pipelines_per_sample_keys_and_determinism(batch_u8):
     np.testing.assert_allclose(v[3], single, atol=1e-6)
 
 
+def test_pipeline_rotation_is_random_rotation_on_its_own_key(batch_u8):
+    """``rotation_deg``: RandomRotation after crop and flip, from ``fold_in(key, 7)``; 0 leaves the view as before."""
+    key = jax.random.key(4)
+    x = A.to_float(batch_u8[0])
+    only_rot = A.AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, rotation_deg=45.0,
+                               jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
+    got = A.augment_image(key, x, only_rot)
+    want = A.random_rotation(jax.random.fold_in(key, 7), x, np.radians(45.0))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert float(jnp.abs(got - x).max()) > 1e-2  # it did rotate
+    # The other factors draw the same numbers with or without rotation (a config without it is unchanged).
+    no_rot = only_rot._replace(rotation_deg=0.0, jitter_prob=1.0)
+    np.testing.assert_allclose(A.augment_image(key, x, no_rot),
+                               A.augment_image(key, x, A.AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0),
+                                                                       flip_prob=0.0, jitter_prob=1.0, gray_prob=0.0,
+                                                                       blur_prob=0.0)), atol=0)
+
+
 def test_simsiam_two_views_and_orbits(batch_u8):
     v1, v2 = A.two_views(jax.random.key(1), batch_u8, A.simsiam_cifar_augment, size=16)
     assert v1.shape == v2.shape == (6, 16, 16, 3) and v1.dtype == jnp.float32

@@ -216,9 +216,9 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="augmentation"):
         G.augmentation_fn(cfg, "shear")
     bad = gconfig.get_config("tiny")
-    bad.train.steps, bad.train.fit_steps = 3, 2
-    with pytest.raises(ValueError, match="fit_steps"):
-        T.train_simclr(bad, 2, np.zeros((64, 8, 8, 3), np.uint8), jax.random.PRNGKey(0))
+    bad.train.batch_size = 128
+    with pytest.raises(ValueError, match="batch size 128 exceeds the 64"):
+        T.train_simclr(bad, 2, np.zeros((64, 8, 8, 3), np.uint8), np.zeros(64, np.int32), jax.random.PRNGKey(0))
     bad = gconfig.get_config("tiny")
     bad.model.backbone = "alexnet"
     with pytest.raises(ValueError, match="backbone"):
@@ -239,6 +239,87 @@ def test_paper_variants_are_the_authors_recipe():
         assert tuple(c.model.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
         assert T.trained_augmentations(c) == {"rotation": True, "hue": True, "blur": False}
         assert (c.model.head_activation, c.model.ablation_activation) == ("relu", "swish")
+
+
+def test_training_goes_through_the_cli_trainer_with_the_authors_views():
+    """The trainer config of a paper run is the authors' recipe, and the CLI builds the same models and views."""
+    from ssl_geometry import augment
+    from ssl_geometry.training import cli
+
+    c = gconfig.get_config("paper")
+    tc = T.trainer_config(c, 3, "swish")
+    assert (tc.objective.name, tc.objective.temperature) == ("simclr", 0.1)
+    assert (tc.optimizer.name, tc.optimizer.lr, tc.optimizer.schedule, tc.optimizer.weight_decay) == (
+        "adam", 1e-3, "constant", 0.0)
+    assert tc.data.batch_size == 256 and tc.train.steps == c.train.steps and tc.model.backbone == "resnet18_cifar"
+    assert tuple(tc.model.projector.hidden) == (2048, 2048) and tc.model.projector.activation == "swish"
+    conf = cli.augment_config(tc.augment)
+    assert conf == augment.AugmentConfig(size=32, crop_scale=(0.08, 1.0), rotation_deg=45.0,
+                                         jitter=(0.4, 0.4, 0.4, 0.1), jitter_prob=0.8, gray_prob=0.0, blur_prob=0.0)
+    head = cli.build_head(tc.model.projector, 512, jnp.float32)
+    assert head.name == T.make_head(c, 512, 3, jnp.float32, "swish").name
+    with pytest.raises(ValueError, match=r"\['rotate'\]"):
+        cli.augment_config(ml_collections.ConfigDict({"name": "simclr_custom", "rotate": 45.0}))
+    c.dry_run = True
+    assert T.trainer_config(c, 2).train.steps == 2 and T.trainer_config(c, 2).data.batch_size == c.train.dry_run_batch
+
+
+def test_train_simclr_is_the_trainers_step():
+    """Two steps of train_simclr equal two steps of trainer.make_train_step on the same state and batches."""
+    from ssl_geometry import trainer
+    from ssl_geometry.training import cli
+
+    c = gconfig.get_config("tiny")
+    c.train.steps, c.train.batch_size = 2, 8
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 256, (16, 8, 8, 3)).astype(np.uint8), rng.integers(0, 3, 16).astype(np.int32)
+    key = jax.random.PRNGKey(3)
+    run = T.train_simclr(c, 2, images, labels, key)
+    tc = T.trainer_config(c, 2)
+    obj = cli.build_objective(tc, images.shape[1:], 2)
+    tx, sched = trainer.make_optimizer(tc.optimizer, 2, 8, probe_lr=float(tc.optimizer.probe_lr))
+    step = jax.jit(trainer.make_train_step(obj, tx, sched))
+    state = trainer.init_train_state(obj, tx, key, 3)
+    np.testing.assert_array_equal(jax.tree_util.tree_leaves(run["init_params"])[0],
+                                  jax.tree_util.tree_leaves(state["params"])[0])
+    losses = []
+    for s in range(2):
+        idx = trainer.batch_indices(c.seed, s, 16, 8)
+        state, m = step(state, {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx])})
+        losses.append(float(m["loss"]))
+    np.testing.assert_allclose(run["losses"], losses, rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(run["params"]["projector"]),
+                    jax.tree_util.tree_leaves(state["params"]["projector"])):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_train_simclr_checkpoints_resume_and_never_mix_runs(tmp_path):
+    """An interrupted run resumes from its newest checkpoint to the same numbers; another run's directory is refused."""
+    import shutil
+
+    c = gconfig.get_config("tiny")
+    c.train.steps, c.train.batch_size = 3, 8
+    c.train.checkpoint_every, c.train.checkpoint_dir = 1, str(tmp_path)
+    rng = np.random.default_rng(1)
+    images, labels = rng.integers(0, 256, (16, 8, 8, 3)).astype(np.uint8), rng.integers(0, 3, 16).astype(np.int32)
+    key = jax.random.PRNGKey(5)
+    full = T.train_simclr(c, 2, images, labels, key)
+    assert full["resumed_from"] is None and len(full["losses"]) == 3
+    run_dir = tmp_path / f"depth2_{c.model.head_activation}"
+    shutil.rmtree(run_dir / "3")  # interrupted after step 2
+    again = T.train_simclr(c, 2, images, labels, key)
+    assert again["resumed_from"] == 2
+    np.testing.assert_allclose(again["losses"], full["losses"], rtol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(again["params"]), jax.tree_util.tree_leaves(full["params"])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    other = gconfig.get_config("tiny")
+    other.train.steps, other.train.batch_size, other.train.lr = 3, 8, 5e-4
+    other.train.checkpoint_every, other.train.checkpoint_dir = 1, str(tmp_path)
+    with pytest.raises(ValueError, match="another run"):
+        T.train_simclr(other, 2, images, labels, key)
+    other.train.checkpoint_dir = ""
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        T.train_simclr(other, 2, images, labels, key)
 
 
 def test_dry_run_sizes_keep_every_step_small():

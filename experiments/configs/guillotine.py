@@ -1,8 +1,10 @@
 """Config: experiment 6, the guillotine (Sec. 5) -- probes, trajectory curvature, orbits, metric degeneracy.
 
-A backbone + ReLU/BN MLP head is trained with SimCLR's NT-Xent (tau 0.1, Adam 1e-3) through
-:func:`ssl_geometry.objectives.make_objective` and :func:`ssl_geometry.training.loop.fit`; the
-trained pair is then measured (``experiments/guillotine/``). Views are the authors' guillotine
+A backbone + ReLU/BN MLP head is trained with SimCLR's NT-Xent (tau 0.1, Adam 1e-3) through the
+one trainer: the objective, optimiser and step that ``python -m ssl_geometry.train`` builds from
+``experiments.guillotine.training.trainer_config`` (``augment.name = "simclr_custom"``, an
+``ssl_geometry.augment.AugmentConfig`` with the authors' views); the trained pair is then measured
+(``experiments/guillotine/``). Views are the authors' guillotine
 recipe (``experiments.py: run_guillotine_experiment``): RandomResizedCrop(32, scale (0.08, 1)),
 flip, RandomRotation(45), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8; no grayscale, no blur.
 
@@ -26,9 +28,16 @@ Deviations of the ``paper`` variants from the authors' code, with reasons:
   main (ReLU) run is not reused for it.
 * Probes: the library's linear and 2-layer MLP probes (Adam 1e-3, 5 epochs) on the four 90-degree
   rotations of each test-split image, as the authors; hidden width ``probes.hidden``.
-* Training through ``training.loop.fit`` on the objective the CLI trainer (``ssl_geometry.train``)
-  also builds (``objectives.make_objective("simclr")``), not through the CLI itself: the trainer's
-  online probe, schedule and checkpointing are not part of the authors' recipe.
+* Training runs the CLI trainer's step (``trainer.make_train_step``) from the experiment, on the
+  images it loaded, rather than ``ssl_geometry.training.cli.train`` with its data feed: the smoke
+  variant's ``shapes`` set is rendered with nuisance rotations (``data.shapes_max_angle_deg``) that
+  the feed's loader does not take. The step includes the trainer's online linear probe on
+  ``stop_gradient`` of the backbone features (its own Adam): it cannot change the backbone or head.
+  Each training run checkpoints every epoch (``train.checkpoint_every``) and resumes after an
+  interruption (``reproduce`` puts the checkpoints under ``DIR/<experiment>/checkpoints``).
+* Initialisation: PyTorch's default initialisers in ``ssl_geometry.backbones``/``heads`` with a JAX
+  RNG, and the trainer's per-epoch data order ``trainer.batch_indices``: same distributions, not the
+  same draws.
 * Curvature and orbits are computed twice: the paper's way (L2-normalised, undivided second
   differences on 10 angles in [0, 45] deg; orbits of 12 rotations 0..330 deg with the head applied
   to the *normalised* z, as ``run_orbit_visualization_experiment`` does) and the project's way
@@ -70,11 +79,10 @@ def base() -> ml_collections.ConfigDict:
         },
         "train": {
             "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
-            # Steps per training.loop.fit call; on an accelerator an epoch per call. Measured on this CPU (smoke
-            # model, batch 128, loaded machine): 2-3.3 s per step through fit against 0.05-0.27 s for a plain jitted
-            # step -- XLA:CPU runs a convolution's backward pass inside fit's scan much slower.
-            "fit_steps": 1,
             "dry_run_batch": 8,
+            # Checkpoints (the trainer's orbax format) every this many steps and at the end; 0: off. A rerun
+            # resumes the same run; reproduce sets checkpoint_dir to DIR/<experiment>/checkpoints.
+            "checkpoint_every": 0, "checkpoint_dir": "",
         },
         "probes": {"train_images": 2000, "test_images": 1000, "epochs": 20, "hidden": 256},
         "analysis": {
@@ -111,7 +119,8 @@ _PAPER = {
     "data.rotation_probe_classes": None,
     "model.backbone": "resnet18_cifar", "model.widths": (), "model.head_hidden": 2048, "model.head_out": 2048,
     "model.head_final_bn": True, "model.head_bias": False, "model.ablation_activation": "swish",
-    "train.batch_size": 256, "train.steps": 50 * (50000 // 256), "train.fit_steps": 50000 // 256,
+    "train.batch_size": 256, "train.steps": 50 * (50000 // 256),
+    "train.checkpoint_every": 50000 // 256,  # an epoch
     "probes.train_images": 50000, "probes.test_images": 10000, "probes.epochs": 5, "probes.hidden": 512,
     "analysis.curvature_images": 100, "analysis.convergence_images": 32, "analysis.degeneracy_images": 256,
     "analysis.tangent_blur_radius": 8,

@@ -2,7 +2,8 @@
 
 A backbone ``f`` and a ReLU+BatchNorm MLP projector ``h`` are trained jointly with SimCLR's NT-Xent
 (tau 0.1, Adam 1e-3) on the authors' guillotine views (crop, flip, rotation up to 45 deg, colour
-jitter; :mod:`.training`), through :func:`ssl_geometry.training.loop.fit`. Then, on held-out images,
+jitter; :mod:`.training`), through the CLI trainer's step (``ssl_geometry.train``'s objective, optimiser
+and ``make_train_step``). Then, on held-out images,
 backbone ``z = f(x)`` against head ``h(z)`` (:mod:`.geometry`):
 
 * **Probes**: 4-way rotation prediction (0/90/180/270 deg, linear and 2-layer MLP) and class
@@ -117,7 +118,7 @@ def _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe):
     runs, probe_res = {}, {}
     t0 = time.perf_counter()
     for name, d, act in plan:
-        runs[name] = T.train_simclr(cfg, d, train_ds.images, k_train, act)
+        runs[name] = T.train_simclr(cfg, d, train_ds.images, train_ds.labels, k_train, act)
         _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
         probe_res[name] = T.probe_suite(cfg, runs[name], rot_train, rot_test, cls_train, cls_test, k_probe,
                                         class_probes=(name == "main"))

@@ -150,7 +150,7 @@ def report(results, rel_dir) -> str:
         + ". All controls and the untrained augmentations are in the table below; they do not decide.",
         "",
         f"Setting: {s['dataset']} at {s['image_size']}px, backbone `{s['backbone']}`, head `{s['head']}`; SimCLR through "
-        f"training.loop.fit; trained augmentations {s['trained_augmentations']}; analysis in {s['analysis_dtype']}. "
+        f"the CLI trainer's step (trainer.make_train_step); trained augmentations {s['trained_augmentations']}; analysis in {s['analysis_dtype']}. "
         f"Rotation probes on {s['rotation_probe_train_images']}/{s['rotation_probe_test_images']} train/test images "
         f"(x4 rotations). Premises: {prem}. Paper numbers: CIFAR-10 ResNet-18 unless the variant is another paper "
         "setting; accuracies as fractions.",

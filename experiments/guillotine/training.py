@@ -1,19 +1,21 @@
-"""Experiment 6, training: data, models, the authors' SimCLR views, SimCLR through ``training.loop.fit``, probes."""
+"""Experiment 6, training: data, models and SimCLR through the CLI trainer's step, probes."""
 from __future__ import annotations
 
-import functools
+import json
 import math
+import pathlib
 import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
-import optax
 
-from ssl_geometry import augment, backbones, data, heads, objectives, probes, trainer
-from ssl_geometry.training import loop
+from experiments.configs import simsiam_cifar10
+from ssl_geometry import augment, data, probes, trainer
+from ssl_geometry.training import checkpoint as ckpt, cli
 
-__all__ = ["load_data", "make_backbone", "make_head", "view", "train_simclr", "feature_fns",
+__all__ = ["load_data", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
            "rotation_probe_subset", "probe_suite", "trained_augmentations"]
 
 
@@ -42,29 +44,63 @@ def load_data(cfg):
     return tuple(_first(data.load(d.name, s, **kwargs), n) for s, n in zip(("train", test_split), counts))
 
 
-def make_backbone(cfg, dtype):
-    """The backbone :class:`ssl_geometry.models.Model` named by ``cfg.model.backbone``, compute dtype ``dtype``."""
+def _backbone_section(cfg) -> dict:
+    """``model.backbone`` / ``model.backbone_kwargs`` of the trainer config for ``cfg.model.backbone``."""
     m, size = cfg.model, cfg.data.image_size
-    if m.backbone == "small_cnn":
-        return backbones.small_cnn((size, size, 3), widths=tuple(m.widths), activation="relu", dtype=dtype)
-    if m.backbone == "resnet18_cifar":
-        return backbones.resnet18_cifar(dtype=dtype)
-    if m.backbone == "vit_tiny":
-        return backbones.vit_tiny(img_size=size, dtype=dtype)
-    raise ValueError(f"`model.backbone` must be 'small_cnn', 'resnet18_cifar' or 'vit_tiny'; got {m.backbone!r}.")
+    kwargs = {"small_cnn": {"widths": tuple(m.widths), "activation": "relu"}, "resnet18_cifar": {},
+              "vit_tiny": {"img_size": size}}
+    if m.backbone not in kwargs:
+        raise ValueError(f"`model.backbone` must be one of {sorted(kwargs)}; got {m.backbone!r}.")
+    return {"backbone": m.backbone, "backbone_kwargs": kwargs[m.backbone]}
+
+
+def _head_section(cfg, depth: int, activation: str | None) -> dict:
+    """``model.projector`` of the trainer config: ``depth`` affine layers ``in -> hidden x (depth-1) -> out``."""
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"head `depth` must be a positive int; got {depth!r}.")
+    m = cfg.model
+    return {"hidden": (m.head_hidden,) * (depth - 1), "out_dim": m.head_out,
+            "activation": activation or m.head_activation, "batch_norm": True, "final_batch_norm": m.head_final_bn,
+            "bias": m.head_bias}
+
+
+def trainer_config(cfg, depth: int, activation: str | None = None) -> ml_collections.ConfigDict:
+    """The trainer config (the shape of ``experiments/configs/simsiam_cifar10.py``) of one guillotine SimCLR run.
+
+    SimCLR's NT-Xent at ``train.temperature``, Adam(``train.lr``) at a constant rate without weight decay,
+    the views of the ``augment`` section as ``augment.name = "simclr_custom"``
+    (:class:`ssl_geometry.augment.AugmentConfig`), the backbone of ``model.backbone`` and the BN MLP
+    projector with ``depth`` affine layers; under ``dry_run`` batch ``train.dry_run_batch`` and 2 steps.
+    """
+    t = cfg.train
+    c = simsiam_cifar10.get_config("relu")
+    c.seed = int(cfg.seed)
+    c.data.update({"name": cfg.data.name, "image_size": cfg.data.image_size, "data_dir": cfg.data.data_dir,
+                   "batch_size": int(t.dry_run_batch if cfg.dry_run else t.batch_size)})
+    c.augment = ml_collections.ConfigDict({"name": "simclr_custom", "size": cfg.data.image_size,
+                                           **cfg.augment.to_dict()})
+    c.model.update(_backbone_section(cfg))
+    c.model.projector = ml_collections.ConfigDict(_head_section(cfg, depth, activation))
+    c.objective = ml_collections.ConfigDict({"name": "simclr", "temperature": float(t.temperature)})
+    c.optimizer.update({"name": "adam", "lr": float(t.lr), "momentum": 0.0, "weight_decay": 0.0,
+                        "schedule": "constant"})
+    c.train.steps = 2 if cfg.dry_run else int(t.steps)
+    return c
+
+
+def make_backbone(cfg, dtype):
+    """The backbone :class:`ssl_geometry.models.Model` the trainer builds for ``cfg`` (compute dtype ``dtype``)."""
+    return cli.build_backbone(ml_collections.ConfigDict(_backbone_section(cfg)), (cfg.data.image_size,) * 2 + (3,),
+                              dtype)
 
 
 def make_head(cfg, in_dim: int, depth: int, dtype, activation: str | None = None):
-    """BN MLP projector with ``depth`` affine layers ``in -> hidden x (depth-1) -> out`` (BN on hidden).
+    """The BN MLP projector the trainer builds (``depth`` affine layers, BN on hidden layers, ``head_final_bn``).
 
     ``activation``: default ``model.head_activation`` (the main run); the depth ablation passes
     ``model.ablation_activation`` (the authors' ``head_depth_ablations.py`` uses Swish).
     """
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"head `depth` must be a positive int; got {depth!r}.")
-    m = cfg.model
-    return heads.mlp(in_dim, (m.head_hidden,) * (depth - 1), m.head_out, activation=activation or m.head_activation,
-                     batch_norm=True, final_batch_norm=m.head_final_bn, bias=m.head_bias, dtype=dtype)
+    return cli.build_head(_head_section(cfg, depth, activation), in_dim, dtype)
 
 
 def trained_augmentations(cfg) -> dict:
@@ -74,77 +110,91 @@ def trained_augmentations(cfg) -> dict:
             "blur": bool(a.blur_prob > 0)}
 
 
-def _view_one(key, image, a, size):
-    """One view in the authors' order: crop, flip, rotation, colour jitter, grayscale, blur."""
-    kc, kf, kr, kj, kg, kb = jax.random.split(key, 6)
-    x = augment.random_resized_crop(kc, image, size, tuple(a["crop_scale"]))
-    x = augment.random_flip(kf, x, a["flip_prob"])
-    if a["rotation_deg"] > 0:
-        x = augment.random_rotation(kr, x, math.radians(a["rotation_deg"]))
-    if a["jitter_prob"] > 0:
-        x = augment.random_color_jitter(kj, x, *a["jitter"], random_order=a["jitter_random_order"],
-                                        p=a["jitter_prob"])
-    if a["gray_prob"] > 0:
-        x = augment.random_grayscale(kg, x, a["gray_prob"])
-    if a["blur_prob"] > 0:
-        x = augment.random_gaussian_blur(kb, x, p=a["blur_prob"])
-    return x
+def _checkpointing(cfg, tc, depth: int, activation: str | None):
+    """``(manager, meta)`` of one run's checkpoints, or ``(None, meta)`` when ``train.checkpoint_every`` is 0.
 
-
-def view(key, images, *, aug: tuple, size: int):
-    """A batch of views (``aug``: the ``augment`` section as a sorted item tuple, hashable for jit)."""
-    x = augment.to_float(images, jnp.float32)
-    return augment.batch_augment(key, x, _view_one, dict(aug), size)
-
-
-def train_simclr(cfg, depth: int, images, key, activation: str | None = None) -> dict:
-    """SimCLR (NT-Xent, ``train.temperature``) with Adam(``train.lr``) on ``images`` (uint8 NHWC), float32.
-
-    The batch at step ``s`` is :func:`ssl_geometry.trainer.batch_indices` ``(seed, s)``, the views are
-    drawn on device with key ``fold_in(rng, s)``; steps run through :func:`ssl_geometry.training.loop.fit`
-    (``scan=False``: a conv net inside a scan is ~20x slower on XLA:CPU; same numbers),
-    ``train.fit_steps`` per call (a non-finite step raises :class:`loop.FitError` naming it). Returns
-    ``{"objective", "params", "state", "init_params", "init_state", "losses", "step_time_s"}``
-    (``step_time_s``: median wall time per step over the calls after the first, compile excluded).
+    The run's directory is ``train.checkpoint_dir/depth<d>_<activation>``; ``meta["run"]`` is the
+    trainer config, so a directory holding another run's checkpoints is refused, never mixed.
     """
     t = cfg.train
-    steps = 2 if cfg.dry_run else t.steps
-    bs = t.dry_run_batch if cfg.dry_run else t.batch_size
-    per_call = 1 if cfg.dry_run else min(t.fit_steps, steps)  # dry run: 2 calls, the second one times a step
-    if steps % per_call:
-        raise ValueError(f"`train.steps` ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
-    backbone = make_backbone(cfg, jnp.float32)
-    head = make_head(cfg, backbone.out_dim, depth, jnp.float32, activation)
-    aug = tuple(sorted((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in cfg.augment.items()))
-    views = functools.partial(augment.two_views, pipeline=functools.partial(view, aug=aug, size=cfg.data.image_size))
-    obj = objectives.make_objective("simclr", backbone, head, augment=views, temperature=t.temperature)
-    k_init, k_rng = jax.random.split(key)
-    params, state = obj.init(k_init)
-    init_params, init_state = params, state
-    opt = optax.adam(t.lr)
+    meta = {"run": json.dumps(tc.to_dict(), sort_keys=True, default=str)}
+    every = int(t.get("checkpoint_every", 0))
+    if every < 0:
+        raise ValueError(f"`train.checkpoint_every` must be >= 0 (0: off); got {every}.")
+    if not every:
+        return None, meta
+    if not t.get("checkpoint_dir"):
+        raise ValueError("`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to "
+                         "DIR/<experiment>/checkpoints).")
+    act = activation or cfg.model.head_activation
+    return ckpt.manager(pathlib.Path(t.checkpoint_dir) / f"depth{depth}_{act}", max_to_keep=2), meta
 
-    def loss_fn(p, s, b):
-        value, (s_new, _) = obj.loss_fn(p, s, b["key"], {"images": b["images"]})
-        return value, s_new
 
+def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = None) -> dict:
+    """SimCLR through the trainer's step on ``images`` (uint8 NHWC) and ``labels``, float32.
+
+    The objective, optimiser and step are the CLI trainer's (:func:`ssl_geometry.training.cli.build_objective`,
+    :func:`~ssl_geometry.training.trainer.make_optimizer`, :func:`~ssl_geometry.training.trainer.make_train_step`)
+    for :func:`trainer_config`; the state starts from :func:`~ssl_geometry.training.trainer.init_train_state`
+    with ``key``, the batch at step ``s`` is :func:`~ssl_geometry.training.trainer.batch_indices` ``(seed, s)``
+    and the views are drawn on device from ``fold_in(state.rng, s)``, as in ``python -m ssl_geometry.train``.
+    The trainer's online probe (on ``stop_gradient`` of the backbone features) trains alongside and cannot
+    change the backbone or head. With ``train.checkpoint_every > 0`` the state (and the losses so far) is
+    saved every that many steps and at the end (:mod:`ssl_geometry.training.checkpoint`), and a rerun resumes
+    from the newest good checkpoint of the same run (another run's checkpoints raise ``ValueError``). A
+    non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params", "state",
+    "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
+    (``step_time_s``: median wall time per step after the first of this call, compile excluded).
+    """
+    tc = trainer_config(cfg, depth, activation)
+    steps, bs = int(tc.train.steps), int(tc.data.batch_size)
     n = images.shape[0]
     if bs > n:
         raise ValueError(f"batch size {bs} exceeds the {n} training images.")
-    opt_state, losses, times = None, [], []
-    for c0 in range(0, steps, per_call):
-        idx = np.stack([trainer.batch_indices(cfg.seed, s, n, bs) for s in range(c0, c0 + per_call)])
-        batches = {"images": jnp.asarray(images[idx]),
-                   "key": jax.vmap(lambda s: jax.random.fold_in(k_rng, s))(jnp.arange(c0, c0 + per_call))}
+    objective = cli.build_objective(tc, images.shape[1:], steps)
+    tx, sched = trainer.make_optimizer(tc.optimizer, steps, bs, probe_lr=float(tc.optimizer.probe_lr))
+    step_fn = jax.jit(trainer.make_train_step(objective, tx, sched), donate_argnums=(0,))
+    state = trainer.init_train_state(objective, tx, key, int(np.max(labels)) + 1)
+    # copies: the step donates the state's buffers
+    init_params, init_state = jax.tree_util.tree_map(jnp.copy, (state["params"], state["obj_state"]))
+    mngr, meta = _checkpointing(cfg, tc, depth, activation)
+    losses, times, start = [], [], 0
+    if mngr is not None:
+        restored = ckpt.restore_latest(mngr, state)
+        if restored is not None:
+            if restored.meta.get("run") != meta["run"]:
+                raise ValueError(f"{mngr.directory} holds checkpoints of another run; remove it or choose another "
+                                 "`train.checkpoint_dir`.")
+            state, start, losses = restored.state, restored.step, list(restored.meta["losses"])
+    every = int(cfg.train.get("checkpoint_every", 0))
+    for s in range(start, steps):
+        idx = trainer.batch_indices(cfg.seed, s, n, bs)
+        batch = {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx], jnp.int32)}
         t0 = time.perf_counter()
-        res = loop.fit(loss_fn, params, opt, steps=per_call, batches=batches, state=state, has_state=True,
-                       scan=False, opt_state=opt_state)
-        jax.block_until_ready(res.params)
-        times.append((time.perf_counter() - t0) / per_call)
-        params, state, opt_state = res.params, res.state, res.opt_state
-        losses.append(np.asarray(res.losses))
-    return {"objective": obj, "params": params, "state": state, "init_params": init_params,
-            "init_state": init_state, "losses": np.concatenate(losses),
-            "step_time_s": float(np.median(times[1:])) if len(times) > 1 else float(times[0])}
+        state, m = step_fn(state, batch)
+        losses.append(m["loss"])
+        if s - start < 5 or s == steps - 1:  # time a few steps to completion; the rest run asynchronously
+            jax.block_until_ready(m["loss"])
+            times.append(time.perf_counter() - t0)
+        if mngr is not None and ((s + 1) % every == 0 or s + 1 == steps):
+            losses = [float(v) for v in jax.device_get(losses)]
+            _check_finite(losses, depth)
+            ckpt.save(mngr, s + 1, state, {**meta, "losses": losses})
+    if mngr is not None:
+        mngr.wait_until_finished()
+        mngr.close()
+    losses = np.asarray(jax.device_get(losses), np.float64)
+    _check_finite(losses, depth)
+    return {"objective": objective, "params": state["params"], "state": state["obj_state"],
+            "init_params": init_params, "init_state": init_state, "losses": losses, "trainer_config": tc.to_dict(),
+            "resumed_from": start or None,
+            "step_time_s": float(np.median(times[1:])) if len(times) > 1 else float(times[0]) if times else 0.0}
+
+
+def _check_finite(losses, depth: int) -> None:
+    ok = np.isfinite(np.asarray(losses, np.float64))
+    if not np.all(ok):
+        raise FloatingPointError(f"SimCLR (depth {depth}): non-finite loss at step {int(np.argmin(ok))}.")
 
 
 def feature_fns(run):

@@ -73,11 +73,11 @@ from ssl_geometry.training import feed as _feed
 from ssl_geometry.training import workdir as _wd
 from ssl_geometry._checks import check_choice
 
-__all__ = ["BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "build_augment", "build_backbone", "build_objective",
+__all__ = ["BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "build_augment", "augment_config", "build_backbone", "build_head", "build_objective",
            "validate_config", "evaluate", "init_distributed", "train", "parse_args", "main"]
 
 BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
-AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet")
+AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet", "simclr_custom")
 DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 
 
@@ -108,7 +108,10 @@ def build_augment(cfg, image_shape):
     ``crop_flip`` / ``simsiam_cifar``: RandomResizedCrop(scale 0.2-1) + horizontal
     flip (the paper's SimSiam CIFAR pipeline; works for any channel count);
     ``simclr_cifar`` / ``simclr_imagenet``: :data:`ssl_geometry.augment.SIMCLR_CIFAR` /
-    ``SIMCLR_IMAGENET`` (RGB only); ``none``: both views are the clean images.
+    ``SIMCLR_IMAGENET`` (RGB only); ``simclr_custom``: an
+    :class:`~ssl_geometry.augment.AugmentConfig` from the section's other fields (e.g. the
+    paper's guillotine views: ``crop_scale=(0.08, 1)``, ``rotation_deg=45``, ``gray_prob=0``,
+    ``blur_prob=0``; RGB only); ``none``: both views are the clean images.
     """
     name = cfg.get("name", "crop_flip")
     check_choice(name, "augment.name", AUGMENTS)
@@ -120,8 +123,22 @@ def build_augment(cfg, image_shape):
     if image_shape[-1] != 3:
         raise ValueError(f"augment.name={name!r} needs RGB images; the data set has {image_shape[-1]} channel(s). "
                          "Use 'crop_flip'.")
-    conf = _aug.SIMCLR_CIFAR if name == "simclr_cifar" else _aug.SIMCLR_IMAGENET
+    if name == "simclr_custom":
+        conf = augment_config(cfg)
+    else:
+        conf = _aug.SIMCLR_CIFAR if name == "simclr_cifar" else _aug.SIMCLR_IMAGENET
     return lambda key, x: _aug.two_views(key, x, _aug.simclr_augment, config=conf)
+
+
+def augment_config(cfg) -> _aug.AugmentConfig:
+    """The :class:`~ssl_geometry.augment.AugmentConfig` of an ``augment`` section (every field but ``name``;
+    lists become tuples). An unknown field raises ``ValueError`` naming it."""
+    fields = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(cfg).items() if k != "name"}
+    unknown = sorted(set(fields) - set(_aug.AugmentConfig._fields))
+    if unknown:
+        raise ValueError(f"`augment` has field(s) {unknown} that AugmentConfig does not define; expected a subset of "
+                         f"{list(_aug.AugmentConfig._fields)}.")
+    return _aug.AugmentConfig(**fields)
 
 
 def build_backbone(cfg, image_shape, dtype):
@@ -136,7 +153,9 @@ def build_backbone(cfg, image_shape, dtype):
     return getattr(_bb, name)(dtype=dtype, **kw)
 
 
-def _head(cfg, in_dim, dtype, default_out):
+def build_head(cfg, in_dim: int, dtype, default_out: int | None = None):
+    """Head :class:`~ssl_geometry.models.Model` ``heads.mlp(in_dim, hidden, out_dim, **rest)`` from a
+    ``model.projector``/``model.predictor`` section (``out_dim`` falls back to ``default_out``)."""
     cfg = dict(cfg)
     hidden = tuple(cfg.pop("hidden", ()))
     out_dim = cfg.pop("out_dim", None) or default_out
@@ -147,13 +166,13 @@ def build_objective(config, image_shape, total_steps: int) -> _obj.Objective:
     """The :class:`~ssl_geometry.objectives.Objective` described by ``config``."""
     dtype = DTYPES[config.dtype]
     backbone = build_backbone(config.model, image_shape, dtype)
-    projector = _head(config.model.projector, backbone.out_dim, dtype, backbone.out_dim)
+    projector = build_head(config.model.projector, backbone.out_dim, dtype, backbone.out_dim)
     ocfg = dict(config.objective)
     name = ocfg.pop("name")
     check_choice(name, "objective.name", _obj.OBJECTIVES)
     predictor = None
     if name in _obj.PREDICTOR_METHODS:
-        predictor = _head(config.model.predictor, projector.out_dim, dtype, projector.out_dim)
+        predictor = build_head(config.model.predictor, projector.out_dim, dtype, projector.out_dim)
     for key in ("vicreg_coeffs", "dino_temps"):
         if key in ocfg:
             ocfg[key] = tuple(ocfg[key])

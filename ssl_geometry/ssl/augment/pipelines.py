@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -10,24 +11,26 @@ import jax.numpy as jnp
 from ssl_geometry._checks import check_rank
 from ssl_geometry.ssl.augment.primitives import (_check_rgb, _float_dtype, batch_augment, random_color_jitter, random_flip,
                                                  random_gaussian_blur, random_grayscale, random_resized_crop,
-                                                 random_solarize, to_float)
+                                                 random_rotation, random_solarize, to_float)
 
 __all__ = ["AugmentConfig", "augment_image", "simclr_augment", "simsiam_cifar_augment", "two_views", "orbit", "orbit_tangents", "SIMCLR_IMAGENET", "SIMCLR_CIFAR", "BYOL_VIEW1", "BYOL_VIEW2"]
 
 
 class AugmentConfig(NamedTuple):
-    """A SimCLR/BYOL-style view (torchvision order: crop, flip, jitter, gray, blur, solarise).
+    """A SimCLR/BYOL-style view (torchvision order: crop, flip, rotation, jitter, gray, blur, solarise).
 
-    ``size``: output side (None: input size). ``jitter``: (brightness, contrast,
-    saturation, hue) strengths applied with probability ``jitter_prob``.
-    ``blur_radius`` None: 10% of the image side (see :func:`random_gaussian_blur`).
-    Hashable, so it can be a static argument of ``jit``.
+    ``size``: output side (None: input size). ``rotation_deg``: ``RandomRotation(rotation_deg)``,
+    an angle ``U[-rotation_deg, rotation_deg]`` degrees, bilinear, zero fill (0: off; the paper's
+    guillotine views use 45). ``jitter``: (brightness, contrast, saturation, hue) strengths
+    applied with probability ``jitter_prob``. ``blur_radius`` None: 10% of the image side (see
+    :func:`random_gaussian_blur`). Hashable, so it can be a static argument of ``jit``.
     """
 
     size: int | None = None
     crop_scale: tuple = (0.08, 1.0)
     crop_ratio: tuple = (3 / 4, 4 / 3)
     flip_prob: float = 0.5
+    rotation_deg: float = 0.0
     jitter: tuple = (0.8, 0.8, 0.8, 0.2)
     jitter_prob: float = 0.8
     jitter_random_order: bool = True
@@ -54,6 +57,8 @@ def augment_image(key, image, config: AugmentConfig = SIMCLR_IMAGENET):
     k_crop, k_flip, k_jit, k_gray, k_blur, k_sol = jax.random.split(key, 6)
     x = random_resized_crop(k_crop, image, config.size, config.crop_scale, config.crop_ratio)
     x = random_flip(k_flip, x, config.flip_prob)
+    if config.rotation_deg > 0:  # its own key (fold_in), so the other factors' draws do not depend on it
+        x = random_rotation(jax.random.fold_in(key, 7), x, math.radians(config.rotation_deg))
     b, c, s, h = config.jitter
     if config.jitter_prob > 0:
         x = random_color_jitter(k_jit, x, b, c, s, h, random_order=config.jitter_random_order,
