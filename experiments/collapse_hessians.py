@@ -149,27 +149,47 @@ def _cases(cfg):
                         yield objective, act, bn, state, s
 
 
-#: Honours ``config.dry_run``: the paper's widths at batch 2, every state, objective and BatchNorm setting, one
-#: activation per head kind and the first residual scale, every operator through Lanczos (at the paper's sizes
-#: every one exceeds ``max_dense_dim``); the projection scales the per-case time to all cases at batch ``n``.
+#: Honours ``config.dry_run``: the paper's widths at batch 2, one case per code path (:func:`_dry_cases`), every
+#: operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``); the projection scales the
+#: mean per-case time to all of the variant's cases at its batch ``n``.
 DRY_RUN = True
 #: Batch of a dry run (the widths stay the paper's).
 DRY_RUN_N = 2
 
 
 def _dry_config(config):
-    """The dry-run config: batch :data:`DRY_RUN_N`, one activation per head kind, the first residual scale,
-    ``max_dense_dim = 1`` (Lanczos for every operator, the paper's path)."""
+    """The dry-run config: batch :data:`DRY_RUN_N` and ``max_dense_dim = 1`` (Lanczos for every operator, the
+    paper's path)."""
     cfg = config.copy_and_resolve_references()
     cfg.unlock()
     cfg.data.n = min(DRY_RUN_N, config.data.n)
-    kinds = {}
-    for act in config.model.activations:  # first activation of each head kind (linear, piecewise, smooth)
-        kinds.setdefault(geometry.head_smoothness(act), act)
-    cfg.model.activations = list(kinds.values())
-    cfg.analysis.residual_scales = list(config.analysis.residual_scales[:1])
     cfg.analysis.max_dense_dim = 1
     return cfg
+
+
+def _dry_cases(config) -> list:
+    """One case per code path of :func:`run_case` (each case costs about half a minute at the paper's widths on a
+    2-core CPU, compilation included): the first equilibrium objective with a linear, a piecewise and a smooth
+    head, the others smooth; each loss wiring of the Siamese objectives (SimSiam, BYOL, the first objective
+    without a predictor) at the collapsed state, and pseudo-collapsed with BatchNorm alternating on and off."""
+    a, acts = config.analysis, {}
+    for act in config.model.activations:  # first activation of each head kind
+        acts.setdefault(geometry.head_smoothness(act), act)
+    smooth = acts.get("smooth", config.model.activations[0])
+    s0, nan = a.residual_scales[0], float("nan")
+    cases = []
+    if "equilibrium" in a.states:
+        eq = list(a.equilibrium_objectives)
+        cases += [(eq[0], acts[k], False, "equilibrium", s0) for k in ("linear", "piecewise", "smooth") if k in acts]
+        cases += [(o, smooth, False, "equilibrium", s0) for o in eq[1:]]
+    siam = list(a.siamese_objectives)
+    branches = [o for o in siam if o in a.predictor_objectives] + [o for o in siam if o not in a.predictor_objectives][:1]
+    if "collapsed" in a.states:
+        cases += [(o, smooth, False, "collapsed", nan) for o in branches]
+    if "pseudo_collapsed" in a.states:
+        bns = list(config.model.batch_norm)
+        cases += [(o, smooth, bns[i % len(bns)], "pseudo_collapsed", nan) for i, o in enumerate(branches)]
+    return cases
 
 
 def measure(config) -> dict:
@@ -177,7 +197,7 @@ def measure(config) -> dict:
     cfg = _dry_config(config) if config.dry_run else config
     key = jax.random.PRNGKey(cfg.seed)
     rows, t0 = [], time.perf_counter()
-    for i, (objective, act, bn, state, s) in enumerate(_cases(cfg)):
+    for i, (objective, act, bn, state, s) in enumerate(_dry_cases(cfg) if config.dry_run else _cases(cfg)):
         rows.append(run_case(cfg, objective, act, bn, state, jax.random.fold_in(key, i), s))
     out = {"cases": rows}
     if config.dry_run:

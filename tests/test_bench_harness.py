@@ -117,3 +117,27 @@ def test_scaling_fit_exponent_and_crossing():
     P = np.array([10.0, 50.0, 200.0, 1000.0])
     assert crossing(P, P / 1e2, P**3 / 1e6) == pytest.approx(100.0, rel=1e-9)
     assert math.isnan(crossing(P, P, 2 * P))
+
+
+def test_bench_conv_weight_gradient_matches_pytorch():
+    """The convolution benchmark times the same weight gradient on both sides (one tiny layer, float32)."""
+    pytest.importorskip("torch")
+    from experiments import bench_conv
+
+    (row,) = bench_conv.bench(batch=2, repeats=1, warmup=0, layers=((4, 8),))
+    assert row["layer"] == "4x4x8" and row["dtype"] == "float32"
+    assert row["dw_rel_diff"] < 1e-5
+    assert all(row[k] > 0 for k in ("jax_fwd_s", "jax_dx_s", "jax_dw_s", "torch_fwd_s", "torch_bwd_s"))
+    assert row["ratio_bwd"] == pytest.approx(row["torch_bwd_s"] / (row["jax_dx_s"] + row["jax_dw_s"]))
+
+
+def test_bench_text_embeds_the_same_sentences_on_both_sides():
+    """MiniLM benchmark: JAX and PyTorch embeddings of the same tokens agree (so the timing compares like with like)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sentence_transformers")
+    from experiments import bench_text
+
+    row = bench_text.bench(batch=4, length=8, sentences=8, repeats=1, warmup=0)
+    assert row["max_abs_diff"] < 1e-5 and row["jax_sentences_s"] > 0 and row["torch_sentences_s"] > 0
+    with pytest.raises(ValueError, match="multiple of `batch`"):
+        bench_text.bench(batch=3, sentences=8)
