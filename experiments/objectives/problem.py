@@ -147,7 +147,16 @@ def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
     batches = {"i": jnp.arange(steps), "key": jax.random.split(k_d, steps)}
     res = fit(step_loss, params, optax.adam(cfg.train.lr), steps=steps, batches=batches, state=(target, center))
     tgt, c = res.state
-    return (proj, pred), (params, target, center), (res.params, tgt, c), np.asarray(res.losses)
+    return (proj, pred), (params, target, center), (res.params, tgt, c), np.asarray(res.losses), step_loss
+
+
+def step_time(step_loss, params, state, key) -> float:
+    """Median wall time of one compiled loss-and-gradient evaluation of ``step_loss`` (a training step without the
+    Adam update, which is elementwise): the dry run's compile-free step time."""
+    from experiments import common
+
+    vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
+    return common.time_call(vg, params, state, {"i": jnp.asarray(0), "key": key})
 
 
 def _scale_proj(params, target, alpha):
