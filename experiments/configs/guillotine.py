@@ -34,7 +34,7 @@ Deviations of the ``paper`` variants from the authors' code, with reasons:
   the feed's loader does not take. The step includes the trainer's online linear probe on
   ``stop_gradient`` of the backbone features (its own Adam): it cannot change the backbone or head.
   Each training run checkpoints every epoch (``train.checkpoint_every``) and resumes after an
-  interruption (``reproduce`` puts the checkpoints under ``DIR/<experiment>/checkpoints``).
+  interruption (``reproduce`` puts the checkpoints under ``DIR/<run>/checkpoints``).
 * Initialisation: PyTorch's default initialisers in ``ssl_geometry.backbones``/``heads`` with a JAX
   RNG, and the trainer's per-epoch data order ``trainer.batch_indices``: same distributions, not the
   same draws.
@@ -81,7 +81,7 @@ def base() -> ml_collections.ConfigDict:
             "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
             "dry_run_batch": 8,
             # Checkpoints (the trainer's orbax format) every this many steps and at the end; 0: off. A rerun
-            # resumes the same run; reproduce sets checkpoint_dir to DIR/<experiment>/checkpoints.
+            # resumes the same run; reproduce sets checkpoint_dir to DIR/<run>/checkpoints.
             "checkpoint_every": 0, "checkpoint_dir": "",
         },
         "probes": {"train_images": 2000, "test_images": 1000, "epochs": 20, "hidden": 256},

@@ -125,7 +125,7 @@ def _checkpointing(cfg, tc, depth: int, activation: str | None):
         return None, meta
     if not t.get("checkpoint_dir"):
         raise ValueError("`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to "
-                         "DIR/<experiment>/checkpoints).")
+                         "DIR/<run>/checkpoints).")
     act = activation or cfg.model.head_activation
     return ckpt.manager(pathlib.Path(t.checkpoint_dir) / f"depth{depth}_{act}", max_to_keep=2), meta
 
