@@ -48,7 +48,7 @@ PRESETS = {
               "width": 16, "bottleneck": 8, "dense_P": [8, 32], "train_batches": [],
               "flow_t1": [0.5, 1.0], "flow_stiffness": [1.0, 2.0], "repeats": 1},
     "cpu": {"lanczos_n": [8, 64, 512, 2048, 8192], "lanczos_d": [128, 256, 512, 1024, 2048], "lanczos_fixed_n": 512,
-            "lanczos_fixed_d": 128, "width": 512, "bottleneck": 128, "dense_P": [2, 4, 16, 64, 256, 512, 1024],
+            "lanczos_fixed_d": 128, "width": 512, "bottleneck": 128, "dense_P": [8, 16, 64, 256, 512, 1024],
             "train_batches": [16, 32, 64], "flow_t1": [5.0, 10.0, 20.0, 40.0],
             "flow_stiffness": [1.0, 4.0, 16.0, 64.0], "repeats": 3},
     "gpu": {"lanczos_n": [8, 64, 512, 2048], "lanczos_d": [128, 256, 512, 1024], "lanczos_fixed_n": 256,
