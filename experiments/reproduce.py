@@ -146,8 +146,7 @@ def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
     """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints
     (``train.checkpoint_every > 0``); ``fresh`` (a forced or new run) removes old checkpoints there first,
     so only a resumed reproduce run continues from them."""
-    train = config.get("train") if hasattr(config, "get") else None
-    if train is None or not hasattr(train, "get") or not train.get("checkpoint_every", 0):
+    if not config.get("train", {}).get("checkpoint_every", 0):
         return
     path = out_dir / "checkpoints"
     if fresh and path.exists():
@@ -260,10 +259,7 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
                 continue
             res = common.read_results(out_dir)
             mod, _ = load(name, res.get("variant"))
-            if out_dir.name != name:
-                label_v = f"{label} [{res.get('variant')}]"
-            else:
-                label_v = label
+            label_v = label if out_dir.name == name else f"{label} [{res.get('variant')}]"
             entries.append((name, label_v, res))
             sections.append(_section(mod, res, label_v, out_dir, report_path, dry_run))
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

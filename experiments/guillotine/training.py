@@ -1,7 +1,6 @@
 """Experiment 6, training: data, models and SimCLR through the CLI trainer's step, probes."""
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 import time
@@ -13,7 +12,7 @@ import numpy as np
 
 from experiments.configs import simsiam_cifar10
 from ssl_geometry import augment, data, probes, trainer
-from ssl_geometry.training import checkpoint as ckpt, cli
+from ssl_geometry.training import checkpoint as ckpt, cli, workdir as _wd
 
 __all__ = ["load_data", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
            "rotation_probe_subset", "probe_suite", "trained_augmentations"]
@@ -110,24 +109,22 @@ def trained_augmentations(cfg) -> dict:
             "blur": bool(a.blur_prob > 0)}
 
 
-def _checkpointing(cfg, tc, depth: int, activation: str | None):
-    """``(manager, meta)`` of one run's checkpoints, or ``(None, meta)`` when ``train.checkpoint_every`` is 0.
+def _checkpointing(cfg, depth: int, activation: str | None):
+    """``(manager, every)`` of one run's checkpoints, or ``(None, 0)`` when ``train.checkpoint_every`` is 0.
 
-    The run's directory is ``train.checkpoint_dir/depth<d>_<activation>``; ``meta["run"]`` is the
-    trainer config, so a directory holding another run's checkpoints is refused, never mixed.
+    The run's directory is ``train.checkpoint_dir/depth<d>_<activation>``.
     """
     t = cfg.train
-    meta = {"run": json.dumps(tc.to_dict(), sort_keys=True, default=str)}
     every = int(t.get("checkpoint_every", 0))
     if every < 0:
         raise ValueError(f"`train.checkpoint_every` must be >= 0 (0: off); got {every}.")
     if not every:
-        return None, meta
+        return None, 0
     if not t.get("checkpoint_dir"):
         raise ValueError("`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to "
                          "DIR/<run>/checkpoints).")
     act = activation or cfg.model.head_activation
-    return ckpt.manager(pathlib.Path(t.checkpoint_dir) / f"depth{depth}_{act}", max_to_keep=2), meta
+    return ckpt.manager(pathlib.Path(t.checkpoint_dir) / f"depth{depth}_{act}", max_to_keep=2), every
 
 
 def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = None) -> dict:
@@ -141,7 +138,8 @@ def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = 
     The trainer's online probe (on ``stop_gradient`` of the backbone features) trains alongside and cannot
     change the backbone or head. With ``train.checkpoint_every > 0`` the state (and the losses so far) is
     saved every that many steps and at the end (:mod:`ssl_geometry.training.checkpoint`), and a rerun resumes
-    from the newest good checkpoint of the same run (another run's checkpoints raise ``ValueError``). A
+    from the newest good checkpoint of the same run (another run's checkpoints raise :class:`~ssl_geometry.training.workdir.ConfigMismatchError`, a
+    ``ValueError`` naming the differing fields). A
     non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params", "state",
     "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
     (``step_time_s``: median wall time per step after the first of this call, compile excluded).
@@ -157,16 +155,18 @@ def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = 
     state = trainer.init_train_state(objective, tx, key, int(np.max(labels)) + 1)
     # copies: the step donates the state's buffers
     init_params, init_state = jax.tree_util.tree_map(jnp.copy, (state["params"], state["obj_state"]))
-    mngr, meta = _checkpointing(cfg, tc, depth, activation)
+    mngr, every = _checkpointing(cfg, depth, activation)
+    # what the trainer's checkpoints record, so a directory of another run is refused, never mixed
+    meta = {"config": _wd.config_record(tc), "state_signature": _wd.state_signature(state)}
     losses, times, start = [], [], 0
     if mngr is not None:
         restored = ckpt.restore_latest(mngr, state)
         if restored is not None:
-            if restored.meta.get("run") != meta["run"]:
-                raise ValueError(f"{mngr.directory} holds checkpoints of another run; remove it or choose another "
-                                 "`train.checkpoint_dir`.")
+            try:
+                _wd.check_resume(restored.meta, tc, state)
+            except _wd.ConfigMismatchError as err:
+                raise _wd.ConfigMismatchError(f"{mngr.directory} holds checkpoints of another run: {err}") from err
             state, start, losses = restored.state, restored.step, list(restored.meta["losses"])
-    every = int(cfg.train.get("checkpoint_every", 0))
     for s in range(start, steps):
         idx = trainer.batch_indices(cfg.seed, s, n, bs)
         batch = {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx], jnp.int32)}
@@ -188,7 +188,7 @@ def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = 
     return {"objective": objective, "params": state["params"], "state": state["obj_state"],
             "init_params": init_params, "init_state": init_state, "losses": losses, "trainer_config": tc.to_dict(),
             "resumed_from": start or None,
-            "step_time_s": float(np.median(times[1:])) if len(times) > 1 else float(times[0]) if times else 0.0}
+            "step_time_s": float(np.median(times[1:] or times)) if times else float("nan")}  # nan: no step ran
 
 
 def _check_finite(losses, depth: int) -> None:
