@@ -1,4 +1,4 @@
-"""Root conftest: float64 enabled (tests and doctests), and shape/dtype annotations checked at run time.
+"""The one conftest: float64 enabled (tests and doctests), and shape/dtype annotations checked at run time.
 
 The jaxtyping import hook is installed *before* any ``ssl_geometry`` module is imported, with
 beartype as the checker, for the modules listed in :data:`TYPECHECKED_MODULES` (a prefix covers
@@ -8,7 +8,6 @@ jaxtyping annotations (``Float[ArrayIn, "n k"]``). A call with mismatched shapes
 such a call (what a user without the hook sees) use the ``no_shape_checks`` fixture.
 """
 import os
-import pathlib
 import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -21,20 +20,20 @@ jax.config.update("jax_enable_x64", True)
 
 #: Modules whose annotations are checked in tests (prefixes; one line per module).
 TYPECHECKED_MODULES = [
-    "ssl_geometry.ops",
-    "ssl_geometry.ssl.losses",
-    "ssl_geometry.models.heads",
-    "ssl_geometry.models.activations",
-    "ssl_geometry.linalg.hessians",
-    "ssl_geometry.linalg.lanczos",
-    "ssl_geometry.linalg.traces",
-    "ssl_geometry.linalg.power",
-    "ssl_geometry.linalg.certificates",
-    "ssl_geometry.instrument.effective",
-    "ssl_geometry.instrument.premises",
-    "ssl_geometry.instrument.whitening",
-    "ssl_geometry.instrument.thm41",
-    "ssl_geometry.instrument.equilibria",
+    "ssl_geometry._src.ops",
+    "ssl_geometry._src.ssl.losses",
+    "ssl_geometry._src.models.heads",
+    "ssl_geometry._src.models.activations",
+    "ssl_geometry._src.linalg.hessians",
+    "ssl_geometry._src.linalg.lanczos",
+    "ssl_geometry._src.linalg.traces",
+    "ssl_geometry._src.linalg.power",
+    "ssl_geometry._src.linalg.certificates",
+    "ssl_geometry._src.instrument.effective",
+    "ssl_geometry._src.instrument.premises",
+    "ssl_geometry._src.instrument.whitening",
+    "ssl_geometry._src.instrument.thm41",
+    "ssl_geometry._src.instrument.equilibria",
 ]
 
 try:
@@ -58,10 +57,3 @@ def no_shape_checks():
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
-
-
-# The flat modules ``ssl_geometry/<name>.py`` that only alias a grouped module (the documented
-# import paths) are not collected for doctests: their module *is* the grouped one, collected there.
-_ROOT = pathlib.Path(__file__).parent
-collect_ignore = [str(p.relative_to(_ROOT)) for p in sorted((_ROOT / "ssl_geometry").glob("*.py"))
-                  if "sys.modules[__name__] = _impl" in p.read_text()]

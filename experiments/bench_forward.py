@@ -127,7 +127,7 @@ def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, 
     import torch
 
     from experiments.benchmarks import harness
-    from ssl_geometry.pretrained import resnet_from_torch, vit_from_torch
+    from ssl_geometry import pretrained
 
     torch.manual_seed(seed)
     builders = _torch_models()
@@ -138,9 +138,9 @@ def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, 
         tm = builders[name]().eval()
         state = {k: v.detach().numpy() for k, v in tm.state_dict().items()}
         if name == "vit_small16":
-            model, variables = vit_from_torch(state, patch=16, heads=6)
+            model, variables = pretrained.vit_from_torch(state, patch=16, heads=6)
         else:
-            model, variables = resnet_from_torch(state, depth=50)
+            model, variables = pretrained.resnet_from_torch(state, depth=50)
         fwd = jax.jit(lambda v, x: model.apply(v, x)[0])
         xj = jax.device_put(jnp.asarray(x))
 

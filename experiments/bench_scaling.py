@@ -115,7 +115,7 @@ def lanczos_table(cfg) -> list[dict]:
 def dense_table(cfg) -> list[dict]:
     """Dense effective Hessian (+ eigvalsh) vs matrix-free Lanczos against the dimension P = n d."""
     from ssl_geometry import curvature as cv
-    from ssl_geometry.instrument import geometry
+    from ssl_geometry import geometry
 
     d, k = 8, 16
     W1 = jax.random.normal(jax.random.PRNGKey(0), (d, k), jnp.float64) / math.sqrt(d)

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from experiments import common, paper_simsiam
-from ssl_geometry.training import trainer as _trainer
+from ssl_geometry import trainer as _trainer
 
 NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"

@@ -29,7 +29,7 @@ import numpy as np
 
 from experiments import common
 from ssl_geometry import geometry, heads, losses
-from ssl_geometry.models import as_function
+from ssl_geometry import as_function
 
 NAME = "collapse_hessians"
 TITLE = "Collapse Hessians (Thm 4.1)"

@@ -33,10 +33,9 @@ import numpy as np
 
 from experiments import common, paper_simsiam
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
-from ssl_geometry.instrument.metrics import spearman
-from ssl_geometry.linalg import curvature
-from ssl_geometry.ssl import losses
-from ssl_geometry.training import trainer as _trainer
+from ssl_geometry import curvature, metrics
+from ssl_geometry import losses
+from ssl_geometry import trainer as _trainer
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
@@ -266,7 +265,7 @@ def measure(config) -> dict:
         step_t.append(st)
         ck_t.append(ct)
         e0 = config.analysis.spearman_from_epoch
-        spear[f"spearman_{init}_{act}"] = spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
+        spear[f"spearman_{init}_{act}"] = metrics.spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
     out = {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
            "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training]))}
     if config.dry_run:

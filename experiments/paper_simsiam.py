@@ -1,11 +1,11 @@
 """The authors' SimSiam runs (collapse escape, Hessian tracker) through the one trainer, with per-step tracking.
 
 Shared by :mod:`experiments.collapse_escape_paper` and :mod:`experiments.hessian_tracker`. The model,
-objective, augmentation and optimiser are built by the trainer (:func:`ssl_geometry.training.cli.build_objective`,
-:func:`ssl_geometry.training.trainer.make_optimizer`) from a config of the shape of
+objective, augmentation and optimiser are built by the trainer (:func:`ssl_geometry.trainer.build_objective`,
+:func:`ssl_geometry.trainer.make_optimizer`) from a config of the shape of
 ``experiments/configs/simsiam_cifar10.py`` (the paper's recipe); one update is the trainer's
-:func:`~ssl_geometry.training.trainer.make_train_step` and the batch order its
-:func:`~ssl_geometry.training.trainer.batch_indices`. What this module adds is what the authors'
+:func:`~ssl_geometry.trainer.make_train_step` and the batch order its
+:func:`~ssl_geometry.trainer.batch_indices`. What this module adds is what the authors'
 scripts track at every step, computed on the *same* two views the step trains on (the trainer draws
 them from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identically), before the update:
 
@@ -38,8 +38,8 @@ import numpy as np
 import optax
 
 from experiments.configs import simsiam_cifar10
-from ssl_geometry.instrument import metrics as _metrics
-from ssl_geometry.training import cli as _cli, trainer as _trainer
+from ssl_geometry import metrics as _metrics
+from ssl_geometry import trainer as _trainer
 
 __all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run"]
 
@@ -94,12 +94,12 @@ def build(tc, image_shape, total_steps: int) -> Run:
 @functools.lru_cache(maxsize=8)
 def _build(key: str, image_shape, total_steps):
     tc = ml_collections.ConfigDict(json.loads(key))
-    dtype = _cli.DTYPES[tc.dtype]
-    objective = _cli.build_objective(tc, image_shape, total_steps)
-    backbone = _cli.build_backbone(tc.model, image_shape, dtype)
-    projector = _cli.build_head(tc.model.projector, backbone.out_dim, dtype)
-    predictor = _cli.build_head(tc.model.predictor, projector.out_dim, dtype)
-    augment = _cli.build_augment(tc.augment, image_shape)
+    dtype = _trainer.DTYPES[tc.dtype]
+    objective = _trainer.build_objective(tc, image_shape, total_steps)
+    backbone = _trainer.build_backbone(tc.model, image_shape, dtype)
+    projector = _trainer.build_head(tc.model.projector, backbone.out_dim, dtype)
+    predictor = _trainer.build_head(tc.model.predictor, projector.out_dim, dtype)
+    augment = _trainer.build_augment(tc.augment, image_shape)
     tx, sched = _trainer.make_optimizer(tc.optimizer, total_steps, int(tc.data.batch_size),
                                         probe_lr=float(tc.optimizer.probe_lr))
     train_step = _trainer.make_train_step(objective, tx, sched)
@@ -200,7 +200,7 @@ def load_images(data_cfg, *, seed: int, dry_run: bool, dry_examples: int):
     ``tfds.testing.mock_data`` (random images of the data set's real shape, ``dry_examples`` of them),
     so the paper's path runs without the data.
     """
-    from ssl_geometry.ssl import data as _data
+    from ssl_geometry import data as _data
 
     kw = {"image_size": data_cfg.image_size or None, "data_dir": data_cfg.data_dir or None}
     if dry_run and _data.DATASETS[data_cfg.name].source != "embedded":

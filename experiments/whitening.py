@@ -24,7 +24,7 @@ import optax
 
 from experiments import common
 from ssl_geometry import geometry, heads, losses
-from ssl_geometry.training.loop import fit
+from ssl_geometry import fit
 
 NAME = "whitening"
 TITLE = "Whitening (Thm 3.1)"

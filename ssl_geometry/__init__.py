@@ -4,52 +4,55 @@ Pure-function heads, backbones and losses; exact effective Hessians and Krylov
 eigensolvers; gradient flow against discrete optimisers; a sharded SSL trainer;
 and an experiment suite that reports whether the paper's premises held.
 
-The layers (see ``docs/architecture.md``): :mod:`ssl_geometry.models` (heads, backbones, the text
-encoder), :mod:`ssl_geometry.ssl` (losses, objectives, augmentations, data),
-:mod:`ssl_geometry.instrument` (effective Hessian, Riemann curvature, metrics),
-:mod:`ssl_geometry.linalg` (Lanczos, traces, certificates), :mod:`ssl_geometry.dynamics`
-(gradient flow, optimisers on one time axis) and :mod:`ssl_geometry.training` (the one loop, the
-sharded trainer, checkpoints, probes, the CLI). The most used functions are importable from here;
-every module is reachable as an attribute (``ssl_geometry.trainer``), imported on first use.
+Every public name has one import path. The package itself holds the model interface
+(:class:`Model`, :func:`as_function`, :func:`merge_state`, :func:`param_count`) and the one
+optimisation loop (:func:`fit`); everything else lives in a namespace, imported on first
+attribute access (``ssl_geometry.heads``) or with ``from ssl_geometry import heads``:
+
+* models: :mod:`~ssl_geometry.activations`, :mod:`~ssl_geometry.heads`,
+  :mod:`~ssl_geometry.backbones`, :mod:`~ssl_geometry.pretrained`, :mod:`~ssl_geometry.text`;
+* the training signal: :mod:`~ssl_geometry.losses`, :mod:`~ssl_geometry.objectives`,
+  :mod:`~ssl_geometry.augment`, :mod:`~ssl_geometry.data`;
+* the instrument: :mod:`~ssl_geometry.geometry` (``H_eff = G + M``, Thm 3.1 / 4.1),
+  :mod:`~ssl_geometry.riemann`, :mod:`~ssl_geometry.metrics`, :mod:`~ssl_geometry.paper` (the
+  paper's own estimators), :mod:`~ssl_geometry.curvature` (Hessians, Lanczos, traces);
+* dynamics: :mod:`~ssl_geometry.dynamics` (gradient flow and optimisers on one clock);
+* training: :mod:`~ssl_geometry.trainer`, :mod:`~ssl_geometry.checkpoint`,
+  :mod:`~ssl_geometry.probes`; ``python -m ssl_geometry.train`` (or ``ssl-geometry-train``);
+* shared numerics: :mod:`~ssl_geometry.ops`.
+
+The implementation is private (``ssl_geometry/_src/``, grouped by layer; ``docs/architecture.md``).
 """
 import importlib as _importlib
 
-from ssl_geometry.dynamics import discrete as discrete
-from ssl_geometry.dynamics import escape_time as escape_time
-from ssl_geometry.dynamics import gradient_flow as gradient_flow
-from ssl_geometry.instrument.geometry import classify_collapse as classify_collapse
-from ssl_geometry.instrument.geometry import effective_hessian as effective_hessian
-from ssl_geometry.instrument.geometry import effective_hvp as effective_hvp
-from ssl_geometry.instrument.geometry import pullback_metric as pullback_metric
-from ssl_geometry.instrument.geometry import whitening_head as whitening_head
-from ssl_geometry.instrument.metrics import effective_rank as effective_rank
-from ssl_geometry.linalg.curvature import extreme_eigenvalues as extreme_eigenvalues
-from ssl_geometry.linalg.curvature import hessian as hessian
-from ssl_geometry.linalg.curvature import hvp as hvp
-from ssl_geometry.models import Model as Model
-from ssl_geometry.models import as_function as as_function
-from ssl_geometry.training.loop import FitResult as FitResult
-from ssl_geometry.training.loop import fit as fit
+from ssl_geometry._src.models.base import Model as Model
+from ssl_geometry._src.models.base import Variables as Variables
+from ssl_geometry._src.models.base import as_function as as_function
+from ssl_geometry._src.models.base import merge_state as merge_state
+from ssl_geometry._src.models.base import param_count as param_count
+from ssl_geometry._src.core.loop import FitError as FitError
+from ssl_geometry._src.core.loop import FitResult as FitResult
+from ssl_geometry._src.core.loop import fit as fit
 
 __version__ = "0.1.0"
 
-#: Modules reachable as attributes of the package, imported on first access.
-_SUBMODULES = frozenset({
-    "models", "ssl", "instrument", "linalg", "dynamics", "training",
-    "activations", "heads", "backbones", "text", "pretrained", "losses", "objectives", "augment", "data",
-    "geometry", "riemann", "metrics", "curvature", "trainer", "checkpoint", "probes", "ops",
-})
+#: The public namespaces, imported on first attribute access (``ssl_geometry.heads``).
+NAMESPACES = (
+    "activations", "heads", "backbones", "pretrained", "text",
+    "losses", "objectives", "augment", "data",
+    "geometry", "riemann", "metrics", "paper", "curvature",
+    "dynamics", "trainer", "checkpoint", "probes", "ops", "train",
+)
 
-__all__ = [
-    "Model", "as_function",
-    "effective_hessian", "effective_hvp", "pullback_metric", "whitening_head", "classify_collapse",
-    "effective_rank", "hessian", "hvp", "extreme_eigenvalues",
-    "gradient_flow", "discrete", "escape_time", "fit", "FitResult",
-    "__version__",
-]
+__all__ = ["Model", "Variables", "as_function", "merge_state", "param_count", "fit", "FitResult", "FitError",
+           "NAMESPACES", "__version__"]
 
 
 def __getattr__(name):
-    if name in _SUBMODULES:
+    if name in NAMESPACES:
         return _importlib.import_module(f"ssl_geometry.{name}")
     raise AttributeError(f"module 'ssl_geometry' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*__all__, *NAMESPACES])

@@ -1,6 +1,13 @@
-"""Stable import path ``ssl_geometry.activations``: the module itself is :mod:`ssl_geometry.models.activations`."""
-import sys
+"""Named activation functions (selectable by string or passed as a callable).
 
-from ssl_geometry.models import activations as _impl
+``get("swish")`` and ``get(jax.nn.silu)`` both return a callable. GELU is the
+exact (erf) form, as in PyTorch's ``nn.GELU()`` default; ``gelu_tanh`` is the
+tanh approximation. ``leaky_relu`` uses slope 0.01 (PyTorch default).
+"""
+from ssl_geometry._src.models.activations import ACTIVATIONS as ACTIVATIONS
+from ssl_geometry._src.models.activations import PIECEWISE_LINEAR as PIECEWISE_LINEAR
+from ssl_geometry._src.models.activations import get as get
 
-sys.modules[__name__] = _impl
+__all__ = [
+    "ACTIVATIONS", "PIECEWISE_LINEAR", "get",
+]

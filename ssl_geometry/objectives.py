@@ -1,6 +1,50 @@
-"""Stable import path ``ssl_geometry.objectives``: the module itself is :mod:`ssl_geometry.ssl.objectives`."""
-import sys
+"""Two-view self-supervised objectives behind one interface.
 
-from ssl_geometry.ssl import objectives as _impl
+Every objective is an :class:`Objective` built from a backbone, a head
+(projector) and, where the method has one, a predictor (all :class:`Model`).
+Following DeepMind's BYOL JAX code, the whole update is one pure function::
 
-sys.modules[__name__] = _impl
+    loss, (new_state, aux) = objective.loss_fn(params, state, rng, batch)
+
+``batch["images"]`` is an ``(n, H, W, C)`` (or ``(n, D)``) array of *clean*
+images (``uint8`` in [0, 255] or floats in [0, 1]; cast to the parameter dtype);
+the two augmented views are drawn on device inside ``loss_fn`` from ``rng`` by
+the ``augment(key, images) -> (view1, view2)`` function given at construction. ``params`` holds the trainable parameters
+(``{"backbone", "projector"[, "predictor"]}``); ``state`` holds everything else
+the method carries from step to step:
+
+* ``state["backbone" | "projector" | "predictor"]``: BatchNorm statistics
+  (the non-``"params"`` collections of each model, ``{}`` when none);
+* ``state["target"]``: the EMA target/teacher/key network (BYOL, MoCo, DINO):
+  ``{"params": {...}, "stats": {...}}``, updated by :attr:`Objective.update_state`
+  after the optimiser step with ``xi <- tau xi + (1 - tau) theta`` and the cosine
+  schedule ``tau_k = 1 - (1 - tau_0)(cos(pi k / K) + 1) / 2`` (BYOL, Grill et al. 2020);
+* ``state["queue"]`` (MoCo v2: the ``(K, dim)`` queue of L2-normalised keys) and
+  ``state["center"]`` (DINO: the teacher centre), returned updated by ``loss_fn``.
+
+``aux`` holds scalar diagnostics and ``aux["features"]``, the backbone features
+of view 1 (the trainer trains its online linear probe on
+``stop_gradient(aux["features"])`` and removes them before logging).
+
+The losses are those of :mod:`ssl_geometry.losses`; the formulas are summarised
+in :func:`make_objective` and given in full there.
+
+Methods (``name`` in :data:`OBJECTIVES`): ``simsiam`` (Chen & He 2021),
+``byol`` (Grill et al. 2020), ``simclr`` (NT-Xent, Chen et al. 2020), ``moco``
+(v2 queue, He et al. 2020 / Chen et al. 2020), ``moco_v3`` (Chen et al. 2021),
+``barlow_twins`` (Zbontar et al. 2021), ``vicreg`` (Bardes et al. 2022),
+``dino`` (Caron et al. 2021), ``spectral_contrastive`` (HaoChen et al. 2021),
+``wmse`` (Ermolov et al. 2021).
+"""
+from ssl_geometry._src.ssl.objectives import EMA_METHODS as EMA_METHODS
+from ssl_geometry._src.ssl.objectives import OBJECTIVES as OBJECTIVES
+from ssl_geometry._src.ssl.objectives import Objective as Objective
+from ssl_geometry._src.ssl.objectives import PREDICTOR_METHODS as PREDICTOR_METHODS
+from ssl_geometry._src.ssl.objectives import ema_decay as ema_decay
+from ssl_geometry._src.ssl.objectives import identity_views as identity_views
+from ssl_geometry._src.ssl.objectives import make_objective as make_objective
+
+__all__ = [
+    "OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
+    "make_objective",
+]

@@ -1,6 +1,119 @@
-"""Stable import path ``ssl_geometry.trainer``: the module itself is :mod:`ssl_geometry.training.trainer`."""
-import sys
+"""The SSL trainer: one jitted, sharded update step for every objective.
 
-from ssl_geometry.training import trainer as _impl
+Training state (a plain dict pytree, checkpointed whole)::
 
-sys.modules[__name__] = _impl
+    {"step": int32, "params": {backbone, projector[, predictor], probe},
+     "opt_state": optax state, "obj_state": objective state (BN stats, EMA target,
+     queue, centre), "rng": base PRNG key}
+
+One update (:func:`make_train_step`) draws ``rng_t = fold_in(rng, step)``, runs the
+objective's ``loss_fn`` (augmentations on device), adds the online linear probe's
+cross-entropy on ``stop_gradient(backbone features of view 1)`` (so the probe never
+changes the backbone), takes ``jax.value_and_grad`` of the sum, applies the optax
+update, then the objective's ``update_state`` (EMA target). It returns scalar
+metrics: SSL loss, probe loss/accuracy, learning rate, gradient norm and the
+relative update size ``|theta_{t+1} - theta_t| / |theta_t|`` of each parameter group
+(``backbone`` vs ``head`` = projector + predictor).
+
+Sharding. :func:`make_mesh` builds a ``jax.sharding.Mesh`` with axes
+``("data", "model")``. The batch is sharded over ``data`` (``P("data")``); every
+parameter and optimiser leaf is replicated, except 2-D weight matrices whose
+both sides are at least ``min_model_dim`` and whose output side divides by the
+``model`` axis size, which are sharded along their output dimension
+(``P(None, "model")``: wide head matrices such as the 2048x2048 projector).
+The step is ``jax.jit`` with these ``in_shardings``/``out_shardings``; XLA's SPMD
+partitioner inserts the collectives.
+
+Cross-replica BatchNorm. Because the step is written for the *global* batch and
+jitted over a batch sharded across devices, ``jnp.mean(x, axis=0)`` inside
+BatchNorm is a mean over the global batch: batch statistics (and the running
+statistics) are those of all devices together, i.e. synchronised BatchNorm
+(SyncBN), and the result equals the single-device computation on the same global
+batch up to floating-point reduction order (tested in ``tests/test_trainer.py``, in
+float64). In float32 that round-off (~1e-7 per step) can move a pre-activation across a
+ReLU kink in one run and not the other, after which the runs drift apart: for
+``experiments/configs/tiny.py`` the parameters agree within 1e-5 relative for 17 steps
+(measurement and explanation in ``docs/multihost.md``).
+This differs from PyTorch DDP's default per-GPU BatchNorm.
+
+Multi-host. With ``config.distributed.initialize = True`` :func:`train` calls
+``jax.distributed.initialize(coordinator_address, num_processes, process_id)``
+(all three may be left empty on TPU pods / SLURM / Open MPI, where JAX detects
+them) before touching any device. Every process computes the same global batch
+indices from ``(seed, step)`` and feeds its own contiguous slice with
+``jax.make_array_from_process_local_data``; the mesh spans ``jax.devices()`` (all
+processes). Only process 0 writes ``metrics.jsonl``; orbax coordinates the
+checkpoint writes of all processes. Streaming input (``data.stream``, tfds per-host
+shards) is :mod:`ssl_geometry.trainer`; launching: ``docs/multihost.md``.
+
+Data order and resumption. The batch at step ``s`` is a pure function of
+``(seed, s)`` (a per-epoch permutation from ``numpy.random.default_rng([seed,
+epoch])``), and the step RNG is ``fold_in(rng, s)``; the checkpoint stores the
+state (with ``rng`` and ``step``) and the data position, so a resumed run
+reproduces the uninterrupted one bit for bit.
+
+Besides the step, this namespace holds what a run is built from and where it lives: the
+config-to-object builders (:func:`build_backbone`, :func:`build_head`, :func:`build_objective`,
+:func:`build_augment`, :func:`load_dataset`, :func:`validate_config`), the run itself
+(:func:`train`: resume, checkpoints, batch order, metrics, ``stop_after``), the input feeds
+(:class:`MemoryFeed`, :class:`StreamFeed`) and the guarded workdir (:func:`prepare`, :class:`Lock`,
+:func:`config_record`, :func:`check_resume`).
+"""
+from ssl_geometry._src.training.trainer import OPTIMIZERS as OPTIMIZERS
+from ssl_geometry._src.training.trainer import SCHEDULES as SCHEDULES
+from ssl_geometry._src.training.trainer import make_schedule as make_schedule
+from ssl_geometry._src.training.trainer import make_optimizer as make_optimizer
+from ssl_geometry._src.training.trainer import make_mesh as make_mesh
+from ssl_geometry._src.training.trainer import state_shardings as state_shardings
+from ssl_geometry._src.training.trainer import batch_sharding as batch_sharding
+from ssl_geometry._src.training.trainer import init_probe as init_probe
+from ssl_geometry._src.training.trainer import init_train_state as init_train_state
+from ssl_geometry._src.training.trainer import make_train_step as make_train_step
+from ssl_geometry._src.training.trainer import jit_train_step as jit_train_step
+from ssl_geometry._src.training.trainer import unalias as unalias
+from ssl_geometry._src.training.trainer import place_state as place_state
+from ssl_geometry._src.training.trainer import place_batch as place_batch
+from ssl_geometry._src.training.trainer import representation_metrics as representation_metrics
+from ssl_geometry._src.training.trainer import make_eval_metrics as make_eval_metrics
+from ssl_geometry._src.training.trainer import batch_indices as batch_indices
+from ssl_geometry._src.training.trainer import host_slice as host_slice
+from ssl_geometry._src.training.trainer import MetricLogger as MetricLogger
+from ssl_geometry._src.training.trainer import read_metrics as read_metrics
+from ssl_geometry._src.training.cli import BACKBONES as BACKBONES
+from ssl_geometry._src.training.cli import AUGMENTS as AUGMENTS
+from ssl_geometry._src.training.cli import DTYPES as DTYPES
+from ssl_geometry._src.training.cli import load_dataset as load_dataset
+from ssl_geometry._src.training.cli import build_augment as build_augment
+from ssl_geometry._src.training.cli import augment_config as augment_config
+from ssl_geometry._src.training.cli import build_backbone as build_backbone
+from ssl_geometry._src.training.cli import build_head as build_head
+from ssl_geometry._src.training.cli import build_objective as build_objective
+from ssl_geometry._src.training.cli import validate_config as validate_config
+from ssl_geometry._src.training.cli import evaluate as evaluate
+from ssl_geometry._src.training.cli import init_distributed as init_distributed
+from ssl_geometry._src.training.cli import train as train
+from ssl_geometry._src.training.feed import MemoryFeed as MemoryFeed
+from ssl_geometry._src.training.feed import StreamFeed as StreamFeed
+from ssl_geometry._src.training.feed import make_feed as make_feed
+from ssl_geometry._src.training.workdir import RUNTIME_FIELDS as RUNTIME_FIELDS
+from ssl_geometry._src.training.workdir import WorkdirLockedError as WorkdirLockedError
+from ssl_geometry._src.training.workdir import ConfigMismatchError as ConfigMismatchError
+from ssl_geometry._src.training.workdir import prepare as prepare
+from ssl_geometry._src.training.workdir import Lock as Lock
+from ssl_geometry._src.training.workdir import flatten_config as flatten_config
+from ssl_geometry._src.training.workdir import config_record as config_record
+from ssl_geometry._src.training.workdir import state_signature as state_signature
+from ssl_geometry._src.training.workdir import digest as digest
+from ssl_geometry._src.training.workdir import check_resume as check_resume
+from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
+
+__all__ = [
+    "OPTIMIZERS", "SCHEDULES", "make_schedule", "make_optimizer", "make_mesh", "state_shardings",
+    "batch_sharding", "init_probe", "init_train_state", "make_train_step", "jit_train_step", "unalias",
+    "place_state", "place_batch", "representation_metrics", "make_eval_metrics", "batch_indices",
+    "host_slice", "MetricLogger", "read_metrics", "BACKBONES", "AUGMENTS", "DTYPES", "load_dataset",
+    "build_augment", "augment_config", "build_backbone", "build_head", "build_objective", "validate_config",
+    "evaluate", "init_distributed", "train", "MemoryFeed", "StreamFeed", "make_feed", "RUNTIME_FIELDS",
+    "WorkdirLockedError", "ConfigMismatchError", "prepare", "Lock", "flatten_config", "config_record",
+    "state_signature", "digest", "check_resume", "truncate_metrics",
+]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ssl_geometry import backbones as B
-from ssl_geometry.models import param_count
+from ssl_geometry import param_count
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -249,11 +249,11 @@ def test_small_model_counts_and_shapes():
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def rn18_pair():
-    from ssl_geometry.pretrained import resnet_from_torch
+    from ssl_geometry import pretrained
 
     torch.manual_seed(0)
     tm = torch_resnet18_cifar()
-    model, variables = resnet_from_torch(state_numpy(tm), depth=18, cifar_stem=True)
+    model, variables = pretrained.resnet_from_torch(state_numpy(tm), depth=18, cifar_stem=True)
     eval_fn = jax.jit(lambda v, x: model.apply(v, x, train=False))
     train_fn = jax.jit(lambda v, x: model.apply(v, x, train=True))
     return tm, model, variables, eval_fn, train_fn
@@ -307,11 +307,11 @@ def test_batchnorm_running_update_formula():
 
 @pytest.fixture(scope="module")
 def vit_tiny_pair():
-    from ssl_geometry.pretrained import vit_from_torch
+    from ssl_geometry import pretrained
 
     torch.manual_seed(1)
     tm = TorchViT(32, 4, 192, 3, 3)
-    model, variables = vit_from_torch(state_numpy(tm), patch=4, heads=3)
+    model, variables = pretrained.vit_from_torch(state_numpy(tm), patch=4, heads=3)
     return tm, model, variables
 
 
@@ -326,11 +326,11 @@ def test_vit_tiny_parity(vit_tiny_pair):
 
 def test_vit_position_interpolation_matches_dino():
     """Non-native resolution: bicubic position-grid interpolation exactly as DINO (torch) does it."""
-    from ssl_geometry.pretrained import vit_from_torch
+    from ssl_geometry import pretrained
 
     torch.manual_seed(2)
     tm = TorchViT(img_size=64, patch=16, dim=384, depth=1, heads=6)  # 4x4 grid, evaluated on 6x8 patches
-    model, variables = vit_from_torch(state_numpy(tm), patch=16, heads=6)
+    model, variables = pretrained.vit_from_torch(state_numpy(tm), patch=16, heads=6)
     x = np.random.default_rng(4).normal(size=(2, 96, 128, 3)).astype(np.float32)
     z, _ = jax.jit(model.apply)(variables, jnp.asarray(x))
     assert rel_err(z, torch_forward(tm, x)) < 1e-4

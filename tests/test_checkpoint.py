@@ -107,19 +107,19 @@ def test_all_steps_damaged_moves_nothing(tmp_path):
 
 
 # ----------------------------------------------------------------------------- workdirs through the CLI
-# Tiny SimCLR runs (MLP backbone, 4-6 steps) through ssl_geometry.training.cli.main.
+# Tiny SimCLR runs (MLP backbone, 4-6 steps) through ssl_geometry.train.main.
 
 import json  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
-from ssl_geometry.training import cli, workdir as wdm  # noqa: E402
-from test_train_objectives import _argv, _records  # noqa: E402
+from ssl_geometry import train, trainer  # noqa: E402
+from test_train_objectives import cli_argv, read_records  # noqa: E402
 
 
 def _run(wd, *extra, name="simclr"):
-    return cli.main(_argv(wd, name, "--config.train.steps=6", *extra))
+    return train.main(cli_argv(wd, name, "--config.train.steps=6", *extra))
 
 
 def test_damaged_latest_step_is_moved_aside_and_the_run_finishes(tmp_path, capsys):
@@ -133,14 +133,14 @@ def test_damaged_latest_step_is_moved_aside_and_the_run_finishes(tmp_path, capsy
         assert _run(wd) == 0  # used to die with StepAlreadyExistsError at step 4, on every rerun
     assert "resumed from checkpoint step 2" in capsys.readouterr().out
     assert (wd / "checkpoints.damaged" / "4.0").is_dir()
-    recs = _records(wd)
+    recs = read_records(wd)
     steps = [r["step"] for r in recs if "loss" in r]
     assert steps == sorted(set(steps)) and steps[-1] == 6  # no duplicate steps after the resume
     assert sum(r.get("event") == "final" for r in recs) == 1
     # A rerun of the finished workdir: "already complete", nothing appended.
     assert _run(wd) == 0
     assert "already complete" in capsys.readouterr().out
-    assert _records(wd) == recs
+    assert read_records(wd) == recs
 
 
 def test_mismatched_resume_is_refused_naming_the_fields(tmp_path, capsys):
@@ -160,7 +160,7 @@ def test_mismatched_resume_is_refused_naming_the_fields(tmp_path, capsys):
     # runtime fields (logging, checkpoint cadence, probes) never count; the lr change with the hatch resumes
     assert _run(wd, "--config.optimizer.lr=0.01", "--config.train.allow_config_change=True",
                 "--config.train.log_every=3", "--config.eval.knn_k=5") == 0
-    change = [r for r in _records(wd) if r.get("event") == "config_change"]
+    change = [r for r in read_records(wd) if r.get("event") == "config_change"]
     assert len(change) == 1 and change[0]["step"] == 2
     assert change[0]["fields"] == {"optimizer.lr": {"saved": 3e-3, "now": 0.01}}
 
@@ -189,15 +189,15 @@ def test_workdir_that_is_a_file_is_a_clear_error(tmp_path, capsys):
     assert _run(f / "sub") == 2
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(NotADirectoryError, match="workdir"):
-        wdm.prepare(f)
+        trainer.prepare(f)
 
 
 def test_truncate_metrics_drops_later_and_half_written_records(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text("\n".join(json.dumps({"step": s, "loss": float(s)}) for s in (1, 2, 3, 4)) + '\n{"step": 5, "lo')
-    assert wdm.truncate_metrics(p, 2) == 3
+    assert trainer.truncate_metrics(p, 2) == 3
     assert [json.loads(x)["step"] for x in p.read_text().splitlines()] == [1, 2]
-    assert wdm.truncate_metrics(tmp_path / "absent.jsonl", 3) == 0
+    assert trainer.truncate_metrics(tmp_path / "absent.jsonl", 3) == 0
 
 
 def test_config_record_ignores_runtime_fields():
@@ -205,4 +205,4 @@ def test_config_record_ignores_runtime_fields():
 
     c = ml_collections.ConfigDict({"seed": 0, "train": {"steps": 3, "log_every": 1, "stop_after": 0},
                                    "eval": {"knn_k": 3}, "optimizer": {"lr": 0.1}})
-    assert wdm.config_record(c) == {"seed": 0, "train.steps": 3, "optimizer.lr": 0.1}
+    assert trainer.config_record(c) == {"seed": 0, "train.steps": 3, "optimizer.lr": 0.1}

@@ -462,19 +462,3 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
     with pytest.raises(ValueError, match="`target`"):
         cv.blockwise_extreme_eigenvalues(mv, nb, d, target="some", **kw)
 
-
-def test_lanczos_check_schedule_and_basis_capacity():
-    from ssl_geometry.linalg import lanczos as lz
-
-    # no history, or no progress: the longest chunk; else half the log-linear prediction, within [1, check_every]
-    assert lz._next_chunk([], 10.0, 4, 20) == 20
-    assert lz._next_chunk([(4, 10.0)], 20.0, 6, 20) == 20
-    # ratio 100 -> 10 over 2 steps: 0.5 decades per step; 1 more decade needs 2 steps, half of it is 1
-    assert lz._next_chunk([(4, 100.0)], 10.0, 6, 20) == 1
-    assert lz._next_chunk([(4, 1e8)], 1e6, 6, 20) == 3      # 1 decade per step, 6 to go: 6 steps, half is 3
-    assert lz._next_chunk([(4, 1e8)], 1e6, 6, 2) == 2
-    # capacity: at least double, rounded to the row block, never beyond num_steps + 1 rounded up
-    assert lz._capacity(20, 32, 500) == 32
-    assert lz._capacity(33, 32, 500) == 64
-    assert lz._capacity(200, 32, 500) == 200
-    assert lz._capacity(400, 256, 300) == 304

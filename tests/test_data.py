@@ -210,7 +210,7 @@ def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
     mid-epoch and resumed from the stored stream position ends bitwise equal to one run."""
     import json
 
-    from ssl_geometry.training import cli
+    from ssl_geometry import train
 
     root = pathlib.Path(__file__).resolve().parents[1]
     argv = lambda wd, *x: ["train", "--config", str(root / "experiments/configs/small.py"), "--workdir", str(wd),  # noqa: E731
@@ -224,14 +224,14 @@ def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
                            "--config.model.backbone_kwargs.hidden=(16,)", "--config.model.projector.hidden=(16,)", *x]
     meta = lambda wd, s: json.loads((wd / "checkpoints" / str(s) / "meta" / "metadata").read_text())  # noqa: E731
     with tfds.testing.mock_data(as_dataset_fn=_random_as_dataset(40)):  # 2 batches of 16 per epoch
-        assert cli.main(argv(tmp_path / "full")) == 0
-        assert cli.main(argv(tmp_path / "cut", "--config.train.stop_after=4")) == 0
+        assert train.main(argv(tmp_path / "full")) == 0
+        assert train.main(argv(tmp_path / "cut", "--config.train.stop_after=4")) == 0
         # after 4 batches = 2 epochs (the end of epoch 1 is seen when the next batch is asked for)
         assert meta(tmp_path / "cut", 4)["data_position"] in ({"epoch": 2, "step": 0}, {"epoch": 1, "step": 2})
-        assert cli.main(argv(tmp_path / "cut")) == 0
+        assert train.main(argv(tmp_path / "cut")) == 0
     assert meta(tmp_path / "cut", 6)["fingerprint"] == meta(tmp_path / "full", 6)["fingerprint"]
     with pytest.raises(ValueError, match="data.stream"):
-        from ssl_geometry.training import feed
+        from ssl_geometry import trainer
 
-        cfg, _ = cli.parse_args(argv(tmp_path / "x", "--config.data.name=digits"))
-        feed.make_feed(cfg)
+        cfg, _ = train.parse_args(argv(tmp_path / "x", "--config.data.name=digits"))
+        trainer.make_feed(cfg)

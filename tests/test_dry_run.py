@@ -50,11 +50,11 @@ def test_paper_variant_dry_run(name, variant, tmp_path):
 
 @pytest.mark.slow
 def test_simsiam_cifar10_recipe_trains_two_steps_on_mock_cifar(tmp_path):
-    """The trainer config of the paper's SimSiam (``configs/simsiam_cifar10.py``) through ``cli.train``."""
+    """The trainer config of the paper's SimSiam (``configs/simsiam_cifar10.py``) through ``trainer.train``."""
     import tensorflow_datasets as tfds
 
     from experiments.configs import simsiam_cifar10
-    from ssl_geometry.training import cli
+    from ssl_geometry import trainer
 
     c = simsiam_cifar10.get_config("swish")
     # The authors' recipe: no weight decay, constant lr, BN on every head layer (predictor output too).
@@ -66,7 +66,7 @@ def test_simsiam_cifar10_recipe_trains_two_steps_on_mock_cifar(tmp_path):
     # (data.num_train is left at 0: ssl_geometry.data.subset fails on tfds sets, see the report.)
     c.eval.update({"max_train": 16, "max_test": 16, "knn_k": 4, "rotation_epochs": 1, "metrics_images": 16})
     with tfds.testing.mock_data(num_examples=16):
-        out = cli.train(c, tmp_path / "run", verbose=False)
+        out = trainer.train(c, tmp_path / "run", verbose=False)
     assert out["step"] == 2 and math.isfinite(out["last"]["loss"])
 
 
@@ -77,9 +77,9 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     import numpy as np
 
     from experiments import paper_simsiam
-    from ssl_geometry.instrument import metrics
-    from ssl_geometry.ssl import losses
-    from ssl_geometry.training import trainer
+    from ssl_geometry import metrics
+    from ssl_geometry import losses
+    from ssl_geometry import trainer
 
     tc = paper_simsiam.trainer_config(activation="swish", batch_norm=True, lr=0.05, batch_size=8, projector_scale=0.1,
                                       backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
@@ -127,7 +127,7 @@ def test_paper_condition_number_equals_the_clamped_covariance_ratio(m, k):
     import numpy as np
 
     from experiments import paper_simsiam
-    from ssl_geometry.instrument import metrics
+    from ssl_geometry import metrics
 
     z = np.random.default_rng(m).normal(size=(m, k))
     zn = jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True))

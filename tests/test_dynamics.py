@@ -7,8 +7,7 @@ import pytest
 import scipy.linalg as sla
 
 from ssl_geometry import dynamics as D
-from ssl_geometry import heads
-from ssl_geometry.metrics import normalized_std
+from ssl_geometry import curvature, heads, metrics
 
 # The small tanh-MLP regression shared with the flow benchmark (one definition).
 from experiments.bench_flow import problem as _regression
@@ -104,7 +103,7 @@ def test_every_registered_solver_agrees_with_tsit5():
 def test_edge_of_stability_gd_settles_at_2_over_lr_flow_does_not(net_problem):
     loss, p0, data = net_problem
     lr = 0.2
-    hess = lambda p, t, d: D.dense_hessian(loss, p, d)
+    hess = lambda p, t, d: curvature.hessian(lambda q: loss(q, d), p)
     gd = D.discrete(loss, p0, optax.sgd(lr), steps=800, args=data, lr=lr, observe=hess, observe_every=100,
                     observe_args=True)
     sharp_gd = np.linalg.eigvalsh(np.asarray(gd.observed))[:, -1]
@@ -269,7 +268,7 @@ def test_escape_time_on_constructed_trajectories():
     direction = rng.normal(size=4)
     # outputs collapsed onto one direction, then spreading out with a growing random part
     outs = np.stack([direction + s * rng.normal(size=(16, 4)) for s in (0, 0, 0.01, 0.05, 0.2, 0.6)])
-    std = np.array([float(normalized_std(o)) for o in outs])
+    std = np.array([float(metrics.normalized_std(o)) for o in outs])
     assert std[0] == pytest.approx(0.0, abs=1e-12) and np.all(np.diff(std[1:]) > 0)
     un = outs / np.linalg.norm(outs, axis=-1, keepdims=True)
     np.testing.assert_allclose(std, un.std(axis=1, ddof=1).mean(axis=-1), rtol=1e-12, atol=1e-14)

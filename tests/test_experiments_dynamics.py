@@ -13,7 +13,7 @@ from experiments.collapse_escape import runs as ce_runs
 from experiments.configs import collapse_escape as ce_config
 from experiments.configs import hessian_tracker as tracker_config
 from ssl_geometry import geometry
-from ssl_geometry.dynamics import linearise as lz
+from ssl_geometry import dynamics
 
 
 @pytest.fixture(scope="module")
@@ -78,13 +78,13 @@ def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff():
         assert eq.certified
         lin, O, _, _ = ce_runs.predictions(prob, eq, 0.0)
         spec = collapse_escape._spectra(prob, eq)
-        assert lz.visible_rate(lin, O) == pytest.approx(-spec["lambda_min_H_eff"], abs=1e-10)
+        assert dynamics.visible_rate(lin, O) == pytest.approx(-spec["lambda_min_H_eff"], abs=1e-10)
         if act == "identity":
             assert spec["lambda_min_H_eff"] == pytest.approx(spec["lambda_min_G"], abs=1e-12)
             # G is PSD, so the frozen linear head cannot escape; moving head and z together it does, for any
             # head rate: J = -D H with D > 0 has the inertia of -H (Sylvester), and the joint Hessian H is
             # indefinite through the cross term d^2 L / dz dtheta, proportional to rho.
-            assert lz.visible_rate(lin, O) < 0
+            assert dynamics.visible_rate(lin, O) < 0
             rates = [ce_runs.predictions(prob, eq, tau)[0].rate for tau in (0.25, 4.0, 100.0)]
             assert 0 < rates[0] < rates[1] < rates[2]
 

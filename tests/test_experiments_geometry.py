@@ -169,7 +169,7 @@ def test_objectives_schema_rule_and_exact_relations(tiny_runs):
 def test_first_view_problem_gives_the_objectives_z1_gradient(name):
     """loss_fn(head_fn(z1)) has the same z1-gradient as the full two-view objective (stop-gradients included)."""
     cfg = objectives_config.get_config("tiny")
-    proj, pred = objectives._models(cfg, name)
+    proj, pred = objectives.build_heads(cfg, name)
     key = jax.random.PRNGKey(3)
     params = {"proj": proj.init(key)["params"]}
     if pred is not None:

@@ -244,7 +244,7 @@ def test_paper_variants_are_the_authors_recipe():
 def test_training_goes_through_the_cli_trainer_with_the_authors_views():
     """The trainer config of a paper run is the authors' recipe, and the CLI builds the same models and views."""
     from ssl_geometry import augment
-    from ssl_geometry.training import cli
+    from ssl_geometry import trainer
 
     c = gconfig.get_config("paper")
     tc = T.trainer_config(c, 3, "swish")
@@ -253,13 +253,13 @@ def test_training_goes_through_the_cli_trainer_with_the_authors_views():
         "adam", 1e-3, "constant", 0.0)
     assert tc.data.batch_size == 256 and tc.train.steps == c.train.steps and tc.model.backbone == "resnet18_cifar"
     assert tuple(tc.model.projector.hidden) == (2048, 2048) and tc.model.projector.activation == "swish"
-    conf = cli.augment_config(tc.augment)
+    conf = trainer.augment_config(tc.augment)
     assert conf == augment.AugmentConfig(size=32, crop_scale=(0.08, 1.0), rotation_deg=45.0,
                                          jitter=(0.4, 0.4, 0.4, 0.1), jitter_prob=0.8, gray_prob=0.0, blur_prob=0.0)
-    head = cli.build_head(tc.model.projector, 512, jnp.float32)
+    head = trainer.build_head(tc.model.projector, 512, jnp.float32)
     assert head.name == T.make_head(c, 512, 3, jnp.float32, "swish").name
     with pytest.raises(ValueError, match=r"\['rotate'\]"):
-        cli.augment_config(ml_collections.ConfigDict({"name": "simclr_custom", "rotate": 45.0}))
+        trainer.augment_config(ml_collections.ConfigDict({"name": "simclr_custom", "rotate": 45.0}))
     c.dry_run = True
     assert T.trainer_config(c, 2).train.steps == 2 and T.trainer_config(c, 2).data.batch_size == c.train.dry_run_batch
 
@@ -267,7 +267,6 @@ def test_training_goes_through_the_cli_trainer_with_the_authors_views():
 def test_train_simclr_is_the_trainers_step():
     """Two steps of train_simclr equal two steps of trainer.make_train_step on the same state and batches."""
     from ssl_geometry import trainer
-    from ssl_geometry.training import cli
 
     c = gconfig.get_config("tiny")
     c.train.steps, c.train.batch_size = 2, 8
@@ -276,7 +275,7 @@ def test_train_simclr_is_the_trainers_step():
     key = jax.random.PRNGKey(3)
     run = T.train_simclr(c, 2, images, labels, key)
     tc = T.trainer_config(c, 2)
-    obj = cli.build_objective(tc, images.shape[1:], 2)
+    obj = trainer.build_objective(tc, images.shape[1:], 2)
     tx, sched = trainer.make_optimizer(tc.optimizer, 2, 8, probe_lr=float(tc.optimizer.probe_lr))
     step = jax.jit(trainer.make_train_step(obj, tx, sched))
     state = trainer.init_train_state(obj, tx, key, 3)

@@ -24,7 +24,7 @@ from experiments import pretrained_orbits as _PO
 from experiments.pretrained_orbits import pipeline as PP
 from experiments.configs import pretrained_orbits as cfg_module
 from ssl_geometry import augment, metrics, pretrained
-from ssl_geometry.models import as_function
+from ssl_geometry import as_function
 
 
 def _finite_row(r):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ssl_geometry import geometry, heads
-from ssl_geometry.models import as_function
+from ssl_geometry import as_function
 
 N, D, HID, K = 3, 4, 6, 3
 

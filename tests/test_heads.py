@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ssl_geometry import activations, heads
-from ssl_geometry.models import as_function, merge_state, param_count
+from ssl_geometry import as_function, merge_state, param_count
 
 ACTS = list(activations.ACTIVATIONS)  # every registered activation (each needs a NumPy reference below)
 

@@ -1,4 +1,4 @@
-"""The one optimisation loop (ssl_geometry.training.loop.fit) and the dynamics entry points that share it."""
+"""The one optimisation loop (ssl_geometry.fit) and the dynamics entry points that share it."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +6,7 @@ import optax
 import pytest
 
 from ssl_geometry import dynamics
-from ssl_geometry.training import loop
+import ssl_geometry
 
 
 def quad(p, b):
@@ -17,7 +17,7 @@ def quad(p, b):
 def test_fit_matches_closed_form_sgd_with_per_step_batches():
     lr, steps = 0.3, 6
     b = jnp.arange(steps, dtype=jnp.float64)[:, None] * jnp.ones((steps, 2))
-    r = loop.fit(quad, jnp.zeros(2), optax.sgd(lr), steps=steps, batches=b, chunk=3)
+    r = ssl_geometry.fit(quad, jnp.zeros(2), optax.sgd(lr), steps=steps, batches=b, chunk=3)
     p, losses = np.zeros(2), []
     for k in range(steps):
         losses.append(0.5 * np.sum((p - np.asarray(b[k])) ** 2))
@@ -30,13 +30,13 @@ def test_fit_matches_closed_form_sgd_with_per_step_batches():
 def test_fit_reports_first_non_finite_step_and_freezes_params():
     # the loss turns non-finite once p[0] > 1.5 (log of a negative number); p grows by 1 per step
     loss = lambda p: jnp.log(2.0 - p[0]) * 0.0 - p[0]
-    with pytest.raises(loop.FitError, match="step 2 of 5") as e:
-        loop.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5)
+    with pytest.raises(ssl_geometry.FitError, match="step 2 of 5") as e:
+        ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5)
     r = e.value.result
     assert r.first_bad_step == 2 and r.n_steps == 2 and not r.ok
     np.testing.assert_allclose(r.params, [2.0])  # params after steps 0 and 1, not after the bad one
     assert np.isfinite(r.losses[:2]).all() and np.isnan(r.losses[2:]).all()
-    r2 = loop.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5, throw=False)
+    r2 = ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5, throw=False)
     assert r2.first_bad_step == 2
 
 
@@ -44,7 +44,7 @@ def test_fit_stateful_loss_and_observe():
     def loss(p, s, b):
         return 0.5 * jnp.sum((p - b) ** 2), s + 1.0
 
-    r = loop.fit(loss, jnp.zeros(1), optax.sgd(0.5), steps=4, args=jnp.ones(1), state=jnp.zeros(()), chunk=2,
+    r = ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(0.5), steps=4, args=jnp.ones(1), state=jnp.zeros(()), chunk=2,
                  observe=lambda p, k: p[0])
     assert float(r.state) == 4.0
     np.testing.assert_allclose(r.observed, [0.0, 0.75, 0.9375])  # k = 0, 2, 4
@@ -52,13 +52,13 @@ def test_fit_stateful_loss_and_observe():
 
 def test_fit_bad_arguments_name_the_argument():
     with pytest.raises(TypeError, match="optimizer"):
-        loop.fit(quad, jnp.zeros(1), lambda g: g, steps=2)
+        ssl_geometry.fit(quad, jnp.zeros(1), lambda g: g, steps=2)
     with pytest.raises(ValueError, match="steps"):
-        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=0)
+        ssl_geometry.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=0)
     with pytest.raises(ValueError, match="multiple of `chunk`"):
-        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=5, chunk=2)
+        ssl_geometry.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=5, chunk=2)
     with pytest.raises(ValueError, match="leading axis `steps`=3"):
-        loop.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=3, batches=jnp.zeros((4, 1)))
+        ssl_geometry.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=3, batches=jnp.zeros((4, 1)))
 
 
 def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
@@ -78,14 +78,14 @@ def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
     key = jax.random.PRNGKey(0)
     for i in range(4):
         x0, b = jax.random.normal(jax.random.fold_in(key, i), (2, 3), jnp.float64)
-        loop.fit(losses_["fit"], x0, opt, steps=4, args=b)
+        ssl_geometry.fit(losses_["fit"], x0, opt, steps=4, args=b)
         dynamics.discrete(losses_["discrete"], x0, opt, steps=4, args=b, observe=obs, observe_every=2, lr=0.1)
         dynamics.gradient_flow(losses_["flow"], x0, t1=1.0, save_at=jnp.array([0.0, 1.0]), args=b, observe=obs)
         if i == 0:
             first = dict(traces)
     assert traces == first and all(v > 0 for v in first.values()), (first, traces)
     # a new shape is a new program: the counter moves
-    loop.fit(losses_["fit"], jnp.zeros(5), opt, steps=4, args=jnp.ones(5))
+    ssl_geometry.fit(losses_["fit"], jnp.zeros(5), opt, steps=4, args=jnp.ones(5))
     assert traces["fit"] > first["fit"]
 
 
@@ -105,13 +105,13 @@ def test_host_loop_mode_gives_the_same_numbers_as_scan():
 
     b = jax.random.normal(jax.random.PRNGKey(3), (6, 3), jnp.float64)
     kw = dict(steps=6, batches=b, state=jnp.zeros(()), chunk=2, observe=lambda p, k: p[0])
-    a = loop.fit(loss, jnp.ones(3), optax.adam(0.1), **kw)
-    h = loop.fit(loss, jnp.ones(3), optax.adam(0.1), scan=False, **kw)
+    a = ssl_geometry.fit(loss, jnp.ones(3), optax.adam(0.1), **kw)
+    h = ssl_geometry.fit(loss, jnp.ones(3), optax.adam(0.1), scan=False, **kw)
     np.testing.assert_allclose(h.params, a.params, rtol=1e-13)
     np.testing.assert_allclose(h.losses, a.losses, rtol=1e-13)
     np.testing.assert_allclose(h.observed, a.observed, rtol=1e-13)
     np.testing.assert_allclose(h.state, a.state, rtol=1e-13)
-    bad = loop.fit(lambda p: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5, scan=False,
+    bad = ssl_geometry.fit(lambda p: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5, scan=False,
                    throw=False)
     assert bad.first_bad_step == 2 and np.isnan(bad.losses[2:]).all()
 
@@ -126,7 +126,7 @@ def test_a_loss_that_overflows_is_the_loops_reported_step_not_an_exception():
     with pytest.raises(Exception, match="not finite although its inputs are finite"):
         jax.block_until_ready(jax.jit(loss)(jnp.ones(2)))
     for scan in (True, False):
-        r = loop.fit(loss, jnp.ones(2), optax.sgd(1e-3), steps=3, scan=scan, throw=False)
+        r = ssl_geometry.fit(loss, jnp.ones(2), optax.sgd(1e-3), steps=3, scan=scan, throw=False)
         assert r.first_bad_step == 0 and np.isnan(r.losses).all()
     tr = dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]), max_steps=50, throw=False)
     assert not tr.ok  # a flagged failure (the infinite gradient stalls the step controller), not an exception

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_losses import CASES, _inputs, np_unit, np_wmse
+from test_losses import CASES, loss_inputs, np_unit, np_wmse
 
 from ssl_geometry import losses as L
 from ssl_geometry import ops
@@ -21,7 +21,7 @@ def _call(name, args):
 
 def _scaled(name, scale, dtype):
     """Inputs of ``name`` with every *embedding* argument times ``scale`` (MoCo's unit queue kept)."""
-    args = _inputs(name)
+    args = loss_inputs(name)
     spec = L.REGISTRY[name]
     keep = {"queue", "center"}
     return [jnp.asarray(a if spec.args[i] in keep else a * scale, dtype) for i, a in enumerate(args)]
@@ -36,7 +36,7 @@ def test_registry_and_reference_cases_agree():
     for name, spec in L.REGISTRY.items():
         assert (CASES[name][2], CASES[name][3]) == (spec.differentiable, spec.stop_gradient), name
         assert L.get(name) is spec.fn and L.spec(name) is spec
-        out = spec.fn(*map(jnp.asarray, _inputs(name)))
+        out = spec.fn(*map(jnp.asarray, loss_inputs(name)))
         assert isinstance(out, tuple) == spec.stateful, name
 
 
@@ -45,7 +45,7 @@ def test_hessian_psd_flag(name):
     """``hessian_psd`` is True exactly for the losses whose H_L has no negative eigenvalue."""
     spec = L.REGISTRY[name]
     fn = CASES[name][0]
-    shapes = [np.shape(_inputs(name)[i]) for i in spec.differentiable]
+    shapes = [np.shape(loss_inputs(name)[i]) for i in spec.differentiable]
     cuts = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
 
     def flat_loss(theta, args):
@@ -57,7 +57,7 @@ def test_hessian_psd_flag(name):
     hess = jax.jit(jax.hessian(flat_loss))  # one compilation for all seeds
     lowest = []
     for seed in range(3):
-        args = [jnp.asarray(a) for a in _inputs(name, seed=seed)]
+        args = [jnp.asarray(a) for a in loss_inputs(name, seed=seed)]
         theta = jnp.concatenate([args[i].ravel() for i in spec.differentiable])
         lowest.append(float(np.linalg.eigvalsh(np.asarray(hess(theta, args)))[0]))
     if spec.hessian_psd:
@@ -94,7 +94,7 @@ def test_issue_13_scale_cases_give_the_right_numbers():
     """The reported cases: simsiam -1 (not -0.0); info_nce, barlow_twins as at scale 1."""
     u = jnp.asarray(np.random.default_rng(0).normal(size=(6, 4)) * 1e30, jnp.float32)
     assert float(L.simsiam(u, u, u, u)) == pytest.approx(-1.0, abs=1e-6)
-    z1, z2 = (jnp.asarray(a * 1e30, jnp.float32) for a in _inputs("info_nce"))
+    z1, z2 = (jnp.asarray(a * 1e30, jnp.float32) for a in loss_inputs("info_nce"))
     for fn in (L.info_nce, L.barlow_twins):
         ref = float(fn(z1 / 1e30, z2 / 1e30))
         assert float(fn(z1, z2)) == pytest.approx(ref, rel=2e-4)
@@ -106,7 +106,7 @@ def test_issue_13_scale_cases_give_the_right_numbers():
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize("name", NAMES)
 def test_half_precision_is_computed_in_float32(name, dtype):
-    args = [jnp.asarray(a, dtype) for a in _inputs(name)]
+    args = [jnp.asarray(a, dtype) for a in loss_inputs(name)]
     out = L.REGISTRY[name].fn(*args)
     loss = out[0] if isinstance(out, tuple) else out
     assert loss.dtype == jnp.float32, loss.dtype
@@ -150,7 +150,7 @@ TRACED_BAD = [
 @pytest.mark.parametrize("name, kwargs, arg", TRACED_BAD)
 def test_traced_hyper_parameter_out_of_range_fails_under_jit(name, kwargs, arg):
     fn = L.get(name)
-    args = [jnp.asarray(a) for a in _inputs(name)]
+    args = [jnp.asarray(a) for a in loss_inputs(name)]
     with pytest.raises(ValueError, match=arg):  # eager: the usual ValueError
         fn(*args, **kwargs)
     with pytest.raises(RuntimeError, match=f"`{arg}` must"):  # traced: a run-time error, not a number
@@ -158,7 +158,7 @@ def test_traced_hyper_parameter_out_of_range_fails_under_jit(name, kwargs, arg):
 
 
 def test_traced_valid_hyper_parameters_give_the_eager_value():
-    args = [jnp.asarray(a) for a in _inputs("info_nce")]
+    args = [jnp.asarray(a) for a in loss_inputs("info_nce")]
     eager = float(L.info_nce(*args, temperature=0.3))
     assert float(jax.jit(L.info_nce)(*args, temperature=jnp.asarray(0.3))) == pytest.approx(eager, rel=1e-12)
     t = {"w": jnp.array(1.0)}

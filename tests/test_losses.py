@@ -135,7 +135,7 @@ def np_dino(student, teacher, center, st=0.1, tt=0.04, m=0.9):
 # ----------------------------------------------------------------------------- cases
 
 
-def _inputs(name, seed=0, n=N, k=K):
+def loss_inputs(name, seed=0, n=N, k=K):
     rng = np.random.default_rng(seed)
     r = lambda *s: rng.standard_normal(s)  # noqa: E731
     if name in ("simsiam", "byol", "moco_v3"):
@@ -186,7 +186,7 @@ def _grad_fn(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_value_matches_numpy(name):
     fn, ref, _, _ = CASES[name]
-    args = _inputs(name)
+    args = loss_inputs(name)
     got = float(fn([jnp.asarray(a) for a in args]))
     np.testing.assert_allclose(got, ref(*args), rtol=1e-10, atol=1e-12)
 
@@ -195,7 +195,7 @@ def test_value_matches_numpy(name):
 def test_gradient_matches_finite_differences(name):
     """jax.grad of every differentiable argument against central differences of the NumPy reference."""
     _, ref, diff, _ = CASES[name]
-    args = _inputs(name, seed=1)
+    args = loss_inputs(name, seed=1)
     grads = _grad_fn(name)([jnp.asarray(args[i]) for i in diff], [jnp.asarray(a) for a in args])
     h = 1e-6
     for i, g in zip(diff, grads):
@@ -213,7 +213,7 @@ def test_gradient_matches_finite_differences(name):
 def test_stop_gradient_arguments_get_zero_gradient(name):
     """Targets/keys/teacher/centre/queue are stop-gradient: exactly zero gradient although the value depends on them."""
     fn, _, _, sg = CASES[name]
-    args = [jnp.asarray(a) for a in _inputs(name, seed=2)]
+    args = [jnp.asarray(a) for a in loss_inputs(name, seed=2)]
     for i in sg:
         def f(x, i=i):
             a = list(args)
@@ -226,7 +226,7 @@ def test_stop_gradient_arguments_get_zero_gradient(name):
 
 
 def test_simsiam_gradient_only_through_predictions_and_zero_vector_safe():
-    p1, p2, z1, z2 = (jnp.asarray(a) for a in _inputs("simsiam"))
+    p1, p2, z1, z2 = (jnp.asarray(a) for a in loss_inputs("simsiam"))
     gz = jax.grad(lambda z: L.simsiam(p1, p2, z, z2))(z1)
     assert np.all(np.asarray(gz) == 0.0)
     # a dead (exactly zero) prediction gives the finite gradient -z^_i / (eps n) of the norm floor, not NaN
@@ -251,14 +251,14 @@ def _permute_batch(name, args, perm):
 @pytest.mark.parametrize("name", NAMES)
 def test_batch_permutation_invariance(name):
     fn = CASES[name][0]
-    args = [jnp.asarray(a) for a in _inputs(name, seed=3)]
+    args = [jnp.asarray(a) for a in loss_inputs(name, seed=3)]
     perm = np.random.default_rng(0).permutation(N)
     np.testing.assert_allclose(float(fn(_permute_batch(name, args, perm))), float(fn(args)), rtol=1e-12)
 
 
 def test_cosine_losses_invariant_to_positive_row_rescaling_and_odd_in_sign():
     rng = np.random.default_rng(4)
-    p1, p2, z1, z2 = (jnp.asarray(a) for a in _inputs("simsiam", seed=4))
+    p1, p2, z1, z2 = (jnp.asarray(a) for a in loss_inputs("simsiam", seed=4))
     s = lambda: jnp.asarray(rng.uniform(0.1, 10.0, (N, 1)))  # noqa: E731
     base = float(L.simsiam(p1, p2, z1, z2))
     np.testing.assert_allclose(float(L.simsiam(p1 * s(), p2 * s(), z1 * s(), z2 * s())), base, rtol=1e-12)
@@ -267,7 +267,7 @@ def test_cosine_losses_invariant_to_positive_row_rescaling_and_odd_in_sign():
     np.testing.assert_allclose(float(L.byol(p1 * s(), p2 * s(), z1 * s(), z2 * s())), bb, rtol=1e-12)
     # byol = 2 * (2 + 2 * simsiam-with-same-pairing), as 2 - 2cos summed over two directions
     np.testing.assert_allclose(bb, 4.0 + 4.0 * base, rtol=1e-12)
-    a, b = (jnp.asarray(x) for x in _inputs("info_nce", seed=4))
+    a, b = (jnp.asarray(x) for x in loss_inputs("info_nce", seed=4))
     np.testing.assert_allclose(float(L.info_nce(a * s(), b * s())), float(L.info_nce(a, b)), rtol=1e-12)
 
 
@@ -276,12 +276,12 @@ def test_rotation_invariance_of_inner_product_losses():
     q = jnp.asarray(q)
     for name in ("info_nce", "spectral_contrastive", "mse", "moco_v3", "simsiam", "byol"):
         fn = CASES[name][0]
-        args = [jnp.asarray(a) for a in _inputs(name, seed=5)]
+        args = [jnp.asarray(a) for a in loss_inputs(name, seed=5)]
         np.testing.assert_allclose(float(fn([a @ q for a in args])), float(fn(args)), rtol=1e-11, err_msg=name)
 
 
 def test_barlow_twins_invariant_to_per_feature_affine_maps():
-    z1, z2 = (jnp.asarray(a) for a in _inputs("barlow_twins", seed=6))
+    z1, z2 = (jnp.asarray(a) for a in loss_inputs("barlow_twins", seed=6))
     rng = np.random.default_rng(6)
     a = jnp.asarray(rng.uniform(0.2, 5.0, K) * rng.choice([-1.0, 1.0], K))
     b = jnp.asarray(rng.standard_normal(K))
@@ -293,7 +293,7 @@ def test_barlow_twins_invariant_to_per_feature_affine_maps():
 
 
 def test_wmse_invariant_to_upper_triangular_maps_per_view_but_not_rotations():
-    z1, z2 = (jnp.asarray(a) for a in _inputs("wmse", seed=7))
+    z1, z2 = (jnp.asarray(a) for a in loss_inputs("wmse", seed=7))
     rng = np.random.default_rng(7)
     a = np.triu(rng.standard_normal((K, K)))
     np.fill_diagonal(a, rng.uniform(0.5, 2.0, K))
@@ -302,12 +302,12 @@ def test_wmse_invariant_to_upper_triangular_maps_per_view_but_not_rotations():
     q, _ = np.linalg.qr(rng.standard_normal((K, K)))
     assert abs(float(L.wmse(z1 @ jnp.asarray(q), z2)) - base) > 1e-3
     # whitened batch really is white: covariance of w equals I
-    w = L._cholesky_whiten(z1, 0.0)
+    w = L.cholesky_whiten(z1, 0.0)
     np.testing.assert_allclose(np.cov(np.asarray(w), rowvar=False), np.eye(K), atol=1e-12)
 
 
 def test_mse_translation_invariance_and_quadratic_hessian():
-    u1, u2 = (jnp.asarray(a) for a in _inputs("mse", seed=8))
+    u1, u2 = (jnp.asarray(a) for a in loss_inputs("mse", seed=8))
     np.testing.assert_allclose(float(L.mse(u1 + 2.5, u2 + 2.5)), float(L.mse(u1, u2)), rtol=1e-12)
     h = jax.hessian(lambda x: L.mse(x[:N], x[N:]))(jnp.concatenate([u1, u2]))
     h = np.asarray(h).reshape(2 * N * K, 2 * N * K)
@@ -343,7 +343,7 @@ def test_moco_queue_is_fifo_and_matches_reference():
 
 
 def test_dino_centre_update_and_view_pairs():
-    student, teacher, center = (jnp.asarray(a) for a in _inputs("dino", seed=10))
+    student, teacher, center = (jnp.asarray(a) for a in loss_inputs("dino", seed=10))
     loss, new_center = L.dino(student, teacher, center, center_momentum=0.8)
     ref_loss, ref_center = np_dino(*map(np.asarray, (student, teacher, center)), m=0.8)
     np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-10)
@@ -387,7 +387,7 @@ def test_ema_update_and_byol_schedule():
 def test_hessian_symmetric_finite_and_matches_fd_of_gradient(name):
     """jax.hessian over all differentiable arguments jointly (float64, small shapes)."""
     fn, _, diff, _ = CASES[name]
-    args = [jnp.asarray(a) for a in _inputs(name, seed=11, n=5, k=3)]
+    args = [jnp.asarray(a) for a in loss_inputs(name, seed=11, n=5, k=3)]
     shapes = [args[i].shape for i in diff]
     sizes = [int(np.prod(s)) for s in shapes]
 
@@ -419,7 +419,7 @@ def test_hessian_symmetric_finite_and_matches_fd_of_gradient(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_float32_value_and_jit_grad(name):
     fn, ref, diff, _ = CASES[name]
-    args64 = _inputs(name, seed=12)
+    args64 = loss_inputs(name, seed=12)
     args = [jnp.asarray(a, jnp.float32) for a in args64]
     val = jax.jit(fn)(args)
     assert val.dtype == jnp.float32
@@ -448,14 +448,14 @@ def test_min_batch_table_is_enforced(name):
     fn = CASES[name][0]
     need = L.NEEDS_BATCH[name]
     m = max(need.min_batch, 2) if name != "wmse" else K + 1
-    assert np.isfinite(float(fn([jnp.asarray(a) for a in _inputs(name, n=m)])))
+    assert np.isfinite(float(fn([jnp.asarray(a) for a in loss_inputs(name, n=m)])))
     if need.batch_statistics:
-        small = [jnp.asarray(a) for a in _inputs(name, n=need.min_batch - 1 if name != "wmse" else K)]
+        small = [jnp.asarray(a) for a in loss_inputs(name, n=need.min_batch - 1 if name != "wmse" else K)]
         with pytest.raises(ValueError, match="batch of at least"):
             fn(small)
     else:
         assert need.min_batch == 1
-        assert np.isfinite(float(fn([jnp.asarray(a) for a in _inputs(name, n=1)])))
+        assert np.isfinite(float(fn([jnp.asarray(a) for a in loss_inputs(name, n=1)])))
 
 
 def test_bad_inputs_raise_clear_errors(no_shape_checks):

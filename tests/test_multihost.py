@@ -1,7 +1,7 @@
 """Multi-process training on a real ``jax.distributed`` runtime: 2 and 4 processes on this
 machine over 127.0.0.1, CPU collectives over gloo, one shared workdir.
 
-Each process runs :func:`ssl_geometry.training.cli.main` with
+Each process runs :func:`ssl_geometry.train.main` with
 ``--config.distributed.*`` and then saves the final state it holds (every leaf is
 replicated, so its first addressable shard is the whole value). Checked against one
 process with the same global batch (float64, so only reduction order may differ):
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pytest
 
-from ssl_geometry.training import cli
+from ssl_geometry import train, trainer
 
 #: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): 2 and 4 jax.distributed processes over the loopback address.
 pytestmark = pytest.mark.slow
@@ -36,9 +36,9 @@ ARGS = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config
 
 _WORKER = r"""
 import contextlib, os, sys, numpy as np, jax
-from ssl_geometry.training import cli
+from ssl_geometry import train, trainer
 out, argv = sys.argv[1], sys.argv[2:]
-cfg, wd = cli.parse_args(["train", *argv])
+cfg, wd = train.parse_args(["train", *argv])
 mock = contextlib.nullcontext()
 if os.environ.get("MOCK_TFDS"):  # a mock tfds set: example i is a seeded image, label i % 10
     import tensorflow_datasets as tfds
@@ -47,7 +47,7 @@ if os.environ.get("MOCK_TFDS"):  # a mock tfds set: example i is a seeded image,
     as_dataset = _random_as_dataset(int(os.environ["MOCK_TFDS"]))
     mock = tfds.testing.mock_data(as_dataset_fn=as_dataset)
 with mock:
-    summary = cli.train(cfg, wd, verbose=True)
+    summary = trainer.train(cfg, wd, verbose=True)
 if summary["status"] != "stopped" and jax.process_index() == 0:
     print("SUMMARY-PRINTED")
 flat = jax.tree_util.tree_leaves_with_path(summary["state"]["params"])
@@ -90,8 +90,8 @@ def _launch(n, workdir, out, *extra, timeout=600, env_extra=None):
 def reference(tmp_path_factory):
     """One process, one device, the same config and global batch."""
     assert jax.config.read("jax_enable_x64")
-    cfg, _ = cli.parse_args(["train", "--config", CONFIG, "--workdir", "x", *ARGS])
-    summary = cli.train(cfg, tmp_path_factory.mktemp("ref"), verbose=False)
+    cfg, _ = train.parse_args(["train", "--config", CONFIG, "--workdir", "x", *ARGS])
+    summary = trainer.train(cfg, tmp_path_factory.mktemp("ref"), verbose=False)
     return {jax.tree_util.keystr(p): np.asarray(x) for p, x in
             jax.tree_util.tree_leaves_with_path(summary["state"]["params"])}
 

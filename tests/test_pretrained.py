@@ -375,7 +375,7 @@ def test_module_imports_without_torch():
             "        if name == 'torch' or name.startswith('torch.'):\n"
             "            raise ImportError('torch is not installed (simulated)')\n"
             "sys.meta_path.insert(0, NoTorch())\n"
-            "import ssl_geometry.pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)\n"
+            "from ssl_geometry import pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)\n"
             "assert 'torch' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1],
                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)

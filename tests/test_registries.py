@@ -1,6 +1,6 @@
 """Registry-parametrized tests: every registered head and activation.
 
-A new head is tested by adding a :class:`ssl_geometry.models.registry.HeadSpec`; a new activation
+A new head is tested by adding a :class:`head_registry.HeadSpec`; a new activation
 by adding it to ``ACTIVATIONS`` (and, in ``tests/test_heads.py``, its NumPy reference). Losses are
 parametrized over :data:`ssl_geometry.losses.REGISTRY` in ``tests/test_losses.py`` and
 ``tests/test_loss_numerics.py``.
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ssl_geometry import activations
-from ssl_geometry.models import registry as R
+import head_registry as R
 
 HEADS = list(R.HEADS)
 N = 5

@@ -16,8 +16,8 @@ import jax
 import numpy as np
 import pytest
 
-from ssl_geometry.ssl.objectives import OBJECTIVES
-from ssl_geometry.training import cli
+from ssl_geometry import objectives
+from ssl_geometry import train
 
 #: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): every objective through the CLI on 1 and 8 devices, with resume.
 pytestmark = pytest.mark.slow
@@ -33,11 +33,11 @@ SMALL = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--confi
          "--config.model.predictor.out_dim=16"]
 
 
-def _argv(workdir, name, *extra):
+def cli_argv(workdir, name, *extra):
     return ["train", "--config", CONFIG, "--workdir", str(workdir), f"--config.objective.name={name}", *SMALL, *extra]
 
 
-def _records(workdir):
+def read_records(workdir):
     return [json.loads(x) for x in (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
@@ -49,11 +49,11 @@ def _fingerprint(workdir, step):
 
 _EIGHT = r"""
 import json, sys
-from ssl_geometry.training import cli
+from ssl_geometry import train
 out = {}
 for name, wd in zip(sys.argv[1::2], sys.argv[2::2]):
     argv = json.loads(open(wd + ".argv").read())
-    assert cli.main(argv) == 0, name
+    assert train.main(argv) == 0, name
     recs = [json.loads(x) for x in open(wd + "/metrics.jsonl") if x.strip()]
     out[name] = [r["loss"] for r in recs if "loss" in r]
 print("RESULT" + json.dumps(out))
@@ -65,9 +65,9 @@ def eight_devices(tmp_path_factory):
     """Losses of steps 1-2 of every objective on 8 simulated devices (one subprocess)."""
     root = tmp_path_factory.mktemp("eight")
     args = []
-    for name in OBJECTIVES:
+    for name in objectives.OBJECTIVES:
         wd = root / name
-        (root / f"{name}.argv").write_text(json.dumps(_argv(wd, name, "--config.train.stop_after=2")))
+        (root / f"{name}.argv").write_text(json.dumps(cli_argv(wd, name, "--config.train.stop_after=2")))
         args += [name, str(wd)]
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=str(ROOT),
                JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1" if jax.config.read("jax_enable_x64") else "0")
@@ -78,11 +78,11 @@ def eight_devices(tmp_path_factory):
     return json.loads(line[len("RESULT"):])
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", objectives.OBJECTIVES)
 def test_objective_trains_and_resumes_bitwise(tmp_path, name, eight_devices):
     full, cut = tmp_path / "full", tmp_path / "cut"
-    assert cli.main(_argv(full, name)) == 0
-    recs = _records(full)
+    assert train.main(cli_argv(full, name)) == 0
+    recs = read_records(full)
     losses = [r["loss"] for r in recs if "loss" in r]
     assert [r["step"] for r in recs if "loss" in r] == [1, 2, 3, 4]
     assert all(np.isfinite(losses)), losses
@@ -95,10 +95,10 @@ def test_objective_trains_and_resumes_bitwise(tmp_path, name, eight_devices):
     shutil.rmtree(cut / "checkpoints" / "4")
     lines = (cut / "metrics.jsonl").read_text().splitlines()
     (cut / "metrics.jsonl").write_text("\n".join(x for x in lines if '"final"' not in x) + "\n")
-    assert cli.main(_argv(cut, name)) == 0
+    assert train.main(cli_argv(cut, name)) == 0
     assert _fingerprint(cut, 4) == _fingerprint(full, 4)  # every state leaf bitwise equal
     strip = lambda rs: [{k: v for k, v in r.items() if k != "images_per_s"} for r in rs]  # noqa: E731
-    assert strip(_records(cut)) == strip(recs)  # steps 3-4 re-logged once, same numbers, one final record
+    assert strip(read_records(cut)) == strip(recs)  # steps 3-4 re-logged once, same numbers, one final record
 
     # The same global batch on 8 devices: the same first losses up to float32 reduction order.
     np.testing.assert_allclose(eight_devices[name], losses[:2], rtol=2e-5)

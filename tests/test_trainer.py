@@ -167,12 +167,12 @@ def test_training_beats_random_init_on_digits(tmp_path):
         cfg.optimizer.update(name="adam", lr=3e-3)
         cfg.data.batch_size = 128
         cfg.train.update(steps=200, log_every=50, metrics_every=0, checkpoint_every=200, progress=False)
-    tr = train_cli.load_dataset("digits", "train", image_size=8)
-    te = train_cli.load_dataset("digits", "test", image_size=8)
-    obj = train_cli.build_objective(cfg, tr[0].shape[1:], 200)
+    tr = trainer.load_dataset("digits", "train", image_size=8)
+    te = trainer.load_dataset("digits", "test", image_size=8)
+    obj = trainer.build_objective(cfg, tr[0].shape[1:], 200)
     init = trainer.init_train_state(obj, optax.identity(), jax.random.PRNGKey(cfg.seed), 10)  # as train() does
-    before = train_cli.evaluate(obj, init["params"], init["obj_state"], tr, te, cfg.eval)
-    after = train_cli.train(cfg, tmp_path, verbose=False)["final"]
+    before = trainer.evaluate(obj, init["params"], init["obj_state"], tr, te, cfg.eval)
+    after = trainer.train(cfg, tmp_path, verbose=False)["final"]
     # Measured (seed 0, 2026-11-30): ridge 0.64 -> 0.78, kNN 0.73 -> 0.88. Required margin: +0.10 on both.
     assert after["backbone/ridge_acc"] >= before["backbone/ridge_acc"] + 0.10, (before, after)
     assert after["backbone/knn_acc"] >= before["backbone/knn_acc"] + 0.10, (before, after)
@@ -291,7 +291,7 @@ def test_bad_config_values_raise_clear_errors(field, value, match):
     with cfg.unlocked():
         (cfg[sect] if sect else cfg)[key] = value
     with pytest.raises(ValueError, match=match):
-        train_cli.validate_config(cfg)
+        trainer.validate_config(cfg)
 
 
 def test_bad_builder_values_raise_clear_errors():
@@ -307,12 +307,12 @@ def test_bad_builder_values_raise_clear_errors():
     with cfg.unlocked():
         cfg.objective.name = "simclrr"
     with pytest.raises(ValueError, match="objective"):
-        train_cli.build_objective(cfg, (8, 8, 3), 10)
+        trainer.build_objective(cfg, (8, 8, 3), 10)
     with cfg.unlocked():
         cfg.objective.name = "simsiam"
         cfg.model.backbone = "resnet9"
     with pytest.raises(ValueError, match="model.backbone"):
-        train_cli.build_objective(cfg, (8, 8, 3), 10)
+        trainer.build_objective(cfg, (8, 8, 3), 10)
     bb, proj, _ = _vec_models()
     with pytest.raises(ValueError, match="predictor"):
         objectives.make_objective("simsiam", bb, proj, None)

@@ -10,12 +10,12 @@ plus a perturbation of relative size ``dynamics.perturbation``; Thm 4.1's premis
 :func:`ssl_geometry.geometry.thm41_premises` with the measured timescale ratio.
 
 Per case (:mod:`.runs`): the exact Jacobian of the flow's field in (representation, head)
-(:mod:`ssl_geometry.dynamics.linearise`) gives the predicted rate, reported beside
+(:mod:`ssl_geometry.dynamics`) gives the predicted rate, reported beside
 ``lambda_min`` of ``H_eff``, ``G`` and ``M``; the gradient flow (head ``tau`` times faster; and
 with the head frozen, where ``H_eff`` alone is the linearisation) and SGD with momentum at each lr
 (predicted per-step growth from the linearised SGD map) are run to one horizon chosen from the
 predicted rates. BatchNorm: the amplification of the perturbation by the batch statistics of a
-BN head (:func:`~ssl_geometry.dynamics.linearise.amplification`) and the normalised std of its
+BN head (:func:`~ssl_geometry.dynamics.amplification`) and the normalised std of its
 outputs at ``t = 0`` (the "escape at t = 0" artefact, never counted: escape is read on ``z``).
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ from experiments.collapse_escape import runs as R
 from experiments.collapse_escape.reporting import figures, report
 from experiments.collapse_escape.verdict import RULE, decide
 from ssl_geometry import geometry
-from ssl_geometry.dynamics import linearise as lz
-from ssl_geometry.instrument import metrics
-from ssl_geometry.models import heads
+from ssl_geometry import dynamics
+from ssl_geometry import metrics
+from ssl_geometry import heads
 
 __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "report", "figures", "run"]
 
@@ -75,8 +75,8 @@ def _batchnorm(problem, cfg, eq, y0):
     z_eq, _ = problem.outputs(eq.y, eq.data["x"])
     z0, _ = problem.outputs(y0, eq.data["x"])
     delta = z0 - z_eq
-    plain = lz.amplification(lambda zz: problem.head.apply({"params": eq.y["head"]}, zz)[0], z0, delta)
-    with_bn = lz.amplification(lambda zz: bn.apply(v, zz, train=True)[0], z0, delta)
+    plain = dynamics.amplification(lambda zz: problem.head.apply({"params": eq.y["head"]}, zz)[0], z0, delta)
+    with_bn = dynamics.amplification(lambda zz: bn.apply(v, zz, train=True)[0], z0, delta)
     return {"bn_amplification": with_bn / plain,
             "bn_std_u_init": float(metrics.normalized_std(bn.apply(v, z0, train=True)[0]))}
 

@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ssl_geometry.instrument import geometry, metrics
-from ssl_geometry.models import backbones, heads
-from ssl_geometry.ssl import losses
+from ssl_geometry import geometry, metrics
+from ssl_geometry import backbones, heads
+from ssl_geometry import losses
 
 OBJECTIVES = ("mse", "dino", "simsiam")
 

@@ -22,7 +22,6 @@ from jax.flatten_util import ravel_pytree
 
 from experiments.collapse_escape import problem as P
 from ssl_geometry import dynamics, geometry
-from ssl_geometry.dynamics import linearise as lz
 
 _SGD = {}
 
@@ -57,7 +56,7 @@ def predictions(problem, eq, tau):
     """``(lin, O, w, data)``: the linearised field at the equilibrium in ``w`` coordinates (head rate ``tau``)."""
     data = P.flow_data(eq.data, eq.y, tau)
     w = P.to_w(eq.y, tau)
-    lin = lz.linearise(lz.gradient_field(problem.loss_w), w, data)
+    lin = dynamics.linearise(dynamics.gradient_field(problem.loss_w), w, data)
     return lin, P.spread_observable(problem, w, data), w, data
 
 
@@ -174,8 +173,8 @@ def run_case(problem, eq, cfg, key):
     tau = float(dcfg.head_rate)
     lin, O, w_eq, data = predictions(problem, eq, tau)
     s0 = float(jax.device_get(obs(P.to_w(y0, tau), 0.0, data)["std_z"]))
-    r_flow = lz.visible_rate(lin, O)
-    growth = {lr: lz.sgd_growth(lin.jacobian, lr, dcfg.momentum, observable=O) for lr in dcfg.lrs}
+    r_flow = dynamics.visible_rate(lin, O)
+    growth = {lr: dynamics.sgd_growth(lin.jacobian, lr, dcfg.momentum, observable=O) for lr in dcfg.lrs}
     lr_eff = {lr: lr / (1.0 - dcfg.momentum) for lr in dcfg.lrs}
     r_sgd = {lr: math.log(max(g, 1e-300)) / lr_eff[lr] for lr, g in growth.items()}
     T = case_horizon(cfg, threshold, s0, [r_flow, *r_sgd.values()])
@@ -191,8 +190,8 @@ def run_case(problem, eq, cfg, key):
         solver, dt0 = flow_solver(cfg, lin_, problem.activation, T)
         w0 = P.to_w(y0, t_)
         tr = run_flow(problem.loss_w, w0, data_, T, cfg, obs, solver, dt0)
-        pred = _spread_rms(O_, lz.predict_flow(lin_.jacobian, _delta(w0, weq_), tr.ts))
-        row = {**base, "dynamics": label, "lr": 0.0, "head_rate": t_, "predicted_rate": lz.visible_rate(lin_, O_),
+        pred = _spread_rms(O_, dynamics.predict_flow(lin_.jacobian, _delta(w0, weq_), tr.ts))
+        row = {**base, "dynamics": label, "lr": 0.0, "head_rate": t_, "predicted_rate": dynamics.visible_rate(lin_, O_),
                "leading_rate": lin_.rate, "stiffness": lin_.stiffness,
                "solver": solver if dt0 is None else f"{solver} dt={dt0:.3g}",
                "jacobian_asymmetry": lin_.asymmetry,
@@ -203,7 +202,7 @@ def run_case(problem, eq, cfg, key):
         w0 = P.to_w(y0, tau)
         tr = run_sgd(problem.loss_w_scaled, w0, data, lr, T, cfg, obs)
         with np.errstate(over="ignore", invalid="ignore"):  # an unstable map overflows: read as inf
-            path = lz.predict_sgd(lin.jacobian, _delta(w0, w_eq), lr, dcfg.momentum, len(tr.ts) - 1)
+            path = dynamics.predict_sgd(lin.jacobian, _delta(w0, w_eq), lr, dcfg.momentum, len(tr.ts) - 1)
         pred = _spread_rms(O, path)
         row = {**base, "dynamics": "sgd", "lr": float(lr), "head_rate": tau, "predicted_rate": r_sgd[lr],
                "predicted_growth": growth[lr], "leading_rate": lin.rate, "lr_eff": lr_eff[lr],

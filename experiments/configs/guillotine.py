@@ -29,7 +29,7 @@ Deviations of the ``paper`` variants from the authors' code, with reasons:
 * Probes: the library's linear and 2-layer MLP probes (Adam 1e-3, 5 epochs) on the four 90-degree
   rotations of each test-split image, as the authors; hidden width ``probes.hidden``.
 * Training runs the CLI trainer's step (``trainer.make_train_step``) from the experiment, on the
-  images it loaded, rather than ``ssl_geometry.training.cli.train`` with its data feed: the smoke
+  images it loaded, rather than ``ssl_geometry.trainer.train`` with its data feed: the smoke
   variant's ``shapes`` set is rendered with nuisance rotations (``data.shapes_max_angle_deg``) that
   the feed's loader does not take. The step includes the trainer's online linear probe on
   ``stop_gradient`` of the backbone features (its own Adam): it cannot change the backbone or head.

@@ -12,7 +12,7 @@ import numpy as np
 
 from experiments.configs import simsiam_cifar10
 from ssl_geometry import augment, data, probes, trainer
-from ssl_geometry.training import checkpoint as ckpt, cli, workdir as _wd
+from ssl_geometry import checkpoint as ckpt
 
 __all__ = ["load_data", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
            "rotation_probe_subset", "probe_suite", "trained_augmentations"]
@@ -88,8 +88,8 @@ def trainer_config(cfg, depth: int, activation: str | None = None) -> ml_collect
 
 
 def make_backbone(cfg, dtype):
-    """The backbone :class:`ssl_geometry.models.Model` the trainer builds for ``cfg`` (compute dtype ``dtype``)."""
-    return cli.build_backbone(ml_collections.ConfigDict(_backbone_section(cfg)), (cfg.data.image_size,) * 2 + (3,),
+    """The backbone :class:`ssl_geometry.Model` the trainer builds for ``cfg`` (compute dtype ``dtype``)."""
+    return trainer.build_backbone(ml_collections.ConfigDict(_backbone_section(cfg)), (cfg.data.image_size,) * 2 + (3,),
                               dtype)
 
 
@@ -99,7 +99,7 @@ def make_head(cfg, in_dim: int, depth: int, dtype, activation: str | None = None
     ``activation``: default ``model.head_activation`` (the main run); the depth ablation passes
     ``model.ablation_activation`` (the authors' ``head_depth_ablations.py`` uses Swish).
     """
-    return cli.build_head(_head_section(cfg, depth, activation), in_dim, dtype)
+    return trainer.build_head(_head_section(cfg, depth, activation), in_dim, dtype)
 
 
 def trained_augmentations(cfg) -> dict:
@@ -130,15 +130,15 @@ def _checkpointing(cfg, depth: int, activation: str | None):
 def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = None) -> dict:
     """SimCLR through the trainer's step on ``images`` (uint8 NHWC) and ``labels``, float32.
 
-    The objective, optimiser and step are the CLI trainer's (:func:`ssl_geometry.training.cli.build_objective`,
-    :func:`~ssl_geometry.training.trainer.make_optimizer`, :func:`~ssl_geometry.training.trainer.make_train_step`)
-    for :func:`trainer_config`; the state starts from :func:`~ssl_geometry.training.trainer.init_train_state`
-    with ``key``, the batch at step ``s`` is :func:`~ssl_geometry.training.trainer.batch_indices` ``(seed, s)``
+    The objective, optimiser and step are the CLI trainer's (:func:`ssl_geometry.trainer.build_objective`,
+    :func:`~ssl_geometry.trainer.make_optimizer`, :func:`~ssl_geometry.trainer.make_train_step`)
+    for :func:`trainer_config`; the state starts from :func:`~ssl_geometry.trainer.init_train_state`
+    with ``key``, the batch at step ``s`` is :func:`~ssl_geometry.trainer.batch_indices` ``(seed, s)``
     and the views are drawn on device from ``fold_in(state.rng, s)``, as in ``python -m ssl_geometry.train``.
     The trainer's online probe (on ``stop_gradient`` of the backbone features) trains alongside and cannot
     change the backbone or head. With ``train.checkpoint_every > 0`` the state (and the losses so far) is
-    saved every that many steps and at the end (:mod:`ssl_geometry.training.checkpoint`), and a rerun resumes
-    from the newest good checkpoint of the same run (another run's checkpoints raise :class:`~ssl_geometry.training.workdir.ConfigMismatchError`, a
+    saved every that many steps and at the end (:mod:`ssl_geometry.checkpoint`), and a rerun resumes
+    from the newest good checkpoint of the same run (another run's checkpoints raise :class:`~ssl_geometry.trainer.ConfigMismatchError`, a
     ``ValueError`` naming the differing fields). A
     non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params", "state",
     "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
@@ -149,7 +149,7 @@ def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = 
     n = images.shape[0]
     if bs > n:
         raise ValueError(f"batch size {bs} exceeds the {n} training images.")
-    objective = cli.build_objective(tc, images.shape[1:], steps)
+    objective = trainer.build_objective(tc, images.shape[1:], steps)
     tx, sched = trainer.make_optimizer(tc.optimizer, steps, bs, probe_lr=float(tc.optimizer.probe_lr))
     step_fn = jax.jit(trainer.make_train_step(objective, tx, sched), donate_argnums=(0,))
     state = trainer.init_train_state(objective, tx, key, int(np.max(labels)) + 1)
@@ -157,15 +157,15 @@ def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = 
     init_params, init_state = jax.tree_util.tree_map(jnp.copy, (state["params"], state["obj_state"]))
     mngr, every = _checkpointing(cfg, depth, activation)
     # what the trainer's checkpoints record, so a directory of another run is refused, never mixed
-    meta = {"config": _wd.config_record(tc), "state_signature": _wd.state_signature(state)}
+    meta = {"config": trainer.config_record(tc), "state_signature": trainer.state_signature(state)}
     losses, times, start = [], [], 0
     if mngr is not None:
         restored = ckpt.restore_latest(mngr, state)
         if restored is not None:
             try:
-                _wd.check_resume(restored.meta, tc, state)
-            except _wd.ConfigMismatchError as err:
-                raise _wd.ConfigMismatchError(f"{mngr.directory} holds checkpoints of another run: {err}") from err
+                trainer.check_resume(restored.meta, tc, state)
+            except trainer.ConfigMismatchError as err:
+                raise trainer.ConfigMismatchError(f"{mngr.directory} holds checkpoints of another run: {err}") from err
             state, start, losses = restored.state, restored.step, list(restored.meta["losses"])
     for s in range(start, steps):
         idx = trainer.batch_indices(cfg.seed, s, n, bs)
@@ -207,7 +207,7 @@ def feature_fns(run):
 
 def rotation_probe_subset(cfg, ds, n):
     """The first ``n`` images of ``ds`` whose class is in ``data.rotation_probe_classes`` (all when None)."""
-    keep = np.arange(len(ds))
+    keep = np.arange(ds.num_examples)
     classes = cfg.data.rotation_probe_classes
     if classes is not None:
         if cfg.data.name != "shapes":

@@ -9,8 +9,8 @@ import numpy as np
 import optax
 
 from ssl_geometry import geometry, heads
-from ssl_geometry.models import as_function
-from ssl_geometry.training.loop import fit
+from ssl_geometry import as_function
+from ssl_geometry import fit
 
 
 def softmax_dot_loss(u, keys, tau):

@@ -4,7 +4,7 @@ along augmentation directions?
 Backbone ``f``: all-MiniLM-L6-v2 in pure JAX (:mod:`ssl_geometry.text`), sentence embeddings ``z``
 (mean-pooled, L2-normalised, d = 384). Head ``h``: a smooth (GELU) MLP trained with SimCSE's InfoNCE
 on two views of each sentence (backbone dropout noise plus token augmentations) through
-:func:`ssl_geometry.training.loop.fit`, (a) with the backbone frozen, (b) fine-tuned jointly for a
+:func:`ssl_geometry.fit`, (a) with the backbone frozen, (b) fine-tuned jointly for a
 few steps at a small learning rate. Data: sentences of Python's own documentation, disjoint train /
 evaluation draws.
 

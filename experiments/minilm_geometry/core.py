@@ -9,9 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ssl_geometry import geometry, losses, metrics, text
-from ssl_geometry.models import as_function
-from ssl_geometry.training import loop
+from ssl_geometry import as_function, fit, geometry, losses, metrics, text
 
 __all__ = ["CONTROLS", "view_fn", "views", "loss_fn", "train_frozen", "train_finetune", "head_geometry",
            "effective_hessian_at_data"]
@@ -87,7 +85,7 @@ def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
     opt_state, out, times = None, [], []
     for s0 in range(0, steps, per_call):
         t0 = time.perf_counter()
-        res = loop.fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
+        res = fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
                        has_state=True, opt_state=opt_state)
         params, state, opt_state = res.params, res.state, res.opt_state
         out.append(np.asarray(res.losses))  # blocks until the call is done

@@ -243,7 +243,7 @@ print(f"total {time.time() - t_start:.1f}s")
 # (`H_L = (2/n) I`, PSD). The start is a collapsed equilibrium (all `z_i = c`, stationary in `z`
 # and in the head, residual `rho != 0`: `ssl_geometry.geometry.collapsed_equilibrium`) plus a
 # perturbation of relative size 1e-5. The exact Jacobian `J` of the flow's field in
-# (representation, head) (`ssl_geometry.dynamics.linearise`) predicts the slope of `log std`:
+# (representation, head) (`ssl_geometry.dynamics`) predicts the slope of `log std`:
 # its leading eigenvalue for the flow, `log` of the spectral radius of the linearised SGD map per
 # step for SGD with momentum. Solid: measured normalised std of `z`; dotted: the predicted slope.
 

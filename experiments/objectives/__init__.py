@@ -10,7 +10,7 @@ directions. Per objective an MLP head (projector ``d -> hidden -> k``; plus a
 predictor ``k -> pred_hidden -> k`` for SimSiam, BYOL and MoCo v3; an EMA target
 projector for BYOL, MoCo v3 and DINO, with BYOL's cosine decay schedule, updated from the
 parameters *before* each step) is trained with Adam on fresh batches through
-:func:`ssl_geometry.training.loop.fit`, in float64. Then, per objective:
+:func:`ssl_geometry.fit`, in float64. Then, per objective:
 
 * on the projector outputs of an evaluation batch: effective rank by both named
   definitions (``rankme``: singular values; ``squared``: squared singular values),
@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from experiments.objectives.problem import (FAMILIES, PREDICTOR, TARGET, _apply, _models, _scale_proj, step_time,  # noqa: F401
+from experiments.objectives.problem import (FAMILIES, PREDICTOR, TARGET, apply_heads, build_heads, scale_projector, step_time,  # noqa: F401
                                             first_view_problem, objective_loss, online_head, sample_views, train)
 from ssl_geometry import geometry, metrics
 
@@ -61,7 +61,7 @@ DRY_RUN = True
 
 def representation_stats(proj, P, z):
     """Effective rank (both named definitions), covariance condition number and mean normalised std of ``h(z)``."""
-    u = _apply(proj, P, z)
+    u = apply_heads(proj, P, z)
     return {"erank_rankme": float(metrics.effective_rank(u, "rankme")),
             "erank_squared": float(metrics.effective_rank(u, "squared")),
             "cond": float(metrics.covariance_condition_number(u)),
@@ -70,7 +70,7 @@ def representation_stats(proj, P, z):
 
 def degeneracy_ratio(proj, P, z, v_view, v_rand) -> tuple[float, float, float]:
     """(mean |J v_view|/|v_view|, mean |J v_rand|/|v_rand|, their ratio) for the projector."""
-    head = lambda x: _apply(proj, P, x)  # noqa: E731
+    head = lambda x: apply_heads(proj, P, x)  # noqa: E731
     deg = jax.vmap(lambda zz, vv: metrics.metric_degeneracy(head, zz, vv))
     a, b = float(jnp.mean(deg(z, v_view))), float(jnp.mean(deg(z, v_rand)))
     return a, b, a / b
@@ -106,7 +106,7 @@ def collapse_rows(cfg, name, params, target, center, c, key):
            "collapsed_forces_rho_0": f["forces_zero_residual"], "collapsed_sigma_min": f["sigma_min_head_jacobian"]}
     if name != "dino":
         return out
-    proj, _ = _models(cfg, name)
+    proj, _ = build_heads(cfg, name)
     try:
         eq = geometry.collapsed_equilibrium(proj, {"params": params["proj"]}, "dino_fixed_teacher", c, n, key=key,
                                             residual_scale=cfg.analysis.dino_residual_scale,
@@ -139,7 +139,7 @@ def run_objective(cfg, name, key, sigma_sqrt, aug_basis, steps):
             proj, P, z1, z1 - z2, v_rand)
     _, g1, g2 = sample_views(cfg, k_geo, cfg.data.n_geom, sigma_sqrt, aug_basis)
     geo = {"trained": geometry_row(cfg, name, p, tgt, c, g1, g2, k_eig)}
-    ps, ts = _scale_proj(p, tgt, cfg.analysis.pseudo_collapse_scale)
+    ps, ts = scale_projector(p, tgt, cfg.analysis.pseudo_collapse_scale)
     geo["pseudo_collapsed"] = geometry_row(cfg, name, ps, ts, c, g1, g2, k_eig)
     for state, g in geo.items():
         for key_, v in g.items():

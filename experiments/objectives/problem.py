@@ -9,7 +9,7 @@ import numpy as np
 import optax
 
 from ssl_geometry import heads, losses
-from ssl_geometry.training.loop import fit
+from ssl_geometry import fit
 
 __all__ = ["FAMILIES", "PREDICTOR", "TARGET", "first_view_problem", "objective_loss", "online_head", "sample_views",
            "train"]
@@ -23,7 +23,7 @@ PREDICTOR = ("simsiam", "byol", "moco_v3")
 TARGET = ("byol", "moco_v3", "dino")
 
 
-def _models(cfg, name):
+def build_heads(cfg, name):
     m = cfg.model
     proj = heads.mlp(cfg.data.d, (m.hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
     pred = (heads.mlp(m.k, (m.pred_hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
@@ -33,13 +33,13 @@ def _models(cfg, name):
 
 def online_head(cfg, name, params):
     """``(model, variables)`` of the online branch (projector, then predictor where there is one)."""
-    proj, pred = _models(cfg, name)
+    proj, pred = build_heads(cfg, name)
     if pred is None:
         return proj, {"params": params["proj"]}
     return heads.compose(proj, pred), {"params": {"0": params["proj"], "1": params["pred"]}}
 
 
-def _apply(model, params, x):
+def apply_heads(model, params, x):
     return model.apply({"params": params}, x)[0]
 
 
@@ -48,12 +48,12 @@ def objective_loss(cfg, name, proj, pred):
     temp = cfg.train.temperature
 
     def loss(params, target, center, z1, z2):
-        u1, u2 = _apply(proj, params["proj"], z1), _apply(proj, params["proj"], z2)
+        u1, u2 = apply_heads(proj, params["proj"], z1), apply_heads(proj, params["proj"], z2)
         if pred is not None:
-            p1, p2 = _apply(pred, params["pred"], u1), _apply(pred, params["pred"], u2)
+            p1, p2 = apply_heads(pred, params["pred"], u1), apply_heads(pred, params["pred"], u2)
         if name in TARGET:
-            t1 = jax.lax.stop_gradient(_apply(proj, target, z1))
-            t2 = jax.lax.stop_gradient(_apply(proj, target, z2))
+            t1 = jax.lax.stop_gradient(apply_heads(proj, target, z1))
+            t2 = jax.lax.stop_gradient(apply_heads(proj, target, z2))
         if name == "simsiam":
             return losses.simsiam(p1, p2, u1, u2), center
         if name == "byol":
@@ -99,11 +99,11 @@ def first_view_problem(cfg, name, params, target, center, z1, z2):
     the objective, and the other view's online branch as in experiment 3).
     """
     loss = _first_view_loss(name, cfg.train.temperature)
-    proj, _ = _models(cfg, name)
+    proj, _ = build_heads(cfg, name)
     model, variables = online_head(cfg, name, params)
-    fixed = {"u2": _apply(proj, params["proj"], z2), "p2": model.apply(variables, z2)[0], "center": center}
+    fixed = {"u2": apply_heads(proj, params["proj"], z2), "p2": model.apply(variables, z2)[0], "center": center}
     if name in TARGET:
-        fixed["t1"], fixed["t2"] = _apply(proj, target, z1), _apply(proj, target, z2)
+        fixed["t1"], fixed["t2"] = apply_heads(proj, target, z1), apply_heads(proj, target, z2)
     return model, variables, (lambda u: loss(u, fixed))
 
 
@@ -125,7 +125,7 @@ def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
     """Adam on the head (and predictor) by :func:`fit`; the EMA target (BYOL's schedule) and the DINO
     centre are the loss state, updated from the parameters before each step. Returns the state and
     loss curve."""
-    proj, pred = _models(cfg, name)
+    proj, pred = build_heads(cfg, name)
     k_p, k_q, k_d = jax.random.split(key, 3)
     params = {"proj": proj.init(k_p)["params"]}
     if pred is not None:
@@ -159,7 +159,7 @@ def step_time(step_loss, params, state, key) -> float:
     return common.time_call(vg, params, state, {"i": jnp.asarray(0), "key": key})
 
 
-def _scale_proj(params, target, alpha):
+def scale_projector(params, target, alpha):
     """Pseudo-collapse: every projector weight matrix (online and target) times ``alpha``; biases and the
     predictor unchanged."""
     p = dict(params)

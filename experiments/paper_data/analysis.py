@@ -57,7 +57,7 @@ def data_root(config) -> pathlib.Path:
     return root
 
 
-def _npz(path: pathlib.Path) -> dict:
+def npz(path: pathlib.Path) -> dict:
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
 
@@ -66,7 +66,7 @@ def tracker(root, cfg) -> dict:
     """Spearman, the clamp and the released lambda_min of each Hessian-tracker run."""
     out = {}
     for run in TRACKER_RUNS:
-        d = _npz(root / "cifar10/resnet18/hessian_tracker" / f"raw_data_{run}.npz")
+        d = npz(root / "cifar10/resnet18/hessian_tracker" / f"raw_data_{run}.npz")
         s = slice(cfg.analysis.spearman_first_epoch, None)
         var, cond, lmin = d["variances"], d["condition_numbers"], d["min_eigenvalues"]
         lam_max = cond * P.CONDITION_CLAMP  # the clamp binds: the paper's number is lambda_max / 1e-7
@@ -122,7 +122,7 @@ def geometry(root) -> dict:
     out = {}
     for ds, arch in RUNS:
         base = root / ds / arch
-        cur = _npz(base / "curvature_results/arrays.npz")
+        cur = npz(base / "curvature_results/arrays.npz")
         meta_c = json.loads((base / "curvature_results/meta.json").read_text())
         ratios = [float(P.curvature_ratio(z, h)) for z, h in zip(cur["curvatures_z_per_seed"], cur["curvatures_h_per_seed"])]
         probes = json.loads((base / "guillotine_results/meta.json").read_text())
@@ -132,10 +132,10 @@ def geometry(root) -> dict:
                "probes": {k: 100.0 * float(probes[f"{w}_acc_{p}"]) for w in ("backbone", "head") for p in ("linear", "mlp")
                           for k in [f"{w}_{p}"]}}
         if (base / "orbit_visualization/arrays.npz").exists():
-            row["orbits"] = _orbit_row(_npz(base / "orbit_visualization/arrays.npz"))
+            row["orbits"] = _orbit_row(npz(base / "orbit_visualization/arrays.npz"))
         out[f"{ds}_{arch}"] = row
     for depth in (1, 2, 3):
-        d = _npz(root / "cifar10/resnet18/head_depth_ablations" / f"geometric_ablation_depth_{depth}.npz")
+        d = npz(root / "cifar10/resnet18/head_depth_ablations" / f"geometric_ablation_depth_{depth}.npz")
         out[f"depth_{depth}"] = {"probe_backbone": 100.0 * float(d["acc_z_linear"]), "probe_head": 100.0 * float(d["acc_h_linear"]),
                                  "curvature_ratio_paper": float(P.curvature_ratio(d["curvatures_z"], d["curvatures_h"])),
                                  "orbits": _orbit_row(d)}
@@ -156,7 +156,7 @@ def collapse(root, cfg) -> list:
     e0 = cfg.analysis.growth_first_epoch
     rows = []
     for ds, arch in RUNS:
-        arr = _npz(root / ds / arch / "collapse_results/arrays.npz")
+        arr = npz(root / ds / arch / "collapse_results/arrays.npz")
         for key in sorted({k.split("/")[0] for k in arr}):
             std = arr[f"{key}/mean"]
             esc = _dyn.escape_time(_std_trajectory(std), "std_threshold", threshold=threshold)

@@ -6,7 +6,7 @@ import pathlib
 from experiments import common
 from ssl_geometry import paper as P
 
-from .analysis import PRINTED, TRACKER_RUNS, _npz, data_root, recomputed
+from .analysis import PRINTED, TRACKER_RUNS, npz, data_root, recomputed
 
 __all__ = ["report", "figures"]
 
@@ -108,7 +108,7 @@ def figures(results, out_dir) -> None:
     root = data_root_from_results(results)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     for ax, run in zip(axes, TRACKER_RUNS):
-        d = _npz(root / "cifar10/resnet18/hessian_tracker" / f"raw_data_{run}.npz")
+        d = npz(root / "cifar10/resnet18/hessian_tracker" / f"raw_data_{run}.npz")
         ax.plot(d["variances"], "b-", label="std of normalised z")
         ax.set_title(f"{run}: Spearman {results['measurements']['tracker'][run]['spearman_paper']:.3f}", fontsize=9)
         ax.set_xlabel("epoch")

@@ -52,7 +52,7 @@ from experiments import common, configs
 from ssl_geometry import pretrained
 
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
-from .pipeline import STATUS_ABSENT, STATUS_CONTROL, STATUS_PRESENT, _log, _resnet50, analyse, control_models
+from .pipeline import STATUS_ABSENT, STATUS_CONTROL, STATUS_PRESENT, log, resnet50_backbone, analyse, control_models
 from .pipeline import find_checkpoint, load_checkpoint
 from .tables import figures as figures
 from .tables import report as report
@@ -100,12 +100,12 @@ def measure(config) -> dict:
             k_i = jax.random.fold_in(key, i)
             path = find_checkpoint(name, ckdir)
             if path is not None:
-                _log(f"{name}: loading {path}")
+                log(f"{name}: loading {path}")
                 pre = load_checkpoint(name, path, dino_which=config.model.dino_which,
                                       barlowtwins_loss_bn=bool(config.model.barlowtwins_loss_bn))
                 backbone = pre.backbone
                 if name != "dino_vits16":  # share one compiled ResNet-50 among the three releases
-                    cand = _resnet50(int(config.data.image_size))
+                    cand = resnet50_backbone(int(config.data.image_size))
                     tmpl = jax.eval_shape(cand.init, jax.random.PRNGKey(0))
                     if jax.tree_util.tree_structure(tmpl) == jax.tree_util.tree_structure(pre.variables["backbone"]):
                         backbone = cand
@@ -118,10 +118,10 @@ def measure(config) -> dict:
             else:
                 rows.append({"checkpoint": name, "status": STATUS_ABSENT, "expected_file": info.filename,
                              "url": info.url, "layout": info.source, "searched": str(ckdir)})
-                _log(f"{name}: absent ({info.filename} not in {ckdir})")
+                log(f"{name}: absent ({info.filename} not in {ckdir})")
             if config.control.enabled and name in config.control.checkpoints:
                 # In place of an absent checkpoint, or as the untrained baseline next to a present one.
-                _log(f"{name}: pipeline control on the random initialisation")
+                log(f"{name}: pipeline control on the random initialisation")
                 backbone, head, variables = control_models(name, config, jax.random.fold_in(k_i, 1))
                 row, ar = analyse(name, STATUS_CONTROL, backbone, head, variables, config,
                                   image_size=int(config.control.image_size),

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry import curvature, geometry, metrics
-from ssl_geometry.models import as_function
+from ssl_geometry import as_function
 
 __all__ = ["metric_spectrum", "orbit_geometry"]
 
@@ -17,7 +17,7 @@ __all__ = ["metric_spectrum", "orbit_geometry"]
 
 
 @functools.partial(jax.jit, static_argnames=("head",))
-def _head_measure(head, hv, Z, V, R):
+def head_measure(head, hv, Z, V, R):
     """``u = h(z)``, ``g_aug = |J v|/|v|`` and ``g_rand = sqrt(mean_r |J r|^2/|r|^2)`` per point."""
     hfn = as_function(head, hv)
     U = hfn(Z)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ssl_geometry import augment, backbones, data, metrics, pretrained
 
-from .head_geometry import _head_measure, metric_spectrum, orbit_geometry
+from .head_geometry import head_measure, metric_spectrum, orbit_geometry
 
 __all__ = ["AUGMENTATIONS", "STATUS_PRESENT", "STATUS_ABSENT", "STATUS_CONTROL", "find_checkpoint", "load_checkpoint",
            "control_models", "load_images", "orbit_params", "backbone_tangents", "metric_spectrum", "orbit_geometry",
@@ -23,7 +23,7 @@ STATUS_PRESENT, STATUS_ABSENT, STATUS_CONTROL = "present", "absent", "control (r
 NAME = "pretrained_orbits"
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"[{NAME}] {msg}", file=sys.stderr, flush=True)
 
 
@@ -68,7 +68,7 @@ def load_checkpoint(name: str, path, *, dino_which: str = "teacher", barlowtwins
 
 
 @functools.lru_cache(maxsize=None)
-def _resnet50(image_size: int):
+def resnet50_backbone(image_size: int):
     """One ResNet-50 Model per size, so its jitted jvp compiles once for all ResNet checkpoints."""
     return backbones.resnet50(image_size=image_size)
 
@@ -96,7 +96,7 @@ def control_models(name: str, config, key):
     if name == "dino_vits16":
         backbone = _vit_small16(size)
     else:
-        backbone = _resnet50(size)
+        backbone = resnet50_backbone(size)
     if name.startswith("dino"):
         cd = config.control.dino
         dims = (int(cd.hidden), int(cd.bottleneck), int(cd.out))
@@ -250,7 +250,7 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
         R = jax.random.normal(jax.random.fold_in(k_rand, a_i), (Z64.shape[0], int(config.analysis.n_random), Z64.shape[1]),
                               jnp.float64)
         V_safe = jnp.where(jnp.asarray(valid)[:, None], V64, R[:, 0])  # zero tangents are excluded below
-        U, g_aug, g_rand = (np.asarray(t) for t in _head_measure(head, hv, Z64, V_safe, R))
+        U, g_aug, g_rand = (np.asarray(t) for t in head_measure(head, hv, Z64, V_safe, R))
         if not (np.all(np.isfinite(U)) and np.all(np.isfinite(g_aug)) and np.all(np.isfinite(g_rand))):
             raise FloatingPointError(f"{name} / {aug}: the head produced non-finite outputs or metric gains.")
         ok = valid & (g_rand > 0) & (g_aug > 0)

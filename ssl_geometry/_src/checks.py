@@ -1,0 +1,93 @@
+"""Input validation shared by the library.
+
+Every public function checks its arguments *outside* ``jit`` where it can (shapes
+and ranks are static, so these checks also work on tracers) and raises a
+:class:`ValueError` / :class:`TypeError` that names the argument and says what
+was expected. Value checks (finiteness) only run on concrete arrays.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["check_choice", "check_int", "check_finite", "check_last_dim", "check_min_batch", "check_positive", "check_rank",
+           "check_same_shape", "is_concrete"]
+
+
+def is_concrete(x) -> bool:
+    """True when ``x`` holds values (not a tracer inside jit/grad/vmap)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_rank(x, name: str, ranks: int | Sequence[int]) -> None:
+    """Raise ``ValueError`` unless ``x.ndim`` is one of ``ranks``."""
+    ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+    ndim = jnp.ndim(x)
+    if ndim not in ranks:
+        want = " or ".join(str(r) for r in ranks)
+        raise ValueError(
+            f"`{name}` must have rank {want}; got shape {tuple(jnp.shape(x))} (rank {ndim})."
+        )
+
+
+def check_last_dim(x, name: str, dim: int) -> None:
+    """Raise ``ValueError`` unless the trailing dimension of ``x`` equals ``dim``."""
+    shape = tuple(jnp.shape(x))
+    if not shape or shape[-1] != dim:
+        raise ValueError(f"`{name}` must have trailing dimension {dim}; got shape {shape}.")
+
+
+def check_same_shape(a, b, name_a: str, name_b: str) -> None:
+    """Raise ``ValueError`` unless ``a`` and ``b`` have identical shapes."""
+    if jnp.shape(a) != jnp.shape(b):
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` must have the same shape; got "
+            f"{tuple(jnp.shape(a))} and {tuple(jnp.shape(b))}."
+        )
+
+
+def check_min_batch(x, name: str, minimum: int, why: str = "") -> None:
+    """Raise ``ValueError`` when the leading (batch) axis of ``x`` is below ``minimum``."""
+    n = jnp.shape(x)[0] if jnp.ndim(x) else 0
+    if n < minimum:
+        extra = f" ({why})" if why else ""
+        raise ValueError(f"`{name}` needs a batch of at least {minimum} samples{extra}; got {n}.")
+
+
+def check_finite(x, name: str) -> None:
+    """Raise ``FloatingPointError`` if a concrete ``x`` holds NaN or inf (no-op under tracing)."""
+    for leaf in jax.tree_util.tree_leaves(x):
+        if is_concrete(leaf) and jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            arr = np.asarray(leaf)
+            if not np.all(np.isfinite(arr)):
+                bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+                raise FloatingPointError(
+                    f"`{name}` contains {bad} non-finite value(s) (NaN or inf)."
+                )
+
+
+def check_positive(value, name: str, *, strict: bool = True) -> None:
+    """Raise ``ValueError`` unless a Python/concrete scalar is > 0 (or >= 0)."""
+    if not is_concrete(value):
+        return
+    v = float(value)
+    ok = v > 0 if strict else v >= 0
+    if not ok or not np.isfinite(v):
+        rel = "> 0" if strict else ">= 0"
+        raise ValueError(f"`{name}` must be finite and {rel}; got {value!r}.")
+
+
+def check_choice(value: str, name: str, choices: Sequence[str]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"Unknown {name} {value!r}; expected one of {sorted(choices)}.")
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """``int(value)`` when ``value`` is an integer (not a bool) ``>= minimum``; else ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}; got {value!r}.")
+    return int(value)

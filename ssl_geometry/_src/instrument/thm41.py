@@ -1,0 +1,555 @@
+"""Thm 4.1 (instability of collapse): its premises, its conclusion, and their composition.
+
+Theorem (paraphrased, DESIGN.md section 2): at a collapsed *equilibrium* with residual
+``rho = grad_u L != 0``, ``H_L >= 0``, a C^2 loss and head, and the head adapting faster than
+the backbone, a linear head gives ``H_eff = G >= 0`` (no second-order escape direction) while a
+smooth MLP head generically gives ``lambda_min(H_eff) < 0`` (strict instability); ReLU heads
+have ``M = 0`` away from kinks and behave like linear ones.
+
+* :func:`thm41_premises` -- every premise as a boolean with the number behind it and the
+  tolerance used (``residual_nonzero``, ``loss_hessian_psd``, ``stationary_z``,
+  ``stationary_head``, ``c2_head``, ``timescale_separation``, ``holds``);
+* :func:`collapse_spectrum` -- ``lambda_min``/``lambda_max`` of ``H_eff``, ``G``, ``M`` (dense or
+  Lanczos with residual bounds);
+* :func:`thm41_conclusion` -- the verdict words from a premises report and a spectrum;
+* :func:`classify_collapse` -- ``thm41_conclusion(thm41_premises(...), collapse_spectrum(...))``.
+
+Every sign decision uses :func:`ssl_geometry.geometry.sign_tolerance`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, ArrayLike, Float
+
+from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
+from ssl_geometry._src.instrument.effective import flat_problem, effective_hessian, effective_hvp_operator
+from ssl_geometry._src.instrument.premises import sign_tolerance
+from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.models import activations as _act
+from ssl_geometry._src.models.base import Model, as_function
+
+__all__ = [
+    "AFFINE_ACTIVATIONS", "C2_ACTIVATIONS", "NON_C2_ACTIVATIONS", "CONCLUSIONS",
+    "CollapseClassification", "CollapseSpectrum", "Thm41Premises",
+    "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm",
+    "thm41_conclusion", "thm41_premises",
+]
+
+#: Activations that are C^2 (smooth MLP heads: Thm 4.1 predicts strict instability).
+C2_ACTIVATIONS = frozenset({"gelu", "gelu_tanh", "swish", "silu", "tanh", "softplus", "sigmoid"})
+#: Affine heads: H_eff = G exactly.
+AFFINE_ACTIVATIONS = frozenset({"identity", "linear"})
+#: Not C^2 (kinks: relu, leaky_relu; ELU has a jump in its second derivative at 0).
+NON_C2_ACTIVATIONS = frozenset({"relu", "leaky_relu", "elu"})
+#: The conclusions :func:`thm41_conclusion` can reach.
+CONCLUSIONS = ("strict instability", "no second-order escape", "premise violated")
+
+
+def head_smoothness(activation: str | Callable | None = None, smooth: bool | None = None) -> str:
+    """Classify a head for Thm 4.1: ``"linear"``, ``"smooth"``, ``"piecewise"`` or ``"unknown"``.
+
+    ``"linear"``: identity activation (``M = 0`` identically, C^infinity).
+    ``"smooth"``: C^2 nonlinear activation (:data:`C2_ACTIVATIONS`).
+    ``"piecewise"``: not C^2 (:data:`NON_C2_ACTIVATIONS`; ReLU's ``M = 0`` away from kinks).
+    ``smooth`` (bool) overrides the name for custom callables: ``True`` -> ``"smooth"``,
+    ``False`` -> ``"piecewise"``.
+    """
+    if smooth is not None:
+        return "smooth" if smooth else "piecewise"
+    if activation is None:
+        return "unknown"
+    if callable(activation) and not isinstance(activation, str):
+        for name, fn in _act.ACTIVATIONS.items():
+            if fn is activation:
+                activation = name
+                break
+        else:
+            return "unknown"
+    name = str(activation).lower()
+    check_choice(name, "activation", _act.ACTIVATIONS)
+    if name in AFFINE_ACTIVATIONS:
+        return "linear"
+    if name in C2_ACTIVATIONS:
+        return "smooth"
+    if name in NON_C2_ACTIVATIONS:
+        return "piecewise"
+    return "unknown"
+
+
+def _kind_of_model(model: Model) -> str:
+    """Head kind read from the ``name`` of :func:`ssl_geometry.heads.mlp` models (and compositions)."""
+    acts = re.findall(r"mlp\([^,]*, ([A-Za-z_]+),", model.name)
+    kinds = {head_smoothness(a) if a in _act.ACTIVATIONS else "unknown" for a in acts}
+    if not kinds or "unknown" in kinds:
+        return "unknown"
+    for kind in ("piecewise", "smooth"):
+        if kind in kinds:
+            return kind
+    return "linear"
+
+
+def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, iters: int = 300,
+                  key: Array | None = None) -> float:
+    """Spectral norm ``|D fn(x)|_2`` of the Jacobian of ``fn`` at ``x`` (any array shapes).
+
+    Dense (``jax.jacfwd`` then the largest singular value) when the Jacobian has at most
+    ``max_dense_entries`` entries; otherwise power iteration on ``J^T J`` by ``jvp``/``vjp``
+    (``iters`` steps; a lower bound that converges to ``|J|_2``, so a ratio ``|g| / (|J| |rho|)``
+    built on it errs towards *non*-stationary).
+    """
+    x = jnp.asarray(x)
+    out_size = int(np.prod(jax.eval_shape(fn, x).shape))
+    if out_size * x.size <= max_dense_entries:
+        J = np.asarray(jax.jacfwd(lambda v: jnp.ravel(fn(v.reshape(x.shape))))(x.reshape(-1)))
+        check_finite(J, "Jacobian in operator_norm")
+        return float(np.linalg.norm(J, 2)) if J.size else 0.0
+    key = jax.random.PRNGKey(0) if key is None else key
+    v = jax.random.normal(key, x.shape, x.dtype)
+    _, vjp = jax.vjp(fn, x)
+
+    @jax.jit
+    def step(v):
+        w = vjp(jax.jvp(fn, (x,), (v,))[1])[0]
+        return w / jnp.linalg.norm(w), jnp.linalg.norm(w)
+
+    v = v / jnp.linalg.norm(v)
+    lam = jnp.zeros((), x.dtype)
+    for _ in range(iters):
+        v, lam = step(v)
+    return float(jnp.sqrt(lam))
+
+
+class Thm41Premises(NamedTuple):
+    """Thm 4.1's premises at one state: booleans, the numbers behind them, the tolerances.
+
+    Booleans (``None`` = not checkable from what was given):
+      residual_nonzero: ``|rho| > residual_tol``.
+      loss_hessian_psd: ``lambda_min(H_L) >= -psd_tol``.
+      stationary_z: ``|grad_z L| <= stationary_tol * |J|_2 |rho|`` (``grad_z L = J^T rho``, so the
+        ratio lies in ``[0, 1]``; 0 at an equilibrium in the representation).
+      stationary_head: ``|grad_theta L| <= stationary_tol * |dh/dtheta|_2 |rho|`` (``None`` when
+        the head was a plain function with no parameters to differentiate).
+      c2_head: head activation C^2 (``None`` when unknown).
+      timescale_separation: ``timescale_ratio > min_timescale_ratio`` (``None`` when no ratio given).
+      holds: every premise that is not ``None`` is met.
+      holds_except_smoothness: the same without ``c2_head`` (Thm 4.1's ReLU statement).
+      collapsed: rows of ``z`` equal up to ``collapse_tol`` (informational; ``None`` for one sample).
+
+    Numbers: ``residual_norm``, ``loss``, ``lambda_min_loss_hessian``, ``lambda_max_loss_hessian``,
+    ``grad_z_norm``, ``grad_z_scale`` (``|J|_2 |rho|``), ``grad_z_ratio``, ``grad_head_norm``,
+    ``grad_head_scale``, ``grad_head_ratio``, ``timescale_ratio``, ``collapse_spread``
+    (``max_i |z_i - mean z|``), ``head_kind``. Tolerances: ``residual_tol``, ``psd_tol``,
+    ``stationary_tol``, ``min_timescale_ratio``, ``collapse_tol``. ``notes``: why a premise failed.
+    """
+
+    residual_nonzero: bool
+    loss_hessian_psd: bool
+    stationary_z: bool
+    stationary_head: bool | None
+    c2_head: bool | None
+    timescale_separation: bool | None
+    holds: bool
+    holds_except_smoothness: bool
+    collapsed: bool | None
+    head_kind: str
+    residual_norm: float
+    loss: float
+    lambda_min_loss_hessian: float
+    lambda_max_loss_hessian: float
+    grad_z_norm: float
+    grad_z_scale: float
+    grad_z_ratio: float
+    grad_head_norm: float | None
+    grad_head_scale: float | None
+    grad_head_ratio: float | None
+    timescale_ratio: float | None
+    collapse_spread: float | None
+    residual_tol: float
+    psd_tol: float
+    stationary_tol: float
+    min_timescale_ratio: float
+    collapse_tol: float | None
+    notes: tuple
+
+    def violated(self) -> tuple:
+        """Names of the premises that are checked and not met."""
+        names = ("residual_nonzero", "loss_hessian_psd", "stationary_z", "stationary_head", "c2_head",
+                 "timescale_separation")
+        return tuple(n for n in names if getattr(self, n) is False)
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dictionary (``notes`` as a list)."""
+        d = self._asdict()
+        d["notes"] = list(self.notes)
+        return d
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+def _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps, key):
+    """``(lmin, lmax, sign_tol, notes)`` of ``H_L`` at ``uf``: dense, or Lanczos beyond ``max_dense_dim``."""
+    if uf.size <= max_dense_dim:
+        H_L = np.asarray(jax.hessian(loss_flat)(uf))
+        check_finite(H_L, "loss Hessian H_L at the given `z`")
+        eL = np.linalg.eigvalsh(0.5 * (H_L + H_L.T))
+        return float(eL[0]), float(eL[-1]), sign_tolerance(eL, dtype), ()
+
+    def loss_hvp(v, uf):
+        return jax.jvp(jax.grad(loss_flat), (uf,), (v,))[1]
+
+    lo, hi, res = lanczos_extremes(loss_hvp, (uf,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
+    notes = () if res["converged"] else (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)
+    return lo, hi, sign_tolerance([lo, hi], dtype, dim=int(uf.size), residual=res["min"]), notes
+
+
+def _head_gradient(model, variables, loss_fn, z, rho, train):
+    """``(|grad_theta L|, |dh/dtheta|_2 |rho|)`` for the head parameters ``variables["params"]``."""
+    flat, unravel = ravel_pytree(variables["params"])
+
+    def outputs(theta):
+        return model.apply({**variables, "params": unravel(theta)}, z, train=train)[0]
+
+    g = jax.grad(lambda theta: loss_fn(outputs(theta)))(flat)
+    check_finite(g, "head-parameter gradient grad_theta L at the given `z`")
+    return float(jnp.linalg.norm(g)), operator_norm(outputs, flat) * float(jnp.linalg.norm(rho))
+
+
+def _resolve_head(model, variables, activation, smooth, train):
+    """``(head_fn, head_kind)`` from a Model with its variables or a plain function."""
+    if isinstance(model, Model):
+        if not isinstance(variables, dict) or "params" not in variables:
+            raise ValueError("`variables` must be the head's variables dict with a 'params' entry when "
+                             f"`model` is a Model; got {type(variables).__name__}.")
+        kind = head_smoothness(activation, smooth) if (activation is not None or smooth is not None) \
+            else _kind_of_model(model)
+        return as_function(model, variables, train=train), kind
+    if callable(model):
+        if variables is not None:
+            raise ValueError("`variables` must be None when `model` is a plain function z -> u.")
+        return model, head_smoothness(activation, smooth)
+    raise TypeError(f"`model` must be a Model or a callable z -> u; got {type(model).__name__}.")
+
+
+def _collapse_spread(z):
+    """``(collapsed, max_i |z_i - mean z|, tolerance 1e-6 max(1, |mean z|))``; ``None``s for one sample."""
+    if z.ndim != 2:
+        return None, None, None
+    zc = np.asarray(z, np.float64)
+    centre = zc.mean(axis=0)
+    spread = float(np.max(np.linalg.norm(zc - centre, axis=1)))
+    c_tol = 1e-6 * max(1.0, float(np.linalg.norm(centre)))
+    return bool(spread <= c_tol), spread, c_tol
+
+
+def _premise_notes(p: "Thm41Premises", timescale_ratio) -> list:
+    """Why each premise that is checked failed, plus what was not checked."""
+    rules = {"residual_nonzero": f"|rho| = {p.residual_norm:.3e} <= {p.residual_tol:.3e}",
+             "loss_hessian_psd": f"lambda_min(H_L) = {p.lambda_min_loss_hessian:.3e} < -{p.psd_tol:.3e}",
+             "stationary_z": f"|grad_z L| / (|J| |rho|) = {p.grad_z_ratio:.3e} > {p.stationary_tol:.3e} "
+                             "(not an equilibrium in z)",
+             "stationary_head": f"|grad_theta L| / (|dh/dtheta| |rho|) = {p.grad_head_ratio} > "
+                                f"{p.stationary_tol:.3e} (not an equilibrium of the head)",
+             "c2_head": f"head kind {p.head_kind!r} is not C^2",
+             "timescale_separation": f"timescale ratio {timescale_ratio} <= {p.min_timescale_ratio}"}
+    notes = [f"premise {n} not met: {rules[n]}." for n in p.violated()]
+    if p.head_kind == "unknown":
+        notes.append("head smoothness unknown: pass `activation` or `smooth` to check the C^2 premise.")
+    if timescale_ratio is None:
+        notes.append("timescale separation not checked (no `timescale_ratio`).")
+    if p.grad_z_scale == 0.0:
+        notes.append("the head Jacobian dh/dz is zero at z (a dead head): stationarity in z holds trivially.")
+    if p.collapsed is False:
+        notes.append("the batch is not collapsed (rows differ); Thm 4.1 speaks of collapsed states.")
+    return notes
+
+
+def thm41_premises(
+    model: Model | Callable[[Array], Array],
+    variables: dict | None,
+    loss_fn: Callable[[Array], Array],
+    z: Float[ArrayLike, "*n d"],
+    *,
+    timescale_ratio: float | None = None,
+    min_timescale_ratio: float = 1.0,
+    activation: str | Callable | None = None,
+    smooth: bool | None = None,
+    train: bool = False,
+    residual_tol: float | None = None,
+    psd_tol: float | None = None,
+    stationary_tol: float | None = None,
+    max_dense_dim: int = 1024,
+    lanczos_steps: int = 100,
+    key: Array | None = None,
+) -> Thm41Premises:
+    """Thm 4.1's premises at the state ``(theta, z)`` of a head ``model`` with ``variables``.
+
+    With ``u = h_theta(z)``, ``rho = grad_u L``, ``J = dh/dz``:
+
+    * ``residual_nonzero``: ``|rho| > residual_tol`` (default ``sqrt(eps) * max(1, |L|)``);
+    * ``loss_hessian_psd``: ``lambda_min(H_L) >= -psd_tol`` (default :func:`sign_tolerance`,
+      ``dim * eps * max|lambda(H_L)|``);
+    * ``stationary_z``: ``|J^T rho| <= stationary_tol * |J|_2 |rho|``;
+    * ``stationary_head``: ``|(dh/dtheta)^T rho| <= stationary_tol * |dh/dtheta|_2 |rho|``
+      (``stationary_tol`` default ``sqrt(eps)``: at an exact equilibrium the computed gradient
+      is ``O(eps)`` of its scale, anything above ``sqrt(eps)`` is a gradient the dynamics follow);
+    * ``c2_head``: from ``activation`` / ``smooth`` (:func:`head_smoothness`), else read from an
+      :func:`ssl_geometry.heads.mlp` model's name;
+    * ``timescale_separation``: ``timescale_ratio > min_timescale_ratio``, the ratio being
+      (head adaptation rate) / (backbone adaptation rate); ``None`` when not given.
+
+    Args:
+      model: a head :class:`~ssl_geometry.Model` (then ``variables`` are its variables), or
+        a plain function ``z -> u`` with ``variables=None`` (then ``stationary_head`` is ``None``).
+      variables: the head's variables (``{"params": ..., ["batch_stats": ...]}``) or ``None``.
+      loss_fn: maps head outputs ``(n, k)`` (or ``(k,)``) to a scalar.
+      z: the representation, ``(n, d)`` or ``(d,)``.
+      train: apply the head in train mode (BatchNorm with batch statistics).
+      max_dense_dim: ``H_L`` dense up to this size ``n*k``, Lanczos beyond.
+    """
+    z = jnp.asarray(z)
+    check_rank(z, "z", (1, 2))
+    if timescale_ratio is not None:
+        check_positive(timescale_ratio, "timescale_ratio")
+    check_positive(min_timescale_ratio, "min_timescale_ratio", strict=False)
+    if not isinstance(max_dense_dim, int) or max_dense_dim < 1:
+        raise ValueError(f"`max_dense_dim` must be a positive int; got {max_dense_dim!r}.")
+    head_fn, kind = _resolve_head(model, variables, activation, smooth, train)
+    dtype = z.dtype
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    key = jax.random.PRNGKey(0) if key is None else key
+    _, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
+    rho = jax.grad(loss_flat)(uf)
+    check_finite(rho, "residual rho = grad_u L at the given `z`")
+    loss_val = float(loss_flat(uf))
+    r_norm = float(jnp.linalg.norm(rho))
+    r_tol = np.sqrt(eps) * max(1.0, abs(loss_val)) if residual_tol is None else float(residual_tol)
+    lo, hi, p_tol_default, notes = _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps,
+                                                          jax.random.fold_in(key, 7))
+    p_tol = p_tol_default if psd_tol is None else float(psd_tol)
+    s_tol = np.sqrt(eps) if stationary_tol is None else float(stationary_tol)
+    notes = list(notes)
+
+    gz = jax.grad(lambda x: loss_flat(head_flat(x)))(z.reshape(-1))
+    check_finite(gz, "representation gradient grad_z L at the given `z`")
+    gz_norm = float(jnp.linalg.norm(gz))
+    gz_scale = operator_norm(head_flat, z.reshape(-1)) * r_norm
+    gz_ratio = _ratio(gz_norm, gz_scale)
+    gh_norm = gh_scale = gh_ratio = stat_head = None
+    if isinstance(model, Model):
+        gh_norm, gh_scale = _head_gradient(model, variables, loss_fn, z, rho, train)
+        gh_ratio = _ratio(gh_norm, gh_scale)
+        stat_head = bool(gh_ratio <= s_tol)
+    else:
+        notes.append("head stationarity not checked: pass a Model and its variables.")
+    c2 = {"linear": True, "smooth": True, "piecewise": False}.get(kind)
+    ts = None if timescale_ratio is None else bool(float(timescale_ratio) > min_timescale_ratio)
+    collapsed, spread, c_tol = _collapse_spread(z)
+    checks = {"residual_nonzero": bool(r_norm > r_tol), "loss_hessian_psd": bool(lo >= -p_tol),
+              "stationary_z": bool(gz_ratio <= s_tol), "stationary_head": stat_head, "c2_head": c2,
+              "timescale_separation": ts}
+    rest = [v for n, v in checks.items() if n != "c2_head" and v is not None]
+    out = Thm41Premises(
+        **checks, holds=bool(all(rest) and c2 is not False), holds_except_smoothness=bool(all(rest)),
+        collapsed=collapsed, head_kind=kind, residual_norm=r_norm, loss=loss_val,
+        lambda_min_loss_hessian=lo, lambda_max_loss_hessian=hi, grad_z_norm=gz_norm, grad_z_scale=gz_scale,
+        grad_z_ratio=gz_ratio, grad_head_norm=gh_norm, grad_head_scale=gh_scale, grad_head_ratio=gh_ratio,
+        timescale_ratio=None if timescale_ratio is None else float(timescale_ratio), collapse_spread=spread,
+        residual_tol=float(r_tol), psd_tol=float(p_tol), stationary_tol=float(s_tol),
+        min_timescale_ratio=float(min_timescale_ratio), collapse_tol=c_tol, notes=(),
+    )
+    notes += _premise_notes(out, timescale_ratio)
+    return out._replace(notes=tuple(notes))
+
+
+class CollapseSpectrum(NamedTuple):
+    """Extreme eigenvalues of ``H_eff`` (``"full"``), ``G`` (``"metric"``) and ``M`` (``"interaction"``).
+
+    Attributes:
+      lambda_min, lambda_max: ``{name: float}``.
+      sign_tol: ``{name: float}`` from :func:`sign_tolerance` (plus the Lanczos residual).
+      method: ``"dense"`` or ``"lanczos"``.
+      residual_norms: Lanczos true residuals per matrix (``{}`` for dense).
+      notes: convergence remarks.
+    """
+
+    lambda_min: dict
+    lambda_max: dict
+    sign_tol: dict
+    method: str
+    residual_norms: dict
+    notes: tuple
+
+
+def lanczos_extremes(raw_mv, args, dim, dtype, *, key, num_steps):
+    """(lmin, lmax, info) of a symmetric operator by :func:`ssl_geometry.curvature.extreme_eigenvalues`.
+
+    ``info`` holds the true residuals ``|A y - theta y|`` of the two Ritz vectors,
+    the number of steps and the convergence flag.
+    """
+    res = extreme_eigenvalues(raw_mv, dim, k=1, num_steps=min(num_steps, dim), key=key, args=args,
+                              return_vectors=True, dtype=dtype)
+    info = {"min": float(np.asarray(res.smallest_true_residuals)[0]),
+            "max": float(np.asarray(res.largest_true_residuals)[0]),
+            "num_steps": int(res.num_steps), "converged": bool(res.converged)}
+    lo, hi = float(np.asarray(res.smallest)[0]), float(np.asarray(res.largest)[0])
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise FloatingPointError(f"Lanczos returned non-finite extreme eigenvalues: {lo}, {hi}.")
+    return lo, hi, info
+
+
+def collapse_spectrum(
+    head_fn: Callable[[Array], Array],
+    loss_fn: Callable[[Array], Array],
+    z: Float[ArrayLike, "*n d"],
+    *,
+    per_sample: bool = False,
+    max_dense_dim: int = 1024,
+    lanczos_steps: int = 100,
+    key: Array | None = None,
+) -> CollapseSpectrum:
+    """``lambda_min``/``lambda_max`` of ``H_eff = G + M``, ``G`` and ``M`` at ``z``.
+
+    Dense ``eigh`` of :func:`effective_hessian` when ``n*d <= max_dense_dim``; otherwise Lanczos
+    (:func:`ssl_geometry.curvature.extreme_eigenvalues`) on :func:`effective_hvp_operator`, with
+    the true residuals ``|A y - theta y|`` reported and added to the sign tolerance.
+    """
+    z = jnp.asarray(z)
+    dim, dtype = int(z.size), z.dtype
+    key = jax.random.PRNGKey(0) if key is None else key
+    lmin, lmax, tols, res_norms, notes = {}, {}, {}, {}, []
+    names = ("full", "metric", "interaction")
+    if dim <= max_dense_dim:
+        method = "dense"
+        eh = effective_hessian(head_fn, loss_fn, z, per_sample=per_sample)
+        for name in names:
+            a = np.asarray(getattr(eh, name))
+            e = np.linalg.eigvalsh(0.5 * (a + a.T))
+            lmin[name], lmax[name], tols[name] = float(e[0]), float(e[-1]), sign_tolerance(e, dtype)
+    else:
+        method = "lanczos"
+        for i, name in enumerate(names):
+            raw, args = effective_hvp_operator(head_fn, loss_fn, z, part=name)
+            lo, hi, res = lanczos_extremes(raw, args, dim, dtype, key=jax.random.fold_in(key, i),
+                                            num_steps=lanczos_steps)
+            lmin[name], lmax[name], res_norms[name] = lo, hi, res
+            tols[name] = sign_tolerance([lo, hi], dtype, dim=dim, residual=res["min"])
+            if not res["converged"]:
+                notes.append(f"Lanczos for {name} did not meet its tolerance in {res['num_steps']} steps; "
+                             f"true residuals min/max end: {res['min']:.3e} / {res['max']:.3e}.")
+    return CollapseSpectrum(lambda_min=lmin, lambda_max=lmax, sign_tol=tols, method=method,
+                            residual_norms=res_norms, notes=tuple(notes))
+
+
+@dataclasses.dataclass(frozen=True)
+class CollapseClassification:
+    """Thm 4.1 at one state: premises, extreme eigenvalues and the conclusion.
+
+    Attributes:
+      conclusion: ``"strict instability"`` (``lambda_min(H_eff) < -eig_tol``: a second-order
+        escape direction), ``"no second-order escape"`` (``lambda_min >= -eig_tol``) or
+        ``"premise violated"`` (a checked premise is not met -- ``rho = 0``, ``H_L`` not PSD, not
+        an equilibrium in ``z`` or in the head, or no timescale separation; the eigenvalues are
+        still reported). A non-C^2 (ReLU) head alone does not give ``"premise violated"``:
+        Thm 4.1's ReLU statement (``M = 0`` a.e.) is about exactly that case.
+      premises: the :class:`Thm41Premises`.
+      lambda_min, lambda_max: ``{"full" | "metric" | "interaction" | "loss_hessian": float}``.
+      eig_tol: the sign tolerance of ``lambda_min(H_eff)`` (:func:`sign_tolerance`).
+      method: ``"dense"`` or ``"lanczos"``; head_kind: from :func:`head_smoothness`.
+      predicted: what Thm 4.1 predicts for this head kind (``None`` if nothing).
+      notes: why a premise failed, convergence remarks.
+      residual_norms: Lanczos residual bounds per matrix (``{}`` for dense).
+    """
+
+    conclusion: str
+    premises: Thm41Premises
+    lambda_min: dict
+    lambda_max: dict
+    eig_tol: float
+    method: str
+    head_kind: str
+    predicted: str | None
+    notes: tuple
+    residual_norms: dict
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dictionary."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["premises"] = self.premises.as_dict()
+        d["notes"] = list(self.notes)
+        return d
+
+
+def thm41_conclusion(premises: Thm41Premises, spectrum: CollapseSpectrum, *,
+                     eig_tol: float | None = None) -> CollapseClassification:
+    """Thm 4.1's conclusion from its premises and the spectrum at the same state.
+
+    ``"premise violated"`` unless ``premises.holds_except_smoothness``; else ``"strict
+    instability"`` when ``lambda_min(H_eff) < -eig_tol`` (default ``spectrum.sign_tol["full"]``),
+    ``"no second-order escape"`` otherwise. ``predicted``: ``"no second-order escape"`` for linear
+    and piecewise-linear heads, ``"strict instability"`` for smooth heads.
+    """
+    if not isinstance(premises, Thm41Premises):
+        raise TypeError(f"`premises` must be a Thm41Premises; got {type(premises).__name__}.")
+    if not isinstance(spectrum, CollapseSpectrum):
+        raise TypeError(f"`spectrum` must be a CollapseSpectrum; got {type(spectrum).__name__}.")
+    tol = spectrum.sign_tol["full"] if eig_tol is None else float(eig_tol)
+    if eig_tol is not None:
+        check_positive(eig_tol, "eig_tol", strict=False)
+    if not premises.holds_except_smoothness:
+        conclusion = "premise violated"
+    elif spectrum.lambda_min["full"] < -tol:
+        conclusion = "strict instability"
+    else:
+        conclusion = "no second-order escape"
+    kind = premises.head_kind
+    notes = list(premises.notes) + list(spectrum.notes)
+    if kind == "piecewise":
+        notes.append("head is not C^2: the Hessian is exact only away from kinks; Thm 4.1's ReLU "
+                     "statement (M = 0 a.e., behaves like a linear head) is what applies.")
+    predicted = {"linear": "no second-order escape", "piecewise": "no second-order escape",
+                 "smooth": "strict instability"}.get(kind)
+    lmin = {**spectrum.lambda_min, "loss_hessian": premises.lambda_min_loss_hessian}
+    lmax = {**spectrum.lambda_max, "loss_hessian": premises.lambda_max_loss_hessian}
+    return CollapseClassification(conclusion=conclusion, premises=premises, lambda_min=lmin, lambda_max=lmax,
+                                  eig_tol=float(tol), method=spectrum.method, head_kind=kind, predicted=predicted,
+                                  notes=tuple(notes), residual_norms=dict(spectrum.residual_norms))
+
+
+def classify_collapse(
+    head: Model | Callable[[Array], Array],
+    loss_fn: Callable[[Array], Array],
+    z: Float[ArrayLike, "*n d"],
+    *,
+    variables: dict | None = None,
+    eig_tol: float | None = None,
+    per_sample: bool = False,
+    train: bool = False,
+    max_dense_dim: int = 1024,
+    lanczos_steps: int = 100,
+    key: Array | None = None,
+    **premise_options: Any,
+) -> CollapseClassification:
+    """Thm 4.1 at the state ``z``: ``thm41_conclusion(thm41_premises(...), collapse_spectrum(...))``.
+
+    ``head`` is a plain function ``z -> u`` (``variables=None``: head stationarity is then not
+    checked) or a head :class:`~ssl_geometry.Model` with its ``variables``.
+    ``premise_options`` go to :func:`thm41_premises` (``activation``, ``smooth``,
+    ``timescale_ratio``, ``min_timescale_ratio``, ``residual_tol``, ``psd_tol``,
+    ``stationary_tol``); the eigenvalue options to :func:`collapse_spectrum`.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    prem = thm41_premises(head, variables, loss_fn, z, train=train, max_dense_dim=max_dense_dim,
+                          lanczos_steps=lanczos_steps, key=key, **premise_options)
+    head_fn = as_function(head, variables, train=train) if isinstance(head, Model) else head
+    spec = collapse_spectrum(head_fn, loss_fn, z, per_sample=per_sample, max_dense_dim=max_dense_dim,
+                             lanczos_steps=lanczos_steps, key=key)
+    return thm41_conclusion(prem, spec, eig_tol=eig_tol)

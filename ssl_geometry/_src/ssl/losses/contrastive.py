@@ -1,0 +1,167 @@
+"""Contrastive losses: SimCLR's NT-Xent, MoCo v2 (queue) and v3 (in-batch), spectral contrastive."""
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, ScalarLike
+
+from ssl_geometry._src import ops as _ops
+from ssl_geometry._src.checks import check_rank, check_same_shape
+from ssl_geometry._src.ops import ArrayIn
+from ssl_geometry._src.ssl.losses._common import (
+    EPS_TF_L2_NORMALIZE,
+    EPS_TORCH_NORMALIZE,
+    check_pair,
+    finite_loss,
+    off_diagonal_mask,
+    positive,
+    sg,
+)
+
+__all__ = ["info_nce", "moco", "moco_v3", "spectral_contrastive"]
+
+
+def info_nce(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperature: ScalarLike = 0.1) -> Float[Array, ""]:
+    """SimCLR NT-Xent over the ``2n`` views of a batch.
+
+    With ``u = [z1; z2] / |.|`` (rows L2-normalised, norm floor ``1e-6`` as
+    ``tf.math.l2_normalize`` in the SimCLR code), ``s_ab = u_a . u_b / tau`` and
+    ``pos(a)`` the other view of ``a``'s sample (``a +- n``),
+
+        L = (1/2n) sum_{a=1}^{2n} [ -s_{a,pos(a)} + log sum_{b != a} exp(s_ab) ],
+
+    i.e. each anchor's positive is its other view and the other ``2n - 2`` views
+    are negatives (Chen et al., "A Simple Framework for Contrastive Learning of
+    Visual Representations", ICML 2020, Eq. (1) averaged over all ``2n``
+    anchors). Computed with ``logsumexp`` over the row with its diagonal masked.
+
+    Args:
+      z1, z2: projections of views 1 and 2, ``(n, k)``, ``n >= 2``.
+      temperature: ``tau > 0`` (a traced ``tau <= 0`` raises at run time under ``jit``).
+    """
+    check_pair(z1, z2, "z1", "z2", 2, "NT-Xent needs in-batch negatives")
+    temperature = positive(temperature, "temperature")
+    z1, z2 = _ops.upcast(z1, z2)
+    n = z1.shape[0]
+    u = _ops.l2_normalize(jnp.concatenate([z1, z2], axis=0), EPS_TF_L2_NORMALIZE)
+    sim = (u @ u.T) / temperature
+    eye = jnp.eye(2 * n, dtype=bool)
+    lse = jax.nn.logsumexp(jnp.where(eye, -jnp.inf, sim), axis=1)
+    pos = jnp.sum(u[:n] * u[n:], axis=-1) / temperature
+    pos = jnp.concatenate([pos, pos])
+    return finite_loss(jnp.mean(lse - pos), "info_nce", (z1, z2))
+
+
+def moco(
+    q: Float[ArrayIn, "n k"], k: Float[ArrayIn, "n k"], queue: Float[ArrayIn, "m k"], *, temperature: ScalarLike = 0.2
+) -> tuple[Float[Array, ""], Float[Array, "m k"]]:
+    """MoCo v2 InfoNCE against a queue of keys; returns ``(loss, new_queue)``.
+
+    He et al., "Momentum Contrast for Unsupervised Visual Representation
+    Learning", CVPR 2020, Eq. (1); Chen et al. 2020 (MoCo v2, ``tau = 0.2``).
+    With ``q^_i = q_i/|q_i|``, ``k^_i = sg(k_i/|k_i|)`` (``F.normalize``, norm
+    floor ``1e-12``) and queue rows ``m_j`` (``j = 1..K``, stop-gradient, used as
+    given: they are expected to be unit keys, as the reference code stores them),
+
+        L = (1/n) sum_i [ -q^_i.k^_i/tau + log( exp(q^_i.k^_i/tau) + sum_j exp(q^_i.m_j/tau) ) ].
+
+    ``new_queue`` drops the ``n`` oldest rows and appends the ``n`` new unit keys
+    (rows are ordered oldest first): ``new_queue = [queue[n:]; k^]``, in the
+    queue's dtype. This is the reference ring buffer up to a permutation of rows,
+    to which the loss is invariant.
+
+    Args:
+      q: query projections ``(n, k)`` (online encoder).
+      k: key projections ``(n, k)`` (momentum encoder; stop-gradient).
+      queue: ``(K, k)`` unit keys of earlier batches, ``K >= n``.
+      temperature: ``tau > 0``.
+    """
+    check_pair(q, k, "q", "k")
+    check_rank(queue, "queue", 2)
+    temperature = positive(temperature, "temperature")
+    n, dim = q.shape
+    if queue.shape[1] != dim:
+        raise ValueError(f"`queue` must have shape (K, {dim}) to match `q`; got {tuple(queue.shape)}.")
+    if queue.shape[0] < n:
+        raise ValueError(f"`queue` must hold at least as many keys as the batch ({n}); got K={queue.shape[0]}.")
+    queue_dtype = jnp.result_type(queue)
+    q, k, mem = _ops.upcast(q, k, sg(queue))
+    qn = _ops.l2_normalize(q, EPS_TORCH_NORMALIZE)
+    kn = sg(_ops.l2_normalize(k, EPS_TORCH_NORMALIZE))
+    l_pos = jnp.sum(qn * kn, axis=-1, keepdims=True)
+    l_neg = qn @ mem.T
+    logits = jnp.concatenate([l_pos, l_neg], axis=1) / temperature
+    loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - logits[:, 0])
+    new_queue = jnp.concatenate([mem[n:], kn], axis=0).astype(queue_dtype)
+    return finite_loss(loss, "moco", (q, k, mem)), new_queue
+
+
+def _moco_v3_ce(q, k, temperature):
+    qn = _ops.l2_normalize(q, EPS_TORCH_NORMALIZE)
+    kn = _ops.l2_normalize(sg(k), EPS_TORCH_NORMALIZE)
+    logits = (qn @ kn.T) / temperature
+    ce = jax.nn.logsumexp(logits, axis=1) - jnp.diagonal(logits)
+    return jnp.mean(ce) * (2.0 * temperature)
+
+
+def moco_v3(
+    q1: Float[ArrayIn, "n k"],
+    q2: Float[ArrayIn, "n k"],
+    k1: Float[ArrayIn, "n k"],
+    k2: Float[ArrayIn, "n k"],
+    *,
+    temperature: ScalarLike = 0.2,
+) -> Float[Array, ""]:
+    """MoCo v3 symmetrised InfoNCE with in-batch negatives.
+
+    Chen, Xie & He, "An Empirical Study of Training Self-Supervised Vision
+    Transformers", ICCV 2021 (reference code ``moco/builder.py``):
+    ``L = ctr(q1, k2) + ctr(q2, k1)`` with, for unit ``q^``, ``k^ = sg(k/|k|)``
+    (norm floor ``1e-12``),
+
+        ctr(q, k) = 2 tau * (1/n) sum_i [ -q^_i.k^_i/tau + log sum_j exp(q^_i.k^_j/tau) ],
+
+    the ``2 tau`` factor as in the reference code. Keys of the other samples in
+    the batch are the negatives (single device: no all-gather).
+
+    Args:
+      q1, q2: online predictions of views 1 and 2, ``(n, k)``, ``n >= 2``.
+      k1, k2: momentum-encoder projections of views 1 and 2 (stop-gradient).
+      temperature: ``tau > 0``.
+    """
+    check_pair(q1, q2, "q1", "q2", 2, "MoCo v3 uses in-batch negatives")
+    check_pair(k1, k2, "k1", "k2", 2, "MoCo v3 uses in-batch negatives")
+    check_same_shape(q1, k1, "q1", "k1")
+    temperature = positive(temperature, "temperature")
+    q1, q2, k1, k2 = _ops.upcast(q1, q2, k1, k2)
+    loss = _moco_v3_ce(q1, k2, temperature) + _moco_v3_ce(q2, k1, temperature)
+    return finite_loss(loss, "moco_v3", (q1, q2, k1, k2))
+
+
+def spectral_contrastive(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"]) -> Float[Array, ""]:
+    """Spectral contrastive loss (HaoChen et al., "Provable Guarantees for
+    Self-Supervised Deep Learning with Spectral Contrastive Loss", NeurIPS 2021, Eq. (4)):
+
+        L = -2 E_{(x, x+)}[f(x)^T f(x+)] + E_{x, x-}[(f(x)^T f(x-))^2]
+          = -(2/n) sum_i z1_i . z2_i  +  1/(n(n-1)) sum_{i != j} (z1_i . z2_j)^2.
+
+    The positive term averages over the ``n`` positive pairs; the negative term
+    averages over the ``n(n-1)`` *cross-view* pairs of different samples
+    (``z1_i`` against ``z2_j``, ``i != j``), exactly the estimator of the
+    authors' code (``mean`` of the off-diagonal of ``(Z1 Z2^T)^2`` times
+    ``n/(n-1)``). The authors' optional projection of ``f`` onto the ball
+    ``|f| <= sqrt(mu)`` is not applied: the loss acts on the given outputs.
+
+    Limit: the negative term is of degree 4 in the input scale ``s``; once
+    ``k^2 s^4`` exceeds the dtype's range (float32: ``s >~ 1e9``) the loss raises
+    ``FloatingPointError`` (under ``jit``: a run-time error) instead of returning
+    ``inf - inf = NaN``.
+
+    Args:
+      z1, z2: ``(n, k)``, ``n >= 2``.
+    """
+    check_pair(z1, z2, "z1", "z2", 2, "the negative term needs pairs of different samples")
+    z1, z2 = _ops.upcast(z1, z2)
+    n = z1.shape[0]
+    pos = -2.0 * jnp.mean(jnp.sum(z1 * z2, axis=-1))
+    g = z1 @ z2.T
+    neg = jnp.sum(jnp.square(g) * off_diagonal_mask(n, g.dtype)) / (n * (n - 1))
+    return finite_loss(pos + neg, "spectral_contrastive", (z1, z2), degree=4)

@@ -1,0 +1,296 @@
+"""Two-view self-supervised objectives behind one interface.
+
+Implementation of :mod:`ssl_geometry.objectives`; the conventions and formulas are in its docstring.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ssl_geometry._src.ssl.losses import contrastive as _contrastive
+from ssl_geometry._src.ssl.losses import cosine as _cosine
+from ssl_geometry._src.ssl.losses import distillation as _distillation
+from ssl_geometry._src.ssl.losses import redundancy as _redundancy
+from ssl_geometry._src.checks import check_choice, check_positive
+from ssl_geometry._src.models.base import Model
+from ssl_geometry._src.ops import l2_normalize
+
+Array = jax.Array
+
+__all__ = ["OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
+           "make_objective"]
+
+OBJECTIVES = ("simsiam", "byol", "simclr", "moco", "moco_v3", "barlow_twins", "vicreg", "dino",
+              "spectral_contrastive", "wmse")
+#: Methods that keep an EMA copy of backbone + projector as ``state["target"]``.
+EMA_METHODS = frozenset({"byol", "moco", "moco_v3", "dino"})
+#: Methods whose online branch has a predictor after the projector.
+PREDICTOR_METHODS = frozenset({"simsiam", "byol", "moco_v3"})
+
+
+class Objective(NamedTuple):
+    """A two-view SSL objective as pure functions.
+
+    Attributes:
+      name: method name.
+      init: ``init(key) -> (params, state)``.
+      loss_fn: ``loss_fn(params, state, rng, batch) -> (loss, (new_state, aux))``.
+      update_state: ``update_state(new_params, state, step) -> state``; run after the
+        optimiser step (EMA target update; identity for methods without a target).
+      features: ``features(params, state, images) -> (n, d)`` backbone features, eval mode.
+      embed: ``embed(params, state, images) -> (n, k)`` projector outputs, eval mode.
+      groups: top-level parameter key -> ``"backbone"`` or ``"head"`` (for the
+        per-group relative update size).
+      feature_dim: backbone output dimension d.
+    """
+
+    name: str
+    init: Callable
+    loss_fn: Callable
+    update_state: Callable
+    features: Callable
+    embed: Callable
+    groups: dict
+    feature_dim: int
+
+
+# --------------------------------------------------------------------------- losses
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _flat_input(model: Model, x):
+    """Flatten image batches for models with a vector input (e.g. an MLP backbone)."""
+    if len(model.in_shape) == 1 and x.ndim > 2:
+        x = x.reshape(x.shape[0], -1)
+    return x
+
+
+def _as_float(images, params):
+    """Integer images -> floats in [0, 1] (``/ 255``); float images cast to the parameter dtype."""
+    dtype = jax.tree_util.tree_leaves(params)[0].dtype
+    if jnp.issubdtype(images.dtype, jnp.integer):
+        return images.astype(dtype) / jnp.asarray(255.0, dtype)
+    return images.astype(dtype)
+
+
+def _run(model: Model, params, stats, x, train: bool):
+    variables = {"params": params, **stats}
+    y, new = model.apply(variables, _flat_input(model, x), train=train)
+    return y, (new if train else stats)
+
+
+def ema_decay(step, total_steps: int, base: float):
+    """BYOL's cosine EMA schedule ``tau_k = 1 - (1 - tau_0) (cos(pi k / K) + 1) / 2`` at ``step``.
+
+    :func:`ssl_geometry.losses.byol_decay_schedule` evaluated at ``step`` (one definition).
+    """
+    return _cosine.byol_decay_schedule(total_steps, base)(step)
+
+
+def identity_views(key, images):
+    """No augmentation: both views are the clean images (for tests and debugging)."""
+    del key
+    return images, images
+
+
+def _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size) -> None:
+    """Argument checks of :func:`make_objective` (errors name the argument)."""
+    check_choice(name, "objective", OBJECTIVES)
+    if name in PREDICTOR_METHODS and predictor is None:
+        raise ValueError(f"objective {name!r} needs a `predictor` model; got None.")
+    if name not in PREDICTOR_METHODS and predictor is not None:
+        raise ValueError(f"objective {name!r} has no predictor; pass `predictor=None`.")
+    if projector.in_shape != (backbone.out_dim,):
+        raise ValueError(f"`projector` input {projector.in_shape} does not match the backbone output "
+                         f"dimension {backbone.out_dim}.")
+    if predictor is not None and predictor.in_shape != (projector.out_dim,):
+        raise ValueError(f"`predictor` input {predictor.in_shape} does not match the projector output "
+                         f"dimension {projector.out_dim}.")
+    check_positive(temperature, "temperature")
+    if not 0.0 <= ema < 1.0:
+        raise ValueError(f"`ema` must lie in [0, 1); got {ema!r}.")
+    if not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"`total_steps` must be a positive int; got {total_steps!r}.")
+    if name == "moco" and (not isinstance(queue_size, int) or queue_size < 1):
+        raise ValueError(f"`queue_size` must be a positive int; got {queue_size!r}.")
+
+
+def _method_loss(name, c: dict, z, p, t, state, new_state):
+    """The loss of method ``name`` (formulas in :func:`make_objective`) on projector outputs
+    ``z = (z1, z2)``, predictor outputs ``p``, EMA target outputs ``t`` (or ``None``);
+    writes the MoCo queue / DINO centre updates into ``new_state``."""
+    (z1, z2), (p1, p2) = z, p
+    t1, t2 = t if t is not None else (None, None)
+    if name == "simsiam":
+        loss = _cosine.simsiam(p1, p2, z1, z2)
+    elif name == "byol":
+        loss = _cosine.byol(p1, p2, t1, t2)
+    elif name == "simclr":
+        loss = _contrastive.info_nce(z1, z2, temperature=c["temperature"])
+    elif name == "moco":
+        loss, new_state["queue"] = _contrastive.moco(z1, t2, state["queue"], temperature=c["temperature"])
+    elif name == "moco_v3":
+        loss = _contrastive.moco_v3(p1, p2, t1, t2, temperature=c["temperature"])
+    elif name == "barlow_twins":
+        loss = _redundancy.barlow_twins(z1, z2, lambd=c["barlow_lambda"])
+    elif name == "vicreg":
+        loss = _redundancy.vicreg(z1, z2, sim_coeff=c["vicreg_coeffs"][0], std_coeff=c["vicreg_coeffs"][1],
+                             cov_coeff=c["vicreg_coeffs"][2])
+    elif name == "dino":
+        loss, new_state["center"] = _distillation.dino(
+            jnp.stack([z1, z2]), jnp.stack([t1, t2]), state["center"], student_temp=c["dino_temps"][0],
+            teacher_temp=c["dino_temps"][1], center_momentum=c["dino_center_momentum"])
+    elif name == "spectral_contrastive":
+        loss = _contrastive.spectral_contrastive(z1, z2)
+    else:  # wmse
+        loss = _redundancy.wmse(z1, z2)
+    return loss
+
+
+def _init(name, models, queue_size, key):
+    """``(params, state)`` of a fresh objective (see the module docstring for the state)."""
+    keys = dict(zip(models, jax.random.split(key, len(models) + 1)))
+    params, state = {}, {}
+    for k, m in models.items():
+        v = m.init(keys[k])
+        params[k] = v["params"]
+        state[k] = {c: val for c, val in v.items() if c != "params"}
+    if name in EMA_METHODS:
+        # The target starts equal to the online network but as *copies*: a state whose
+        # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
+        # the same buffer twice"; on several devices the aliased donation crashed XLA).
+        state["target"] = jax.tree_util.tree_map(jnp.copy, {
+            "params": {k: params[k] for k in ("backbone", "projector")},
+            "stats": {k: state[k] for k in ("backbone", "projector")},
+        })
+    if name == "moco":
+        # drawn in the parameter dtype, so the queue does not depend on jax_enable_x64
+        pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype
+        state["queue"] = l2_normalize(jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt))
+    if name == "dino":
+        state["center"] = jnp.zeros((models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype)
+    return params, state
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def make_objective(
+    name: str,
+    backbone: Model,
+    projector: Model,
+    predictor: Model | None = None,
+    *,
+    augment: Callable = identity_views,
+    temperature: float = 0.1,
+    ema: float = 0.99,
+    total_steps: int = 1000,
+    queue_size: int = 4096,
+    barlow_lambda: float = 5e-3,
+    vicreg_coeffs: tuple = (25.0, 25.0, 1.0),
+    dino_temps: tuple = (0.1, 0.04),
+    dino_center_momentum: float = 0.9,
+) -> Objective:
+    """Build the :class:`Objective` ``name`` from ``backbone -> projector [-> predictor]``.
+
+    Losses on head outputs (view ``a``: ``z_a = g(f(x_a))``, ``p_a = q(z_a)``):
+
+    * simsiam: ``-(cos(p1, sg z2) + cos(p2, sg z1)) / 2``;
+    * byol: ``|p1~ - sg t2~|^2 + |p2~ - sg t1~|^2`` with ``t`` from the EMA target
+      and ``~`` L2 normalisation;
+    * simclr: NT-Xent over the 2n views with temperature ``temperature``;
+    * moco: InfoNCE of query ``q = z1`` against the EMA key ``k = t2`` and the queue;
+      the keys are enqueued (FIFO, ``queue_size`` rows);
+    * moco_v3: symmetric InfoNCE of ``p_a`` against EMA keys ``t_b`` in the batch,
+      scaled by ``2 tau``;
+    * barlow_twins: ``sum_i (1 - C_ii)^2 + lambda sum_{i!=j} C_ij^2`` on the
+      cross-correlation of standardised ``z1, z2``;
+    * vicreg: ``a * MSE(z1, z2) + b * variance hinge + c * covariance penalty``;
+    * dino: teacher (EMA) softmax of centred ``t / tau_t`` against student
+      log-softmax ``z / tau_s`` across views; the centre is an EMA of teacher means;
+    * spectral_contrastive: ``-2 E[z1.z2] + E_{i!=j}[(z1_i.z2_j)^2]``;
+    * wmse: MSE of L2-normalised whitened embeddings (each view's sub-batch whitened on its own, as
+      :func:`ssl_geometry.losses.wmse` and the W-MSE reference code do).
+
+    Args:
+      name: one of :data:`OBJECTIVES`.
+      backbone, projector, predictor: models; ``predictor`` is required for
+        simsiam, byol and moco_v3 and must be ``None`` otherwise.
+      augment: ``augment(key, images) -> (view1, view2)``, run on device.
+      temperature: softmax temperature (simclr, moco, moco_v3).
+      ema: base EMA decay ``tau_0`` of the target network (byol, moco, moco_v3, dino).
+      total_steps: K in the cosine EMA schedule.
+      queue_size: MoCo v2 queue length K.
+      barlow_lambda, vicreg_coeffs, dino_temps, dino_center_momentum: method constants.
+    """
+    _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size)
+    uses_target = name in EMA_METHODS
+    consts = {"temperature": temperature, "barlow_lambda": barlow_lambda, "vicreg_coeffs": vicreg_coeffs,
+              "dino_temps": dino_temps, "dino_center_momentum": dino_center_momentum}
+    models = {"backbone": backbone, "projector": projector}
+    if predictor is not None:
+        models["predictor"] = predictor
+
+    init = functools.partial(_init, name, models, queue_size)
+
+    def online(params, x, new_state):
+        h, new_state["backbone"] = _run(backbone, params["backbone"], new_state["backbone"], x, True)
+        z, new_state["projector"] = _run(projector, params["projector"], new_state["projector"], h, True)
+        p = None
+        if predictor is not None:
+            p, new_state["predictor"] = _run(predictor, params["predictor"], new_state["predictor"], z, True)
+        return h, z, p
+
+    def target(state, x, new_target_stats):
+        tp = state["target"]["params"]
+        h, new_target_stats["backbone"] = _run(backbone, tp["backbone"], new_target_stats["backbone"], x, True)
+        t, new_target_stats["projector"] = _run(projector, tp["projector"], new_target_stats["projector"], h, True)
+        return jax.lax.stop_gradient(t)
+
+    def loss_fn(params, state, rng, batch):
+        images = _as_float(batch["images"], params["backbone"])
+        x1, x2 = augment(rng, images)
+        new_state = dict(state)
+        h1, z1, p1 = online(params, x1, new_state)
+        h2, z2, p2 = online(params, x2, new_state)
+        aux = {}
+        if uses_target:
+            tstats = dict(state["target"]["stats"])
+            t1 = target(state, x1, tstats)
+            t2 = target({"target": {"params": state["target"]["params"], "stats": tstats}}, x2, tstats)
+            new_state["target"] = {"params": state["target"]["params"], "stats": tstats}
+        loss = _method_loss(name, consts, (z1, z2), (p1, p2), (t1, t2) if uses_target else None, state, new_state)
+        zn = l2_normalize(z1)
+        aux["z_std"] = jnp.mean(jnp.std(zn, axis=0))
+        aux["features"] = h1
+        return loss, (new_state, aux)
+
+    def update_state(new_params, state, step):
+        if not uses_target:
+            return state
+        tau = ema_decay(step, total_steps, ema)
+        online_p = {k: new_params[k] for k in ("backbone", "projector")}
+        new_target = dict(state["target"])
+        new_target["params"] = _cosine.ema_update(state["target"]["params"], online_p, tau)
+        return {**state, "target": new_target}
+
+    def features(params, state, images):
+        images = _as_float(images, params["backbone"])
+        h, _ = _run(backbone, params["backbone"], state["backbone"], images, False)
+        return h
+
+    def embed(params, state, images):
+        h = features(params, state, images)
+        z, _ = _run(projector, params["projector"], state["projector"], h, False)
+        return z
+
+    groups = {"backbone": "backbone", "projector": "head"}
+    if predictor is not None:
+        groups["predictor"] = "head"
+    return Objective(name=name, init=init, loss_fn=loss_fn, update_state=update_state, features=features,
+                     embed=embed, groups=groups, feature_dim=backbone.out_dim)

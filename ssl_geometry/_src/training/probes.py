@@ -1,0 +1,249 @@
+"""Offline evaluation probes on frozen features.
+
+Implementation of :mod:`ssl_geometry.probes`; the conventions and formulas are in its docstring.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
+
+__all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset", "features_in_batches", "rotation_probe"]
+
+
+def _check_xy(x, y, name: str, num_classes: int | None = None):
+    check_rank(x, f"{name}_x", 2)
+    check_rank(y, f"{name}_y", 1)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"`{name}_x` and `{name}_y` must have the same number of rows; got {x.shape[0]} and "
+                         f"{y.shape[0]}.")
+    if not np.issubdtype(np.asarray(y).dtype, np.integer):
+        raise TypeError(f"`{name}_y` must hold integer class labels; got dtype {np.asarray(y).dtype}.")
+    if num_classes is not None and y.size and (int(np.min(y)) < 0 or int(np.max(y)) >= num_classes):
+        raise ValueError(f"`{name}_y` labels must lie in [0, {num_classes}); got range [{int(np.min(y))}, "
+                         f"{int(np.max(y))}].")
+    check_finite(x, f"{name}_x")
+
+
+def _prepare(train_x, train_y, test_x, test_y, num_classes):
+    train_x, test_x = np.asarray(train_x), np.asarray(test_x)
+    train_y, test_y = np.asarray(train_y), np.asarray(test_y)
+    if num_classes is None:
+        num_classes = int(max(train_y.max(), test_y.max())) + 1
+    _check_xy(train_x, train_y, "train", num_classes)
+    _check_xy(test_x, test_y, "test", num_classes)
+    if train_x.shape[1] != test_x.shape[1]:
+        raise ValueError(f"`train_x` and `test_x` must have the same feature dimension; got {train_x.shape[1]} and "
+                         f"{test_x.shape[1]}.")
+    return train_x, train_y, test_x, test_y, num_classes
+
+
+def standardize(train_x, test_x, eps: float = 1e-8):
+    """``(x - mu) / (sigma + eps)`` with ``mu, sigma`` per feature from ``train_x``."""
+    mu = train_x.mean(0)
+    sd = train_x.std(0) + eps
+    return (train_x - mu) / sd, (test_x - mu) / sd
+
+
+def ridge_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, l2: float = 1e-3) -> dict:
+    """Closed-form ridge classifier.
+
+    With standardised training features ``X`` (n, d) and centred one-hot targets
+    ``Y``, ``W = (X^T X + l2 * n * I)^{-1} X^T Y`` (solved in float64 by Cholesky),
+    bias = mean one-hot row; prediction ``argmax(x W + b)``.
+    """
+    check_positive(l2, "l2")
+    train_x, train_y, test_x, test_y, c = _prepare(train_x, train_y, test_x, test_y, num_classes)
+    xtr, xte = standardize(train_x.astype(np.float64), test_x.astype(np.float64))
+    y = np.eye(c)[train_y]
+    b = y.mean(0)
+    n, d = xtr.shape
+    gram = xtr.T @ xtr + l2 * n * np.eye(d)
+    w = np.linalg.solve(gram, xtr.T @ (y - b))
+    pred_tr = np.argmax(xtr @ w + b, -1)
+    pred = np.argmax(xte @ w + b, -1)
+    return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
+            "l2": l2, "num_classes": c}
+
+
+def knn_probe(train_x, train_y, test_x, test_y, *, k: int = 20, num_classes: int | None = None,
+              weighting: str = "uniform", temperature: float = 0.07, chunk: int = 1024) -> dict:
+    """k-NN classifier under cosine similarity ``s(a, b) = a.b / (|a| |b|)``.
+
+    Each test point takes its ``k`` most similar training points; ``weighting=
+    "uniform"`` votes one per neighbour (ties go to the smallest class index),
+    ``"similarity"`` weighs each vote by ``exp(s / temperature)``.
+    """
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"`k` must be a positive int; got {k!r}.")
+    check_choice(weighting, "weighting", ("uniform", "similarity"))
+    check_positive(temperature, "temperature")
+    train_x, train_y, test_x, test_y, c = _prepare(train_x, train_y, test_x, test_y, num_classes)
+    if k > train_x.shape[0]:
+        raise ValueError(f"`k` = {k} exceeds the number of training points {train_x.shape[0]}.")
+
+    def unit(a):
+        return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+
+    tr = jnp.asarray(unit(train_x.astype(np.float32)))
+    ytr = jnp.asarray(train_y)
+
+    @jax.jit
+    def predict(q, tr, ytr):
+        sims = q @ tr.T
+        top, idx = jax.lax.top_k(sims, k)
+        votes = jax.nn.one_hot(ytr[idx], c, dtype=jnp.float32)
+        w = jnp.ones_like(top) if weighting == "uniform" else jnp.exp(top / temperature)
+        return jnp.argmax(jnp.einsum("qk,qkc->qc", w, votes), -1)
+
+    te = unit(test_x.astype(np.float32))
+    preds = np.concatenate([np.asarray(predict(jnp.asarray(te[i:i + chunk]), tr, ytr))
+                            for i in range(0, len(te), chunk)])
+    return {"acc": float(np.mean(preds == test_y)), "k": k, "weighting": weighting, "num_classes": c}
+
+
+def _fit_classifier(apply: Callable, params, x, y, *, num_classes: int, epochs: int, batch_size: int, lr: float,
+                    weight_decay: float, key):
+    """Adam(W) on mean cross-entropy over shuffled minibatches; all epochs in one ``lax.scan``."""
+    n = x.shape[0]
+    bs = min(batch_size, n)
+    steps_per_epoch = n // bs
+    tx = optax.adamw(lr, weight_decay=weight_decay)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+
+    def loss_fn(p, xb, yb):
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(apply(p, xb), yb))
+
+    @jax.jit
+    def fit(params, key, x, y):
+        def epoch(carry, ek):
+            params, opt = carry
+            perm = jax.random.permutation(ek, n)[: steps_per_epoch * bs].reshape(steps_per_epoch, bs)
+
+            def step(carry, idx):
+                params, opt = carry
+                loss, g = jax.value_and_grad(loss_fn)(params, x[idx], y[idx])
+                upd, opt = tx.update(g, opt, params)
+                return (optax.apply_updates(params, upd), opt), loss
+
+            (params, opt), losses = jax.lax.scan(step, (params, opt), perm)
+            return (params, opt), jnp.mean(losses)
+
+        (params, _), losses = jax.lax.scan(epoch, (params, tx.init(params)), jax.random.split(key, epochs))
+        return params, losses
+
+    params, losses = fit(params, key, x, y)
+    losses = np.asarray(losses)
+    if not np.all(np.isfinite(losses)):
+        raise FloatingPointError(f"probe training diverged: epoch losses {losses.tolist()}.")
+    return params, losses
+
+
+def _linear_apply(p, x):
+    return x @ p["w"] + p["b"]
+
+
+def _mlp_apply(p, x):
+    return jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
+
+
+def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, epochs, batch_size, lr,
+                weight_decay, key):
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"`epochs` must be a positive int; got {epochs!r}.")
+    check_positive(lr, "lr")
+    check_positive(weight_decay, "weight_decay", strict=False)
+    train_x, train_y, test_x, test_y, c = _prepare(train_x, train_y, test_x, test_y, num_classes)
+    xtr, xte = standardize(train_x.astype(np.float32), test_x.astype(np.float32))
+    d = xtr.shape[1]
+    k1, k2, kfit = jax.random.split(key, 3)
+    if kind == "linear":
+        params, apply = {"w": jnp.zeros((d, c), jnp.float32), "b": jnp.zeros((c,), jnp.float32)}, _linear_apply
+    else:
+        if not isinstance(hidden, int) or hidden < 1:
+            raise ValueError(f"`hidden` must be a positive int; got {hidden!r}.")
+        params = {"w1": jax.random.normal(k1, (d, hidden), jnp.float32) * np.sqrt(2.0 / d),
+                  "b1": jnp.zeros((hidden,), jnp.float32),
+                  "w2": jax.random.normal(k2, (hidden, c), jnp.float32) * np.sqrt(1.0 / hidden),
+                  "b2": jnp.zeros((c,), jnp.float32)}
+        apply = _mlp_apply
+    params, losses = _fit_classifier(apply, params, xtr, train_y, num_classes=c, epochs=epochs,
+                                     batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=kfit)
+    pred = np.asarray(jnp.argmax(apply(params, jnp.asarray(xte)), -1))
+    pred_tr = np.asarray(jnp.argmax(apply(params, jnp.asarray(xtr)), -1))
+    return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
+            "final_loss": float(losses[-1]), "epochs": epochs, "num_classes": c}
+
+
+def logistic_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, epochs: int = 20,
+                   batch_size: int = 256, lr: float = 1e-2, weight_decay: float = 0.0, key=None) -> dict:
+    """Multinomial logistic regression ``softmax(x W + b)`` trained by AdamW (optax)."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    return _train_eval("linear", train_x, train_y, test_x, test_y, num_classes, hidden=None, epochs=epochs,
+                       batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
+
+
+def mlp_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, hidden: int = 512,
+              epochs: int = 20, batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 0.0,
+              key=None) -> dict:
+    """2-layer MLP probe ``softmax(relu(x W1 + b1) W2 + b2)`` trained by AdamW (optax)."""
+    key = jax.random.PRNGKey(0) if key is None else key
+    return _train_eval("mlp", train_x, train_y, test_x, test_y, num_classes, hidden=hidden, epochs=epochs,
+                       batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
+
+
+def rotate_images(images, k: int):
+    """Rotate NHWC ``images`` by ``k * 90`` degrees counter-clockwise (``jnp.rot90`` on H, W)."""
+    return jnp.rot90(images, k=k, axes=(1, 2))
+
+
+def rotation_dataset(images):
+    """All four rotations of each image: ``(4n, H, W, C)`` images and labels ``k`` in {0, 1, 2, 3}.
+
+    Images must be square (rotating by 90 degrees keeps the shape)."""
+    images = jnp.asarray(images)
+    check_rank(images, "images", 4)
+    if images.shape[1] != images.shape[2]:
+        raise ValueError(f"`images` must be square to rotate by 90 degrees; got shape {tuple(images.shape)}.")
+    rot = jnp.concatenate([rotate_images(images, k) for k in range(4)], 0)
+    labels = np.repeat(np.arange(4), images.shape[0])
+    return rot, labels
+
+
+def features_in_batches(feature_fn: Callable, images, batch_size: int = 512) -> np.ndarray:
+    """``feature_fn`` over ``images`` in chunks of ``batch_size``, concatenated as NumPy."""
+    out = [np.asarray(feature_fn(images[i:i + batch_size])) for i in range(0, images.shape[0], batch_size)]
+    return np.concatenate(out, 0)
+
+
+def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: int = 5, hidden: int = 512,
+                   batch_size: int = 256, lr: float = 1e-3, key=None) -> dict:
+    """The guillotine experiment's rotation-prediction probe.
+
+    Each image appears under the four rotations ``R_k``, ``k in {0, 1, 2, 3}``
+    (``k * 90`` degrees); the probes are trained on ``(feature_fn(R_k x), k)`` for
+    ``epochs`` epochs (the paper: 5) and evaluated on the rotated test images.
+    Chance is 0.25. Returns ``{"linear": acc, "mlp": acc, "linear_train": ...,
+    "mlp_train": ...}``.
+
+    Args:
+      feature_fn: ``images (b, H, W, C) -> features (b, d)`` (e.g. backbone ``z`` or head ``h(z)``).
+      train_images, test_images: square NHWC images (unrotated).
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    xr_tr, y_tr = rotation_dataset(train_images)
+    xr_te, y_te = rotation_dataset(test_images)
+    f_tr = features_in_batches(feature_fn, xr_tr)
+    f_te = features_in_batches(feature_fn, xr_te)
+    k1, k2 = jax.random.split(key)
+    lin = logistic_probe(f_tr, y_tr, f_te, y_te, num_classes=4, epochs=epochs, batch_size=batch_size, lr=lr,
+                         key=k1)
+    mlp = mlp_probe(f_tr, y_tr, f_te, y_te, num_classes=4, hidden=hidden, epochs=epochs, batch_size=batch_size,
+                    lr=lr, key=k2)
+    return {"linear": lin["acc"], "mlp": mlp["acc"], "linear_train": lin["train_acc"], "mlp_train": mlp["train_acc"],
+            "epochs": epochs}

@@ -1,8 +1,0 @@
-"""Test configuration: float64 everywhere unless a test asks for float32."""
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
