@@ -23,6 +23,8 @@ from ssl_geometry import trainer as _trainer
 
 NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("paper-collapse-ablation",)
 CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
          "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
          "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")

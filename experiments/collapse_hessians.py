@@ -33,6 +33,8 @@ from ssl_geometry import as_function
 
 NAME = "collapse_hessians"
 TITLE = "Collapse Hessians (Thm 4.1)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("thm4.1-smooth-unstable", "thm4.1-linear-psd", "stationarity-forces-rho-zero")
 CLAIM = ("At a collapsed equilibrium with non-zero residual and H_L PSD, a linear (or ReLU) head has "
          "H_eff = G >= 0 (no second-order escape), while a smooth head makes the state strictly unstable "
          "(lambda_min(H_eff) < 0).")

@@ -30,6 +30,7 @@ import json
 import math
 import pathlib
 import platform
+import time as _time
 from typing import Any
 
 import numpy as np
@@ -134,11 +135,12 @@ def to_jsonable(obj: Any) -> Any:
 
 def check_verdict(results: dict) -> None:
     """Raise ``ValueError`` unless ``results`` carries the keys the contract requires."""
-    for key in ("verdict", "verdict_rule", "headline", "paper"):
+    for key in ("claims", "headline", "paper"):
         if key not in results:
             raise ValueError(f"experiment results lack the required key {key!r}.")
-    if results["verdict"] not in VERDICTS:
-        raise ValueError(f"verdict {results['verdict']!r} is not one of {VERDICTS}.")
+    for rec in results["claims"]:
+        if rec.get("verdict") not in VERDICTS:
+            raise ValueError(f"claim {rec.get('id')!r}: verdict {rec.get('verdict')!r} is not one of {VERDICTS}.")
 
 
 def write_results(out_dir, results: dict, config=None) -> pathlib.Path:
@@ -182,22 +184,62 @@ def rule_text(module, config) -> str:
     return " ".join(module.RULE.format(**cfg).split())
 
 
-def run_experiment(module, config, out_dir) -> dict:
-    """Measure, then decide, then write ``out_dir/results.json`` atomically, then draw the figures.
+def _claim_records(module, decision: dict, scale: str) -> list[dict]:
+    """The stored claim records of one ``decide`` result (see :func:`run_experiment`)."""
+    from experiments import claims as _claims  # noqa: PLC0415  (claims imports nothing of this module)
 
-    ``module`` follows the contract of this module's docstring. Returns the results as stored
-    (read back, so a caller sees exactly what ``report`` will see).
+    declared = tuple(getattr(module, "CLAIMS", ()))
+    if not declared:
+        raise ValueError(f"{module.__name__} declares no CLAIMS (the registry ids it decides).")
+    if "claims" not in decision:  # a module whose decide still returns one verdict: a legacy record
+        reason = decision.get("verdict_reason", "")
+        rec = _claims.record(declared[0], decision["verdict"], scale=scale, deciding=decision.get("headline", {}),
+                             reason=reason)
+        rec["rule_digest"] = "legacy"  # decided by the module's old RULE, not the registry's: stale by construction
+        return [rec]
+    records = []
+    for item in decision["claims"]:
+        unknown = set(item) - {"id", "verdict", "deciding", "reason", "subject"}
+        if unknown:
+            raise ValueError(f"{module.__name__}.decide: a claim item has unknown keys {sorted(unknown)}.")
+        if item["id"] not in declared:
+            raise ValueError(f"{module.__name__}.decide decided {item['id']!r}, which is not in its CLAIMS {declared}.")
+        records.append(_claims.record(item["id"], item["verdict"], scale=scale, deciding=item.get("deciding", {}),
+                                      reason=item.get("reason", ""), subject=item.get("subject")))
+    missing = sorted(set(declared) - {r["id"] for r in records})
+    if missing:
+        raise ValueError(f"{module.__name__}.decide did not decide its claims {missing}.")
+    return records
+
+
+def run_experiment(module, config, out_dir, *, variant: str | None = None) -> dict:
+    """Measure, then decide, then write ``out_dir/results.json`` once, atomically, then draw the figures.
+
+    ``module`` follows the contract of this module's docstring; ``variant`` names the config variant
+    (default ``config.variant``; its scale, ``toy``/``smoke``/``paper``, is :func:`experiments.claims.scale_of`, unless the module
+    sets ``SCALE``). ``decide`` returns ``{"claims": [{"id", "verdict", "deciding", "reason"[, "subject"]}],
+    "headline": {...}}``; each item becomes a registry record (:func:`experiments.claims.record`: its
+    scale and rule digest added). The paper's numbers come from ``measurements["paper"]``. The file holds
+    ``variant``, ``scale``, ``claims``, ``headline``, ``paper``, ``measurements``, ``wall_time_s``,
+    ``config`` and ``environment``; the figures are drawn from the file as read back, and that is returned.
     """
+    from experiments import claims as _claims  # noqa: PLC0415
+
+    t0 = _time.perf_counter()
     measurements = module.measure(config)
     decision = module.decide(measurements, config)
-    unknown = set(decision) - {"verdict", "headline", "paper", "verdict_reason"}
+    unknown = set(decision) - {"claims", "headline", "verdict", "paper", "verdict_reason"}
     if unknown:
         raise ValueError(f"{module.__name__}.decide returned unknown keys {sorted(unknown)}.")
-    results = {"verdict": decision["verdict"], "verdict_rule": rule_text(module, config),
-               "headline": decision["headline"], "paper": decision.get("paper", {}),
-               "measurements": measurements}
-    if "verdict_reason" in decision:
-        results["verdict_reason"] = decision["verdict_reason"]
+    variant = variant or config.variant
+    scale = getattr(module, "SCALE", None) or _claims.scale_of(variant)
+    records = _claim_records(module, decision, scale)
+    results = {"variant": variant, "scale": scale, "claims": records, "headline": decision["headline"],
+               "paper": measurements.get("paper", decision.get("paper", {})), "measurements": measurements}
+    if "claims" not in decision:  # legacy decide: its one verdict and rule kept beside the record, until migrated
+        results.update(verdict=decision["verdict"], verdict_rule=rule_text(module, config),
+                       verdict_reason=decision.get("verdict_reason", ""))
+    results["wall_time_s"] = _time.perf_counter() - t0
     write_results(out_dir, results, config)
     stored = read_results(out_dir)
     if hasattr(module, "figures"):

@@ -39,6 +39,8 @@ from ssl_geometry import trainer as _trainer
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("tracker-power-iteration",)
 CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
          "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
          "sign and size can be read as the curvature signature of collapse and escape.")

@@ -179,18 +179,10 @@ def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False
     _checkpoint_dir(config, out_dir, fresh=force)
     if not force and is_done(out_dir, config):
         return common.read_results(out_dir)
-    t0 = time.perf_counter()
-    if on_skeleton(module):
-        results = common.run_experiment(module, config, out_dir)
-    else:  # the old contract, until the module is converted
-        results = module.run(config, out_dir)
-    results = dict(results)
+    results = common.run_experiment(module, config, out_dir, variant=variant)
     if dry_run and "dry_run" not in results.get("measurements", {}):
         raise RuntimeError(f"{name}: declares DRY_RUN but its measurements carry no `dry_run` timing record.")
-    results["wall_time_s"] = time.perf_counter() - t0
-    results["variant"] = variant
-    common.write_results(out_dir, results, config)
-    return common.read_results(out_dir)
+    return results
 
 
 def _fmt(v) -> str:
@@ -205,15 +197,28 @@ def _cell(text: str) -> str:
 
 
 def headline_table(entries: list[tuple[str, str, dict]]) -> str:
-    """The claim table: one row per experiment with its verdict and deciding numbers."""
-    lines = ["| experiment | claim | verdict | deciding numbers (ours) | paper |", "|---|---|---|---|---|"]
+    """The claim table: one row per stored claim verdict (claim id, experiment, scale, verdict, numbers)."""
+    from experiments import claims as _claims  # noqa: PLC0415
+
+    lines = ["| claim | experiment | statement | scale | verdict | deciding numbers (ours) | paper |",
+             "|---|---|---|---|---|---|---|"]
     for name, label, res in entries:
-        mod, _ = load(name, res.get("variant"))
-        head = res.get("headline", {})
-        nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in list(head.items())[:6])
         paper = "; ".join(f"{k} = {_fmt(v)}" for k, v in res.get("paper", {}).items()) or "-"
-        lines.append(f"| {_cell(label)} | {_cell(mod.CLAIM)} | **{res['verdict']}** | {_cell(nums)} | {_cell(paper)} |")
+        for rec in res.get("claims", []):
+            stmt = _claims.CLAIMS[rec["id"]].statement if rec["id"] in _claims.CLAIMS else "(not in the registry)"
+            subj = f" [{rec['subject']}]" if rec.get("subject") else ""
+            nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in list(rec.get("deciding", {}).items())[:6])
+            lines.append(f"| `{rec['id']}`{_cell(subj)} | {_cell(label)} | {_cell(stmt)} | {rec['scale']} | "
+                         f"**{_cell(_claims.label(rec))}** | {_cell(nums)} | {_cell(paper)} |")
     return "\n".join(lines)
+
+
+def _verdicts(res: dict) -> str:
+    """``id: verdict (scale)`` of every claim record of one results file, for progress lines and sections."""
+    from experiments import claims as _claims  # noqa: PLC0415
+
+    return "; ".join(f"{r['id']}{'[' + r['subject'] + ']' if r.get('subject') else ''}: {_claims.label(r)}"
+                     for r in res.get("claims", []))
 
 
 def dry_run_table(entries: list[tuple[str, str, dict]], skipped: dict | None = None) -> str:
@@ -236,7 +241,7 @@ def _section(mod, res, label, out_dir, report_path, dry_run) -> str:
     body = mod.report(res, rel)
     env = res.get("environment", {})
     return (
-        f"## {label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {mod.CLAIM}\n\n*Verdict:* **{res['verdict']}** — rule: {res['verdict_rule']}\n\n"
+        f"## {label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {mod.CLAIM}\n\n*Verdicts:* **{_verdicts(res)}**\n\n"
         f"{body}\n\n<sub>variant `{res.get('variant')}`, wall time {res.get('wall_time_s', float('nan')):.1f} s, "
         f"{env.get('backend')} ({env.get('device_kind')}), jax {env.get('versions', {}).get('jax')}; "
         f"results: `{rel}/results.json`</sub>\n"
@@ -361,7 +366,7 @@ def main(argv=None) -> int:
             if args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is the result
                 tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")
             else:
-                tqdm.write(f"[{tag}] {res['verdict']} ({res.get('wall_time_s', 0):.1f} s)")
+                tqdm.write(f"[{tag}] {_verdicts(res)} ({res.get('wall_time_s', 0):.1f} s)")
         except NotImplementedError as err:  # dry run of an experiment not on the skeleton yet
             skipped[tag] = f"skipped: {err}"
             tqdm.write(f"[{tag}] {skipped[tag]}")

@@ -28,6 +28,8 @@ from ssl_geometry import fit
 
 NAME = "whitening"
 TITLE = "Whitening (Thm 3.1)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("thm3.1-construction", "linear-heads-whiten")
 CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for every r-dimensional subspace S "
          "of the representation space there is a linear head W (k >= r) with v^T H_eff v = |v|^2 for all v in S. "
          "(The paper has no experiment for it; part B, trained linear heads, is this suite's check of the "

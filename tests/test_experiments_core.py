@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import collapse_hessians, common, reproduce, whitening
+from experiments import claims, collapse_hessians, common, reproduce, whitening
 from experiments.configs import collapse_hessians as collapse_hessians_config
 
 
@@ -121,15 +121,18 @@ def test_report_assembly_lists_verdicts_and_figures(tiny_runs, tmp_path):
     assert report_path.read_text() == text
     assert "python -m experiments.reproduce --variant tiny" in text.splitlines()[2]
     for name in ("collapse_hessians", "whitening"):
-        assert f"**{res[name]['verdict']}**" in text
+        for rec in res[name]["claims"]:  # one claim-table row per stored verdict: id, scale, labelled verdict
+            assert f"| `{rec['id']}` |" in text and f"**{claims.label(rec)}**" in text and rec["scale"] == "toy"
     assert "lambda_min_by_case.png" in text and "training_curves.png" in text
 
 
 def test_write_results_rejects_bad_verdict_and_keeps_nonfinite_visible(tmp_path):
+    bad = claims.record("guillotine-probe-gap", "inconclusive", scale="smoke", deciding={}, reason="")
     with pytest.raises(ValueError, match="verdict"):
-        common.write_results(tmp_path, {"verdict": "maybe", "verdict_rule": "", "headline": {}, "paper": {}})
-    common.write_results(tmp_path, {"verdict": "inconclusive", "verdict_rule": "r", "headline": {"x": float("nan")},
-                                    "paper": {}})
+        common.write_results(tmp_path, {"claims": [{**bad, "verdict": "maybe"}], "headline": {}, "paper": {}})
+    with pytest.raises(ValueError, match="claims"):
+        common.write_results(tmp_path, {"headline": {}, "paper": {}})
+    common.write_results(tmp_path, {"claims": [bad], "headline": {"x": float("nan")}, "paper": {}})
     assert json.loads((tmp_path / "results.json").read_text())["headline"]["x"] == "nan"
 
 

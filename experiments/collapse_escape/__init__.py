@@ -41,6 +41,9 @@ __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "report", "fig
 
 NAME = "collapse_escape"
 TITLE = "Collapse escape: predicted against measured rates (Thm 4.1)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("flow-linear-relu-no-escape", "thm4.1-frozen-head-flow", "flow-smooth-escape",
+          "finite-step-escape", "linearised-rate-prediction")
 CLAIM = ("At a collapsed state with non-zero residual and H_L PSD, smooth (e.g. Swish) heads make the state strictly "
          "unstable, while linear and ReLU heads cannot escape under continuous-time gradient flow and rely on finite "
          "step size and BatchNorm.")

@@ -48,6 +48,8 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "CONTRO
 NAME = "guillotine"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Guillotine and information-invariance (Sec. 5)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("sec5-metric-degeneracy", "guillotine-probe-gap")
 CLAIM = ("The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
          "decodable from h(z) than from the backbone z, and the head's pullback metric degenerates along the "
          "augmentation directions it was trained to be invariant to (J_h v small for v = dz/dtheta).")

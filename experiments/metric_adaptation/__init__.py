@@ -66,6 +66,8 @@ __all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "verdict", "fi
 
 NAME = "metric_adaptation"
 TITLE = "Local metric adaptation and depth (Thm 3.2, Prop 3.3)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("thm3.2-depth", "prop3.3-barrier")
 CLAIM = ("An MLP head can make H_eff epsilon-isotropic along a smooth trajectory (depth buys local adaptation; "
          "a constant linear head cannot); a loss metric with non-zero Riemann curvature cannot be made isotropic "
          "everywhere by a constant W, while the flat quadratic loss can. (The paper states Thm 3.2 and "

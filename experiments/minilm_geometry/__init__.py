@@ -41,6 +41,8 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "CONTROLS", "measure", "
 NAME = "minilm_geometry"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation model: MiniLM sentence encoder with a trained SSL head (Sec. 5 on text)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("sec5-metric-degeneracy",)
 CLAIM = ("A trained projection head's pullback metric degenerates along the augmentation directions it was trained "
          "to be invariant to (|J_h v| small for v along view differences) more than along other directions (Sec. 5).")
 RULE = ("premise violated if the frozen head's training loss did not decrease (mean of the last 10% of steps >= mean "

@@ -44,6 +44,9 @@ from ssl_geometry import geometry, metrics
 
 NAME = "objectives"
 TITLE = "Objectives"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("thm4.1-smooth-unstable", "thm4.1-linear-psd", "stationarity-forces-rho-zero",
+          "sec5-metric-degeneracy")
 CLAIM = ("Across contrastive, decorrelation and distillation objectives, a smooth head makes the pseudo-collapsed "
          "state strictly unstable (lambda_min(H_eff) < 0) wherever Thm 4.1's premises hold, and the trained head's "
          "metric degenerates along augmentation directions (Sec. 5).")

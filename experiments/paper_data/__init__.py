@@ -40,7 +40,12 @@ from .analysis import recomputed as recomputed
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "PRINTED", "measure", "decide", "recomputed", "data_root",
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("released-arrays",)
+#: The released arrays are the paper's own runs: every variant reads them at the paper's scale.
+SCALE = "paper"
+
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "SCALE", "RULE", "PRINTED", "measure", "decide", "recomputed", "data_root",
            "report", "figures", "run"]
 
 

@@ -62,6 +62,8 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measur
 NAME = "pretrained_orbits"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation models: released vision SSL checkpoints with their heads (Sec. 5)"
+#: The registry claims (experiments/claims.py) this experiment decides.
+CLAIMS = ("sec5-metric-degeneracy",)
 CLAIM = ("In released SSL checkpoints (DINO ViT-S/16, DINO / VICReg / Barlow Twins ResNet-50) the head's "
          "metric degenerates along augmentation tangents (|J_h v|/|v| below random directions) and "
          "augmentation orbits shrink from backbone to head (Sec. 5).")
