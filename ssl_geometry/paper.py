@@ -13,8 +13,8 @@ differs from the project's estimator and why the difference matters:
 * :func:`fd_curvature` -- mean norm of the *undivided* second difference of L2-normalised
   representations over the paper's 10 angles in [0, 45] degrees;
 * :func:`curvature_ratio` -- head/backbone ratio of mean curvatures (``+1e-8`` guard);
-* :func:`orbit_metrics` and :func:`orbit_compression` -- orbit spread (mean *squared* distance
-  to the orbit centroid), intra-orbit and inter-class distances over the full rotation orbit
+* :func:`orbit_spreads`, :func:`orbit_metrics` and :func:`orbit_compression` -- orbit spread (mean
+  *squared* distance to the orbit centroid, per orbit or averaged), intra-orbit and inter-class distances over the full rotation orbit
   (12 rotations 0..330 degrees), the class/orbit ratio;
 * :func:`effective_rank_squared` -- exp-entropy of squared singular values, centred as the
   paper's notebook does (or not);
@@ -34,12 +34,13 @@ from ssl_geometry._src.instrument.paper import effective_rank_squared as effecti
 from ssl_geometry._src.instrument.paper import fd_curvature as fd_curvature
 from ssl_geometry._src.instrument.paper import orbit_compression as orbit_compression
 from ssl_geometry._src.instrument.paper import orbit_metrics as orbit_metrics
+from ssl_geometry._src.instrument.paper import orbit_spreads as orbit_spreads
 from ssl_geometry._src.instrument.paper import orbits_by_class as orbits_by_class
 from ssl_geometry._src.instrument.paper import representation_std as representation_std
 from ssl_geometry._src.instrument.paper import timescale_ratio as timescale_ratio
 
 __all__ = [
     "CONDITION_CLAMP", "ROTATION_ORBIT_ANGLES", "CURVATURE_ANGLES", "representation_std",
-    "clamped_condition_number", "fd_curvature", "curvature_ratio", "orbit_metrics", "orbit_compression",
-    "orbits_by_class", "effective_rank_squared", "timescale_ratio",
+    "clamped_condition_number", "fd_curvature", "curvature_ratio", "orbit_spreads", "orbit_metrics",
+    "orbit_compression", "orbits_by_class", "effective_rank_squared", "timescale_ratio",
 ]

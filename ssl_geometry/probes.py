@@ -10,7 +10,9 @@
   (or similarity-weighted vote ``sum exp(s / T)`` as in Wu et al. 2018);
 * :func:`rotation_probe`: the paper's guillotine probe -- predict which of the four
   rotations (0, 90, 180, 270 degrees) was applied to an image from its features,
-  with a linear and a 2-layer MLP probe trained for a few epochs.
+  with a linear and a 2-layer MLP probe trained for a few epochs; each image under all
+  four rotations, or once under a uniformly drawn one (``rotations="random"``, the
+  authors' ``RotationDataset``).
 
 Features are ``(n, d)`` arrays; labels integer ``(n,)`` in ``[0, num_classes)``.
 Every probe returns a dict with ``"acc"`` (test accuracy in [0, 1]) and the

@@ -85,6 +85,10 @@ def test_orbit_metrics_hand_made_and_against_project():
     x, ids, labels, angles = _two_class_orbits()
     m = paper.orbit_metrics(x, ids, labels, normalize=False)
     assert m["spread"] == pytest.approx((1 + 1 + 9 + 9) / 4, rel=1e-12)  # squared distances
+    np.testing.assert_allclose(paper.orbit_spreads(x, ids, normalize=False), [5.0, 5.0], rtol=1e-12)
+    # normalised: class 1's points (+-1, 10), (+-3, 10) on the unit circle, spread of that orbit by hand
+    u = x[ids == ids[-1]] / np.linalg.norm(x[ids == ids[-1]], axis=1, keepdims=True)
+    assert paper.orbit_spreads(x, ids)[-1] == pytest.approx(np.mean(np.sum((u - u.mean(0)) ** 2, 1)), rel=1e-12)
     # pairwise distances in the orbit: |-1-1|=2, |-1+3|=2, |-1-3|=4, |1+3|=4, |1-3|=2, |-3-3|=6 -> mean 20/6
     assert m["intra"] == pytest.approx(20.0 / 6.0, rel=1e-12)
     assert m["inter"] == pytest.approx(10.0, rel=1e-12)
@@ -100,6 +104,8 @@ def test_orbit_metrics_hand_made_and_against_project():
     assert paper.orbit_compression(x, 0.5 * x, ids, labels, normalize=False) == pytest.approx(4.0, rel=1e-9)
     with pytest.raises(ValueError, match="orbit_ids"):
         paper.orbit_metrics(x, ids[:3], labels)
+    with pytest.raises(ValueError, match="orbit_ids"):
+        paper.orbit_spreads(x, ids[:3])
 
 
 def test_orbits_by_class_sorts_angles_and_rejects_ragged():

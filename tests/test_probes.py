@@ -1,4 +1,5 @@
 """Offline probes: ridge, kNN, logistic/MLP and the rotation probe against references."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -121,3 +122,27 @@ def test_rotation_probe_constructed_case():
     np.testing.assert_array_equal(np.asarray(rot[2]), np.rot90(test[0], 1, axes=(0, 1)))
     with pytest.raises(ValueError, match="square"):
         probes.rotation_dataset(np.zeros((2, 4, 6, 1)))
+
+
+def test_rotation_probe_one_random_rotation_per_image():
+    """``rotations="random"`` (the authors' RotationDataset): each image once, rotated by its drawn label."""
+    rng = np.random.default_rng(5)
+    imgs = rng.standard_normal((200, 4, 4, 1)).astype(np.float32)
+    rot, labels = probes.rotation_dataset(imgs, key=jax.random.PRNGKey(3))
+    assert rot.shape == imgs.shape and labels.shape == (200,)
+    assert set(np.unique(labels)) == {0, 1, 2, 3} and 30 < np.sum(labels == 2) < 70
+    for i in (0, 7, 199):
+        np.testing.assert_array_equal(np.asarray(rot[i]), np.rot90(imgs[i], labels[i], axes=(0, 1)))
+    # the probe sees n training and n test examples (not 4n) and still reads a rotation-sensitive feature
+    imgs = np.zeros((400, 6, 6, 1), np.float32)
+    imgs[:, :2, :3, 0] = 1.0
+    imgs += 0.3 * rng.standard_normal(imgs.shape).astype(np.float32)
+    seen = []
+    def flat(x):
+        seen.append(x.shape[0])
+        return jnp.reshape(x, (x.shape[0], -1))
+    r = probes.rotation_probe(flat, imgs[:300], imgs[300:], epochs=20, hidden=32, lr=1e-2, batch_size=64,
+                              rotations="random", key=jax.random.PRNGKey(1))
+    assert seen == [300, 100] and r["linear"] > 0.9
+    with pytest.raises(ValueError, match="rotations"):
+        probes.rotation_probe(flat, imgs[:8], imgs[8:16], rotations="four")

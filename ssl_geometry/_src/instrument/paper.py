@@ -19,6 +19,7 @@ __all__ = [
     "clamped_condition_number",
     "fd_curvature",
     "curvature_ratio",
+    "orbit_spreads",
     "orbit_metrics",
     "orbit_compression",
     "orbits_by_class",
@@ -139,6 +140,27 @@ def _pdist_mean_std(x: np.ndarray):
     return float(np.mean(d)), float(np.std(d))
 
 
+def orbit_spreads(x, orbit_ids, *, normalize: bool = True) -> np.ndarray:
+    """The paper's spread of each orbit: ``mean_{i in o} |x_i - c_o|^2``, orbits in sorted id order.
+
+    ``x``: ``(n, d)`` representations, ``orbit_ids``: ``(n,)`` integer orbit of each row; rows
+    L2-normalised first when ``normalize`` (as the paper's code stores them). Host-side NumPy
+    float64, shape ``(number of orbits,)``. :func:`orbit_metrics`' ``spread`` is their mean.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    check_rank(x, "x", 2)
+    ids = np.asarray(orbit_ids)
+    if ids.shape != (x.shape[0],):
+        raise ValueError(f"`orbit_ids` must have shape ({x.shape[0]},); got {ids.shape}.")
+    if normalize:
+        x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+    out = []
+    for oid in np.unique(ids):
+        pts = x[ids == oid]
+        out.append(np.mean(np.sum((pts - pts.mean(axis=0)) ** 2, axis=1)))
+    return np.asarray(out, np.float64)
+
+
 def orbit_metrics(x, orbit_ids, labels, *, normalize: bool = True) -> dict:
     """The paper's orbit geometry (``plot_results._calculate_geometric_metrics``), host-side in float64.
 
@@ -167,12 +189,8 @@ def orbit_metrics(x, orbit_ids, labels, *, normalize: bool = True) -> dict:
         raise ValueError(f"`orbit_ids` and `labels` must have shape ({x.shape[0]},); got {ids.shape}, {lab.shape}.")
     if normalize:
         x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-    spreads, intras = [], []
-    for oid in np.unique(ids):
-        pts = x[ids == oid]
-        spreads.append(np.mean(np.sum((pts - pts.mean(axis=0)) ** 2, axis=1)))
-        if pts.shape[0] > 1:
-            intras.append(_pdist_mean_std(pts)[0])
+    spreads = orbit_spreads(x, ids, normalize=False)
+    intras = [_pdist_mean_std(x[ids == oid])[0] for oid in np.unique(ids) if np.sum(ids == oid) > 1]
     classes = np.unique(lab)
     if classes.size < 2 or not intras:
         raise ValueError("need at least 2 classes and one orbit with 2 or more points.")

@@ -202,16 +202,24 @@ def rotate_images(images, k: int):
     return jnp.rot90(images, k=k, axes=(1, 2))
 
 
-def rotation_dataset(images):
-    """All four rotations of each image: ``(4n, H, W, C)`` images and labels ``k`` in {0, 1, 2, 3}.
+def rotation_dataset(images, *, key=None):
+    """Rotated images and their labels ``k`` in {0, 1, 2, 3} (``k * 90`` degrees).
 
-    Images must be square (rotating by 90 degrees keeps the shape)."""
+    ``key=None``: all four rotations of each image, ``(4n, H, W, C)`` with labels ``[0]*n + [1]*n + ...``.
+    With a ``key``: one rotation per image, ``k_i`` uniform on {0, 1, 2, 3} drawn from ``key``
+    (the authors' ``RotationDataset``), ``(n, H, W, C)`` in the images' order. Images must be
+    square (rotating by 90 degrees keeps the shape)."""
     images = jnp.asarray(images)
     check_rank(images, "images", 4)
     if images.shape[1] != images.shape[2]:
         raise ValueError(f"`images` must be square to rotate by 90 degrees; got shape {tuple(images.shape)}.")
-    rot = jnp.concatenate([rotate_images(images, k) for k in range(4)], 0)
-    labels = np.repeat(np.arange(4), images.shape[0])
+    if key is None:
+        rot = jnp.concatenate([rotate_images(images, k) for k in range(4)], 0)
+        return rot, np.repeat(np.arange(4), images.shape[0])
+    labels = np.asarray(jax.random.randint(key, (images.shape[0],), 0, 4))
+    rot = images
+    for k in range(1, 4):
+        rot = jnp.where(jnp.asarray(labels == k)[:, None, None, None], rotate_images(images, k), rot)
     return rot, labels
 
 
@@ -222,25 +230,29 @@ def features_in_batches(feature_fn: Callable, images, batch_size: int = 512) -> 
 
 
 def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: int = 5, hidden: int = 512,
-                   batch_size: int = 256, lr: float = 1e-3, key=None) -> dict:
+                   batch_size: int = 256, lr: float = 1e-3, rotations: str = "all", key=None) -> dict:
     """The guillotine experiment's rotation-prediction probe.
 
-    Each image appears under the four rotations ``R_k``, ``k in {0, 1, 2, 3}``
-    (``k * 90`` degrees); the probes are trained on ``(feature_fn(R_k x), k)`` for
-    ``epochs`` epochs (the paper: 5) and evaluated on the rotated test images.
-    Chance is 0.25. Returns ``{"linear": acc, "mlp": acc, "linear_train": ...,
-    "mlp_train": ...}``.
+    The probes (linear and a 2-layer MLP of width ``hidden``) are trained on ``(feature_fn(R_k x), k)``,
+    ``R_k`` the rotation by ``k * 90`` degrees, for ``epochs`` epochs (the paper: 5) and evaluated on
+    the rotated test images. ``rotations="all"``: each image under all four rotations;
+    ``"random"``: each image once, under a rotation drawn uniformly per image (the authors'
+    ``RotationDataset``; the train and test draws come from ``key``). Chance is 0.25. Returns
+    ``{"linear": acc, "mlp": acc, "linear_train": ..., "mlp_train": ..., "epochs"}``.
 
     Args:
       feature_fn: ``images (b, H, W, C) -> features (b, d)`` (e.g. backbone ``z`` or head ``h(z)``).
       train_images, test_images: square NHWC images (unrotated).
     """
+    if rotations not in ("all", "random"):
+        raise ValueError(f"`rotations` must be 'all' or 'random'; got {rotations!r}.")
     key = jax.random.PRNGKey(0) if key is None else key
-    xr_tr, y_tr = rotation_dataset(train_images)
-    xr_te, y_te = rotation_dataset(test_images)
+    k1, k2 = jax.random.split(key)
+    draw = rotations == "random"
+    xr_tr, y_tr = rotation_dataset(train_images, key=jax.random.fold_in(key, 1) if draw else None)
+    xr_te, y_te = rotation_dataset(test_images, key=jax.random.fold_in(key, 2) if draw else None)
     f_tr = features_in_batches(feature_fn, xr_tr)
     f_te = features_in_batches(feature_fn, xr_te)
-    k1, k2 = jax.random.split(key)
     lin = logistic_probe(f_tr, y_tr, f_te, y_te, num_classes=4, epochs=epochs, batch_size=batch_size, lr=lr,
                          key=k1)
     mlp = mlp_probe(f_tr, y_tr, f_te, y_te, num_classes=4, hidden=hidden, epochs=epochs, batch_size=batch_size,
