@@ -104,7 +104,9 @@ _SEC5_RULE = (
     "(where one is analysed) does not pass. Not supported: some training augmentation fails, or the "
     "orbits expand. Inconclusive otherwise (the negative control passing makes it inconclusive: the "
     "test does not separate trained invariances). Premise violated: the head's training loss did not "
-    "fall (mean of the last 10% of steps >= the first 10%), or the representation is collapsed.")
+    "fall (mean of the last 10% of steps >= the first 10%; not checkable for a released checkpoint, whose "
+    "training is the release's), or the representation is collapsed (RankMe effective rank of the "
+    "backbone's z on the analysed inputs < {min_effective_rank}).")
 
 _THM41_SOURCE = (
     "Thm 4.1 (arXiv 2605.17180); abstract: 'at collapsed equilibria, smooth nonlinear heads put negative "
@@ -400,7 +402,7 @@ def _claims() -> dict[str, Claim]:
                     "augmentation directions, trading information for invariance'; orbit spread as in the "
                     "authors' experiments.py, run_orbit_visualization_experiment (line 739)"),
             rule=_SEC5_RULE,
-            thresholds={"bootstrap": 2000},
+            thresholds={"bootstrap": 2000, "min_effective_rank": 2.0},
             controls=(_RANDOM, _BETWEEN, _DATA, _UNTRAINED, _NEGATIVE),
             scales=("smoke", "paper"),
             refuted_by=("a training augmentation whose degeneracy ratio is >= 1 against a control with "
