@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import common, guillotine, reproduce
+from experiments import claims, common, guillotine, reproduce, rules
 from experiments.guillotine import geometry as G
 from experiments.guillotine import training as T
 from experiments.configs import guillotine as gconfig
@@ -30,89 +30,117 @@ def test_schema_finiteness_and_figures(tiny):
     common.check_verdict(r)
     m = r["measurements"]
     assert all(_finite(v) for v in r["headline"].values()), r["headline"]
+    assert [c["id"] for c in r["claims"]] == ["sec5-metric-degeneracy", "guillotine-probe-gap"]
+    assert all(c["scale"] == "toy" for c in r["claims"])  # the runner labels the verdict by the variant's scale
     for k in ("rot_lin_backbone", "rot_lin_head", "curvature_ratio_paper", "spread_shrink_paper"):
         assert k in r["paper"] and k in r["headline"]
+    assert r["paper"] == guillotine.PAPER_NUMBERS[("cifar10", "resnet18_cifar")] and not m["setting"]["paper_setting"]
     for kind in ("linear", "mlp"):
-        for task in ("rotation", "class"):
-            for w in ("backbone", "head"):
-                assert 0.0 <= m["probes"][task][w][kind] <= 1.0
-    assert set(m["premises"]) == {"ssl_loss_decreased", "backbone_encodes_rotation", "backbone_not_collapsed"}
+        for w in ("backbone", "head", "head_untrained"):
+            assert 0.0 <= m["probes"]["rotation"][w][kind] <= 1.0
+        for w in ("backbone", "head"):
+            assert 0.0 <= m["probes"]["class"][w][kind] <= 1.0
     assert m["setting"]["analysis_dtype"] == "float64"
     for name in ("probes", "curvature", "orbits_degeneracy"):
         assert (out / f"{name}.png").stat().st_size > 1000
     cfg = gconfig.get_config("tiny")
     assert len(m["loss_curve"]) == cfg.train.steps
-    assert [row["head_depth"] for row in m["depth_ablation"]] == sorted(cfg.model.depths)
+    assert [row["head_depth"] for row in m["depth_ablation"]] == sorted(cfg.ablation.depths)
+    # one random rotation per probe image: as many examples as images (the authors' RotationDataset)
+    assert m["setting"]["rotation_probe_test_images"] <= cfg.probes.test_images
 
 
-def test_verdict_follows_from_stored_numbers(tiny):
+def test_stored_ratios_recomputed_independently(tiny):
+    """D from the stored per-image gains by hand, the rule's inputs as stored, and the verdict of the shared rule."""
     _, r = tiny
-    cfg = gconfig.get_config("tiny")
     m = r["measurements"]
-    rot = m["probes"]["rotation"]
-    gap = 0.5 * ((rot["backbone"]["linear"] - rot["head"]["linear"]) + (rot["backbone"]["mlp"] - rot["head"]["mlp"]))
-    assert r["headline"]["rotation_gap_mean"] == pytest.approx(gap, abs=1e-12)
-    for row in m["degeneracy"]:
-        for c in guillotine.CONTROLS:
-            assert row[f"ratio_vs_{c}"] == pytest.approx(row["tangent"] / row[c], rel=1e-12)
-    # tiny trains with rotation only (jitter off): only the rotation tangent counts
+    n = gconfig.get_config("tiny").analysis.degeneracy_images
+    for aug, heads_ in m["degeneracy"]["gains"].items():
+        for hs, g in heads_.items():
+            assert len(g["tangent"]) == n
+            for c in guillotine.CONTROLS:
+                D = float(np.exp(np.mean(np.log(np.asarray(g["tangent"]) / np.asarray(g[c])))))
+                rec = m["degeneracy"]["ratios"][aug][hs][c]
+                assert rec["D"] == pytest.approx(D, rel=1e-12) and rec["lo"] <= rec["D"] <= rec["hi"]
+    comp = m["orbits"]["compression"]
+    for h in ("head", "head_untrained"):
+        sz, sh = (np.asarray(m["orbits"]["paper_spreads"][w]) for w in ("backbone", h))
+        assert comp[h]["S"] == pytest.approx(sz.mean() / sh.mean(), rel=1e-12)
+        assert np.mean(sh) == pytest.approx(m["orbits"]["paper"][h]["spread"], rel=1e-12)
+    # tiny trains with rotation only (jitter off): rotation is the one training augmentation, blur the negative
     assert m["setting"]["trained_augmentations"] == {"rotation": True, "hue": False, "blur": False}
-    assert "degeneracy_ratio_rotation" in r["headline"] and "degeneracy_ratio_hue" not in r["headline"]
-    ctl = cfg.verdict.control
-    rot_row = next(x for x in m["degeneracy"] if x["augmentation"] == "rotation" and x["head"] == "trained")
-    assert r["headline"]["degeneracy_ratio_rotation"] == rot_row[f"ratio_vs_{ctl}"]
-    # The rule, recomputed independently of guillotine.decide.
-    p = m["premises"]
-    z_rot = 0.5 * (rot["backbone"]["linear"] + rot["backbone"]["mlp"])
-    assert p["backbone_encodes_rotation"]["met"] == (z_rot >= cfg.verdict.min_backbone_rotation_acc)
-    ratio = rot_row[f"ratio_vs_{ctl}"]
-    if not all(x["met"] for x in p.values()):
-        expected = "premise violated"
-    elif gap >= cfg.verdict.probe_margin and ratio < 1:
-        expected = "supported"
-    elif gap <= 0 and ratio >= 1:
-        expected = "not supported"
-    else:
-        expected = "inconclusive"
-    assert r["verdict"] == expected
+    assert set(m["sec5"]["training"]) == {"rotation"} and set(m["sec5"]["negative"]) == {"blur"}
+    sec5, gap = r["claims"]
+    pv = m["premise_values"]
+    t5 = claims.CLAIMS["sec5-metric-degeneracy"].thresholds
+    expected = rules.decide_sec5(m["sec5"]["training"], comp["head"], negative=m["sec5"]["negative"], premises={
+        "loss": pv["loss_last_10pct"] < pv["loss_first_10pct"], "rank": pv["erank_rankme_backbone"] >= t5["min_effective_rank"]})
+    assert sec5["verdict"] == expected["verdict"] and sec5["deciding"] == expected["deciding"]
+    rot = m["probes"]["rotation"]
+    g = 0.5 * ((rot["backbone"]["linear"] - rot["head"]["linear"]) + (rot["backbone"]["mlp"] - rot["head"]["mlp"]))
+    g0 = 0.5 * ((rot["backbone"]["linear"] - rot["head_untrained"]["linear"])
+                + (rot["backbone"]["mlp"] - rot["head_untrained"]["mlp"]))
+    assert gap["deciding"]["rotation_gap_mean"] == pytest.approx(g, abs=1e-12)
+    assert gap["deciding"]["rotation_gap_mean_untrained_head"] == pytest.approx(g0, abs=1e-12)
 
 
-def _fake(gap, ratios: dict, trained: dict, met=True):
-    """Measurements with a given rotation gap and tangent ratios (same ratio against every control)."""
-    probes = {"rotation": {"backbone": {"linear": 0.5 + gap, "mlp": 0.5 + gap}, "head": {"linear": 0.5, "mlp": 0.5}},
-              "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")}}
-    deg = [{"augmentation": a, "head": "trained", **{f"ratio_vs_{c}": r[c] for c in guillotine.CONTROLS}}
-           for a, r in ratios.items()]
-    summary = {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}
-    osum = {k: 1.0 for k in ("spread_shrink_paper", "spread_shrink_raw", "spread_shrink_normalised")}
-    return {"premises": {"a": {"met": met, "value": 1.0}}, "setting": {"trained_augmentations": trained},
-            "probes": probes, "degeneracy": deg, "curvature": {"summary": summary}, "orbits": {"summary": osum},
+def _ratios(trained, untrained=1.0, width=0.05):
+    return {h: {c: {"D": v, "lo": v - width, "hi": v + width} for c in guillotine.CONTROLS}
+            for h, v in (("trained", trained), ("untrained", untrained))}
+
+
+def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss=(5.0, 3.0), erank=10.0, z_rot=0.6):
+    """Measurements with given probe gaps, trained-head ratios (untrained: 1) and orbit compression."""
+    probes_ = {"rotation": {"backbone": {"linear": z_rot, "mlp": z_rot},
+                            "head": {"linear": z_rot - gap, "mlp": z_rot - gap},
+                            "head_untrained": {"linear": z_rot - gap0, "mlp": z_rot - gap0}},
+               "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")}}
+    ratios = {"rotation": _ratios(rot), "hue": _ratios(hue), "blur": _ratios(blur)}
+    comp = {"head": dict(zip(("S", "lo", "hi"), S)), "head_untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}
+    return {"premise_values": {"loss_first_10pct": loss[0], "loss_last_10pct": loss[1], "backbone_rotation_acc": z_rot,
+                               "erank_rankme_backbone": erank},
+            "probes": probes_, "degeneracy": {"ratios": ratios}, "orbits": {"compression": comp},
+            "sec5": {"training": {a: ratios[a] for a in ("rotation", "hue")}, "negative": {"blur": ratios["blur"]},
+                     "orbits": comp},
+            "curvature": {"summary": {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}},
             "depth_ablation": []}
 
 
-def test_verdict_rule_cases_and_the_fixed_control():
-    cfg = gconfig.get_config("tiny")
-    trained = {"rotation": True, "hue": True, "blur": False}
-    low = {c: 0.5 for c in guillotine.CONTROLS}
-    high = {c: 1.2 for c in guillotine.CONTROLS}
-    decide = lambda m, c=cfg: guillotine.decide(m, c)["verdict"]  # noqa: E731
-    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": high}, trained)) == "supported"  # blur not trained
-    assert decide(_fake(0.1, {"rotation": low, "hue": high, "blur": low}, trained)) == "inconclusive"
-    assert decide(_fake(cfg.verdict.probe_margin / 2, {"rotation": low, "hue": low, "blur": low}, trained)) == "inconclusive"
-    assert decide(_fake(-0.05, {"rotation": high, "hue": high, "blur": low}, trained)) == "not supported"
-    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": low}, trained, met=False)) == "premise violated"
-    assert decide(_fake(0.1, {"rotation": low, "hue": low, "blur": low}, dict.fromkeys(trained, False))) == "inconclusive"
-    # The control decides: hue below 1 against random directions but above against data directions
-    split = {"random": 0.8, "data": 1.1, "between": 1.1}
-    m = _fake(0.1, {"rotation": low, "hue": split, "blur": low}, trained)
-    for control, expected in (("random", "supported"), ("data", "inconclusive"), ("between", "inconclusive")):
-        c = gconfig.get_config("tiny")
-        c.verdict.control = control
-        assert decide(m, c) == expected
-    c = gconfig.get_config("tiny")
-    c.verdict.control = "orthogonal"
-    with pytest.raises(ValueError, match="verdict.control"):
-        guillotine.decide(m, c)
+@pytest.mark.parametrize("kwargs, sec5, gap", [
+    ({}, "supported", "supported"),
+    ({"blur": 0.5}, "inconclusive", "supported"),  # the negative control passes too
+    ({"hue": 1.3}, "not supported", "supported"),  # a training augmentation >= 1 with confidence
+    ({"S": (0.7, 0.6, 0.8)}, "not supported", "supported"),  # orbits expand through the head
+    ({"S": (1.1, 0.9, 1.3)}, "inconclusive", "supported"),  # compression not established
+    ({"gap": 0.01}, "supported", "inconclusive"),  # gap below the margin
+    ({"gap": -0.05}, "supported", "not supported"),
+    ({"loss": (3.0, 3.5)}, "premise violated", "premise violated"),
+    ({"erank": 1.5}, "premise violated", "premise violated"),
+    ({"z_rot": 0.26}, "supported", "premise violated"),  # rotation not in z: only the probe claim's premise
+])
+def test_decide_each_verdict_on_hand_made_measurements(kwargs, sec5, gap):
+    out = guillotine.decide(_fake(**kwargs), gconfig.get_config("tiny"))
+    got = {c["id"]: c for c in out["claims"]}
+    assert got["sec5-metric-degeneracy"]["verdict"] == sec5, got["sec5-metric-degeneracy"]["reason"]
+    assert got["guillotine-probe-gap"]["verdict"] == gap, got["guillotine-probe-gap"]["reason"]
+    assert "untrained head's gap" in got["guillotine-probe-gap"]["reason"]
+
+
+def test_untrained_head_that_already_passes_makes_it_inconclusive():
+    m = _fake()
+    m["sec5"]["training"]["rotation"] = _ratios(0.5, untrained=0.4)  # the head at init is lower still
+    assert guillotine.decide(m, None)["claims"][0]["verdict"] == "inconclusive"
+
+
+def test_config_checks_are_in_measure_not_decide():
+    bad = gconfig.get_config("tiny")
+    bad.analysis.negative = ("rotation",)  # a training augmentation cannot be the negative control
+    with pytest.raises(ValueError, match="negative"):
+        guillotine.measure(bad)
+    bad.analysis.negative = ("shear",)
+    with pytest.raises(ValueError, match="negative"):
+        guillotine.measure(bad)
+    assert "verdict" not in gconfig.get_config("smoke")
 
 
 def test_scale_free_and_paper_numbers_are_consistent(tiny):
@@ -133,7 +161,7 @@ def test_scale_free_and_paper_numbers_are_consistent(tiny):
     sh = m["orbits"]["summary"]
     assert sh["spread_shrink_normalised"] == pytest.approx(sh["spread_shrink_raw"] * s_h / s_z, rel=1e-10)
     pb, ph = m["orbits"]["paper"]["backbone"]["spread"], m["orbits"]["paper"]["head"]["spread"]
-    assert sh["spread_shrink_paper"] == pytest.approx(pb / (ph + 1e-10), rel=1e-12)
+    assert r["headline"]["spread_shrink_paper"] == pytest.approx(pb / ph, rel=1e-12)
 
 
 def test_fd_curvature_converges_to_exact_on_the_stored_run(tiny):
@@ -177,7 +205,7 @@ def test_degeneracy_is_the_ratio_of_jvp_norms(smooth_geometry):
     geo, v, x = smooth_geometry
     t0 = jnp.asarray(0.9, jnp.float64)
     zs = geo.z_at(v, x, t0)
-    dirs = jax.random.normal(jax.random.PRNGKey(5), zs.shape, jnp.float64)
+    dirs = jax.random.normal(jax.random.PRNGKey(5), (zs.shape[0], 3, zs.shape[1]), jnp.float64)
     along, other = geo.degeneracy(v, x, t0, dirs)
     # Independent: the dense head Jacobians J and the tangents dz/dt, both by jacfwd.
     Js = np.asarray(jax.jit(jax.vmap(jax.jacfwd(lambda z: geo.head.apply(v["head"], z[None])[0][0])))(zs))
@@ -185,8 +213,45 @@ def test_degeneracy_is_the_ratio_of_jvp_norms(smooth_geometry):
     for i in range(x.shape[0]):
         J, dz = Js[i], dzs[i]
         assert along[i] == pytest.approx(np.linalg.norm(J @ dz) / np.linalg.norm(dz), rel=1e-10)
-        d = np.asarray(dirs[i])
-        assert other[i] == pytest.approx(np.linalg.norm(J @ d) / np.linalg.norm(d), rel=1e-10)
+        d = np.asarray(dirs[i])  # (K, d): the RMS of |J r| / |r| over the K directions
+        rms = np.sqrt(np.mean(np.linalg.norm(d @ J.T, axis=1) ** 2 / np.linalg.norm(d, axis=1) ** 2))
+        assert other[i] == pytest.approx(rms, rel=1e-10)
+
+
+def test_control_directions_are_what_they_say(smooth_geometry):
+    """between: differences to another sample (never itself); data: in the span of the centred z; random: N(0, I)."""
+    zs = jax.random.normal(jax.random.PRNGKey(0), (6, 4), jnp.float64)
+    dirs = G._control_directions(zs, 5, jax.random.PRNGKey(1))
+    assert all(d.shape == (6, 5, 4) for d in dirs.values())
+    for i in range(6):
+        for k in range(5):
+            diffs = np.asarray(zs) - np.asarray(zs[i])
+            j = [q for q in range(6) if np.allclose(diffs[q], dirs["between"][i, k])]
+            assert j and j[0] != i
+    c = np.asarray(zs - zs.mean(0))
+    coef = np.linalg.lstsq(c.T, np.asarray(dirs["data"]).reshape(-1, 4).T, rcond=None)[0]
+    np.testing.assert_allclose(c.T @ coef, np.asarray(dirs["data"]).reshape(-1, 4).T, atol=1e-12)
+
+
+def test_paper_orbit_spreads_and_compression_on_a_hand_made_model(smooth_geometry):
+    """orbit_analysis' paper-way spreads equal a NumPy recomputation from the model's own outputs."""
+    geo, v, x = smooth_geometry
+    cfg = ml_collections.ConfigDict({"seed": 0, "analysis": {"orbit_max_angle_deg": 45.0, "orbit_steps": 3,
+                                                             "paper_orbit_steps": 4}})
+    imgs = jnp.stack([x, x[::-1] * 0.5])  # 2 classes x 2 images
+    v0 = {"backbone": v["backbone"], "head": geo.head.init(jax.random.PRNGKey(9))}
+    o = G.orbit_analysis(cfg, geo, v, imgs, {"backbone": 1.0, "head": 1.0}, v_init=v0)
+    ts = jnp.asarray(np.radians([0.0, 90.0, 180.0, 270.0]), jnp.float64)
+    flat = imgs.reshape((4,) + imgs.shape[2:])
+    for name, vv in (("head", v), ("head_untrained", v0)):
+        z = np.asarray(jax.vmap(lambda im: jax.vmap(lambda t: geo.rep(vv, im, t, "backbone"))(ts))(flat))
+        zn = z / np.linalg.norm(z, axis=-1, keepdims=True)
+        h = np.asarray(jax.vmap(jax.vmap(lambda q: geo.head.apply(vv["head"], q[None])[0][0]))(jnp.asarray(zn)))
+        hn = h / np.linalg.norm(h, axis=-1, keepdims=True)
+        spread = lambda r: np.mean(np.sum((r - r.mean(1, keepdims=True)) ** 2, -1), 1)  # noqa: E731
+        np.testing.assert_allclose(o["paper_spreads"]["backbone"], spread(zn), rtol=1e-10)
+        np.testing.assert_allclose(o["paper_spreads"][name], spread(hn), rtol=1e-10)
+        assert o["compression"][name]["S"] == pytest.approx(spread(zn).mean() / spread(hn).mean(), rel=1e-10)
 
 
 def test_paper_orbit_reps_apply_the_head_to_normalised_z(smooth_geometry):
@@ -205,8 +270,9 @@ def test_report_has_tables_and_figure_links(tiny):
     text = guillotine.report(r, "figs")
     for name in ("probes", "curvature", "orbits_degeneracy"):
         assert f"(figs/{name}.png)" in text
-    assert text.count("|---|") >= 7  # probes, curvature, convergence, 2 orbit tables, degeneracy, depth
-    assert "rotation linear" in text and "spread shrink" in text.lower()
+    assert text.count("|---|") >= 8  # probes, sec5, orbits, curvature, convergence, 2 orbit tables, depth
+    assert "rotation linear" in text and "spread shrink" in text.lower() and "negative control" in text
+    assert "(toy)" in text and "untrained head h_0(z)" in text
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -236,9 +302,28 @@ def test_paper_variants_are_the_authors_recipe():
         assert c.augment.gray_prob == 0.0 and c.augment.blur_prob == 0.0
         assert (c.model.head_hidden, c.model.head_out, c.model.head_final_bn, c.model.head_bias) == (2048, 2048, True, False)
         assert (c.train.batch_size, c.train.lr, c.train.temperature, c.probes.epochs) == (256, 1e-3, 0.1, 5)
-        assert tuple(c.model.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
+        assert c.objective.name == "simclr_one_way"  # the authors' CE(z1 z2^T / 0.1), n - 1 negatives
+        assert tuple(c.ablation.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
+        # head_depth_ablations.py trains at ExperimentConfig.batch_size = 512 for 50 epochs (drop_last)
+        assert (c.ablation.batch_size, c.ablation.steps) == (512, 50 * (50000 // 512))
         assert T.trained_augmentations(c) == {"rotation": True, "hue": True, "blur": False}
-        assert (c.model.head_activation, c.model.ablation_activation) == ("relu", "swish")
+        assert (c.model.head_activation, c.ablation.activation) == ("relu", "swish")
+        # the authors' probes: one random rotation per image, MLP hidden 256 on z and 512 on h(z)
+        assert (c.probes.rotations, c.probes.hidden, c.probes.hidden_head) == ("random", 256, 512)
+        assert tuple(c.analysis.negative) == ("blur",)
+    # the smoke variant keeps the authors' views (the base's) and the symmetric NT-Xent
+    s = gconfig.get_config("smoke")
+    assert s.augment.to_dict() == gconfig.get_config("paper").augment.to_dict() and s.objective.name == "simclr"
+
+
+def test_ablation_runs_at_its_own_batch_and_steps(tmp_path):
+    c = gconfig.get_config("paper")
+    c.train.checkpoint_dir = str(tmp_path)
+    ab = guillotine._ablation_config(c)
+    assert (ab.train.batch_size, ab.train.steps) == (512, 4850) and ab.train.checkpoint_dir == f"{tmp_path}/ablation"
+    assert (c.train.batch_size, c.train.steps) == (256, 9750)  # the main run's are untouched
+    s = gconfig.get_config("smoke")
+    assert (guillotine._ablation_config(s).train.batch_size, guillotine._ablation_config(s).train.steps) == (128, 300)
 
 
 def test_training_goes_through_the_cli_trainer_with_the_authors_views():

@@ -13,16 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import rules
 from ssl_geometry import augment, metrics
 from ssl_geometry import paper as P
-
-from .training import trained_augmentations
 
 __all__ = ["AUGMENTATIONS", "CONTROLS", "analysis_variables", "augmentation_fn", "Geometry", "spread_scale",
            "curvature_analysis", "fd_convergence", "orbit_images", "orbit_analysis", "degeneracy_analysis"]
 
 AUGMENTATIONS = ("rotation", "hue", "blur")
-CONTROLS = ("random", "data", "between")
+#: The Sec. 5 controls of the registry (``experiments/claims.py``), in its order.
+CONTROLS = rules.SEC5_RATIO_CONTROLS
 
 
 def _unit(x):
@@ -83,12 +83,13 @@ class Geometry:
         def z_at(v, xs, t0):  # (N, d): z of the augmented images
             return jax.vmap(lambda x: z_of(v, aug(x, t0)))(xs)
 
-        def degeneracy(v, xs, t0, dirs):  # (N,) along the tangent, (N,) along the given directions
+        def degeneracy(v, xs, t0, dirs):  # (N,) along the tangent; (N,) RMS over the K directions (N, K, d)
             head_fn = lambda z: h_of(v, z)  # noqa: E731
             along = jax.vmap(lambda x: metrics.augmentation_metric_degeneracy(
                 head_fn, lambda a: z_of(v, aug(x, a)), t0))(xs)
-            other = jax.vmap(lambda z, r: metrics.metric_degeneracy(head_fn, z, r))(z_at(v, xs, t0), dirs)
-            return along, other
+            gains = jax.vmap(lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(head_fn, z, r))(rs))(
+                z_at(v, xs, t0), dirs)
+            return along, jnp.sqrt(jnp.mean(gains ** 2, axis=1))
 
         def paper_grid(v, xs, ts):  # the paper's orbit reps: z/|z| and h(z/|z|)/|h(z/|z|)|, (N, T, d) each
             def one(x, t):
@@ -179,20 +180,28 @@ def fd_convergence(cfg, geo: Geometry, v, images) -> list[dict]:
 
 
 def orbit_images(cfg, ds, classes: int, per_class: int):
-    """``(classes, per_class, H, W, 3)`` uint8 images: the first ``per_class`` test images of the first
-    ``classes`` classes that have that many."""
+    """``(classes, per_class, H, W, 3)`` uint8 test images, chosen as the authors'
+    ``run_orbit_visualization_experiment`` does: ``classes`` evenly spaced class indices
+    ``linspace(0, num_classes - 1, classes)`` and ``per_class`` images of each drawn without
+    replacement (here from ``default_rng(seed)``, in index order)."""
+    chosen = np.linspace(0, ds.num_classes - 1, classes).astype(int)
+    if len(set(chosen.tolist())) < classes:
+        raise ValueError(f"`analysis.orbit_classes` = {classes} exceeds the {ds.num_classes} classes of the data set.")
+    rng = np.random.default_rng(cfg.seed)
     out = []
-    for c in np.unique(ds.labels):
-        idx = np.flatnonzero(ds.labels == c)[:per_class]
-        if idx.size == per_class:
-            out.append(ds.images[idx])
-        if len(out) == classes:
-            return np.stack(out)
-    raise ValueError(f"fewer than {classes} classes have {per_class} test images each.")
+    for c in chosen:
+        idx = np.flatnonzero(ds.labels == c)
+        if idx.size < per_class:
+            raise ValueError(f"class {c} has {idx.size} test images, fewer than `analysis.orbit_images` = {per_class}.")
+        out.append(ds.images[np.sort(rng.choice(idx, per_class, replace=False))])
+    return np.stack(out)
 
 
-def orbit_analysis(cfg, geo: Geometry, v, images, scales) -> dict:
-    """:func:`ssl_geometry.metrics.orbit_statistics` of rotation orbits, raw and divided by ``s_r``."""
+def orbit_analysis(cfg, geo: Geometry, v, images, scales, v_init=None) -> dict:
+    """Rotation orbits: the paper's (full circle, L2-normalised, per-orbit spreads and their compression
+    :func:`experiments.rules.orbit_compression`, for the trained head and, with ``v_init``, the head at
+    initialisation on the same z) and the project's (:func:`ssl_geometry.metrics.orbit_statistics` over
+    ``[0, orbit_max_angle_deg]``, raw and divided by ``s_r``)."""
     C, I = images.shape[:2]
     ts = jnp.linspace(0.0, math.radians(cfg.analysis.orbit_max_angle_deg), cfg.analysis.orbit_steps, dtype=images.dtype)
     rows, reps_out = [], {}
@@ -212,16 +221,22 @@ def orbit_analysis(cfg, geo: Geometry, v, images, scales) -> dict:
     ts_p = jnp.asarray(np.radians(np.linspace(0.0, 360.0, T, endpoint=False)), images.dtype)
     zp, hp = (np.asarray(a) for a in geo.paper_grid(v, flat, ts_p))
     ids, labels = np.repeat(np.arange(C * I), T), np.repeat(np.arange(C), I * T)
-    paper = {w: P.orbit_metrics(r.reshape(C * I * T, -1), ids, labels) for w, r in (("backbone", zp), ("head", hp))}
+    reps_p = {"backbone": zp, "head": hp}
+    if v_init is not None:
+        reps_p["head_untrained"] = np.asarray(geo.paper_grid(v_init, flat, ts_p)[1])
+    paper = {w: P.orbit_metrics(r.reshape(C * I * T, -1), ids, labels) for w, r in reps_p.items()}
+    spreads = {w: P.orbit_spreads(r.reshape(C * I * T, -1), ids) for w, r in reps_p.items()}
+    compression = {h: rules.orbit_compression(spreads["backbone"], spreads[h], seed=cfg.seed)
+                   for h in reps_p if h != "backbone"}
     get = lambda w, n, k: next(r[k] for r in rows if r["rep"] == w and r["scale"] == n)  # noqa: E731
     summary = {f"spread_shrink_{n}": get("backbone", n, "orbit_spread") / get("head", n, "orbit_spread")
                for n in ("raw", "normalised")}
     summary["class_orbit_ratio_backbone"] = get("backbone", "raw", "class_orbit_ratio")
     summary["class_orbit_ratio_head"] = get("head", "raw", "class_orbit_ratio")
-    summary["spread_shrink_paper"] = paper["backbone"]["spread"] / (paper["head"]["spread"] + 1e-10)
     summary["class_orbit_ratio_backbone_paper"] = paper["backbone"]["ratio"]
     summary["class_orbit_ratio_head_paper"] = paper["head"]["ratio"]
     return {"rows": rows, "summary": summary, "paper": paper,
+            "paper_spreads": {w: x.tolist() for w, x in spreads.items()}, "compression": compression,
             "pca": {w: _pca2(r).tolist() for w, r in reps_out.items()}}
 
 
@@ -237,41 +252,53 @@ def _pca2(r):
 # -------------------------------------------------------------------------------------- degeneracy
 
 
-def degeneracy_analysis(cfg, geos: dict, v_trained, v_init, images, key) -> list[dict]:
-    """Mean ``|J_h v|/|v|`` along each augmentation tangent against three controls, trained and init heads.
+def _control_directions(zs, n_dirs: int, key) -> dict:
+    """``{control: (n, K, d)}`` directions at the rows of ``zs`` (see :func:`degeneracy_analysis`)."""
+    n, d = zs.shape
+    k_rand, k_perm, k_data = jax.random.split(key, 3)
+    others = (jnp.arange(n)[:, None] + jax.random.randint(k_perm, (n, n_dirs), 1, n)) % n  # never the sample itself
+    return {"random": jax.random.normal(k_rand, (n, n_dirs, d), zs.dtype),
+            "between": zs[others] - zs[:, None],
+            "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_data, (n, n_dirs, n), zs.dtype),
+                               zs - zs.mean(0)) / math.sqrt(n)}
 
-    Controls (all reported; ``verdict.control`` decides): ``random`` isotropic ``v ~ N(0, I)``; ``data``
-    ``v = sum_j g_j (z_j - zbar) / sqrt(n)``, ``g ~ N(0, I_n)`` (Gaussian with the covariance of the
-    batch's z: directions the data spans); ``between`` ``v = z_j - z_i`` for a permutation without fixed
-    points. ``ratio_vs_<control>`` = tangent mean / control mean; ``< 1``: the head's metric is more
-    degenerate along the augmentation than along the control.
+
+def degeneracy_analysis(cfg, geos: dict, heads: dict, images, key, trained: dict) -> dict:
+    """Per-image gains ``g = |J_h v| / |v|`` along each augmentation tangent and along the Sec. 5 controls.
+
+    ``heads``: ``{"trained": variables, "untrained": variables}`` (the same backbone; the head at
+    initialisation for ``untrained``). At each image ``i`` (augmented to the parameter ``t0`` of
+    ``analysis.tangent_*``), ``g_aug,i`` along ``v = dz/dt`` (exact, by jvp) and, per control,
+    ``g_c,i = sqrt(mean_k |J_h r_k|^2 / |r_k|^2)`` over ``K = analysis.control_directions`` directions:
+    ``random`` ``r ~ N(0, I)``; ``between`` ``r = z_j - z_i`` for ``j != i`` drawn uniformly; ``data``
+    ``r = sum_m g_m (z_m - zbar) / sqrt(n)``, ``g ~ N(0, I_n)`` (Gaussian with the covariance of the
+    batch's z). The same directions for both heads. ``D_c`` = :func:`experiments.rules.degeneracy_ratio`
+    (geometric mean of ``g_aug,i / g_c,i`` with its bootstrap 95% interval); ``D < 1``: the head's
+    metric is more degenerate along the augmentation than along the control.
+
+    Returns ``{"rows": [...], "ratios": {aug: {head: {control: {"D", "lo", "hi"}}}}, "gains": {aug: {head:
+    {"tangent": [...], control: [...]}}}}``.
     """
     a = cfg.analysis
     t0s = {"rotation": math.radians(a.tangent_rotation_deg), "hue": a.tangent_hue, "blur": a.tangent_blur_sigma}
-    trained = trained_augmentations(cfg)
-    n = images.shape[0]
-    k_rand, k_perm, k_data = jax.random.split(key, 3)
-    perm = np.asarray(jax.random.permutation(k_perm, n))
-    perm = np.where(perm == np.arange(n), np.roll(perm, 1), perm)  # no image paired with itself
-    rows = []
+    rows, ratios, gains = [], {}, {}
     for aug in AUGMENTATIONS:
-        geo = geos[aug]
-        t0 = jnp.asarray(t0s[aug], images.dtype)
-        for head_state, v in (("trained", v_trained), ("init", v_init)):
-            zs = geo.z_at(v, images, t0)
-            dirs = {"random": jax.random.normal(k_rand, zs.shape, images.dtype),
-                    "data": jax.random.normal(k_data, (n, n), images.dtype) @ (zs - zs.mean(0)) / math.sqrt(n),
-                    "between": zs[perm] - zs}
+        geo, t0 = geos[aug], jnp.asarray(t0s[aug], images.dtype)
+        ratios[aug], gains[aug] = {}, {}
+        for head_state, v in heads.items():
+            dirs = _control_directions(geo.z_at(v, images, t0), a.control_directions, key)
             vals = {}
-            for name, dv in dirs.items():
-                along, other = geo.degeneracy(v, images, t0, dv)
+            for name in CONTROLS:
+                along, other = geo.degeneracy(v, images, t0, dirs[name])
                 vals["tangent"], vals[name] = np.asarray(along), np.asarray(other)
             for name, arr in vals.items():
-                if not np.all(np.isfinite(arr)):
-                    raise FloatingPointError(f"non-finite metric degeneracy ({aug}, {head_state} head, {name}).")
-            row = {"augmentation": aug, "head": head_state, "at": float(t0s[aug]), "in_training": trained[aug],
-                   **{k: float(x.mean()) for k, x in vals.items()}}
-            row.update({f"ratio_vs_{c}": row["tangent"] / row[c] for c in CONTROLS})
-            row["fraction_below_random_median"] = float(np.mean(vals["tangent"] < np.median(vals["random"])))
-            rows.append(row)
-    return rows
+                if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+                    raise FloatingPointError(f"non-finite or zero metric gain ({aug}, {head_state} head, {name}).")
+            r = {c: rules.degeneracy_ratio(vals["tangent"], vals[c], seed=cfg.seed) for c in CONTROLS}
+            ratios[aug][head_state] = r
+            gains[aug][head_state] = {k: x.tolist() for k, x in vals.items()}
+            rows.append({"augmentation": aug, "head": head_state, "at": float(t0s[aug]), "in_training": trained[aug],
+                         **{f"gain_{k}": float(x.mean()) for k, x in vals.items()},
+                         **{f"D_vs_{c}": r[c]["D"] for c in CONTROLS},
+                         **{f"D_vs_{c}_ci": [r[c]["lo"], r[c]["hi"]] for c in CONTROLS}})
+    return {"rows": rows, "ratios": ratios, "gains": gains}

@@ -8,14 +8,15 @@ from experiments import common
 __all__ = ["figures", "report"]
 
 _AUGS = ("rotation", "hue", "blur")
+_CONTROLS = ("random", "between", "data")
 
 
 def figures(results, out_dir) -> None:
     """Probes and depth ablation, curvature per angle and FD convergence, orbits (PCA) and degeneracy ratios."""
     plt = common.pyplot()
     m = results["measurements"]
-    pr, depth_rows, curv, deg, losses = m["probes"], m["depth_ablation"], m["curvature"], m["degeneracy"], m["loss_curve"]
-    control = results["config"]["verdict"]["control"]
+    pr, depth_rows, curv, losses = m["probes"], m["depth_ablation"], m["curvature"], m["loss_curve"]
+    ratios = m["degeneracy"]["ratios"]
     conv_angle = results["config"]["analysis"]["convergence_angle_deg"]
 
     # Probes + depth ablation + loss.
@@ -76,13 +77,16 @@ def figures(results, out_dir) -> None:
         ax.set_title(f"{w}: rotation orbits (PCA, per-rep normalised)", fontsize=8)
     ax = axes[2]
     x = np.arange(len(_AUGS))
-    for off, hs, col in ((-0.2, "trained", "tab:red"), (0.2, "init", "tab:gray")):
-        ax.bar(x + off, [next(r[f"ratio_vs_{control}"] for r in deg if r["augmentation"] == a and r["head"] == hs)
-                         for a in _AUGS], 0.4, color=col, label=f"{hs} head")
+    for j, c in enumerate(_CONTROLS):
+        for off, hs, col, mk in ((-0.15, "trained", f"C{j}", "o"), (0.15, "untrained", f"C{j}", "x")):
+            r = [ratios[a][hs][c] for a in _AUGS]
+            ax.errorbar(x + off + 0.08 * (j - 1), [q["D"] for q in r],
+                        yerr=[[q["D"] - q["lo"] for q in r], [q["hi"] - q["D"] for q in r]], fmt=mk, color=col,
+                        label=f"{hs} vs {c}", ms=4, capsize=2)
     ax.axhline(1, color="k", lw=0.5)
     ax.set_xticks(x, _AUGS)
-    ax.set_ylabel(f"mean |J_h v_aug|/|v| / mean over {control} directions")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("D = geo. mean of |J_h v_aug|/|v| over control gain (95% CI)")
+    ax.legend(fontsize=6, ncol=2)
     common.save_figure(fig, out_dir, "orbits_degeneracy")
 
 
@@ -95,9 +99,45 @@ def _fmt(v):
 
 
 def _probe_rows(pr):
-    return [{"probe": f"{task} {kind}", "backbone z": pr[task]["backbone"][kind], "head h(z)": pr[task]["head"][kind],
-             "gap (z - h)": pr[task]["backbone"][kind] - pr[task]["head"][kind]}
-            for task in ("rotation", "class") for kind in ("linear", "mlp")]
+    rows = []
+    for task in ("rotation", "class"):
+        for kind in ("linear", "mlp"):
+            row = {"probe": f"{task} {kind}", "backbone z": pr[task]["backbone"][kind], "head h(z)": pr[task]["head"][kind],
+                   "gap (z - h)": pr[task]["backbone"][kind] - pr[task]["head"][kind]}
+            if "head_untrained" in pr[task]:
+                u = pr[task]["head_untrained"][kind]
+                row.update({"untrained head h_0(z)": u, "gap (z - h_0)": pr[task]["backbone"][kind] - u})
+            rows.append(row)
+    return rows
+
+
+def _ci(r) -> str:
+    return f"{r['D']:.3g} [{r['lo']:.3g}, {r['hi']:.3g}]"
+
+
+def _sec5_text(m) -> list:
+    """The Sec. 5 table: D against every control with its interval, trained and untrained head; the orbits."""
+    s, ratios = m["setting"], m["degeneracy"]["ratios"]
+    rows = []
+    for a in ratios:
+        role = ("training" if s["trained_augmentations"][a] else
+                "negative control" if a in s["negative_augmentations"] else "reported only")
+        for hs in ("trained", "untrained"):
+            rows.append({"augmentation": a, "role": role, "head": hs,
+                         **{f"D vs {c}": _ci(ratios[a][hs][c]) for c in _CONTROLS}})
+    comp = m["orbits"]["compression"]
+    orbit_rows = [{"head": {"head": "trained", "head_untrained": "untrained"}[h], "S = spread(z) / spread(h)":
+                   f"{r['S']:.3g} [{r['lo']:.3g}, {r['hi']:.3g}]"} for h, r in comp.items()]
+    return ["**Metric degeneracy** (Sec. 5, the registry's rule `sec5-metric-degeneracy`): per test image, the gain "
+            "g = |J_h v|/|v| along the augmentation tangent v = dz/dt and the RMS gain over the control's directions "
+            "(random N(0, I); between z_j - z_i; data: Gaussian with the covariance of z); D = exp(mean log(g_aug / "
+            "g_control)) with its bootstrap 95% interval over images. 'untrained' is the same head at initialisation "
+            "on the same z. A training augmentation passes if every interval lies below 1 and the trained head's D "
+            "is below the untrained head's for every control; the negative control must not pass.", "",
+            common.markdown_table(rows), "",
+            "**Orbit compression, the paper's way** (12 rotations 0..330 deg, L2-normalised, head on z/|z|, squared "
+            "spread per orbit; bootstrap 95% interval over orbits; the paper: 21.9):", "",
+            common.markdown_table(orbit_rows)]
 
 
 def _curvature_text(m, paper) -> list:
@@ -118,12 +158,11 @@ def _curvature_text(m, paper) -> list:
 def _orbit_text(m, paper) -> list:
     o = m["orbits"]
     rows = [{"rep": w, "paper: spread (sq.)": o["paper"][w]["spread"], "paper: intra": o["paper"][w]["intra"],
-             "paper: inter": o["paper"][w]["inter"], "paper: class/orbit": o["paper"][w]["ratio"]}
-            for w in ("backbone", "head")]
-    s = o["summary"]
+             "paper: inter": o["paper"][w]["inter"], "paper: class/orbit": o["paper"][w]["ratio"]} for w in o["paper"]]
+    s, comp = o["summary"], o["compression"]["head"]
     return [f"**Orbit geometry.** The paper's way (12 rotations 0..330 deg, L2-normalised, head applied to z/|z|, "
             f"spread = mean squared distance to the orbit centroid): spread shrink backbone/head "
-            f"**{s['spread_shrink_paper']:.4g}** (paper: {paper.get('spread_shrink_paper', 'n/a')}), class/orbit ratio "
+            f"**{comp['S']:.4g}** (paper: {paper.get('spread_shrink_paper', 'n/a')}), class/orbit ratio "
             f"{s['class_orbit_ratio_backbone_paper']:.3g} -> {s['class_orbit_ratio_head_paper']:.3g}. The project's "
             f"(`metrics.orbit_statistics`, distances, rotations in [0, 45 deg]): shrink {s['spread_shrink_raw']:.4g} raw, "
             f"{s['spread_shrink_normalised']:.4g} scale-free.", "", common.markdown_table(rows), "",
@@ -131,45 +170,37 @@ def _orbit_text(m, paper) -> list:
 
 
 def report(results, rel_dir) -> str:
-    m, h, p = results["measurements"], results["headline"], results["paper"]
-    s, cfg = m["setting"], results["config"]
-    control = cfg["verdict"]["control"]
-    counted = [a for a, on in s["trained_augmentations"].items() if on]
-    prem = "; ".join(f"{k}: {'met' if v['met'] else 'NOT met'} ({_fmt(v['value'])})" for k, v in m["premises"].items())
+    m, p = results["measurements"], results["paper"]
+    s = m["setting"]
+    pv = m["premise_values"]
     dry = m.get("dry_run")
-    deg_cols = ["augmentation", "head", "in_training", "tangent", "random", "data", "between", "ratio_vs_random",
-                "ratio_vs_data", "ratio_vs_between"]
+    reasons = [f"- `{r['id']}`: {r['verdict']} ({r['scale']}) -- {r['reason']}" for r in results["claims"]]
+    ablation = m["depth_ablation"][0] if m["depth_ablation"] else {}
     lines = [
         ("**DRY RUN** (2 steps per training phase, a few images per analysis step): the numbers below test the "
          f"code path, not the claim. Step time {dry['step_time_s']:.3g} s, projected full run "
          f"{dry['projected_wall_time_s'] / 3600:.3g} h on {dry['device']}.\n") if dry else "",
-        f"Reading: rotation-probe gap z - h(z) = {h['rotation_gap_mean']:.3g} (margin {cfg['verdict']['probe_margin']:g}); "
-        f"degeneracy ratios vs the '{control}' control (fixed in the config before the run) for the training "
-        f"augmentations {counted or 'none'}: "
-        + (", ".join(f"{a} {h[f'degeneracy_ratio_{a}']:.3g}" for a in counted) or "-")
-        + ". All controls and the untrained augmentations are in the table below; they do not decide.",
-        "",
-        f"Setting: {s['dataset']} at {s['image_size']}px, backbone `{s['backbone']}`, head `{s['head']}`; SimCLR through "
-        f"the CLI trainer's step (trainer.make_train_step); trained augmentations {s['trained_augmentations']}; analysis in {s['analysis_dtype']}. "
-        f"Rotation probes on {s['rotation_probe_train_images']}/{s['rotation_probe_test_images']} train/test images "
-        f"(x4 rotations). Premises: {prem}. Paper numbers: CIFAR-10 ResNet-18 unless the variant is another paper "
-        "setting; accuracies as fractions.",
+        "Reading:", *reasons, "",
+        f"Setting: {s['dataset']} at {s['image_size']}px, backbone `{s['backbone']}`, head `{s['head']}`, loss "
+        f"`{s['objective']}`; trained augmentations {s['trained_augmentations']}; negative control "
+        f"{s['negative_augmentations']}; analysis in {s['analysis_dtype']}. Rotation probes on "
+        f"{s['rotation_probe_train_images']}/{s['rotation_probe_test_images']} train/test images, one random "
+        f"90-degree rotation each. Premise values: loss {pv['loss_first_10pct']:.4g} (first 10% of steps) -> "
+        f"{pv['loss_last_10pct']:.4g} (last 10%); backbone rotation accuracy {pv['backbone_rotation_acc']:.3g} "
+        f"(chance 0.25); RankMe of z {pv['erank_rankme_backbone']:.4g}. "
+        + ("Paper numbers: this paper setting's." if s["paper_setting"] else
+           "Paper numbers: CIFAR-10 ResNet-18 (a different setting, for scale only).") + " Accuracies as fractions.",
         "",
         common.markdown_table(_probe_rows(m["probes"])),
+        "",
+        *_sec5_text(m),
         "",
         *_curvature_text(m, p),
         "",
         *_orbit_text(m, p),
         "",
-        "**Metric degeneracy** |J_h v|/|v| (means over images) along augmentation tangents v = dz/dt and three "
-        "controls: isotropic random N(0, I), data (Gaussian with the covariance of z) and between-sample z_j - z_i. "
-        "The control decides the outcome (a head trained on data has an arbitrary gain off the data's span), so it "
-        f"is fixed in the config ('{control}'); 'init' is the head at initialisation on the trained backbone.",
-        "",
-        common.markdown_table(m["degeneracy"], deg_cols),
-        "",
-        "**Head-depth ablation** (paper, linear rotation probe backbone/head: depth 1 47.5/47.4, depth 2 52.8/39.7, "
-        "depth 3 52.4/35.6 %):",
+        f"**Head-depth ablation** (batch {ablation.get('batch_size', '-')}, {ablation.get('steps', '-')} steps; "
+        "paper, linear rotation probe backbone/head: depth 1 47.5/47.4, depth 2 52.8/39.7, depth 3 52.4/35.6 %):",
         "",
         common.markdown_table(m["depth_ablation"]),
         "",

@@ -1,0 +1,73 @@
+"""Experiment 6, probes: rotation and class prediction from z, from h(z) and from the untrained head's h_0(z).
+
+The rotation probe is the authors' (``experiments.py``, ``RotationDataset`` and the probes of
+``run_guillotine_experiment``): each image once, under a rotation by ``k * 90`` degrees with ``k``
+drawn uniformly per image (``probes.rotations = "random"``; ``"all"`` uses all four), a linear
+probe and a 2-layer ReLU MLP probe (hidden ``probes.hidden`` on z, ``probes.hidden_head`` on
+h(z): the authors' 256 and 512), Adam 1e-3, batch 256, ``probes.epochs`` epochs, test accuracy.
+The untrained head is the same head at its initialisation on the trained backbone: the probe gap
+it already shows is architecture, not training.
+"""
+from __future__ import annotations
+
+import jax
+
+from ssl_geometry import augment, probes
+
+from . import training as T
+
+__all__ = ["untrained_head_run", "probe_suite", "probe_sets"]
+
+
+def untrained_head_run(run: dict) -> dict:
+    """``run`` with the projector's parameters and statistics replaced by their values at initialisation."""
+    return {**run, "params": {**run["params"], "projector": run["init_params"]["projector"]},
+            "state": {**run["state"], "projector": run["init_state"]["projector"]}}
+
+
+def _rotation(cfg, fn, rot_train, rot_test, hidden, key) -> dict:
+    epochs = 1 if cfg.dry_run else cfg.probes.epochs
+    r = probes.rotation_probe(fn, rot_train, rot_test, epochs=epochs, hidden=hidden, rotations=cfg.probes.rotations,
+                              key=key)
+    return {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}
+
+
+def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, class_probes: bool = True,
+                untrained: bool = False) -> dict:
+    """Test accuracies ``{"rotation": {rep: {"linear", "mlp", ...}}, "class": {rep: {"linear", "mlp"}}}``.
+
+    ``rep`` is ``backbone`` (z) and ``head`` (h(z)), plus ``head_untrained`` (h_0(z), rotation only)
+    when ``untrained``. The rotation draws are the same for every representation (one key), so the
+    probes of z, h(z) and h_0(z) see the same rotated images.
+    """
+    if cfg.probes.rotations not in ("all", "random"):
+        raise ValueError(f"`probes.rotations` must be 'all' or 'random'; got {cfg.probes.rotations!r}.")
+    fz, fh = T.feature_fns(run)
+    reps = [("backbone", fz, cfg.probes.hidden), ("head", fh, cfg.probes.hidden_head)]
+    if untrained:
+        reps.append(("head_untrained", T.feature_fns(untrained_head_run(run))[1], cfg.probes.hidden_head))
+    k_rot, k_cls = jax.random.split(key)
+    out = {"rotation": {}, "class": {}}
+    for name, fn, hidden in reps:
+        out["rotation"][name] = _rotation(cfg, fn, rot_train, rot_test, hidden, k_rot)
+    if class_probes:
+        epochs = 1 if cfg.dry_run else cfg.probes.epochs
+        (xtr, ytr), (xte, yte) = cls_train, cls_test
+        for i, (name, fn, hidden) in enumerate(reps[:2]):
+            ftr, fte = probes.features_in_batches(fn, xtr), probes.features_in_batches(fn, xte)
+            k = jax.random.fold_in(k_cls, i)
+            lin = probes.logistic_probe(ftr, ytr, fte, yte, epochs=epochs, key=k)
+            mlp = probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden, epochs=epochs, key=k)
+            out["class"][name] = {"linear": lin["acc"], "mlp": mlp["acc"]}
+    return out
+
+
+def probe_sets(cfg, train_ds, test_ds, sizes: dict):
+    """``(rot_train, rot_test, cls_train, cls_test)``: the rotation-probe images (``data.rotation_probe_classes``)
+    and the class-probe ``(images, labels)`` of each split, as floats in [0, 1]."""
+    n_tr, n_te = sizes["probe_train"], sizes["probe_test"]
+    rot_train = T.rotation_probe_subset(cfg, train_ds, n_tr)
+    rot_test = T.rotation_probe_subset(cfg, test_ds, n_te)
+    cls_train = (augment.to_float(train_ds.images[:n_tr]), train_ds.labels[:n_tr])
+    cls_test = (augment.to_float(test_ds.images[:n_te]), test_ds.labels[:n_te])
+    return rot_train, rot_test, cls_train, cls_test
