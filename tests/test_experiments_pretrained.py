@@ -1,12 +1,15 @@
 """Experiment 9 (released vision checkpoints with their heads) on its tiny config.
 
 * Empty checkpoint directory: every release is reported absent with its official file name and
-  URL, the verdict is inconclusive, and the pipeline controls (random initialisations) give finite
-  numbers, with the Lanczos pullback spectrum matching the dense SVD of the head Jacobian.
+  URL, the verdict is inconclusive with that reason, and the pipeline controls (random
+  initialisations) give finite numbers, with the Lanczos pullback spectrum matching the dense SVD
+  of the head Jacobian.
 * A small randomly initialised DINO ViT checkpoint saved in the official layout (as
   tests/test_pretrained.py builds them) is found, converted and analysed: finite numbers, the
-  verdict follows the stated rule, and the mean metric gain along the hue tangents equals an
-  independent computation with :func:`metrics.augmentation_metric_degeneracy`.
+  verdict of its ``subject`` is the shared Sec. 5 rule's on the stored inputs, and the metric gains
+  along the hue tangents equal an independent computation with
+  :func:`metrics.augmentation_metric_degeneracy`.
+* Hand-made measurements for each verdict of the rule through ``decide``.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import common, pretrained_orbits as PO, reproduce
+from experiments import claims, common, pretrained_orbits as PO, reproduce, rules
 from experiments import pretrained_orbits as _PO
 from experiments.pretrained_orbits import pipeline as PP
 from experiments.configs import pretrained_orbits as cfg_module
@@ -28,9 +31,8 @@ from ssl_geometry import as_function
 
 
 def _finite_row(r):
-    keys = ["erank_rankme_z", "erank_squared_z", "erank_rankme_u", "erank_squared_u", "G_lambda_max_mean",
-            "D_trained", "spread_ratio_trained"]
-    return all(np.isfinite(r[k]) for k in keys)
+    keys = ["erank_rankme_z", "erank_squared_z", "erank_rankme_u", "erank_squared_u", "G_lambda_max_mean"]
+    return all(np.isfinite(r[k]) for k in keys) and np.isfinite(r["orbit_compression"]["trained"]["S"])
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,8 @@ def monkeypatch_module():
 def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
     ck, out, r = empty_run
     common.check_verdict(r)
-    assert r["verdict"] == "inconclusive" and "no released checkpoint" in r["verdict_reason"]
+    (item,) = r["claims"]
+    assert item["verdict"] == "inconclusive" and "no released checkpoint" in item["reason"] and item["scale"] == "toy"
     m = r["measurements"]
     assert r["headline"] == {"checkpoints_present": 0, "checkpoints_absent": 4, "controls_run": 1}
     assert r["config"]["model"]["checkpoint_dir"] == str(ck)  # default comes from $SSL_GEOMETRY_CHECKPOINTS
@@ -71,12 +74,14 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
         assert abs(row["G_lambda_max_mean"] - row["dense_check"]["lambda_max_dense_mean"]) <= 1e-6 * row["G_lambda_max_mean"]
         # k < d for the narrow control heads: J^T J is singular, lambda_min = 0 up to rounding.
         assert row["k"] < row["d"] and abs(row["G_lambda_min_mean"]) < 1e-8 * row["G_lambda_max_mean"]
-        assert row["outcome"] == PP.checkpoint_outcome(row["D_trained"], row["spread_ratio_trained"])
+        assert set(row["orbit_compression"]) == {"trained"}  # a control has no separate untrained head
     augs = [a for a in m["augmentations"] if a["status"] == PP.STATUS_CONTROL]
     assert len(augs) == 4 * len(controls)
     for a in augs:
         assert np.isfinite(a["D"]) and a["D"] > 0 and a["zero_tangent_points"] == 0
         assert a["in_training_augmentations"] == (a["augmentation"] != "rotation")
+        assert a["negative_control"] == (a["augmentation"] == "rotation")
+        assert set(a["ratios"]["trained"]) == {"random", "between", "data"}
         # Raw vs relative spread ratio differ exactly by the ratio of the global scales.
         np.testing.assert_allclose(a["spread_ratio_rel"], a["spread_ratio_raw"] * a["scale_z"] / a["scale_u"], rtol=1e-10)
     text = PO.report(r, "rel")
@@ -85,29 +90,51 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
     assert (out / "pretrained_orbits" / "degeneracy_and_spread.png").exists()
 
 
-def test_decide_rule_on_rows():
-    def row(D, S, status=PP.STATUS_PRESENT):
-        return {"checkpoint": "x", "status": status, "D_trained": D, "spread_ratio_trained": S,
-                "outcome": PP.checkpoint_outcome(D, S)}
+def _rows(name="x", D=0.5, D0=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), erank=20.0, status=PP.STATUS_PRESENT):
+    """One checkpoint's summary row and per-augmentation rows with given ratios (same against every control)."""
+    r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}  # noqa: E731
+    row = {"checkpoint": name, "status": status, "erank_rankme_z": erank,
+           "orbit_compression": {"trained": dict(zip(("S", "lo", "hi"), S)), "untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}}
+    augs = [{"checkpoint": name, "status": status, "augmentation": a, "in_training_augmentations": a != "rotation",
+             "negative_control": a == "rotation",
+             "ratios": {"trained": r(D_neg if a == "rotation" else D), "untrained": r(D0)}}
+            for a in PP.AUGMENTATIONS]
+    return [row], augs
 
-    cfg = cfg_module.get_config("tiny")
 
-    class PO:  # the rule through the skeleton's decide(measurements, config)
-        STATUS_CONTROL = PP.STATUS_CONTROL
+@pytest.mark.parametrize("kwargs, verdict", [
+    ({}, "supported"),
+    ({"D_neg": 0.5}, "inconclusive"),  # rotation, not in the releases' views, passes too
+    ({"D0": 0.4}, "inconclusive"),  # the untrained head of the same architecture is lower already
+    ({"D": 1.3}, "not supported"),
+    ({"S": (0.7, 0.6, 0.8)}, "not supported"),
+    ({"S": (1.2, 0.9, 1.5)}, "inconclusive"),
+    ({"erank": 1.0}, "premise violated"),
+])
+def test_decide_each_verdict_per_checkpoint(kwargs, verdict):
+    rows, augs = _rows(**kwargs)
+    other_rows, other_augs = _rows("y")
+    ctrl_rows, ctrl_augs = _rows("x", D=0.1, status=PP.STATUS_CONTROL)  # controls never count
+    out = _PO.decide({"checkpoints": rows + other_rows + ctrl_rows, "augmentations": augs + other_augs + ctrl_augs},
+                     cfg_module.get_config("tiny"))
+    got = {i["subject"]: i for i in out["claims"]}
+    assert set(got) == {"x", "y"} and got["y"]["verdict"] == "supported"
+    assert got["x"]["verdict"] == verdict, got["x"]["reason"]
+    assert got["x"]["deciding"]["orbit_compression_untrained"] == 1.0
+    assert out["headline"]["checkpoints_present"] == 2 and out["headline"]["controls_run"] == 1
 
-        @staticmethod
-        def decide(rows):
-            out = _PO.decide({"checkpoints": rows}, cfg)
-            return out["verdict"], out["verdict_reason"]
 
-    assert PO.decide([row(0.5, 0.5)])[0] == "supported"
-    assert PO.decide([row(0.5, 0.5), row(0.2, 0.9)])[0] == "supported"
-    assert PO.decide([row(1.5, 1.0)])[0] == "not supported"
-    assert PO.decide([row(0.5, 0.5), row(1.5, 2.0)])[0] == "inconclusive"
-    assert PO.decide([row(0.5, 1.5)])[0] == "inconclusive"
-    assert PO.decide([row(float("nan"), 0.5)])[0] == "inconclusive"
-    # Controls never count, however they come out.
-    assert PO.decide([row(0.1, 0.1, PO.STATUS_CONTROL)])[0] == "inconclusive"
+def test_decide_without_checkpoints_and_role_checks():
+    rows, augs = _rows(status=PP.STATUS_CONTROL)
+    (item,) = _PO.decide({"checkpoints": rows, "augmentations": augs}, None)["claims"]
+    assert item["verdict"] == "inconclusive" and "no released checkpoint" in item["reason"]
+    bad = cfg_module.get_config("tiny")
+    bad.analysis.negative = ["hue"]
+    with pytest.raises(ValueError, match="training augmentations"):
+        _PO._check_roles(bad)
+    bad.analysis.negative = ["shear"]
+    with pytest.raises(ValueError, match="shear"):
+        _PO._check_roles(bad)
 
 
 # ----------------------------------------------------------------------------- a checkpoint present
@@ -138,7 +165,7 @@ def present_run(tiny_dino_checkpoint, tmp_path_factory):
     config.control.checkpoints = ["dino_vits16"]  # the untrained baseline next to the present checkpoint
     out = tmp_path_factory.mktemp("po_present")
     with jax.enable_x64(True):
-        res = PO.run(config, out)
+        res = common.run_experiment(PO, config, out)
     return config, res
 
 
@@ -155,16 +182,28 @@ def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino
     # The DINO head L2-normalises its 12-d bottleneck: rank(J) <= 11 < d, so lambda_min(J^T J) = 0.
     assert row["dense_check"]["numerical_rank_mean"] <= 11
     assert r["headline"]["checkpoints_present"] == 1 and r["headline"]["checkpoints_absent"] == 3
-    assert r["headline"]["dino_vits16_D_trained"] == row["D_trained"]
     # The control runs next to the present checkpoint, labelled, and never enters the verdict.
     ctrl = [x for x in m["checkpoints"] if x["status"] == PP.STATUS_CONTROL]
     assert [x["checkpoint"] for x in ctrl] == ["dino_vits16"] and ctrl[0]["d"] == 384
     text = PO.report(r, "rel")
-    assert "D of control (same arch.)" in text and "Released checkpoints" in text
-    # The verdict follows the rule from the stored rows.
-    assert r["verdict"] == PO.decide(m, config)["verdict"]
-    expected = {"agrees": "supported", "disagrees": "not supported", "mixed": "inconclusive"}[row["outcome"]]
-    assert r["verdict"] == expected
+    assert "Released checkpoints" in text and "[dino_vits16]" in text
+    # The verdict is the shared rule's on the stored inputs: training augmentations (hue, saturation, blur)
+    # with the untrained head of the same architecture, rotation the negative control, pooled orbits.
+    (item,) = r["claims"]
+    assert item["subject"] == "dino_vits16" and item["scale"] == "toy"
+    mine = [a for a in m["augmentations"] if a["status"] == PP.STATUS_PRESENT]
+    assert all(set(a["ratios"]) == {"trained", "untrained"} for a in mine)
+    augs = {a["augmentation"]: a["ratios"] for a in mine if a["in_training_augmentations"]}
+    neg = {a["augmentation"]: a["ratios"] for a in mine if a["negative_control"]}
+    assert set(augs) == {"hue", "saturation", "blur"} and set(neg) == {"rotation"}
+    t = claims.CLAIMS["sec5-metric-degeneracy"].thresholds
+    expected = rules.decide_sec5(augs, row["orbit_compression"]["trained"], negative=neg,
+                                 premises={"rank": row["erank_rankme_z"] >= t["min_effective_rank"]}, subject="dino_vits16")
+    assert item["verdict"] == expected["verdict"]
+    # the pooled orbit compression of the training augmentations, from the stored per-orbit spreads
+    sz = np.concatenate([a["orbit_spreads"]["z"] for a in mine if a["in_training_augmentations"]])
+    su = np.concatenate([a["orbit_spreads"]["trained"] for a in mine if a["in_training_augmentations"]])
+    assert row["orbit_compression"]["trained"]["S"] == pytest.approx(sz.mean() / su.mean(), rel=1e-12)
     assert set(m["premises"]["held_for"]) == {f"dino_vits16/{a}" for a in ("hue", "saturation", "blur")}
 
 
@@ -192,6 +231,9 @@ def test_hue_gain_matches_independent_augmentation_metric_degeneracy(present_run
 
         g = [float(gain(img, jnp.float32(t))) for img in images for t in thetas]
     np.testing.assert_allclose(a["g_aug_mean"], np.mean(g), rtol=1e-4)
+    # the per-image gains the rule reads: geometric means over each image's orbit points
+    per = np.exp(np.mean(np.log(np.asarray(g)).reshape(len(images), len(thetas)), axis=1))
+    np.testing.assert_allclose(a["per_image_gains"]["trained"]["tangent"], per, rtol=1e-4)
 
 
 def test_find_and_load_converted_safetensors(tiny_dino_checkpoint, tmp_path):

@@ -8,10 +8,18 @@ file (``<dir>/<file>`` or ``<dir>/<name>/<file>``) or as our converted ``<dir>/<
 labelled pipeline control, never a checkpoint result), in place of an absent checkpoint or next to a
 present one as its untrained baseline. No checkpoint can be downloaded in this environment.
 
-Orbits (DESIGN.md s.3, the paper's ``pretrained.ipynb``): rotation [0, 45 deg], hue [-0.4, 0.4]
+Orbits (the paper's ``pretrained.ipynb``): rotation [0, 45 deg], hue [-0.4, 0.4]
 (turns), saturation [0, 2], Gaussian blur sigma [0.1, 3] (pixels at ``image_size``),
 ``orbit_steps`` steps each, on CIFAR-10 test images resized to ``image_size`` (the embedded "shapes"
 set when CIFAR-10 is not prepared for tfds) and ImageNet-normalised.
+
+Sec. 5 (the registry's ``sec5-metric-degeneracy``), per present checkpoint: the training
+augmentations ``analysis.trained_augmentations`` against the random, between and data controls
+(``analysis.control_directions`` per orbit point) and against the untrained head (a random
+initialisation of the release's own head architecture, on the checkpoint's z); rotation
+(``analysis.negative``) is the negative control; the orbits of the training augmentations give the
+paper-way orbit compression. The pipeline controls (random backbone + head, ``control``) are never
+decided.
 """
 import os
 
@@ -42,8 +50,10 @@ def base() -> ml_collections.ConfigDict:
             # The four releases train with colour jitter (hue, saturation) and Gaussian blur, not with rotation:
             # Sec. 5's premise (a head trained for invariance to the transformation) holds only for these.
             "trained_augmentations": ["hue", "saturation", "blur"],
+            # The negative control, fixed before any run: rotation is not in the releases' training views.
+            "negative": ["rotation"],
             "batch_size": 32,  # backbone chunk (one compiled shape)
-            "n_random": 8,  # isotropic random directions per point (baseline for |J_h v| / |v|)
+            "control_directions": 8,  # directions per orbit point of each Sec. 5 control (random, between, data)
             "metric_points": 4, "lanczos_k": 4, "lanczos_steps": 400,  # pullback spectrum (capped at d)
             "max_dense_jacobian": 2 ** 24,  # entries of the stacked Jacobians for the dense eigh cross-check
         },
@@ -62,14 +72,14 @@ def base() -> ml_collections.ConfigDict:
 
 VARIANTS = {
     "tiny": {"data.num_classes": 2, "data.images_per_class": 1, "data.image_size": 32, "analysis.orbit_steps": 3,
-             "analysis.batch_size": 8, "analysis.n_random": 2, "analysis.metric_points": 2, "analysis.lanczos_k": 2,
+             "analysis.batch_size": 8, "analysis.control_directions": 2, "analysis.metric_points": 2, "analysis.lanczos_k": 2,
              "analysis.lanczos_steps": 40, "control.image_size": 32, "control.num_classes": 2,
              "control.images_per_class": 1, "control.orbit_steps": 3,
              # Test budget (40 s CPU): the ViT control only; smoke runs all four.
              "control.checkpoints": ["dino_vits16"], "control.dino": {"hidden": 32, "bottleneck": 16, "out": 64},
              "control.projector": [32, 32, 32], "expected_runtime": "about 15-30 s of CPU time"},
     "smoke": {"data.num_classes": 2, "data.images_per_class": 2, "data.image_size": 64, "analysis.orbit_steps": 5,
-              "analysis.batch_size": 20, "analysis.n_random": 4, "analysis.metric_points": 2, "analysis.lanczos_k": 3,
+              "analysis.batch_size": 20, "analysis.control_directions": 4, "analysis.metric_points": 2, "analysis.lanczos_k": 3,
               "analysis.lanczos_steps": 200, "control.image_size": 64, "control.num_classes": 2,
               "control.images_per_class": 2, "control.orbit_steps": 5,
               "control.dino": {"hidden": 256, "bottleneck": 64, "out": 1024}, "control.projector": [512, 512, 512],

@@ -22,21 +22,28 @@ VICReg ResNet-50, Barlow Twins ResNet-50; :data:`ssl_geometry.pretrained.CHECKPO
     ``"rankme"`` and ``"squared"``);
   - metric degeneracy along augmentation tangents, ``g_aug = |J_h(z) v| / |v|``
     (:func:`metrics.metric_degeneracy`; equal to :func:`metrics.augmentation_metric_degeneracy`
-    of the composed path, computed here from the batched backbone jvp), against isotropic random
-    directions ``g_rand = sqrt(mean_r |J_h r|^2 / |r|^2)`` (``n_random`` Gaussian ``r`` per point;
-    ``E |J r|^2 / |r|^2 = tr(J^T J) / d``); the degeneracy ratio of an augmentation is
-    ``D = exp(mean_i log(g_aug,i / g_rand,i))`` (``D < 1``: the head keeps less of the
-    augmentation direction than of a random one);
+    of the composed path, computed here from the batched backbone jvp), against the registry's
+    controls (random, between, data; ``g_c = sqrt(mean_r |J_h r|^2 / |r|^2)`` over
+    ``analysis.control_directions`` directions per point), averaged geometrically per image, as
+    ``D_c = exp(mean_i log(g_aug,i / g_c,i))`` with bootstrap intervals over images
+    (:func:`experiments.rules.degeneracy_ratio`), for the released head and for a random
+    initialisation of the same head architecture on the same z (the untrained head);
+  - the paper-way orbit compression of the training augmentations' orbits
+    (:func:`experiments.rules.orbit_compression`, L2-normalised, squared spread per orbit);
   - the pullback-metric spectrum ``eig(J_h(z)^T J_h(z))`` at ``metric_points`` clean images by
     block Lanczos on the matrix-free ``v -> J^T (J v)`` (:func:`curvature.blockwise_extreme_eigenvalues`,
     jvp + vjp, heads are wide), cross-checked against the dense
     :func:`geometry.pullback_metric` when the Jacobians are small enough.
 
-No official checkpoint can be downloaded here: an absent checkpoint's row says ``absent`` with
-the expected file name and source URL. With ``config.control.enabled`` the same pipeline also runs on the
-randomly initialised architecture + head (``config.control.checkpoints``) as a labelled pipeline
-control: in place of an absent checkpoint, or as the untrained baseline next to a present one.
-Control numbers are never presented as checkpoint results; verdicts use real checkpoints only.
+The claim ``sec5-metric-degeneracy`` is decided per present checkpoint (its ``subject``) by
+:func:`experiments.rules.decide_sec5`: the training augmentations (hue, saturation, blur) against
+every control and the untrained head, rotation (not in the releases' training views) as the
+negative control, the orbits of the training augmentations. No official checkpoint can be
+downloaded here: an absent checkpoint's row says ``absent`` with the expected file name and source
+URL, and with none present the verdict is ``inconclusive``. With ``config.control.enabled`` the same
+pipeline also runs on the randomly initialised architecture + head (``config.control.checkpoints``)
+as a labelled pipeline control: in place of an absent checkpoint, or beside a present one. Control
+numbers are never presented as checkpoint results and never decide.
 """
 from __future__ import annotations
 
@@ -48,7 +55,7 @@ import jax
 
 import ml_collections
 
-from experiments import common, configs
+from experiments import claims, common, configs, rules
 from ssl_geometry import pretrained
 
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
@@ -57,28 +64,23 @@ from .pipeline import find_checkpoint, load_checkpoint
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "measure", "decide", "report", "figures",
+           "run"]
 
 NAME = "pretrained_orbits"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation models: released vision SSL checkpoints with their heads (Sec. 5)"
 #: The registry claims (experiments/claims.py) this experiment decides.
-CLAIMS = ("sec5-metric-degeneracy",)
+CLAIMS = (rules.SEC5,)
 CLAIM = ("In released SSL checkpoints (DINO ViT-S/16, DINO / VICReg / Barlow Twins ResNet-50) the head's "
-         "metric degenerates along augmentation tangents (|J_h v|/|v| below random directions) and "
-         "augmentation orbits shrink from backbone to head (Sec. 5).")
-RULE = ("Only checkpoints found on disk count (pipeline controls on random initialisations never do). For each "
-        "present checkpoint, over the augmentations in its training distribution (analysis.trained_augmentations = "
-        "{analysis[trained_augmentations]}; rotation is reported but is not one of them): D_tr = geometric mean of the "
-        "degeneracy ratios D = exp(mean_i log(g_aug,i / g_rand,i)) and S_tr = geometric mean of the relative-orbit-"
-        "spread ratios head/backbone. A checkpoint agrees if D_tr < 1 and S_tr < 1, disagrees if D_tr >= 1 and "
-        "S_tr >= 1, is mixed otherwise. 'supported' if every present checkpoint agrees, 'not supported' if every one "
-        "disagrees, 'inconclusive' otherwise or when no checkpoint is present.")
+         "metric degenerates along the tangents of the augmentations the release was trained with and "
+         "their orbits compress from backbone to head (Sec. 5).")
 
 
 #: Under ``dry_run``: the paper's architectures, heads and 224 px images, 2 classes x 1 image, 3 orbit steps.
 _DRY = {"data.num_classes": 2, "data.images_per_class": 1, "analysis.orbit_steps": 3, "analysis.metric_points": 1,
-        "analysis.lanczos_k": 2, "analysis.lanczos_steps": 20, "analysis.n_random": 2, "analysis.batch_size": 6,
+        "analysis.lanczos_k": 2, "analysis.lanczos_steps": 20, "analysis.control_directions": 2,
+        "analysis.batch_size": 6,
         "control.num_classes": 2, "control.images_per_class": 1, "control.orbit_steps": 3}
 
 
@@ -142,7 +144,8 @@ def measure(config) -> dict:
                  "[0.1, 2]), so the orbits also leave the training distribution."),
         "held_for": [f"{r['checkpoint']}/{a}" for r in rows if r["status"] == STATUS_PRESENT for a in config.analysis.trained_augmentations],
     }
-    out = {"checkpoints": rows, "augmentations": aug_rows, "premises": premises,
+    _check_roles(config)
+    out = {"paper": {}, "checkpoints": rows, "augmentations": aug_rows, "premises": premises,
            "checkpoint_dir": str(pathlib.Path(config.model.checkpoint_dir).expanduser()),
            "cpu_time_s": time.process_time() - t_cpu}
     if full.dry_run:  # no training: a "step" is one analysed checkpoint or control, scaled by its orbit points
@@ -155,33 +158,52 @@ def measure(config) -> dict:
     return out
 
 
-def _verdict(rows: list[dict]) -> tuple[str, str]:
-    """``(verdict, reason)`` from the summary rows by :data:`RULE` (present checkpoints only)."""
-    present = [r for r in rows if r["status"] == STATUS_PRESENT]
-    if not present:
-        return "inconclusive", ("no released checkpoint was found in the checkpoint directory; the control "
-                                "numbers (random initialisations) test the pipeline, not the claim")
-    outcomes = [r["outcome"] for r in present]
-    names = ", ".join(f"{r['checkpoint']}: {r['outcome']}" for r in present)
-    if all(o == "agrees" for o in outcomes):
-        return "supported", f"every present checkpoint agrees ({names})"
-    if all(o == "disagrees" for o in outcomes):
-        return "not supported", f"every present checkpoint disagrees ({names})"
-    return "inconclusive", f"present checkpoints differ or are mixed ({names})"
+def _check_roles(config) -> None:
+    """The negative control must be analysed and not one of the releases' training augmentations."""
+    a = config.analysis
+    for name in (*a.trained_augmentations, *a.negative):
+        if name not in AUGMENTATIONS:
+            raise ValueError(f"`analysis` names augmentation {name!r}; expected names from {AUGMENTATIONS}.")
+    both = set(a.trained_augmentations) & set(a.negative)
+    if both:
+        raise ValueError(f"`analysis.negative` {sorted(both)} are training augmentations of the releases.")
 
+
+def _sec5_item(row: dict, aug_rows: list[dict]) -> dict:
+    """``sec5-metric-degeneracy`` for one present checkpoint (``subject``) by the shared rule."""
+    mine = [a for a in aug_rows if a["checkpoint"] == row["checkpoint"] and a["status"] == STATUS_PRESENT]
+    role = lambda a: {h: a["ratios"][h] for h in ("trained", "untrained")}  # noqa: E731
+    augs = {a["augmentation"]: role(a) for a in mine if a["in_training_augmentations"] and a["ratios"]["trained"]}
+    negative = {a["augmentation"]: role(a) for a in mine if a["negative_control"] and a["ratios"]["trained"]}
+    premises = {"backbone_not_collapsed": row["erank_rankme_z"] >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
+    item = rules.decide_sec5(augs, row["orbit_compression"].get("trained"), negative=negative or None,
+                             premises=premises, subject=row["checkpoint"])
+    item["deciding"]["erank_rankme_z"] = row["erank_rankme_z"]
+    if "untrained" in row["orbit_compression"]:
+        item["deciding"]["orbit_compression_untrained"] = row["orbit_compression"]["untrained"]["S"]
+    return item
 
 
 def decide(m: dict, config) -> dict:
-    """The verdict of :data:`RULE` from the stored rows; the headline counts present/absent checkpoints."""
+    """One ``sec5-metric-degeneracy`` item per present checkpoint; inconclusive when none is present."""
+    del config  # the roles of the augmentations are stored with each row; the thresholds are the registry's
     rows = m["checkpoints"]
-    verdict, reason = _verdict(rows)
     present = [r for r in rows if r["status"] == STATUS_PRESENT]
-    headline = {"checkpoints_present": len(present), "checkpoints_absent": sum(r["status"] == STATUS_ABSENT for r in rows),
+    items = [_sec5_item(r, m["augmentations"]) for r in present]
+    if not items:
+        items = [{"id": rules.SEC5, "verdict": "inconclusive", "deciding": {"checkpoints_present": 0},
+                  "reason": ("no released checkpoint was found in the checkpoint directory (none can be downloaded "
+                             "here); the pipeline controls (random initialisations) test the pipeline, not the claim")}]
+    headline = {"checkpoints_present": len(present),
+                "checkpoints_absent": sum(r["status"] == STATUS_ABSENT for r in rows),
                 "controls_run": sum(r["status"] == STATUS_CONTROL for r in rows)}
     for r in present:
-        headline[f"{r['checkpoint']}_D_trained"] = r["D_trained"]
-        headline[f"{r['checkpoint']}_spread_ratio_trained"] = r["spread_ratio_trained"]
-    return {"verdict": verdict, "verdict_reason": reason, "headline": headline, "paper": {}}
+        for a in m["augmentations"]:
+            if a["checkpoint"] == r["checkpoint"] and a["status"] == STATUS_PRESENT and a["ratios"]["trained"]:
+                headline[f"{r['checkpoint']}_D_{a['augmentation']}_vs_random"] = a["ratios"]["trained"]["random"]["D"]
+        if "trained" in r["orbit_compression"]:
+            headline[f"{r['checkpoint']}_orbit_compression"] = r["orbit_compression"]["trained"]["S"]
+    return {"claims": items, "headline": headline}
 
 
 def run(config, out_dir) -> dict:

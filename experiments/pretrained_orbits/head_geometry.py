@@ -1,4 +1,4 @@
-"""Experiment 9, head geometry: |J_h v| along tangents, pullback-metric spectrum, orbit statistics."""
+"""Experiment 9, head geometry: |J_h v| along tangents and the Sec. 5 controls, pullback-metric spectrum, orbits."""
 from __future__ import annotations
 
 import functools
@@ -7,23 +7,85 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry import curvature, geometry, metrics
-from ssl_geometry import as_function
+from experiments import rules
+from ssl_geometry import as_function, curvature, geometry, metrics
+from ssl_geometry import paper as P
 
-__all__ = ["metric_spectrum", "orbit_geometry"]
+__all__ = ["CONTROLS", "control_directions", "head_measure", "augmentation_geometry", "metric_spectrum",
+           "orbit_geometry"]
+
+#: The Sec. 5 controls of the registry (``experiments/claims.py``).
+CONTROLS = rules.SEC5_RATIO_CONTROLS
 
 
 # ----------------------------------------------------------------------------- head geometry
 
 
+def control_directions(Z, n_images: int, steps: int, n_dirs: int, key) -> dict:
+    """``{control: (N, K, d)}`` at the orbit points ``Z`` (``N = n_images * steps`` rows, image-major).
+
+    ``random``: ``N(0, I)``; ``between``: ``z_(j, t) - z_(i, t)``, the same orbit step of another image
+    ``j != i`` drawn uniformly; ``data``: ``sum_m g_m (z_m - zbar) / sqrt(N)``, ``g ~ N(0, I_N)``
+    (Gaussian with the covariance of all points).
+    """
+    N, d = Z.shape
+    k_r, k_b, k_d = jax.random.split(key, 3)
+    img, step = np.arange(N) // steps, np.arange(N) % steps
+    other = (img[:, None] + np.asarray(jax.random.randint(k_b, (N, n_dirs), 1, max(n_images, 2)))) % n_images
+    return {"random": jax.random.normal(k_r, (N, n_dirs, d), Z.dtype),
+            "between": Z[other * steps + step[:, None]] - Z[:, None],
+            "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_d, (N, n_dirs, N), Z.dtype), Z - Z.mean(0))
+            / np.sqrt(N)}
+
+
 @functools.partial(jax.jit, static_argnames=("head",))
-def head_measure(head, hv, Z, V, R):
-    """``u = h(z)``, ``g_aug = |J v|/|v|`` and ``g_rand = sqrt(mean_r |J r|^2/|r|^2)`` per point."""
+def head_measure(head, hv, Z, V, dirs):
+    """``u = h(z)``, ``g_aug = |J v|/|v|`` and, per control, ``g_c = sqrt(mean_r |J r|^2/|r|^2)`` per point."""
     hfn = as_function(head, hv)
     U = hfn(Z)
     g_aug = jax.vmap(lambda z, v: metrics.metric_degeneracy(hfn, z, v))(Z, V)
-    g_r = jax.vmap(lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(hfn, z, r))(rs))(Z, R)
-    return U, g_aug, jnp.sqrt(jnp.mean(g_r ** 2, axis=1))
+    rms = lambda R: jnp.sqrt(jnp.mean(jax.vmap(  # noqa: E731
+        lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(hfn, z, r))(rs))(Z, R) ** 2, axis=1))
+    return U, g_aug, {c: rms(R) for c, R in dirs.items()}
+
+
+def _per_image(g, ok, n_images: int, steps: int) -> np.ndarray:
+    """Geometric mean over each image's valid orbit points (``ok``); images without one are dropped (NaN)."""
+    lg = np.where(ok, np.log(np.where(ok, g, 1.0)), 0.0).reshape(n_images, steps)
+    cnt = ok.reshape(n_images, steps).sum(1)
+    return np.where(cnt > 0, np.exp(lg.sum(1) / np.maximum(cnt, 1)), np.nan)
+
+
+def augmentation_geometry(head, heads: dict, Z, V, n_images: int, steps: int, n_dirs: int, key, seed: int) -> dict:
+    """The Sec. 5 numbers of one augmentation's orbits for each head variables in ``heads`` (float64).
+
+    Per image ``i``, the gains of its valid orbit points (non-zero tangent) are averaged geometrically
+    (so ``D`` equals the pointwise ``exp(mean log(g_aug / g_c))`` when every point is valid) and
+    :func:`experiments.rules.degeneracy_ratio` resamples images, not the correlated points of one
+    orbit. The orbits' paper-way spreads (:func:`ssl_geometry.paper.orbit_spreads`, L2-normalised) of z
+    and of each head's h(z), one orbit per image. Returns ``{"U": {head: U}, "valid": mask, head: {...}}``.
+    """
+    vnorm = np.asarray(jnp.linalg.norm(V, axis=-1))
+    valid = vnorm > 0
+    dirs = control_directions(Z, n_images, steps, n_dirs, key)
+    V_safe = jnp.where(jnp.asarray(valid)[:, None], V, dirs["random"][:, 0])  # zero tangents are excluded below
+    ids = np.repeat(np.arange(n_images), steps)
+    out = {"valid": valid, "vnorm": vnorm, "U": {}, "orbit_spreads_z": P.orbit_spreads(np.asarray(Z), ids)}
+    for name, hv in heads.items():
+        U, g_aug, g_c = (jax.tree_util.tree_map(np.asarray, t) for t in head_measure(head, hv, Z, V_safe, dirs))
+        if not (np.all(np.isfinite(U)) and np.all(np.isfinite(g_aug))
+                and all(np.all(np.isfinite(g)) for g in g_c.values())):
+            raise FloatingPointError(f"the {name} head produced non-finite outputs or metric gains.")
+        ok = valid & (g_aug > 0) & np.all([g > 0 for g in g_c.values()], axis=0)
+        per = {"tangent": _per_image(g_aug, ok, n_images, steps),
+               **{c: _per_image(g, ok, n_images, steps) for c, g in g_c.items()}}
+        keep = np.isfinite(per["tangent"])
+        out["U"][name] = U
+        out[name] = {"ok": ok, "g_aug": g_aug, "g_c": g_c, "per_image": {k: x.tolist() for k, x in per.items()},
+                     "ratios": ({c: rules.degeneracy_ratio(per["tangent"][keep], per[c][keep], seed=seed)
+                                 for c in CONTROLS} if keep.sum() >= 2 else None),
+                     "orbit_spreads_u": P.orbit_spreads(U, ids)}
+    return out
 
 
 @functools.lru_cache(maxsize=None)

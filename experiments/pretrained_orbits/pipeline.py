@@ -12,11 +12,13 @@ import numpy as np
 
 from ssl_geometry import augment, backbones, data, metrics, pretrained
 
-from .head_geometry import head_measure, metric_spectrum, orbit_geometry
+from experiments import rules
+
+from .head_geometry import augmentation_geometry, metric_spectrum, orbit_geometry
 
 __all__ = ["AUGMENTATIONS", "STATUS_PRESENT", "STATUS_ABSENT", "STATUS_CONTROL", "find_checkpoint", "load_checkpoint",
            "control_models", "load_images", "orbit_params", "backbone_tangents", "metric_spectrum", "orbit_geometry",
-           "analyse", "checkpoint_outcome"]
+           "analyse", "orbit_compressions"]
 
 AUGMENTATIONS = ("rotation", "hue", "saturation", "blur")
 STATUS_PRESENT, STATUS_ABSENT, STATUS_CONTROL = "present", "absent", "control (random init)"
@@ -221,7 +223,9 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
             images_per_class: int, steps: int, key, file: str = "", image_cache: dict | None = None) -> tuple[dict, list]:
     """The whole pipeline for one (backbone, head) pair: ``(summary row, per-augmentation rows)``.
 
-    ``image_cache`` (a dict) keeps the loaded images between checkpoints of one run.
+    A present checkpoint's head is also measured at a random initialisation of its own architecture
+    (``head.init``), on the same z and tangents: the Sec. 5 rule's untrained head. ``image_cache`` (a
+    dict) keeps the loaded images between checkpoints of one run.
     """
     t0 = time.perf_counter()
     if name == "dino_vits16" and image_size % 16:
@@ -233,49 +237,48 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
         image_cache[ikey] = load_images(config, num_classes=num_classes, images_per_class=images_per_class,
                                         image_size=image_size)
     images, labels, source, n_cls = image_cache[ikey]
+    n_img = images.shape[0]
     bv = variables["backbone"]
-    hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), variables["head"])
+    to64 = lambda tree: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tree)  # noqa: E731
+    k_metric, k_rand, k_init = jax.random.split(key, 3)
+    heads = {"trained": to64(variables["head"])}
+    if status == STATUS_PRESENT:
+        heads["untrained"] = to64(head.init(k_init))
     batch = int(config.analysis.batch_size)
     radius = augment.blur_radius(float(max(config.analysis.orbits.blur)))
-    k_metric, k_rand = jax.random.split(key)
     aug_rows, Z_all, U_all = [], [], []
-    trained = set(config.analysis.trained_augmentations)
+    trained, negative = set(config.analysis.trained_augmentations), set(config.analysis.negative)
     for a_i, aug in enumerate(AUGMENTATIONS):
         thetas = jnp.asarray(orbit_params(config, aug, steps), jnp.float32)
         x, xdot = _orbits(images, thetas, name=aug, radius=radius)
-        Z, V = backbone_tangents(backbone, bv, x, xdot, batch)
-        Z64, V64 = jnp.asarray(Z, jnp.float64), jnp.asarray(V, jnp.float64)
-        vnorm = np.asarray(jnp.linalg.norm(V64, axis=-1))
-        valid = vnorm > 0
-        R = jax.random.normal(jax.random.fold_in(k_rand, a_i), (Z64.shape[0], int(config.analysis.n_random), Z64.shape[1]),
-                              jnp.float64)
-        V_safe = jnp.where(jnp.asarray(valid)[:, None], V64, R[:, 0])  # zero tangents are excluded below
-        U, g_aug, g_rand = (np.asarray(t) for t in head_measure(head, hv, Z64, V_safe, R))
-        if not (np.all(np.isfinite(U)) and np.all(np.isfinite(g_aug)) and np.all(np.isfinite(g_rand))):
-            raise FloatingPointError(f"{name} / {aug}: the head produced non-finite outputs or metric gains.")
-        ok = valid & (g_rand > 0) & (g_aug > 0)
-        logr = np.log(g_aug[ok] / g_rand[ok])
-        geo = orbit_geometry(Z64, U, n_cls, images_per_class, steps)
+        Z, V = (jnp.asarray(t, jnp.float64) for t in backbone_tangents(backbone, bv, x, xdot, batch))
+        g = augmentation_geometry(head, heads, Z, V, n_img, steps, int(config.analysis.control_directions),
+                                  jax.random.fold_in(k_rand, a_i), int(config.seed))
+        tr, U = g["trained"], g["U"]["trained"]
+        logr = np.log(tr["g_aug"][tr["ok"]] / tr["g_c"]["random"][tr["ok"]])
         aug_rows.append({
             "checkpoint": name, "status": status, "augmentation": aug, "in_training_augmentations": aug in trained,
+            "negative_control": aug in negative,
             "theta_range": [float(v) for v in config.analysis.orbits[aug]], "steps": steps,
-            "points": int(len(valid)), "zero_tangent_points": int(np.sum(~valid)),
-            "degenerate_points_excluded": int(np.sum(valid & ~ok)),
+            "points": int(len(g["valid"])), "zero_tangent_points": int(np.sum(~g["valid"])),
+            "degenerate_points_excluded": int(np.sum(g["valid"] & ~tr["ok"])),
             "D": float(np.exp(np.mean(logr))) if logr.size else float("nan"),
-            "g_aug_mean": float(np.mean(g_aug[ok])) if ok.any() else float("nan"),
-            "g_rand_mean": float(np.mean(g_rand[ok])) if ok.any() else float("nan"),
+            "g_aug_mean": float(np.mean(tr["g_aug"][tr["ok"]])) if tr["ok"].any() else float("nan"),
+            "g_rand_mean": float(np.mean(tr["g_c"]["random"][tr["ok"]])) if tr["ok"].any() else float("nan"),
             "frac_points_g_aug_below_g_rand": float(np.mean(logr < 0)) if logr.size else float("nan"),
-            "tangent_norm_mean": float(np.mean(vnorm)),
-            **geo,
+            "tangent_norm_mean": float(np.mean(g["vnorm"])),
+            "ratios": {h: g[h]["ratios"] for h in heads}, "per_image_gains": {h: g[h]["per_image"] for h in heads},
+            "orbit_spreads": {"z": g["orbit_spreads_z"].tolist(), **{h: g[h]["orbit_spreads_u"].tolist() for h in heads}},
+            **orbit_geometry(Z, U, n_cls, images_per_class, steps),
         })
-        Z_all.append(Z64)
+        Z_all.append(Z)
         U_all.append(jnp.asarray(U))
     Z_all, U_all = jnp.concatenate(Z_all), jnp.concatenate(U_all)
     # Pullback metric spectrum at clean images (zero tangent: the same compiled jvp).
     m = min(int(config.analysis.metric_points), images.shape[0])
     xc = pretrained.imagenet_normalize(images[:m])
     Zc, _ = backbone_tangents(backbone, bv, xc, jnp.zeros_like(xc), batch)
-    spec = metric_spectrum(head, hv, jnp.asarray(Zc, jnp.float64), config, k_metric)
+    spec = metric_spectrum(head, heads["trained"], jnp.asarray(Zc, jnp.float64), config, k_metric)
     row = {
         "checkpoint": name, "status": status, "file": file, "data": source, "classes": n_cls,
         "images_per_class": images_per_class, "image_size": image_size, "orbit_steps": steps,
@@ -283,23 +286,17 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
         **{f"erank_{meth}_{t}": float(metrics.effective_rank(A, meth)) for meth in metrics.EFFECTIVE_RANK_METHODS
            for t, A in (("z", Z_all), ("u", U_all))},
         **spec,
+        "orbit_compression": orbit_compressions(aug_rows, trained, config.seed),
+        "seconds": time.perf_counter() - t0,
     }
-    tr = [r for r in aug_rows if r["in_training_augmentations"] and np.isfinite(r["D"])]
-    row["D_trained"] = float(np.exp(np.mean([np.log(r["D"]) for r in tr]))) if tr else float("nan")
-    row["spread_ratio_trained"] = (float(np.exp(np.mean([np.log(r["spread_ratio_rel"]) for r in tr])))
-                                   if tr else float("nan"))
-    row["outcome"] = checkpoint_outcome(row["D_trained"], row["spread_ratio_trained"])
-    row["seconds"] = time.perf_counter() - t0
     return row, aug_rows
 
 
-def checkpoint_outcome(D_trained: float, spread_ratio: float) -> str:
-    """``agrees`` (D < 1 and S < 1), ``disagrees`` (D >= 1 and S >= 1), ``mixed`` otherwise
-    (including non-finite values)."""
-    if not (np.isfinite(D_trained) and np.isfinite(spread_ratio)):
-        return "mixed"
-    if D_trained < 1 and spread_ratio < 1:
-        return "agrees"
-    if D_trained >= 1 and spread_ratio >= 1:
-        return "disagrees"
-    return "mixed"
+def orbit_compressions(aug_rows: list[dict], trained, seed: int) -> dict:
+    """``{head: rules.orbit_compression(...)}`` over the orbits of every training augmentation, pooled."""
+    rows = [r for r in aug_rows if r["augmentation"] in trained]
+    if not rows:
+        return {}
+    sz = np.concatenate([r["orbit_spreads"]["z"] for r in rows])
+    return {h: rules.orbit_compression(sz, np.concatenate([r["orbit_spreads"][h] for r in rows]), seed=seed)
+            for h in rows[0]["orbit_spreads"] if h != "z"}
