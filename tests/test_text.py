@@ -331,7 +331,7 @@ def test_experiment_dry_run_overrides_are_valid():
 
 
 def test_experiment_tiny_contract(tmp_path):
-    from experiments import common, minilm_geometry
+    from experiments import claims, common, minilm_geometry, rules
     from experiments.configs import minilm_geometry as cfg_mod
 
     for variant in ("tiny", "smoke", "paper"):
@@ -339,21 +339,36 @@ def test_experiment_tiny_contract(tmp_path):
     with pytest.raises(ValueError):
         cfg_mod.get_config("huge")
     cfg = cfg_mod.get_config("tiny")
-    res = minilm_geometry.run(cfg, tmp_path)
+    res = common.run_experiment(minilm_geometry, cfg, tmp_path)
     common.check_verdict(res)
     m = res["measurements"]
-    assert res["verdict"] == minilm_geometry.decide(m, cfg)["verdict"]
-    assert res["paper"] == {} and isinstance(res["verdict_rule"], str)
-    h = res["headline"]
-    assert h["frozen_loss_last"] < h["frozen_loss_first"]
-    assert h["D_frozen_ci_low"] <= h["D_frozen"] <= h["D_frozen_ci_high"]
-    # the deciding control is the configured one; every control is reported
-    assert h["D_frozen"] == m["settings"]["frozen"][f"D_vs_{cfg.verdict.control}"]
-    assert {f"D_frozen_vs_{c}" for c in minilm_geometry.CONTROLS} <= set(h)
-    other = cfg_mod.get_config("tiny")
-    other.verdict.control = "random"
-    assert minilm_geometry.decide(m, other)["headline"]["D_frozen"] == m["settings"]["frozen"]["D_vs_random"]
+    assert res["paper"] == {} and "verdict" not in res["config"]
+    (item,) = res["claims"]
+    assert item["id"] == "sec5-metric-degeneracy" and item["scale"] == "toy"
+    # the verdict is the shared rule's on the stored inputs
+    augs, negative, orbits = minilm_geometry._sec5_inputs(m)
+    fr = m["settings"]["frozen"]
+    loss = np.asarray(m["loss_curves"]["frozen"])
+    w = max(1, len(loss) // 10)
+    expected = rules.decide_sec5(augs, orbits, negative=negative, premises={
+        "loss": loss[-w:].mean() < loss[:w].mean(),
+        "rank": fr["erank_rankme_z"] >= claims.CLAIMS["sec5-metric-degeneracy"].thresholds["min_effective_rank"]})
+    assert item["verdict"] == expected["verdict"]
+    assert set(negative) == {"token_shuffle_window"} and set(augs) == {"views"}
+    n = cfg.data.n_eval
     for name, s in m["settings"].items():
+        g = {k: np.asarray(v) for k, v in s["gains"].items()}
+        assert all(v.shape == (n,) and np.all(v[np.isfinite(v)] > 0) for v in g.values())
+        use = np.isfinite(g["negative"])  # sentences the negative augmentation changed
+        assert use.sum() == s["negative_sentences_used"] >= 2 and np.all(np.isfinite(g["views"]))
+        for which in ("views", "negative"):
+            for c in minilm_geometry.CONTROLS:  # D from the stored per-sentence gains, by hand
+                keep = use if which == "negative" else np.ones(n, bool)
+                D = float(np.exp(np.mean(np.log(g[which][keep] / g[c][keep]))))
+                assert s[which][c]["D"] == pytest.approx(D, rel=1e-12)
+                assert s[which][c]["lo"] <= D <= s[which][c]["hi"]
+        sz, su = (np.asarray(s["orbit_spreads"][k]) for k in ("z", "u"))
+        assert sz.shape == (n,) and s["orbit_compression"]["S"] == pytest.approx(sz.mean() / su.mean(), rel=1e-12)
         # |J v| by jvp equals sqrt(v^T J^T J v) from the dense pullback metric.
         assert s["jvp_vs_G_max_rel_err"] < 1e-8
         # The exact isotropic baseline agrees with sampled random tangent directions.
@@ -364,5 +379,75 @@ def test_experiment_tiny_contract(tmp_path):
         assert he["H_eff_min"] <= he["H_eff_max"]
     assert (tmp_path / "results.json").exists() and (tmp_path / "minilm_geometry.png").exists()
     md = minilm_geometry.report(common.read_results(tmp_path), ".")
-    assert "minilm_geometry.png" in md and f"D vs {cfg.verdict.control} (decides)" in md
+    assert "minilm_geometry.png" in md and "negative control" in md and "(toy)" in md
     assert "What this run can and cannot show" in md
+
+
+def test_experiment_orbit_spread_of_a_sentence_by_hand():
+    """The paper-way spread of one sentence's views, recomputed from the views and the head by NumPy."""
+    from experiments.configs import minilm_geometry as cfg_mod
+    from experiments.minilm_geometry import core as C
+    from ssl_geometry import as_function, heads
+
+    cfg = cfg_mod.get_config("tiny")
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((5, 12))
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    views = z[None] + 0.05 * rng.standard_normal((3, 5, 12))
+    views /= np.linalg.norm(views, axis=-1, keepdims=True)
+    neg = z[None] + 0.05 * rng.standard_normal((3, 5, 12))
+    head = heads.mlp(12, (7,), 4, activation="gelu")
+    hv = head.init(jax.random.PRNGKey(0))
+    cfg.analysis.n_views, cfg.analysis.n_between = 3, 2
+    s = C.head_geometry(head, hv, z, views, neg, cfg, jax.random.PRNGKey(1))
+    with jax.enable_x64(True):
+        hfn = as_function(head, jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), hv))
+        u = np.asarray(jax.vmap(hfn)(jnp.asarray(views)))  # (3, 5, 4)
+    un = u / np.linalg.norm(u, axis=-1, keepdims=True)
+    for i in range(5):
+        c = un[:, i].mean(0)
+        assert s["orbit_spreads"]["u"][i] == pytest.approx(np.mean(np.sum((un[:, i] - c) ** 2, -1)), rel=1e-10)
+        cz = views[:, i].mean(0)
+        assert s["orbit_spreads"]["z"][i] == pytest.approx(np.mean(np.sum((views[:, i] - cz) ** 2, -1)), rel=1e-10)
+
+
+def _minilm_fake(D_views=0.5, D_init=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), loss=(3.0, 1.0), erank=50.0):
+    r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}  # noqa: E731
+    setting = lambda dv, dn, s: {"views": r(dv), "negative": r(dn), "erank_rankme_z": erank, "erank_rankme_u": 5.0,  # noqa: E731
+                                 "orbit_compression": dict(zip(("S", "lo", "hi"), s))}
+    return {"settings": {"init": setting(D_init, D_init, (1.0, 0.9, 1.1)), "frozen": setting(D_views, D_neg, S)},
+            "loss_curves": {"frozen": list(np.linspace(loss[0], loss[1], 40))}, "negative": {"shuffle_window": 3.0},
+            "effective_hessian": {"frozen": {"H_eff_min": -1.0}}}
+
+
+@pytest.mark.parametrize("kwargs, verdict", [
+    ({}, "supported"),
+    ({"D_neg": 0.5}, "inconclusive"),  # the negative control (token shuffle) passes too
+    ({"D_init": 0.4}, "inconclusive"),  # the untrained head is already lower
+    ({"D_views": 1.3}, "not supported"),
+    ({"S": (0.5, 0.4, 0.6)}, "not supported"),  # the views' orbits expand through the head
+    ({"loss": (1.0, 3.0)}, "premise violated"),
+    ({"erank": 1.0}, "premise violated"),
+])
+def test_experiment_decide_each_verdict_on_hand_made_measurements(kwargs, verdict):
+    from experiments import minilm_geometry
+    from experiments.configs import minilm_geometry as cfg_mod
+
+    out = minilm_geometry.decide(_minilm_fake(**kwargs), cfg_mod.get_config("tiny"))
+    assert out["claims"][0]["verdict"] == verdict, out["claims"][0]["reason"]
+
+
+def test_experiment_negative_control_must_not_be_a_training_augmentation():
+    import ml_collections
+
+    from experiments import configs, minilm_geometry
+    from experiments.configs import minilm_geometry as cfg_mod
+
+    c = configs.apply_overrides(ml_collections.ConfigDict(cfg_mod.get_config("tiny").to_dict()),
+                                {"analysis.negative.deletion": 0.2})
+    with pytest.raises(ValueError, match="negative"):
+        minilm_geometry._check(c)
+    c = configs.apply_overrides(ml_collections.ConfigDict(cfg_mod.get_config("tiny").to_dict()),
+                                {"analysis.negative.shuffle_window": 0.0})
+    with pytest.raises(ValueError, match="negative"):
+        minilm_geometry._check(c)

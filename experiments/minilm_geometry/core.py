@@ -9,14 +9,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import rules
 from ssl_geometry import as_function, fit, geometry, losses, metrics, text
+from ssl_geometry import paper as P
 
-__all__ = ["CONTROLS", "view_fn", "views", "loss_fn", "train_frozen", "train_finetune", "head_geometry",
-           "effective_hessian_at_data"]
+__all__ = ["CONTROLS", "view_fn", "negative_view_fn", "views", "loss_fn", "train_frozen", "train_finetune",
+           "head_geometry", "effective_hessian_at_data"]
 
-#: Controls of the degeneracy ratio: exact isotropic tangent directions, Gaussian directions with the
-#: covariance of the evaluation embeddings (projected to the tangent space), directions to other sentences.
-CONTROLS = ("random", "data", "between")
+#: The Sec. 5 controls of the registry (``experiments/claims.py``): exact isotropic tangent directions,
+#: directions to other sentences, Gaussian directions with the covariance of the evaluation embeddings
+#: (projected to the tangent space).
+CONTROLS = rules.SEC5_RATIO_CONTROLS
 
 
 def _tok_slice(tokens, idx):
@@ -31,6 +34,17 @@ def view_fn(model, augment):
         ka, kd = jax.random.split(key)
         t = text.augment_tokens(ka, tokens, **augment)
         return model.apply(variables, t, train=True, rng=kd)[0]
+
+    return view
+
+
+def negative_view_fn(model, augment):
+    """jit: (variables, tokens, key) -> z of the negative control's view: the token augmentation ``augment``
+    alone, in eval mode (no dropout), so that none of the training views' noise enters the direction."""
+
+    @jax.jit
+    def view(variables, tokens, key):
+        return model.apply(variables, text.augment_tokens(key, tokens, **augment), train=False)[0]
 
     return view
 
@@ -154,18 +168,13 @@ def train_finetune(model, bb_vars, head, head_vars, tokens, cfg, key):
     return bb_vars, head_vars, np.concatenate(losses_)
 
 
-def _bootstrap_mean_ci(x, n_boot, seed):
-    rng = np.random.default_rng(seed)
-    means = np.mean(x[rng.integers(0, len(x), (n_boot, len(x)))], axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
 @functools.partial(jax.jit, static_argnames=("head", "n_random", "n_between"))
-def _measure_core(head, hv, z, views, key, *, n_random, n_between):
-    """Jitted float64 core of :func:`measure` (arrays only; see there)."""
+def _measure_core(head, hv, z, views, neg_views, key, *, n_random, n_between):
+    """Jitted float64 core of :func:`head_geometry` (arrays only; see there)."""
     hfn = as_function(head, hv)
     n, d = z.shape
     u = hfn(z)
+    u_views = jax.vmap(hfn)(views)  # (V, n, k): the head on every view (the orbits)
     eranks = {f"erank_{m}_{nm}": metrics.effective_rank(a, m) for m in metrics.EFFECTIVE_RANK_METHODS
               for nm, a in (("z", z), ("u", u))}
     G = geometry.pullback_metric(hfn, z).euclidean  # (n, d, d), G_i = J_i^T J_i
@@ -177,6 +186,7 @@ def _measure_core(head, hv, z, views, key, *, n_random, n_between):
     deg = jax.vmap(jax.vmap(lambda zi, vi: metrics.metric_degeneracy(hfn, zi, vi), in_axes=(None, 0)))
     V_aug = jnp.swapaxes(views - z[None], 0, 1)  # (n, V, d): v = z(view) - z(clean)
     gains_aug = deg(z, V_aug)  # |J v| / |v| by jvp
+    V_neg = jnp.swapaxes(neg_views - z[None], 0, 1)  # (n, V', d); a view that left the tokens unchanged is 0
     vgv = jnp.einsum("nva,nab,nvb->nv", V_aug, G, V_aug) / jnp.sum(V_aug ** 2, axis=-1)
     k1, k2 = jax.random.split(key)
     R = jax.random.normal(k1, (n, n_random, d), z.dtype)
@@ -188,52 +198,75 @@ def _measure_core(head, hv, z, views, key, *, n_random, n_between):
                     z - jnp.mean(z, axis=0)) / jnp.sqrt(n)
     Rd = Rd - jnp.einsum("nvd,nd->nv", Rd, zn)[..., None] * zn[:, None]
     return {
-        **eranks, "eig": eig, "g_rand": g_rand, "gains_aug": gains_aug, "vgv": vgv,
-        "aug_norms": jnp.linalg.norm(V_aug, axis=-1),
+        **eranks, "eig": eig, "g_rand": g_rand, "gains_aug": gains_aug, "vgv": vgv, "u_views": u_views,
+        "aug_norms": jnp.linalg.norm(V_aug, axis=-1), "neg_norms": jnp.linalg.norm(V_neg, axis=-1),
+        "gains_neg": deg(z, jnp.where(jnp.linalg.norm(V_neg, axis=-1, keepdims=True) > 0, V_neg,
+                                      R[:, : V_neg.shape[1]])),  # zero directions replaced, masked on the host
         "g_rand_sampled": jnp.sqrt(jnp.mean(deg(z, R) ** 2, axis=1)),
         "g_between": jnp.sqrt(jnp.mean(deg(z, Vb) ** 2, axis=1)),
         "g_data": jnp.sqrt(jnp.mean(deg(z, Rd) ** 2, axis=1)),
     }
 
 
-def head_geometry(head, head_vars, z, views, cfg, key):
+def head_geometry(head, head_vars, z, views, neg_views, cfg, key):
     """Geometry of one head at the evaluation embeddings ``z`` (n, d), views ``(V, n, d)``.
 
-    Float64 throughout (head parameters and embeddings are cast). See the module
-    docstring for the quantities.
+    Float64 throughout (head parameters and embeddings are cast). Per sentence ``i``: ``g_aug,i =
+    sqrt(mean_v |J_h v|^2 / |v|^2)`` over ``v = z(view) - z(clean)`` of the training views,
+    ``g_neg,i`` the same over the negative control's views (``neg_views``, ``(V', n, d)``), and the
+    control gains ``g_c,i`` (see the package docstring); ``D_c`` = :func:`experiments.rules.degeneracy_ratio`
+    of each against each control. The orbit of a sentence is its ``V`` training views: the paper's
+    spread (:func:`ssl_geometry.paper.orbit_spreads`, L2-normalised) of z and of h(z) per sentence,
+    their ratio :func:`experiments.rules.orbit_compression`.
     """
     with jax.enable_x64(True):
         hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), head_vars)
         z = jnp.asarray(z, jnp.float64)
-        views = jnp.asarray(views, jnp.float64)
-        r = jax.tree_util.tree_map(np.asarray, _measure_core(head, hv, z, views, key, n_random=4 * cfg.analysis.n_views,
+        views, neg_views = jnp.asarray(views, jnp.float64), jnp.asarray(neg_views, jnp.float64)
+        r = jax.tree_util.tree_map(np.asarray, _measure_core(head, hv, z, views, neg_views, key,
+                                                             n_random=4 * cfg.analysis.n_views,
                                                              n_between=cfg.analysis.n_between))
-    d = z.shape[1]
+    n, d = z.shape
     if np.min(r["aug_norms"]) == 0.0:
-        raise ValueError("an augmented view equals its clean embedding (zero direction); "
-                         "check the augmentation / dropout settings.")
-    eig, g_rand = r["eig"], r["g_rand"]
+        raise ValueError("a training view equals its clean embedding (zero direction); check the augmentation / "
+                         "dropout settings.")
+    eig = r["eig"]
     spec = eig.mean(axis=0)
     g_aug = np.sqrt(np.mean(r["gains_aug"] ** 2, axis=1))
-    ctl = {"random": g_rand, "data": r["g_data"], "between": r["g_between"]}
-    logs = {c: np.log(g_aug / g) for c, g in ctl.items()}
-    logr = logs["random"]
-    cis = {c: tuple(float(np.exp(b)) for b in _bootstrap_mean_ci(l, cfg.analysis.bootstrap, cfg.seed))
-           for c, l in logs.items()}
+    ctl = {"random": r["g_rand"], "data": r["g_data"], "between": r["g_between"]}
+    # The negative control's views: a token augmentation can leave a short sentence unchanged (a zero
+    # direction, no direction at all); the RMS is over the sentence's non-zero ones, and a sentence without
+    # one is left out of the negative control's ratios.
+    moved = r["neg_norms"] > 0
+    g_neg = np.sqrt(np.sum(np.where(moved, r["gains_neg"] ** 2, 0.0), axis=1) / np.maximum(moved.sum(1), 1))
+    use = moved.any(axis=1)
+    if use.sum() < 2:
+        raise ValueError(f"the negative control's augmentation {dict(cfg.analysis.negative)} changed fewer than 2 "
+                         "evaluation sentences.")
+    V = views.shape[0]
+    ids = np.repeat(np.arange(n), V)
+    orbit_z = P.orbit_spreads(np.swapaxes(np.asarray(views), 0, 1).reshape(n * V, d), ids)
+    orbit_u = P.orbit_spreads(np.swapaxes(r["u_views"], 0, 1).reshape(n * V, -1), ids)
     out = {k: float(v) for k, v in r.items() if k.startswith("erank_")}
     out.update({
         "G_spectrum_mean": spec.tolist(), "G_lambda_max": float(spec[0]), "G_trace_per_dim": float(spec.sum() / d),
         "G_participation_ratio": float(spec.sum() ** 2 / np.sum(spec ** 2)),
         "G_frac_below_1e-3_max": float(np.mean(eig < 1e-3 * eig[:, :1])),
         "jvp_vs_G_max_rel_err": float(np.max(np.abs(r["gains_aug"] ** 2 - r["vgv"]) / r["vgv"])),
-        **{f"D_vs_{c}": float(np.exp(np.mean(l))) for c, l in logs.items()},
-        **{f"D_vs_{c}_ci": cis[c] for c in logs},
-        **{f"frac_sentences_aug_below_{c}": float(np.mean(l < 0)) for c, l in logs.items()},
-        "gain_aug_mean": float(np.mean(g_aug)), "gain_random_exact_mean": float(np.mean(g_rand)),
+        "views": {c: rules.degeneracy_ratio(g_aug, g, seed=cfg.seed) for c, g in ctl.items()},
+        "negative": {c: rules.degeneracy_ratio(g_neg[use], g[use], seed=cfg.seed) for c, g in ctl.items()},
+        "negative_zero_views": int(np.sum(~moved)), "negative_sentences_used": int(use.sum()),
+        "orbit_compression": rules.orbit_compression(orbit_z, orbit_u, seed=cfg.seed),
+        "gains": {"views": g_aug.tolist(), "negative": np.where(use, g_neg, np.nan).tolist(),
+                  **{c: g.tolist() for c, g in ctl.items()}},
+        "orbit_spreads": {"z": orbit_z.tolist(), "u": orbit_u.tolist()},
+        "frac_sentences_aug_below": {c: float(np.mean(g_aug < g)) for c, g in ctl.items()},
+        "gain_aug_mean": float(np.mean(g_aug)), "gain_negative_mean": float(np.mean(g_neg[use])),
+        "gain_random_exact_mean": float(np.mean(r["g_rand"])),
         "gain_random_sampled_mean": float(np.mean(r["g_rand_sampled"])),
         "gain_between_mean": float(np.mean(r["g_between"])), "gain_data_mean": float(np.mean(r["g_data"])),
         "aug_direction_norm_mean": float(np.mean(r["aug_norms"])),
-        "log_ratios": logr.tolist(),
+        "negative_direction_norm_mean": float(np.mean(r["neg_norms"])),
     })
     return out
 
