@@ -1,6 +1,7 @@
 """Benchmark: extreme eigenvalues of hess_{z1} L for the paper's SimSiam setting, Lanczos vs the paper.
 
-Setting (DESIGN.md s.3, the paper's Hessian tracker): batch 256 of d = 512 backbone features
+Setting (the paper's Hessian tracker, docs/theory.md, section "The authors' experiments"):
+batch 256 of d = 512 backbone features
 ``z1, z2`` (two views; i.i.d. standard normal stand-ins, since the Hessian in ``z1`` only needs
 the head and the point), projector 512 -> 2048 -> 2048 and predictor 2048 -> 512 -> 2048,
 bias-free, Swish, no BatchNorm, pseudo-collapsed (projector weights x 0.1 via

@@ -1,6 +1,7 @@
 """Training throughput: the SimSiam ResNet-18 CIFAR step of ssl_geometry.trainer vs PyTorch eager.
 
-The step (DESIGN.md section 3): ResNet-18 with the CIFAR stem, projector 512 -> 2048 -> 2048
+The step (the authors' collapse recipe, docs/theory.md, section "The authors' experiments"):
+ResNet-18 with the CIFAR stem, projector 512 -> 2048 -> 2048
 (bias-free, BatchNorm on both layers, ReLU), predictor 2048 -> 512 -> 2048 (BatchNorm on the
 hidden layer), two views per image (the batch and its horizontal flip, made on device in both
 implementations so that data augmentation does not enter the comparison), SimSiam negative
