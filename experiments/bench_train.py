@@ -27,7 +27,8 @@ median images/s of each and the median and spread of the per-round ratio. Varian
 * ``fused``: the same model and loss with both views concatenated into one backbone batch of
   ``2 n`` (one pass of larger convolutions). BatchNorm then normalises over both views together,
   which is *not* the paper's per-view statistics: measured to size the possible gain only;
-* ``noprobe``: the fused-free library loss without the online probe (its cost);
+* ``trainer_dp``: the library's step on a mesh over every device, the batch sharded;
+* ``plain``: a minimal SimSiam step on the same models, without the online probe and metrics (their cost);
 * ``torch``: PyTorch eager, per-view passes (the reference).
 """
 from __future__ import annotations
