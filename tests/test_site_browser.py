@@ -6,7 +6,8 @@ installs both when missing) is driven through selenium and loads the index, a ho
 API page. Each must have at least one formula typeset by MathJax (served from the site itself, so
 nothing comes from the network) and no MathJax error, every image loaded, and no error on the
 browser console. A screenshot of each is kept in a fresh temporary directory (never the
-repository), and the paths are printed.
+repository), and the paths are printed. The theory, REPORT, BENCHMARKS and the notebook are loaded
+too: every figure loads, every formula typesets, and the console stays clean.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 PAGES = ("index.html", "howto/theorem.html", "api/geometry.html")
+#: Pages with figures (and the theory's formulas), checked the same way without screenshots.
+REPORT_PAGES = ("theory.html", "REPORT.html", "BENCHMARKS.html", "experiments/notebooks/flow_vs_optimisers.html")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--window-size=1280,1600")
@@ -86,14 +89,20 @@ def shots():
     return pathlib.Path(tempfile.mkdtemp(prefix="ssl_geometry_site_screenshots_"))
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_page_renders_formulas_and_images_without_console_errors(served, browser, shots, page, capsys):
-    browser.get(f"{served}/{page}")
+def _load(browser, url):
+    """Load ``url``; ``(typeset, formulas, formula errors, broken images, console errors)``."""
+    browser.get(url)
     typeset = browser.execute_async_script(_MATHJAX_DONE)
     formulas = browser.execute_script("return document.querySelectorAll('mjx-container').length;")
     errors = browser.execute_script("return document.querySelectorAll('mjx-merror, merror').length;")
     broken = browser.execute_script(_BROKEN_IMAGES)
     console = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    return typeset, formulas, errors, broken, console
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_formulas_and_images_without_console_errors(served, browser, shots, page, capsys):
+    typeset, formulas, errors, broken, console = _load(browser, f"{served}/{page}")
     shot = shots / (page.replace("/", "_").replace(".html", "") + ".png")
     browser.save_screenshot(str(shot))
     with capsys.disabled():
@@ -104,3 +113,13 @@ def test_page_renders_formulas_and_images_without_console_errors(served, browser
     assert not broken, f"{page}: broken images {broken}"
     assert not console, f"{page}: console errors {console}"
     assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("page", REPORT_PAGES)
+def test_report_pages_load_their_figures_without_console_errors(served, browser, page):
+    typeset, _, errors, broken, console = _load(browser, f"{served}/{page}")
+    images = browser.execute_script("return document.images.length;")
+    assert typeset is True and errors == 0, f"{page}: MathJax: {typeset}, {errors} errors"
+    assert images > 0 or page == "theory.html", f"{page}: no figure"
+    assert not broken, f"{page}: broken images {broken}"
+    assert not console, f"{page}: console errors {console}"
