@@ -190,6 +190,22 @@ def test_report_pages_carry_their_figures(site):
             assert (built.parent / src).resolve().exists(), f"{built.name}: broken image {src}"
 
 
+def test_rendered_notebook_is_its_paired_script_with_outputs():
+    """The site renders the .ipynb's stored outputs; its cells must be the jupytext script's, every code
+    cell executed (``cd experiments/notebooks && PYTHONPATH=../.. jupyter nbconvert --to notebook
+    --execute --inplace flow_vs_optimisers.ipynb`` after ``jupytext --update --to ipynb`` of the script)."""
+    jupytext = pytest.importorskip("jupytext")
+    nb_dir = ROOT / "experiments" / "notebooks"
+    script = jupytext.read(nb_dir / "flow_vs_optimisers.py")
+    stored = jupytext.read(nb_dir / "flow_vs_optimisers.ipynb")
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    assert cells(stored) == cells(script), "flow_vs_optimisers.ipynb differs from its paired script"
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "a code cell of the stored notebook was not executed"
+    assert sum(bool(c.get("outputs")) for c in code) >= 4, "the stored notebook shows no outputs"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
 # ----------------------------------------------------------------------------- README
 
 
