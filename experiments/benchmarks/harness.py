@@ -19,7 +19,8 @@ Usage in a benchmark script::
     load0 = harness.load_average()
     times = harness.interleave({"ours": run_ours, "paper": run_paper}, repeats=5)
     stats = harness.ratio_stats(times["ours"], times["paper"])
-    harness.write_table("docs/bench_x.md", title, body, load_before=load0, force=args.force)
+    harness.write_table("docs/bench_x.md", title, body, command=harness.command_line("experiments.bench_x"),
+                        load_before=load0, force=args.force)
 """
 from __future__ import annotations
 

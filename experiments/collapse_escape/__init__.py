@@ -128,9 +128,9 @@ def measure(config) -> dict:
     if config.variant == "paper":
         try:
             from experiments import collapse_escape_paper
-        except ImportError as e:  # pragma: no cover - c2's module absent on this branch
+        except ImportError as e:  # pragma: no cover - the paper module absent
             raise ImportError("the 'paper' variant of collapse_escape is experiments/collapse_escape_paper.py "
-                              "(branch c2), which is not present here.") from e
+                              ", which is not present.") from e
         return collapse_escape_paper.measure(config)
     common.require_x64(NAME)
     from threadpoolctl import threadpool_limits

@@ -69,9 +69,9 @@ def get_config(arg=None) -> ml_collections.ConfigDict:
     if arg == "paper":
         try:
             from experiments.configs.collapse_escape_paper import get_config as g
-        except ImportError as e:  # pragma: no cover - c2's module absent on this branch
+        except ImportError as e:  # pragma: no cover - the paper config absent
             raise ImportError("the 'paper' variant of collapse_escape lives in "
-                              "experiments/configs/collapse_escape_paper.py (branch c2), which is not "
+                              "experiments/configs/collapse_escape_paper.py, which is not "
                               "present here.") from e
         return g()
     return configs.build(base(), VARIANTS, arg)
