@@ -172,12 +172,16 @@ def _claims() -> dict[str, Claim]:
                        "lacks."),
             source="Thm 3.2 (arXiv 2605.17180)",
             rule=("Heads of depth 1 (affine), 2 and 3 are fitted with parameter counts matched to within "
-                  "{param_match} of the depth-2 head's. Supported if the best depth >= 2 head reaches "
-                  "eps_max = max_t |H_eff(t) - I|_2 <= {eps_target} and is at least {depth_factor} times below "
+                  "{param_match} of the depth-2 head's (a deeper head takes the width whose count is nearest; an "
+                  "affine head's count d k + k is fixed by its shape, so the affine head is matched as a product of "
+                  "two linear layers of the depth-2 width: an affine map with the depth-2 head's count). Supported "
+                  "if the best depth >= 2 head reaches eps_max = max_t |H_eff(t) - I|_2 <= {eps_target} and is at "
+                  "least {depth_factor} times below "
                   "the affine head's eps_max; inconclusive otherwise (an existence statement: a fit that falls "
                   "short refutes nothing)."),
             thresholds={"eps_target": 0.1, "depth_factor": 3.0, "param_match": 0.1},
-            controls=(Control("affine", "the best depth-1 head with a matched parameter count",
+            controls=(Control("affine", "the affine head as two linear layers of the depth-2 width (the depth-2 "
+                              "head's parameter count)",
                               "a constant metric: what depth adds must be measured against it at equal size"),),
             scales=SCALES,
             refuted_by="none at this scale (existence statement); a fit failure is inconclusive",
