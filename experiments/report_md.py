@@ -163,9 +163,14 @@ def section(e: Entry, report_path: pathlib.Path, dry_run: bool) -> str:
     """One experiment's report section (figures linked relative to the report)."""
     rel = os.path.relpath(e.out_dir, report_path.parent)
     res, env = e.results, e.results.get("environment", {})
+    try:
+        body = e.module.report(res, rel)
+    except Exception as err:  # stored by an older version of the experiment: say which file, and what to do
+        raise RuntimeError(f"{e.out_dir}/results.json: {e.name}'s report cannot read these stored results "
+                           f"({type(err).__name__}: {err}); rerun {e.name}") from err
     return (
         f"## {e.label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {e.module.CLAIM}\n\n"
-        f"{_verdicts_and_rules(res)}\n\n{e.module.report(res, rel)}\n\n"
+        f"{_verdicts_and_rules(res)}\n\n{body}\n\n"
         f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), finished {result_date(res)}, wall time "
         f"{res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax {env.get('versions', {}).get('jax')}; "
         f"results: `{rel}/results.json`</sub>\n")

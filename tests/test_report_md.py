@@ -3,6 +3,8 @@ import pathlib
 import re
 import types
 
+import pytest
+
 from experiments import claims, report_md
 
 MOD = types.SimpleNamespace(CLAIM="the claim", report=lambda res, rel: f"body of {rel}")
@@ -92,3 +94,13 @@ def test_header_names_variant_and_date_of_each_section_when_they_differ():
     assert "variant `tiny` (toy scale), finished 2026-12-03T08:00:00+00:00" in text
     assert "- `released-arrays`: **supported** -- released-arrays because" in text
     assert f"- `released-arrays`: {claims.rule_text('released-arrays')}" in text
+
+
+def test_a_section_the_experiment_cannot_read_names_the_file_and_the_fix():
+    def old_report(res, rel):
+        return res["headline"]["recomputed"]  # a key the stored (older) results lack
+
+    e = _entry("paper_data", [_rec("released-arrays", "supported", scale="paper")])._replace(
+        module=types.SimpleNamespace(CLAIM="c", report=old_report))
+    with pytest.raises(RuntimeError, match=r"/r/paper_data/results.json: .*KeyError.*rerun paper_data"):
+        report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
