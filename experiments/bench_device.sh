@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# One device run for BENCHMARKS.md (issue 14), in one go, under 8 minutes on one GPU:
+# One device run for BENCHMARKS.md, in one go, under 8 minutes on one GPU:
 #   1. environment (nvidia-smi, versions, load);
 #   2. training-step throughput with MFU (XLA cost-analysis FLOPs x steps/s over the device's
 #      peak; H200 peaks in experiments/bench_train.py PEAK_TFLOPS) at batch 256 and 512, and the
 #      throughput-vs-batch points (128, 256, 512) in the same process;
 #   3. the Lanczos benchmark at paper size (experiments/bench_hessian.py, float64 Lanczos reference,
 #      float32 blockwise Lanczos vs the paper's 20-step power iteration in PyTorch on the host CPU);
-#   4. the paper dry run (python -m experiments.reproduce --variant paper --dry-run), when this
-#      branch's reproduce has --dry-run;
+#   4. the paper dry run (python -m experiments.reproduce --variant paper --dry-run), when
+#      experiments/reproduce.py has --dry-run;
 #   5. the scaling points that fit (experiments/bench_scaling.py --preset gpu, tables lanczos, dense, flow).
 # Everything goes into one markdown file (default: $OUT/bench_device.md if $OUT is set, else
 # bench_device.md), each step with its command, wall time, exit status and output tail.
@@ -118,7 +118,7 @@ include "$WORK/hessian.md"
 if python -m experiments.reproduce --help 2>/dev/null | grep -q -- "--dry-run"; then
   step dry_run "${LIMITS[2]}" python -m experiments.reproduce "${DRY_ARGS[@]}" --out "$WORK/dry_run"
 else
-  printf '## dry_run\n\nskipped: this branch'"'"'s experiments/reproduce.py has no --dry-run (issue 12 adds it).\n\n' >> "$MD"
+  printf '## dry_run\n\nskipped: experiments/reproduce.py has no --dry-run.\n\n' >> "$MD"
 fi
 SCALE_MD="$(dirname "$MD")/bench_device_scaling.md"   # beside $MD, so its figure links resolve
 step --brief scaling "${LIMITS[3]}" python -m experiments.bench_scaling "${SCALE_ARGS[@]}" --force --out "$SCALE_MD"

@@ -1,4 +1,5 @@
-"""Config: experiment 5, the Hessian tracker (the authors' ``hessian_tracker.py``).
+"""Config: experiment 5, the Hessian tracker (the authors' ``hessian_tracker.py``;
+docs/theory.md, sections "The authors' experiments" and "tracker-power-iteration").
 
 Each run trains SimSiam through the one trainer (:mod:`experiments.paper_simsiam`): backbone,
 bias-free projector ``d -> hidden -> out_dim`` and predictor ``out_dim -> pred_hidden -> out_dim``
