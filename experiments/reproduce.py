@@ -250,7 +250,9 @@ def _shown(path: pathlib.Path) -> str:
 
 
 def _is(path: pathlib.Path, target: pathlib.Path) -> bool:
-    return pathlib.Path(path).resolve() == target.resolve()
+    """``path`` is ``target`` or lies below it (a directory inside ``results/`` writes the committed tree too)."""
+    path, target = pathlib.Path(path).resolve(), target.resolve()
+    return path == target or target in path.parents
 
 
 def _paths(args, names) -> tuple[pathlib.Path, pathlib.Path, bool]:
@@ -266,7 +268,7 @@ def _paths(args, names) -> tuple[pathlib.Path, pathlib.Path, bool]:
     default_out = COMMITTED_OUT if committed_run else RUNS_DIR / args.variant
     out_root = pathlib.Path(args.out) if args.out else default_out
     report_path = pathlib.Path(args.report) if args.report else (
-        COMMITTED_REPORT if _is(out_root, COMMITTED_OUT) else out_root / "REPORT.md")
+        COMMITTED_REPORT if out_root.resolve() == COMMITTED_OUT.resolve() else out_root / "REPORT.md")
     if not committed_run and not args.force:
         for flag, path, target in (("--out", out_root, COMMITTED_OUT), ("--report", report_path, COMMITTED_REPORT)):
             if _is(path, target):

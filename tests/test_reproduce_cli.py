@@ -47,6 +47,7 @@ def test_bad_arguments_exit_2_naming_the_argument(args, named):
 @pytest.mark.parametrize("args, flag", [
     (["--only", "whitening", "--variant", "tiny", "--out", "results"], "--out results"),
     (["--variant", "tiny", "--out", "results"], "--out results"),
+    (["--variant", "tiny", "--out", "results/tiny"], "--out results/tiny"),
     (["--only", "paper_data", "--report", "REPORT.md"], "--report REPORT.md"),
     (["--seed", "3", "--out", "results"], "--out results"),
     (["--dry-run", "--variant", "tiny", "--out", "results"], "--dry-run never writes"),
