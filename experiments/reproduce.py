@@ -16,7 +16,7 @@ or ``REPORT.md``. ``--out`` and ``--report`` are checked writable before any exp
 was written. 2: bad input or a refused run, with one line naming the argument or path and what to do.
 1: a failure during the run: one line per failed experiment (its traceback in
 ``DIR/.reproduce_errors.log``); the other experiments still run, the report is still written, and
-the next run on ``DIR`` resumes.
+the next run on ``DIR`` resumes. 130: interrupted (Ctrl-C); the same command resumes.
 
 **Which module runs what.** :data:`EXPERIMENTS` lists the suite: each experiment is one module
 ``experiments/<name>`` with its config ``experiments/configs/<name>.py``, and ``--variant V`` runs
@@ -363,7 +363,11 @@ def main(argv=None) -> int:
     marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
                                   "dry_run": args.dry_run, "data_dir": args.data_dir,
                                   "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
-    failures, skipped = _run_all(args, names, out_root, resuming)
+    try:
+        failures, skipped = _run_all(args, names, out_root, resuming)
+    except KeyboardInterrupt:  # the marker stays: the same command resumes
+        print(f"{prog}: interrupted; rerun the same command to resume from {_shown(out_root)}", file=sys.stderr)
+        return 130
     command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
     try:
         assemble_report(out_root, report_path, command, names=names if args.dry_run else None,

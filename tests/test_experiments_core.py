@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import claims, collapse_hessians, common, reproduce, whitening
+from experiments import claims, collapse_hessians, common, reproduce
 from experiments.configs import collapse_hessians as collapse_hessians_config
 
 
