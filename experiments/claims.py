@@ -429,7 +429,7 @@ HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
     "thm3.2-depth": [
         ("2026-12-01", "4a979347d55c2bbc", "none under that rule (the committed pre-registry 'supported' compared the "
          "16-parameter affine head with MLP heads of 132 and 404 parameters)",
-         "an affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
+         "An affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
          "layers of the depth-2 width; changed before any run under the registry"),
     ],
 }

@@ -9,7 +9,8 @@ directory -- one :class:`Entry` per stored ``results.json`` -- and writes:
   (a claim decided by several experiments, or per subject, has one row for each), with the claim
   id, the scale, the verdict as :func:`experiments.claims.label` prints it, the numbers the rule
   read and the paper's; a verdict decided under another rule than the registry's is marked stale,
-  and a claim whose rule changed keeps its history line (:data:`experiments.claims.HISTORY`);
+  and a claim whose rule changed keeps its history line under its statement
+  (:data:`experiments.claims.HISTORY`);
 * one section per experiment (its module's ``report``).
 """
 from __future__ import annotations
@@ -96,16 +97,15 @@ def claim_table(entries: list[Entry]) -> str:
     for j, (_, _, rec, e) in enumerate(rows):
         cid = rec["id"]
         first = j == 0 or rows[j - 1][2]["id"] != cid
-        stmt = (_claims.CLAIMS[cid].statement if cid in _claims.CLAIMS else "(not in the registry)") if first else ""
+        stmt = ""
+        if first:  # the statement once per claim, and under it the history of its rule
+            stmt = _cell(_claims.CLAIMS[cid].statement if cid in _claims.CLAIMS else "(not in the registry)")
+            stmt += "".join(f"<br>*rule history, {_cell(date)}:* before, rule {digest} gave *{_cell(old)}*. {_cell(why)}"
+                            for date, digest, old, why in _claims.HISTORY.get(cid, []))
         verdict = verdict_cell(rec) if cid != "(none)" else f"**{rec['verdict']}** (pre-registry results: rerun)"
-        lines.append(f"| `{cid}` | {_cell(stmt)} | {_cell(e.label)} | {_cell(rec.get('subject') or '-')} | "
+        lines.append(f"| `{cid}` | {stmt} | {_cell(e.label)} | {_cell(rec.get('subject') or '-')} | "
                      f"{rec['scale']} | {_cell(verdict)} | {_cell(_numbers(rec.get('deciding', {}), MAX_DECIDING))} | "
                      f"{_cell(_paper_cell(rec, e.results.get('paper', {})))} |")
-        last = j == len(rows) - 1 or rows[j + 1][2]["id"] != cid
-        if last:
-            for date, digest, old_verdict, why in _claims.HISTORY.get(cid, []):
-                lines.append(f"| `{cid}` | *rule history, {_cell(date)}:* before, rule {digest} gave "
-                             f"*{_cell(old_verdict)}*. {_cell(why)} | | | | | | |")
     return "\n".join(lines)
 
 

@@ -60,9 +60,11 @@ def test_a_changed_rule_keeps_its_history_line_and_marks_old_verdicts_stale(monk
     monkeypatch.setitem(claims.HISTORY, cid, [("2026-11-30", "abcdef0123456789", "inconclusive",
                                                "control changed before the rerun")])
     table = report_md.claim_table([_entry("guillotine", [rec])])
-    rows = _rows(table, cid)
-    assert len(rows) == 2 and "*rule history, 2026-11-30:*" in rows[1] and "abcdef0123456789" in rows[1]
-    assert "*inconclusive*" in rows[1] and "stale" not in rows[0]
+    (row,) = _rows(table, cid)  # one row per verdict: the history sits under the statement, in its cell
+    statement = _cells(row)[1]
+    assert statement.startswith(claims.CLAIMS[cid].statement[:40])
+    assert "<br>*rule history, 2026-11-30:* before, rule abcdef0123456789 gave *inconclusive*" in statement
+    assert "stale" not in row
     stale = {**rec, "rule_digest": "0000000000000000"}
     assert "stale: decided under rule 0000000000000000" in report_md.claim_table([_entry("guillotine", [stale])])
     legacy = {**rec, "rule_digest": "legacy"}
