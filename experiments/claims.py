@@ -174,12 +174,16 @@ def _claims() -> dict[str, Claim]:
                        "lacks."),
             source="Thm 3.2 (arXiv 2605.17180)",
             rule=("Heads of depth 1 (affine), 2 and 3 are fitted with parameter counts matched to within "
-                  "{param_match} of the depth-2 head's. Supported if the best depth >= 2 head reaches "
-                  "eps_max = max_t |H_eff(t) - I|_2 <= {eps_target} and is at least {depth_factor} times below "
+                  "{param_match} of the depth-2 head's (a deeper head takes the width whose count is nearest; an "
+                  "affine head's count d k + k is fixed by its shape, so the affine head is matched as a product of "
+                  "two linear layers of the depth-2 width: an affine map with the depth-2 head's count). Supported "
+                  "if the best depth >= 2 head reaches eps_max = max_t |H_eff(t) - I|_2 <= {eps_target} and is at "
+                  "least {depth_factor} times below "
                   "the affine head's eps_max; inconclusive otherwise (an existence statement: a fit that falls "
                   "short refutes nothing)."),
             thresholds={"eps_target": 0.1, "depth_factor": 3.0, "param_match": 0.1},
-            controls=(Control("affine", "the best depth-1 head with a matched parameter count",
+            controls=(Control("affine", "the affine head as two linear layers of the depth-2 width (the depth-2 "
+                              "head's parameter count)",
                               "a constant metric: what depth adds must be measured against it at equal size"),),
             scales=SCALES,
             refuted_by="none at this scale (existence statement); a fit failure is inconclusive",
@@ -423,7 +427,14 @@ CLAIMS: dict[str, Claim] = _claims()
 
 #: Rule changes: ``{claim id: [(date, old digest, old verdict, what changed and why), ...]}``. A rule
 #: that changes keeps its old verdict here; REPORT.md prints the line under the claim.
-HISTORY: dict[str, list[tuple[str, str, str, str]]] = {}
+HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
+    "thm3.2-depth": [
+        ("2026-12-01", "4a979347d55c2bbc", "none under that rule (the committed pre-registry 'supported' compared the "
+         "16-parameter affine head with MLP heads of 132 and 404 parameters)",
+         "An affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
+         "layers of the depth-2 width; changed before any run under the registry"),
+    ],
+}
 
 
 def claim(claim_id: str) -> Claim:

@@ -48,7 +48,7 @@ from .tables import figures as figures
 from .tables import report as report
 
 __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "CONTROLS", "PAPER_NUMBERS", "measure",
-           "decide", "report", "figures", "run"]
+           "decide", "report", "figures"]
 
 NAME = "guillotine"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
@@ -213,11 +213,11 @@ def measure(config) -> dict:
         train_proj = sum(r["step_time_s"] * r["steps"] * r["batch_size"] / t.dry_run_batch for r in trained_runs)
         full = _sizes(_full(cfg))
         scale = max(full[k] / max(sz[k], 1) for k in ("curvature", "degeneracy", "probe_train"))
-        out["dry_run"] = {"step_time_s": main["step_time_s"], "projected_wall_time_s": train_proj
-                          + (t_end - t_analysis) * scale, "device": jax.devices()[0].device_kind,
-                          "wall_time_s": t_end - t_start,
-                          "projection": "training: measured step time x steps x batch/dry batch of each run; "
-                                        "analysis: measured dry analysis time x the largest image-count ratio"}
+        out["dry_run"] = common.dry_run_record(
+            main["step_time_s"], projected_wall_time_s=train_proj + (t_end - t_analysis) * scale,
+            wall_time_s=t_end - t_start,
+            projection="training: measured step time x steps x batch/dry batch of each run; "
+                       "analysis: measured dry analysis time x the largest image-count ratio")
     return out
 
 
@@ -287,7 +287,3 @@ def decide(m: dict, config) -> dict:
     sec5 = rules.decide_sec5(s5["training"], s5["orbits"]["head"], negative=s5["negative"] or None, premises=premises)
     return {"claims": [sec5, _decide_gap(m)], "headline": headline_of(m)}
 
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: the shared runner does measure, decide, write, figures."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

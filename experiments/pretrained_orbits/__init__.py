@@ -48,7 +48,6 @@ numbers are never presented as checkpoint results and never decide.
 from __future__ import annotations
 
 import pathlib
-import sys
 import time
 
 import jax
@@ -64,8 +63,7 @@ from .pipeline import find_checkpoint, load_checkpoint
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "measure", "decide", "report", "figures",
-           "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "measure", "decide", "report", "figures"]
 
 NAME = "pretrained_orbits"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
@@ -152,9 +150,9 @@ def measure(config) -> dict:
         done = [r for r in rows if r["status"] != STATUS_ABSENT]
         sec = {r["status"]: "data" if r["status"] == STATUS_PRESENT else "control" for r in done}
         proj = sum(r["seconds"] * _points(full, sec[r["status"]]) / _points(config, sec[r["status"]]) for r in done)
-        out["dry_run"] = {"step_time_s": float(sum(r["seconds"] for r in done) / max(len(done), 1)),
-                          "projected_wall_time_s": float(proj), "device": jax.devices()[0].device_kind,
-                          "projection": "seconds per analysed checkpoint x (full / dry orbit points)"}
+        out["dry_run"] = common.dry_run_record(
+            float(sum(r["seconds"] for r in done) / max(len(done), 1)), projected_wall_time_s=float(proj),
+            projection="seconds per analysed checkpoint x (full / dry orbit points)")
     return out
 
 
@@ -205,7 +203,3 @@ def decide(m: dict, config) -> dict:
             headline[f"{r['checkpoint']}_orbit_compression"] = r["orbit_compression"]["trained"]["S"]
     return {"claims": items, "headline": headline}
 
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: the shared runner does measure, decide, write, figures."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)
