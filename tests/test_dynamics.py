@@ -86,7 +86,8 @@ def test_every_registered_solver_agrees_with_tsit5():
     loss, p0, data = _regression(8, 4)  # 4 -> 4 -> 4 -> 1: 45 parameters (Kvaerno5 forms Jacobians)
     save_at = np.linspace(0.0, 2.0, 5)
     obs = lambda p, t, d: loss(p, None, d)
-    runs = {s: D.gradient_flow(loss, p0, t1=2.0, save_at=save_at, args=data, observe=obs, solver=s, rtol=1e-9, atol=1e-11, dt0=None if D.SOLVERS[s][3] else 0.01)
+    runs = {s: D.gradient_flow(loss, p0, t1=2.0, save_at=save_at, args=data, observe=obs, solver=s, rtol=1e-9,
+                               atol=1e-11, dt0=None if D.SOLVERS[s][3] else 0.01)
             for s in D.SOLVERS}
     ref = runs["tsit5"]
     assert np.all(np.diff(ref.observed) < 0)  # the loss decreases along the flow

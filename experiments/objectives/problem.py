@@ -157,7 +157,7 @@ def step_time(step_loss, params, state, key) -> float:
     from experiments import common
 
     vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
-    return common.time_call(vg, params, state, {"i": jnp.asarray(0), "key": key}, None)
+    return common.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}, None))
 
 
 def scale_projector(params, target, alpha):

@@ -110,7 +110,8 @@ def _names(*classes) -> frozenset:
 
 #: Affine activations: a head built from them has ``H_eff = G`` exactly.
 AFFINE_ACTIVATIONS = _names("affine")
-#: Activations with ``sigma'' = 0`` almost everywhere (the affine ones included): ``M = 0`` away from kinks.
+#: Activations with ``sigma'' = 0`` almost everywhere (the affine ones included): the head's interaction
+#: term M vanishes away from kinks (docs/theory.md, section "Linear, ReLU and smooth heads").
 PIECEWISE_LINEAR = _names("affine", "piecewise_linear")
 #: C^2 nonlinear activations (smooth heads: Thm 4.1 predicts strict instability).
 C2_ACTIVATIONS = _names("c2")
