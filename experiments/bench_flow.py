@@ -39,7 +39,8 @@ def problem(n: int = 32, width: int = 16):
     net = heads.mlp(4, (width, width), 1, activation="tanh", dtype=jnp.float64)
     p0 = net.init(jax.random.PRNGKey(1))["params"]
 
-    def loss(p, data):
+    def loss(p, batch, data):
+        del batch  # full batch: the data is the dynamics' args
         xb, yb = data
         u, _ = net.apply({"params": p}, xb)
         return 0.5 * jnp.mean((u - yb) ** 2)

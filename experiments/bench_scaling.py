@@ -163,8 +163,8 @@ def flow_table(cfg) -> list[dict]:
 
     loss, p0, data = problem()
     points = [("t1", t1, 1.0) for t1 in cfg["flow_t1"]] + [("s", cfg["flow_t1"][0], s) for s in cfg["flow_stiffness"]]
-    def scaled(p, a):  # a = (data, s): the stiffness travels as data, one function object for all points
-        return a[1] * loss(p, a[0])
+    def scaled(p, batch, a):  # a = (data, s): the stiffness travels as data, one function object for all points
+        return a[1] * loss(p, batch, a[0])
 
     rows, done = [], {}
     for axis, t1, s in points:

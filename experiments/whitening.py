@@ -106,7 +106,8 @@ def _two_views(cfg, sigma_sqrt, noise, key):
 
 
 def _objective(cfg, loss_name, noise):
-    """``(model, objective)``: the linear head and ``objective(params, key, sigma_sqrt)`` on fresh views."""
+    """``(model, objective)``: the linear head and ``objective(params, key, sigma_sqrt)`` on fresh views
+    (``fit``'s ``(params, batch, args)``: the step's key is the batch, ``sigma_sqrt`` the args)."""
     model = heads.linear(cfg.data.d, cfg.model.k, dtype=jnp.float64)
     loss_fn = losses.get(loss_name)
 
@@ -125,8 +126,8 @@ def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None, steps=None):
     k_init, k_data = jax.random.split(key)
     variables = model.init(k_init)
     steps = cfg.train.steps if steps is None else steps
-    res = fit(lambda p, k: objective(p, k, sigma_sqrt), variables["params"], optax.adam(cfg.train.lr),
-              steps=steps, batches=jax.random.split(k_data, steps))
+    res = fit(objective, variables["params"], optax.adam(cfg.train.lr), steps=steps,
+              batches=jax.random.split(k_data, steps), args=sigma_sqrt)
     return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(res.params["layers"][0]["w"]), res.losses
 
 

@@ -7,6 +7,11 @@
 * ``escape`` -- :func:`escape_time`, the first recorded time a run left collapse;
 * ``sharpness`` -- top Hessian eigenvalue (edge of stability, ``2 / lr``);
 * ``linearise`` -- the linearised field at an equilibrium: predicted escape rates (flow, SGD).
+
+Every loss here has the signature of :func:`ssl_geometry.fit`, ``loss_fn(params, batch, args)``
+(``observe(params, t, args)``): ``batch`` is the step's mini-batch in :func:`discrete` and ``None``
+in :func:`gradient_flow`, :func:`sharpness` and :func:`gradient_field` (the full-batch loss, its data
+in ``args``), so one loss drives the flow, the optimisers and the linearisation.
 """
 from ssl_geometry._src.dynamics.trajectory import Trajectory as Trajectory
 from ssl_geometry._src.dynamics.trajectory import DynamicsError as DynamicsError

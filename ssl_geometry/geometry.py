@@ -12,7 +12,8 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
   and :func:`sign_tolerance`, the one sign tolerance of the instrument;
 * :mod:`.whitening` -- Thm 3.1: :func:`whitening_head`, :func:`check_whitening`;
 * :mod:`.thm41` -- Thm 4.1: :func:`thm41_premises`, :func:`collapse_spectrum`,
-  :func:`thm41_conclusion` and their composition :func:`classify_collapse`;
+  :func:`thm41_conclusion` and their composition :func:`classify_collapse`; :func:`head_smoothness`
+  (the head kinds :data:`HEAD_KINDS`, from the smoothness classes of :mod:`ssl_geometry.activations`);
 * :mod:`.equilibria` -- collapsed equilibria constructed and certified (:func:`collapsed_equilibrium`).
 
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
@@ -32,12 +33,10 @@ from ssl_geometry._src.instrument.whitening import WhiteningHead as WhiteningHea
 from ssl_geometry._src.instrument.whitening import WhiteningCheck as WhiteningCheck
 from ssl_geometry._src.instrument.whitening import whitening_head as whitening_head
 from ssl_geometry._src.instrument.whitening import check_whitening as check_whitening
-from ssl_geometry._src.instrument.thm41 import AFFINE_ACTIVATIONS as AFFINE_ACTIVATIONS
-from ssl_geometry._src.instrument.thm41 import C2_ACTIVATIONS as C2_ACTIVATIONS
-from ssl_geometry._src.instrument.thm41 import NON_C2_ACTIVATIONS as NON_C2_ACTIVATIONS
 from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
 from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
 from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
+from ssl_geometry._src.instrument.thm41 import HEAD_KINDS as HEAD_KINDS
 from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
 from ssl_geometry._src.instrument.thm41 import classify_collapse as classify_collapse
 from ssl_geometry._src.instrument.thm41 import collapse_spectrum as collapse_spectrum
@@ -54,8 +53,8 @@ from ssl_geometry._src.instrument.equilibria import null_space_residuals as null
 __all__ = [
     "EffectiveHessian", "PullbackMetric", "effective_hessian", "pullback_metric", "effective_hvp",
     "effective_hvp_operator", "Premises", "premises", "sign_structure", "sign_tolerance", "WhiteningHead",
-    "WhiteningCheck", "whitening_head", "check_whitening", "AFFINE_ACTIVATIONS", "C2_ACTIVATIONS",
-    "NON_C2_ACTIVATIONS", "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "Thm41Premises",
+    "WhiteningCheck", "whitening_head", "check_whitening", "CONCLUSIONS",
+    "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm", "thm41_conclusion",
     "thm41_premises", "EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium",
     "identical_rows_finding", "null_space_residuals",

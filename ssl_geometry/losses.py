@@ -11,7 +11,8 @@ The families live in submodules (all names are re-exported here, so
 
 * :mod:`.cosine` — ``negative_cosine``, ``simsiam``, ``byol`` (+ ``ema_update``,
   ``byol_decay_schedule``), ``mse``;
-* :mod:`.contrastive` — ``info_nce`` (SimCLR), ``moco``, ``moco_v3``, ``spectral_contrastive``;
+* :mod:`.contrastive` — ``info_nce`` (SimCLR), ``info_nce_one_way`` (the authors' guillotine loss),
+  ``moco``, ``moco_v3``, ``spectral_contrastive``;
 * :mod:`.redundancy` — ``barlow_twins``, ``vicreg``, ``wmse``;
 * :mod:`.distillation` — ``dino``;
 * :mod:`.registry` — :data:`REGISTRY` (name -> :class:`LossSpec`), :func:`get`.
@@ -54,6 +55,7 @@ Example:
   ((), True)
 """
 from ssl_geometry._src.ssl.losses.contrastive import info_nce as info_nce
+from ssl_geometry._src.ssl.losses.contrastive import info_nce_one_way as info_nce_one_way
 from ssl_geometry._src.ssl.losses.contrastive import moco as moco
 from ssl_geometry._src.ssl.losses.contrastive import moco_v3 as moco_v3
 from ssl_geometry._src.ssl.losses.contrastive import spectral_contrastive as spectral_contrastive
@@ -78,7 +80,7 @@ from ssl_geometry._src.ssl.losses.registry import min_batch_size as min_batch_si
 from ssl_geometry._src.ssl.losses.registry import spec as spec
 
 __all__ = [
-    "byol", "byol_decay_schedule", "ema_update", "mse", "negative_cosine", "simsiam", "info_nce", "moco",
-    "moco_v3", "spectral_contrastive", "barlow_twins", "cholesky_whiten", "vicreg", "wmse", "dino",
+    "byol", "byol_decay_schedule", "ema_update", "mse", "negative_cosine", "simsiam", "info_nce", "info_nce_one_way",
+    "moco", "moco_v3", "spectral_contrastive", "barlow_twins", "cholesky_whiten", "vicreg", "wmse", "dino",
     "BatchNeeds", "LOSSES", "LossSpec", "NEEDS_BATCH", "REGISTRY", "get", "min_batch_size", "spec",
 ]

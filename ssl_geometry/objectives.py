@@ -30,7 +30,8 @@ The losses are those of :mod:`ssl_geometry.losses`; the formulas are summarised
 in :func:`make_objective` and given in full there.
 
 Methods (``name`` in :data:`OBJECTIVES`): ``simsiam`` (Chen & He 2021),
-``byol`` (Grill et al. 2020), ``simclr`` (NT-Xent, Chen et al. 2020), ``moco``
+``byol`` (Grill et al. 2020), ``simclr`` (NT-Xent, Chen et al. 2020), ``simclr_one_way`` (the
+one-directional cross-entropy of the paper authors' guillotine experiment), ``moco``
 (v2 queue, He et al. 2020 / Chen et al. 2020), ``moco_v3`` (Chen et al. 2021),
 ``barlow_twins`` (Zbontar et al. 2021), ``vicreg`` (Bardes et al. 2022),
 ``dino`` (Caron et al. 2021), ``spectral_contrastive`` (HaoChen et al. 2021),

@@ -39,14 +39,18 @@ Layouts (read from the official code):
   normalise the projector output; included in the head when ``loss_bn=True``).
 
 Widths are read from the tensor shapes, so checkpoints of the same layout with other widths
-convert too (the tests use narrow heads).
+convert too (the tests use narrow heads). Every converter, and :func:`load_converted`, then checks
+each tensor against the shapes its model expects (``jax.eval_shape`` of the model's ``init``):
+a missing, extra or differently shaped tensor is a :class:`CheckpointLayoutError` naming the first
+that differs. A name that is not a key of :data:`CHECKPOINTS` is refused, naming the known ones.
 
 Loading is safe: ``torch.load(path, map_location="cpu", weights_only=True)`` (only tensors,
 containers and primitive types unpickle; DINO's ``argparse.Namespace`` is allow-listed, it only
 holds the training arguments), and everything that is not a tensor is dropped. A file carrying any
 other pickled object (e.g. a code-execution payload) is refused with :class:`UnsafeCheckpointError`
-before anything in it runs; a file that is not a checkpoint or is damaged raises
-:class:`CorruptCheckpointError`, one without tensors :class:`CheckpointLayoutError`. ``torch`` is imported lazily: this module imports without it, and
+before anything in it runs; a file that is not a checkpoint or is damaged (a torch file, or a
+safetensors file for :func:`load_converted`: truncated, another format, a config that is not JSON)
+raises :class:`CorruptCheckpointError` naming the path, one without tensors :class:`CheckpointLayoutError`. ``torch`` is imported lazily: this module imports without it, and
 :func:`save_converted` / :func:`load_converted` need only NumPy and ``safetensors``.
 """
 from ssl_geometry._src.models.pretrained import CHECKPOINTS as CHECKPOINTS

@@ -26,7 +26,7 @@ def quad():
     return a, th0, c
 
 
-def quad_loss(p, a):
+def quad_loss(p, batch, a):
     return 0.5 * p @ a @ p
 
 
@@ -35,7 +35,7 @@ def test_flow_matches_expm_and_observes_at_exact_times(quad):
     cj = jnp.asarray(c)
     save_at = np.array([0.0, 0.13, 0.5, 0.77, 1.0, 2.0])
     tr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=2.0, save_at=save_at, args=jnp.asarray(a),
-                         observe=lambda p, t: {"t": t, "cp": p @ cj, "p": p}, rtol=1e-11, atol=1e-13)
+                         observe=lambda p, t, a: {"t": t, "cp": p @ cj, "p": p}, rtol=1e-11, atol=1e-13)
     assert tr.ok and tr.status == "successful" and tr.t_final == 2.0
     np.testing.assert_array_equal(tr.ts, save_at)
     np.testing.assert_allclose(tr.observed["t"], save_at, rtol=0, atol=1e-15)  # observe saw exactly these times
@@ -85,9 +85,9 @@ def test_every_registered_solver_agrees_with_tsit5():
     """Parametrised over the registry: a solver added to ``dynamics.SOLVERS`` is tested here."""
     loss, p0, data = _regression(8, 4)  # 4 -> 4 -> 4 -> 1: 45 parameters (Kvaerno5 forms Jacobians)
     save_at = np.linspace(0.0, 2.0, 5)
-    obs = lambda p, t, d: loss(p, d)
-    runs = {s: D.gradient_flow(loss, p0, t1=2.0, save_at=save_at, args=data, observe=obs, observe_args=True,
-                               solver=s, rtol=1e-9, atol=1e-11, dt0=None if D.SOLVERS[s][3] else 0.01)
+    obs = lambda p, t, d: loss(p, None, d)
+    runs = {s: D.gradient_flow(loss, p0, t1=2.0, save_at=save_at, args=data, observe=obs, solver=s, rtol=1e-9,
+                               atol=1e-11, dt0=None if D.SOLVERS[s][3] else 0.01)
             for s in D.SOLVERS}
     ref = runs["tsit5"]
     assert np.all(np.diff(ref.observed) < 0)  # the loss decreases along the flow
@@ -103,12 +103,10 @@ def test_every_registered_solver_agrees_with_tsit5():
 def test_edge_of_stability_gd_settles_at_2_over_lr_flow_does_not(net_problem):
     loss, p0, data = net_problem
     lr = 0.2
-    hess = lambda p, t, d: curvature.hessian(lambda q: loss(q, d), p)
-    gd = D.discrete(loss, p0, optax.sgd(lr), steps=800, args=data, lr=lr, observe=hess, observe_every=100,
-                    observe_args=True)
+    hess = lambda p, t, d: curvature.hessian(lambda q: loss(q, None, d), p)
+    gd = D.discrete(loss, p0, optax.sgd(lr), steps=800, args=data, lr=lr, observe=hess, observe_every=100)
     sharp_gd = np.linalg.eigvalsh(np.asarray(gd.observed))[:, -1]
-    fl = D.gradient_flow(loss, p0, t1=160.0, save_at=gd.ts, args=data, observe=hess, observe_args=True,
-                         rtol=1e-4, atol=1e-6)
+    fl = D.gradient_flow(loss, p0, t1=160.0, save_at=gd.ts, args=data, observe=hess, rtol=1e-4, atol=1e-6)
     sharp_fl = np.linalg.eigvalsh(np.asarray(fl.observed))[:, -1]
     ratio_gd, ratio_fl = sharp_gd * lr / 2, sharp_fl * lr / 2
     assert ratio_gd[0] < 0.3 and ratio_fl[0] == pytest.approx(ratio_gd[0])  # starts well below 2/lr
@@ -124,7 +122,7 @@ def test_edge_of_stability_gd_settles_at_2_over_lr_flow_does_not(net_problem):
 def test_max_steps_raises_and_flags(quad):
     a, th0, _ = quad
     kw = dict(t1=2.0, save_at=np.linspace(0, 2, 5), args=jnp.asarray(a), rtol=1e-10, atol=1e-12, max_steps=4,
-              observe=lambda p, t: {"t": t, "n": jnp.sum(p ** 2)})
+              observe=lambda p, t, a: {"t": t, "n": jnp.sum(p ** 2)})
     with pytest.raises(D.DynamicsError, match="max_steps_reached.*Reached t = ") as err:
         D.gradient_flow(quad_loss, jnp.asarray(th0), **kw)
     tr = err.value.trajectory
@@ -142,7 +140,7 @@ def test_max_steps_raises_and_flags(quad):
 
 def test_flow_blow_up_is_reported_non_finite():
     # d p/dt = 4 p^3 blows up at t* = 1 / (8 p0^2) = 0.5; fixed-step RK4 overflows to inf.
-    loss = lambda p: -jnp.sum(p ** 4)
+    loss = lambda p, b, a: -jnp.sum(p ** 4)
     tr = D.gradient_flow(loss, jnp.array([0.5]), t1=1.0, save_at=np.linspace(0, 1, 11), solver="rk4", dt0=1e-3,
                          throw=False)
     assert not tr.ok and tr.status == "non_finite"
@@ -157,7 +155,7 @@ def test_flow_blow_up_is_reported_non_finite():
 
 def test_discrete_reports_first_non_finite_step():
     lr = 3.0  # p_{k+1} = p_k - 3 p_k = -2 p_k: diverges, loss 0.5 p^2 overflows
-    loss = lambda p: 0.5 * jnp.sum(p ** 2)
+    loss = lambda p, b, a: 0.5 * jnp.sum(p ** 2)
     p = np.array([1.0])
     ref = None
     with np.errstate(over="ignore", invalid="ignore"):
@@ -170,7 +168,7 @@ def test_discrete_reports_first_non_finite_step():
             p = new
     assert ref is not None
     tr = D.discrete(loss, jnp.array([1.0]), optax.sgd(lr), steps=1000, lr=lr, observe_every=50, throw=False,
-                    observe=lambda q, t: q[0])
+                    observe=lambda q, t, a: q[0])
     assert not tr.ok and tr.first_bad_step == ref and tr.n_steps == ref
     np.testing.assert_allclose(tr.params, p)  # last finite parameters
     np.testing.assert_array_equal(tr.saved, np.arange(21) * 50 <= ref)
@@ -189,19 +187,19 @@ def test_stateful_batchnorm_minibatch_run_matches_python_loop():
     steps, n = 6, 8
     xs = jax.random.normal(jax.random.PRNGKey(3), (steps, n, 3), dtype=jnp.float64)
 
-    def loss(p, state, x):
+    def loss(p, state, x, args):
         u, new_state = head.apply({"params": p, **state}, x, train=True)
         return jnp.mean((u - 1.0) ** 2), new_state
 
     opt = optax.sgd(0.1, momentum=0.9)
     tr = D.discrete(loss, v0["params"], opt, steps=steps, batches=xs, lr=0.1, has_state=True,
                     state0={"batch_stats": v0["batch_stats"]}, observe_every=2,
-                    observe=lambda p, t: p["layers"][0]["w"][0, 0])
+                    observe=lambda p, t, a: p["layers"][0]["w"][0, 0])
     # independent reference: a Python loop of optax updates
     p, s, o = v0["params"], {"batch_stats": v0["batch_stats"]}, opt.init(v0["params"])
     ws = [p["layers"][0]["w"][0, 0]]
     for k in range(steps):
-        (_, s_new), g = jax.value_and_grad(loss, has_aux=True)(p, s, xs[k])
+        (_, s_new), g = jax.value_and_grad(loss, has_aux=True)(p, s, xs[k], None)
         u, o = opt.update(g, o, p)
         p, s = optax.apply_updates(p, u), s_new
         if (k + 1) % 2 == 0:
@@ -219,7 +217,7 @@ def test_adam_and_lars_run_and_count(quad):
     a, th0, _ = quad
     for opt in (optax.adam(1e-2), optax.lars(1e-2)):
         tr = D.discrete(quad_loss, jnp.asarray(th0), opt, steps=20, args=jnp.asarray(a), observe_every=10,
-                        observe=lambda p, t: quad_loss(p, jnp.asarray(a)))
+                        observe=lambda p, t, args: quad_loss(p, None, args))
         assert tr.ok and tr.n_grad_evals == 20 and tr.observed[-1] < tr.observed[0]
         np.testing.assert_array_equal(tr.ts, [0, 10, 20])  # no lr: the time axis is the step
 

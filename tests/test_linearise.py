@@ -18,14 +18,14 @@ def _spd(m, seed, shift=0.0):
 def test_quadratic_loss_jacobian_is_minus_hessian_with_known_rate():
     # L = 1/2 y^T A y with A indefinite: F = -A y, J = -A, rate = -lambda_min(A).
     A = _spd(5, 0) - 0.7 * np.eye(5)
-    field = dynamics.gradient_field(lambda y, a: 0.5 * y @ (a @ y))
+    field = dynamics.gradient_field(lambda y, b, a: 0.5 * y @ (a @ y))
     lin = dynamics.linearise(field, jnp.zeros(5), jnp.asarray(A))
     np.testing.assert_allclose(lin.jacobian, -A, atol=1e-13)
     assert lin.rate == pytest.approx(-np.linalg.eigvalsh(A)[0], abs=1e-12)
     assert lin.field_norm == 0.0 and lin.asymmetry < 1e-14
     # Per-group rates: the head (second block) tau times faster -> J = -diag(1, tau) A.
     tau = 4.0
-    field2 = dynamics.gradient_field(lambda y, a: 0.5 * jnp.concatenate(y) @ (a @ jnp.concatenate(y)),
+    field2 = dynamics.gradient_field(lambda y, b, a: 0.5 * jnp.concatenate(y) @ (a @ jnp.concatenate(y)),
                                rates=(1.0, tau))
     lin2 = dynamics.linearise(field2, (jnp.zeros(2), jnp.zeros(3)), jnp.asarray(A))
     D = np.diag([1.0, 1.0, tau, tau, tau])
@@ -39,7 +39,7 @@ def test_stop_gradient_field_is_not_symmetric_and_matches_expm():
     B = rng.normal(size=(4, 4)) * 0.6
     c = rng.normal(size=4)
     y_eq = np.linalg.solve(np.eye(4) - B, c)
-    loss = lambda y, a: 0.5 * jnp.sum((y - jax.lax.stop_gradient(a[0] @ y + a[1])) ** 2)
+    loss = lambda y, b, a: 0.5 * jnp.sum((y - jax.lax.stop_gradient(a[0] @ y + a[1])) ** 2)
     args = (jnp.asarray(B), jnp.asarray(c))
     # lax.stop_gradient inside the loss also freezes the target in the outer Jacobian: J = -I (wrong).
     frozen = dynamics.linearise(dynamics.gradient_field(loss), jnp.asarray(y_eq), args)
@@ -59,7 +59,7 @@ def test_stop_gradient_field_is_not_symmetric_and_matches_expm():
     # ... and the actual (affine, so exactly linear) flow from y_eq + delta0 follows expm(J t).
     f = lambda y, a: -(y - a[0] @ y - a[1])
     ts = np.array([0.0, 1.0, 2.0])
-    tr = dynamics.gradient_flow(lambda p, a: loss(p, a), jnp.asarray(y_eq + 1e-3 * d0), t1=2.0, save_at=ts,
+    tr = dynamics.gradient_flow(loss, jnp.asarray(y_eq + 1e-3 * d0), t1=2.0, save_at=ts,
                                 args=args, rtol=1e-11, atol=1e-14)
     pred = y_eq + scipy.linalg.expm(lin.jacobian * 2.0) @ (1e-3 * d0)
     np.testing.assert_allclose(np.asarray(tr.params), pred, atol=1e-10)
@@ -74,13 +74,13 @@ def test_nonlinear_flow_near_equilibrium_grows_at_predicted_rate():
     # L(y) = 1/2 y^T A y + 1/4 |y|^4 (A indefinite): y* = 0 is an equilibrium, unstable along A's
     # negative eigenvector. A deviation of size 1e-6 grows at -lambda_min(A) in the linear regime.
     A = np.diag([-0.5, 0.3, 1.2])
-    loss = lambda y, a: 0.5 * y @ (a @ y) + 0.25 * jnp.sum(y ** 2) ** 2
+    loss = lambda y, b, a: 0.5 * y @ (a @ y) + 0.25 * jnp.sum(y ** 2) ** 2
     lin = dynamics.linearise(dynamics.gradient_field(loss), jnp.zeros(3), jnp.asarray(A))
     assert lin.rate == pytest.approx(0.5, abs=1e-12)
     assert lin.stiffness == pytest.approx(1.2 / 0.5)
     ts = np.linspace(0.0, 10.0, 11)
     tr = dynamics.gradient_flow(loss, jnp.full(3, 1e-6), t1=10.0, save_at=ts, args=jnp.asarray(A),
-                                observe=lambda p, t: jnp.linalg.norm(p), rtol=1e-10, atol=1e-16)
+                                observe=lambda p, t, a: jnp.linalg.norm(p), rtol=1e-10, atol=1e-16)
     slope = np.polyfit(ts[5:], np.log(np.asarray(tr.observed)[5:]), 1)[0]
     assert slope == pytest.approx(lin.rate, rel=1e-3)
 
@@ -101,7 +101,7 @@ def test_sgd_growth_matches_optax_steps_on_a_quadratic(momentum):
     # beyond 2/lr) though the flow is stable; heavy ball (mu = 0.9) is stable up to
     # lr h < 2 (1 + mu) = 3.8, so it escapes at lr 0.9 (4.5). The predicted factor is the measured one.
     H = np.diag([0.2, 5.0])
-    loss = lambda p, a: 0.5 * p @ (a @ p)
+    loss = lambda p, b, a: 0.5 * p @ (a @ p)
     lin = dynamics.linearise(dynamics.gradient_field(loss), jnp.zeros(2), jnp.asarray(H))
     assert lin.rate < 0
     lr = 0.5 if momentum == 0.0 else 0.9
@@ -111,7 +111,7 @@ def test_sgd_growth_matches_optax_steps_on_a_quadratic(momentum):
         assert g == pytest.approx(1.5)
     steps = 60
     tr = dynamics.discrete(loss, jnp.array([1e-8, 1e-8]), optax.sgd(lr, momentum=momentum or None), steps=steps,
-                           args=jnp.asarray(H), observe=lambda p, t: jnp.linalg.norm(p), observe_every=1)
+                           args=jnp.asarray(H), observe=lambda p, t, a: jnp.linalg.norm(p), observe_every=1)
     norms = np.asarray(tr.observed)
     measured = np.exp((np.log(norms[-1]) - np.log(norms[steps // 2])) / (steps - steps // 2))
     assert measured == pytest.approx(g, rel=2e-2)

@@ -9,7 +9,7 @@ from ssl_geometry import dynamics
 import ssl_geometry
 
 
-def quad(p, b):
+def quad(p, b, args):
     """0.5 |p - b|^2: one step of SGD(lr) moves p to p - lr (p - b)."""
     return 0.5 * jnp.sum((p - b) ** 2)
 
@@ -29,7 +29,7 @@ def test_fit_matches_closed_form_sgd_with_per_step_batches():
 
 def test_fit_reports_first_non_finite_step_and_freezes_params():
     # the loss turns non-finite once p[0] > 1.5 (log of a negative number); p grows by 1 per step
-    loss = lambda p: jnp.log(2.0 - p[0]) * 0.0 - p[0]
+    loss = lambda p, b, a: jnp.log(2.0 - p[0]) * 0.0 - p[0]
     with pytest.raises(ssl_geometry.FitError, match="step 2 of 5") as e:
         ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(1.0), steps=5)
     r = e.value.result
@@ -41,11 +41,12 @@ def test_fit_reports_first_non_finite_step_and_freezes_params():
 
 
 def test_fit_stateful_loss_and_observe():
-    def loss(p, s, b):
-        return 0.5 * jnp.sum((p - b) ** 2), s + 1.0
+    def loss(p, s, b, a):
+        assert b is None  # no batches: the data comes as args
+        return 0.5 * jnp.sum((p - a) ** 2), s + 1.0
 
     r = ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(0.5), steps=4, args=jnp.ones(1), state=jnp.zeros(()), chunk=2,
-                 observe=lambda p, k: p[0])
+                         observe=lambda p, k, a: p[0] + 0.0 * a[0])
     assert float(r.state) == 4.0
     np.testing.assert_allclose(r.observed, [0.0, 0.75, 0.9375])  # k = 0, 2, 4
 
@@ -67,14 +68,14 @@ def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
     traces = {"fit": 0, "discrete": 0, "flow": 0}
 
     def counting(name):
-        def loss(p, b):
+        def loss(p, b, a):
             traces[name] += 1
-            return 0.5 * jnp.sum((p - b) ** 2)
+            return 0.5 * jnp.sum((p - a) ** 2)
         return loss
 
     losses_ = {k: counting(k) for k in traces}
     opt = optax.sgd(0.1)
-    obs = lambda p, t: p[0]
+    obs = lambda p, t, a: p[0]
     key = jax.random.PRNGKey(0)
     for i in range(4):
         x0, b = jax.random.normal(jax.random.fold_in(key, i), (2, 3), jnp.float64)
@@ -91,7 +92,7 @@ def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
 
 def test_gradient_flow_non_finite_final_loss_is_a_failure():
     # params stay finite (the gradient is 0) but the loss is NaN: must not be reported "successful"
-    loss = lambda p: jnp.sum(p * 0.0) + jnp.log(-1.0)
+    loss = lambda p, b, a: jnp.sum(p * 0.0) + jnp.log(-1.0)
     with pytest.raises(dynamics.DynamicsError, match="non-finite"):
         dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]))
     tr = dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]), max_steps=50, throw=False)
@@ -100,19 +101,19 @@ def test_gradient_flow_non_finite_final_loss_is_a_failure():
 
 def test_host_loop_mode_gives_the_same_numbers_as_scan():
     """``scan=False`` (one jitted step per step, for conv nets on XLA:CPU) is the same computation."""
-    def loss(p, s, b):
+    def loss(p, s, b, a):
         return 0.5 * jnp.sum((p - b) ** 2) + jnp.sum(p ** 4), s + jnp.sum(p)
 
     b = jax.random.normal(jax.random.PRNGKey(3), (6, 3), jnp.float64)
-    kw = dict(steps=6, batches=b, state=jnp.zeros(()), chunk=2, observe=lambda p, k: p[0])
+    kw = dict(steps=6, batches=b, state=jnp.zeros(()), chunk=2, observe=lambda p, k, a: p[0])
     a = ssl_geometry.fit(loss, jnp.ones(3), optax.adam(0.1), **kw)
     h = ssl_geometry.fit(loss, jnp.ones(3), optax.adam(0.1), scan=False, **kw)
     np.testing.assert_allclose(h.params, a.params, rtol=1e-13)
     np.testing.assert_allclose(h.losses, a.losses, rtol=1e-13)
     np.testing.assert_allclose(h.observed, a.observed, rtol=1e-13)
     np.testing.assert_allclose(h.state, a.state, rtol=1e-13)
-    bad = ssl_geometry.fit(lambda p: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5, scan=False,
-                   throw=False)
+    bad = ssl_geometry.fit(lambda p, b, a: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5,
+                           scan=False, throw=False)
     assert bad.first_bad_step == 2 and np.isnan(bad.losses[2:]).all()
 
 
@@ -122,11 +123,49 @@ def test_a_loss_that_overflows_is_the_loops_reported_step_not_an_exception():
     from ssl_geometry import losses
 
     target = jnp.zeros((1, 2))
-    loss = lambda p: losses.mse(p[None, :] * 1e160, target)  # (1e160)^2 overflows float64
+    loss = lambda p, b, a: losses.mse(p[None, :] * 1e160, target)  # (1e160)^2 overflows float64
     with pytest.raises(Exception, match="not finite although its inputs are finite"):
-        jax.block_until_ready(jax.jit(loss)(jnp.ones(2)))
+        jax.block_until_ready(jax.jit(loss)(jnp.ones(2), None, None))
     for scan in (True, False):
         r = ssl_geometry.fit(loss, jnp.ones(2), optax.sgd(1e-3), steps=3, scan=scan, throw=False)
         assert r.first_bad_step == 0 and np.isnan(r.losses).all()
     tr = dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([1.0]), max_steps=50, throw=False)
     assert not tr.ok  # a flagged failure (the infinite gradient stalls the step controller), not an exception
+
+
+def test_one_signature_batch_and_args_reach_the_loss_and_observe():
+    """``loss(params, batch, args)`` gets the step's batch and the shared args together (and ``None`` for
+    what is not given); ``observe(params, k, args)`` gets the args; the dynamics pass the same."""
+    seen = []
+
+    def loss(p, b, a):
+        seen.append((b is None, a is None))
+        return 0.5 * jnp.sum((p - b - a) ** 2)
+
+    lr, steps = 0.5, 4
+    b = jnp.arange(steps, dtype=jnp.float64)[:, None] * jnp.ones((steps, 2))
+    a = jnp.full(2, 10.0)
+    r = ssl_geometry.fit(loss, jnp.zeros(2), optax.sgd(lr), steps=steps, batches=b, args=a, chunk=2,
+                         observe=lambda p, k, args: jnp.sum(p) + 0.0 * jnp.sum(args))
+    p = np.zeros(2)
+    for k in range(steps):
+        p = p - lr * (p - np.asarray(b[k]) - 10.0)
+    np.testing.assert_allclose(r.params, p, rtol=1e-14)
+    assert set(seen) == {(False, False)}  # every trace got both
+    none = ssl_geometry.fit(lambda p, b, a: (b, a) == (None, None) and 0.5 * jnp.sum(p ** 2), jnp.ones(1),
+                            optax.sgd(0.5), steps=2)
+    np.testing.assert_allclose(none.params, [0.25])
+    with pytest.raises(TypeError):
+        ssl_geometry.fit(lambda p: jnp.sum(p ** 2), jnp.ones(1), optax.sgd(0.5), steps=2)  # no arity switching
+    with pytest.raises(TypeError, match="observe_args"):
+        ssl_geometry.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=2, args=jnp.ones(1), observe_args=True)
+    # the flow and the optimiser take the same full-batch loss and observe (batch None, data in args)
+    full = lambda p, b, a: 0.5 * jnp.sum((p - a) ** 2) + (0.0 if b is None else jnp.nan)  # noqa: E731
+    obs = lambda p, t, a: p[0] - a[0]  # noqa: E731
+    gd = dynamics.discrete(full, jnp.zeros(2), optax.sgd(0.1), steps=10, args=a, lr=0.1, observe=obs,
+                           observe_every=10)
+    fl = dynamics.gradient_flow(full, jnp.zeros(2), t1=1.0, save_at=jnp.array([0.0, 1.0]), args=a, observe=obs,
+                                rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gd.observed, [-10.0, -10.0 * 0.9 ** 10], rtol=1e-12)
+    np.testing.assert_allclose(fl.observed, [-10.0, -10.0 * np.exp(-1.0)], rtol=1e-8)
+    assert float(dynamics.sharpness(full, gd.params, a)) == pytest.approx(1.0, abs=1e-12)

@@ -135,6 +135,7 @@ def test_float16_at_large_scale_does_not_overflow():
 TRACED_BAD = [
     ("info_nce", dict(temperature=-0.1), "temperature"),
     ("info_nce", dict(temperature=0.0), "temperature"),
+    ("info_nce_one_way", dict(temperature=-0.1), "temperature"),
     ("moco", dict(temperature=-1.0), "temperature"),
     ("moco_v3", dict(temperature=float("nan")), "temperature"),
     ("barlow_twins", dict(eps=-1.0), "eps"),

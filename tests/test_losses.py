@@ -56,6 +56,13 @@ def np_info_nce(z1, z2, tau=0.1):
     return total / n2
 
 
+def np_info_nce_one_way(u1, u2, tau=0.1):
+    """The authors' guillotine loss: CE(a b^T / tau, arange(n)) with F.normalize'd rows, one direction."""
+    a, b = np_unit(u1, 1e-12), np_unit(u2, 1e-12)
+    return np.mean([-a[i] @ b[i] / tau + np_logsumexp([a[i] @ b[j] / tau for j in range(len(b))])
+                    for i in range(len(a))])
+
+
 def np_moco(q, k, queue, tau=0.2):
     qn, kn = np_unit(q, 1e-12), np_unit(k, 1e-12)
     total = 0.0
@@ -158,6 +165,7 @@ CASES = {
     "mse": (lambda a: L.mse(*a), np_mse, (0, 1), ()),
     "moco": (lambda a: L.moco(*a)[0], lambda *a: np_moco(*a)[0], (0,), (1, 2)),
     "info_nce": (lambda a: L.info_nce(*a), np_info_nce, (0, 1), ()),
+    "info_nce_one_way": (lambda a: L.info_nce_one_way(*a), np_info_nce_one_way, (0, 1), ()),
     "moco_v3": (lambda a: L.moco_v3(*a), np_moco_v3, (0, 1), (2, 3)),
     "spectral_contrastive": (lambda a: L.spectral_contrastive(*a), np_spectral, (0, 1), ()),
     "barlow_twins": (lambda a: L.barlow_twins(*a), np_barlow, (0, 1), ()),
@@ -431,6 +439,29 @@ def test_float32_value_and_jit_grad(name):
 # ----------------------------------------------------------------------------- registry and errors
 
 
+def test_info_nce_one_way_is_torch_cross_entropy_of_the_authors_logits():
+    """The authors' line, run in torch on the same float64 inputs: ``z = F.normalize(u)``,
+    ``F.cross_entropy(z1 @ z2.T / 0.1, arange(n))``; value and both gradients agree. It differs from
+    the symmetric NT-Xent (2n - 2 negatives), and swapping the views changes it."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    u1, u2 = loss_inputs("info_nce_one_way", seed=21, n=7, k=4)
+    for tau in (0.1, 0.5):
+        t1, t2 = (torch.tensor(u, dtype=torch.float64, requires_grad=True) for u in (u1, u2))
+        ref = F.cross_entropy(F.normalize(t1, dim=1) @ F.normalize(t2, dim=1).T / tau, torch.arange(7))
+        ref.backward()
+        got = L.info_nce_one_way(jnp.asarray(u1), jnp.asarray(u2), temperature=tau)
+        g1, g2 = jax.grad(lambda a, b: L.info_nce_one_way(a, b, temperature=tau), argnums=(0, 1))(
+            jnp.asarray(u1), jnp.asarray(u2))
+        np.testing.assert_allclose(float(got), ref.item(), rtol=1e-13)
+        np.testing.assert_allclose(g1, t1.grad.numpy(), rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(g2, t2.grad.numpy(), rtol=1e-10, atol=1e-13)
+    one_way = float(L.info_nce_one_way(jnp.asarray(u1), jnp.asarray(u2)))
+    assert abs(one_way - float(L.info_nce(jnp.asarray(u1), jnp.asarray(u2)))) > 1e-3
+    assert abs(one_way - float(L.info_nce_one_way(jnp.asarray(u2), jnp.asarray(u1)))) > 1e-3
+    assert L.get("simclr_one_way") is L.info_nce_one_way and L.spec("info_nce_one_way").args == ("u1", "u2")
+
+
 def test_get_names_and_aliases():
     for name in NAMES:
         assert L.get(name) is L.LOSSES[name]
@@ -462,6 +493,12 @@ def test_bad_inputs_raise_clear_errors(no_shape_checks):
     a = jnp.ones((4, 3))
     with pytest.raises(ValueError, match="`z1` and `z2` must have the same shape"):
         L.info_nce(a, jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match="`u1` and `u2` must have the same shape"):
+        L.info_nce_one_way(a, jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match="`u1` needs a batch of at least 2"):
+        L.info_nce_one_way(jnp.ones((1, 3)), jnp.ones((1, 3)))
+    with pytest.raises(ValueError, match="temperature"):
+        L.info_nce_one_way(a, a, temperature=0.0)
     with pytest.raises(ValueError, match="`p1` must have rank 2"):
         L.simsiam(jnp.ones(3), jnp.ones(3), jnp.ones(3), jnp.ones(3))
     with pytest.raises(ValueError, match="`p1` and `z1` must have the same shape"):

@@ -128,3 +128,39 @@ def test_no_equilibrium_when_the_null_space_is_trivial():
         geometry.collapsed_equilibrium(m, v, "mse_target", jnp.ones(4), 3, key=jax.random.PRNGKey(1))
     with pytest.raises(ValueError, match="n"):
         geometry.null_space_residuals(np.eye(3)[:, :1], 1, key=jax.random.PRNGKey(0))
+
+
+def test_head_kind_is_read_from_the_models_activations_not_its_name():
+    """The kind comes from ``Model.activations`` (the smoothness table): a renamed head keeps its kind,
+    a callable activation without a class is "unknown" and the premises say so, an ``Activation`` with
+    its class is classified, and composites and the released heads declare every nonlinearity."""
+    from ssl_geometry import activations, backbones, pretrained
+
+    swish = heads.mlp(3, (5,), 4, activation="swish", dtype=jnp.float64)
+    assert swish.activations == (activations.ACTIVATIONS["swish"],)
+    assert geometry.head_smoothness(swish._replace(name="mlp(3->5->4, relu, bn=False)")) == "smooth"
+    assert geometry.head_smoothness(heads.linear(3, 4)) == "linear" and heads.linear(3, 4).activations == ()
+    relu_then_tanh = heads.compose(heads.mlp(3, (5,), 4, activation="relu"), heads.mlp(4, (5,), 2, activation="tanh"))
+    assert [a.name for a in relu_then_tanh.activations] == ["relu", "tanh"]
+    assert geometry.head_smoothness(relu_then_tanh) == "non_c2"
+    assert geometry.head_smoothness(heads.mlp(3, (5, 5), 4, activation="elu")) == "non_c2"
+    assert geometry.head_smoothness(heads.mlp(3, (5, 5), 4, activation="leaky_relu")) == "piecewise"
+    assert geometry.head_smoothness(heads.mlp(3, (5,), 4, activation=jax.nn.relu)) == "piecewise"
+    dino1 = pretrained.dino_head(3, 5, hidden_dim=4, bottleneck_dim=3, nlayers=1)  # affine MLP, then F.normalize
+    assert [a.name for a in dino1.activations] == ["l2_normalize"] and geometry.head_smoothness(dino1) == "smooth"
+    assert geometry.head_smoothness(pretrained.vicreg_projector((3, 4, 2))) == "piecewise"
+    assert geometry.head_smoothness(pretrained.barlowtwins_projector((3, 4, 2), loss_bn=True)) == "piecewise"
+    assert geometry.head_smoothness(backbones.small_cnn((8, 8, 3), widths=(4,), activation="gelu")) == "smooth"
+    assert geometry.head_smoothness(backbones.resnet(18)) == "unknown"  # declares no activations
+
+    cube = lambda t: t ** 3  # noqa: E731
+    model = heads.mlp(2, (3,), 3, activation=cube, dtype=jnp.float64)
+    v = model.init(jax.random.PRNGKey(0))
+    loss = lambda u: 0.5 * jnp.sum((u - 1.0) ** 2)  # noqa: E731
+    p = geometry.thm41_premises(model, v, loss, _collapsed())
+    assert p.head_kind == "unknown" and p.c2_head is None
+    assert any("smoothness unknown" in note for note in p.notes)
+    stated = heads.mlp(2, (3,), 3, activation=activations.Activation("cube", cube, "c2"), dtype=jnp.float64)
+    p2 = geometry.thm41_premises(stated, v, loss, _collapsed())
+    assert p2.head_kind == "smooth" and p2.c2_head is True
+    np.testing.assert_array_equal(stated.apply(v, _collapsed())[0], model.apply(v, _collapsed())[0])

@@ -94,13 +94,14 @@ class Problem(NamedTuple):
         """``L(y)`` with ``data = {"x", "targets"}``."""
         return self.loss(self.outputs(y, data["x"])[1], data["targets"])
 
-    def loss_w(self, w, data):
-        """``L~(w) = L(rep, sqrt(tau) w_head)`` (the flow/SGD coordinates; see :func:`to_y`)."""
+    def loss_w(self, w, batch, data):
+        """``L~(w) = L(rep, sqrt(tau) w_head)`` (the flow/SGD coordinates; see :func:`to_y`); full batch, the
+        dynamics' ``loss(params, batch, args)`` with ``batch=None``."""
         return self.loss_y(to_y(w, data), data)
 
-    def loss_w_scaled(self, w, data):
+    def loss_w_scaled(self, w, batch, data):
         """``data["scale"] * L~(w)``: SGD at lr ``scale`` as optax SGD at lr 1 (exact, also with momentum)."""
-        return data["scale"] * self.loss_w(w, data)
+        return data["scale"] * self.loss_w(w, batch, data)
 
     def observe(self, w, t, data):
         """Collapse monitors (scalars): normalised std of ``z`` and of head outputs, RMS spread of ``z``."""

@@ -85,7 +85,7 @@ def run_flow(loss, w0, data, T, cfg, obs, solver, dt0=None):
     dcfg = cfg.dynamics
     ts = np.linspace(0.0, T, dcfg.num_saves + 1)
     max_steps = dcfg.max_steps if dt0 is None else max(dcfg.max_steps, int(T / dt0) + len(ts) + 2)
-    return dynamics.gradient_flow(loss, w0, t1=T, save_at=ts, observe=obs, observe_args=True, args=data,
+    return dynamics.gradient_flow(loss, w0, t1=T, save_at=ts, observe=obs, args=data,
                                   solver=solver, rtol=dcfg.rtol, atol=dcfg.atol, max_steps=max_steps, dt0=dt0,
                                   throw=False)
 
@@ -95,8 +95,7 @@ def run_sgd(loss_scaled, w0, data, lr, T, cfg, obs):
     lr_eff = lr / (1.0 - mom)
     steps = max(1, int(round(T / lr_eff)))
     return dynamics.discrete(loss_scaled, w0, _optimizer(mom), steps=steps, observe=obs, observe_every=1,
-                             args={**data, "scale": jnp.asarray(lr, jnp.float64)}, lr=lr_eff,
-                             observe_args=True, throw=False)
+                             args={**data, "scale": jnp.asarray(lr, jnp.float64)}, lr=lr_eff, throw=False)
 
 
 def fit_on(ts, s, window):

@@ -83,7 +83,8 @@ def _fit_program(d, depth, width, k, activation):
     h_eff = _h_eff_fn(model)
     eye = jnp.eye(d)
 
-    def objective(params, data):
+    def objective(params, batch, data):
+        del batch  # full batch: the curve, keys and temperature are `data` (fit's args)
         zs, keys, tau = data
         H = jax.vmap(h_eff, in_axes=(None, 0, None, None))(params, zs, keys, tau)
         return jnp.mean(jnp.sum((H - eye) ** 2, axis=(1, 2))) / d
@@ -153,4 +154,4 @@ def fit_step_time(cfg, keys, activation, depth, key, width) -> float:
                   cfg.data.pitch)
     grad = jax.jit(jax.value_and_grad(objective))
     params, data = model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau))
-    return common.step_time(lambda: grad(params, data))
+    return common.step_time(lambda: grad(params, None, data))

@@ -83,8 +83,8 @@ def _named_loss(name, temperature):
 
 @functools.lru_cache(maxsize=None)
 def _frozen_loss(head, two_view_loss):
-    """``(params, state, batch) -> (loss, new_state)`` on a batch of bank view pairs (one object per head)."""
-    def objective(params, state, batch):
+    """``(params, state, batch, args) -> (loss, new_state)`` on a batch of bank view pairs (one object per head)."""
+    def objective(params, state, batch, args):
         za, zb = batch["za"], batch["zb"]
         u, new_state = head.apply({**state, "params": params}, jnp.concatenate([za, zb]), train=True)
         return two_view_loss(u[: za.shape[0]], u[za.shape[0]:]), {**state, **new_state}
@@ -100,7 +100,7 @@ def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
     for s0 in range(0, steps, per_call):
         t0 = time.perf_counter()
         res = fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
-                       has_state=True, opt_state=opt_state)
+                  opt_state=opt_state)
         params, state, opt_state = res.params, res.state, res.opt_state
         out.append(np.asarray(res.losses))  # blocks until the call is done
         times.append((time.perf_counter() - t0) / per_call)

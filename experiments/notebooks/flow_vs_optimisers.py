@@ -105,7 +105,7 @@ def make_problem(activation, batch_norm):
     def h(p, z):  # train mode: BatchNorm uses batch statistics (running stats never feed back)
         return head.apply({"params": p, **state0}, z, train=True)[0]
 
-    def loss(params, data):
+    def loss(params, batch, data):  # the dynamics' signature; batch is None (full batch: data is args)
         a1, a2 = data
         u1, u2 = h(params["head"], params["z"] + a1), h(params["head"], params["z"] + a2)
         return losses.simsiam(u1, u2, jax.lax.stop_gradient(u1), jax.lax.stop_gradient(u2))
@@ -119,7 +119,7 @@ def make_problem(activation, batch_norm):
         eh = geometry.effective_hessian(lambda z: h(params["head"], z),
                                         lambda u: losses.negative_cosine(u, target), z1)
         u1 = h(params["head"], z1)
-        return {"loss": loss(params, data), "H_eff": eh.full, "H_L": eh.loss_hessian,
+        return {"loss": loss(params, None, data), "H_eff": eh.full, "H_L": eh.loss_hessian,
                 "rho": jnp.linalg.norm(eh.residual),
                 "rank_rankme": metrics.effective_rank(u1, "rankme"),
                 "rank_squared": metrics.effective_rank(u1, "squared"),

@@ -136,7 +136,8 @@ def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
     tau = losses.byol_decay_schedule(steps, cfg.train.ema)
     n = cfg.data.n
 
-    def step_loss(p, state, batch):
+    def step_loss(p, state, batch, args):
+        del args
         tgt, c = state
         _, z1, z2 = sample_views(cfg, batch["key"], n, sigma_sqrt, aug_basis)
         val, c_new = loss(p, tgt, c, z1, z2)
@@ -156,7 +157,7 @@ def step_time(step_loss, params, state, key) -> float:
     from experiments import common
 
     vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
-    return common.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}))
+    return common.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}, None))
 
 
 def scale_projector(params, target, alpha):

@@ -7,10 +7,19 @@ MiniLM fine-tuning, :func:`ssl_geometry.dynamics`). One step is
     theta_{k+1} = theta_k + u_k,
 
 with ``b_k`` the ``k``-th slice of ``batches`` (any pytree with leading axis ``steps``: data,
-per-step PRNG keys from which the loss draws its views, ...) or the fixed ``args``. The steps
-run inside one jitted program: an outer ``lax.scan`` over chunks of ``chunk`` steps, an inner
-``lax.scan`` over the steps of a chunk, ``observe(params, k)`` recorded at each chunk's end. The
-loss of every step is recorded (no host round trip per step).
+per-step PRNG keys from which the loss draws its views, ...) and ``args`` the data shared by
+every step. The steps run inside one jitted program: an outer ``lax.scan`` over chunks of
+``chunk`` steps, an inner ``lax.scan`` over the steps of a chunk, ``observe(params, k, args)``
+recorded at each chunk's end. The loss of every step is recorded (no host round trip per step).
+
+One signature, as diffrax passes ``args`` to every vector field whether it uses it or not::
+
+    loss_fn(params, batch, args) -> scalar                                 # batch = batches[k] or None
+    loss_fn(params, state, batch, args) -> (scalar, new_state)             # when a loss `state` is given
+    observe(params, k, args) -> pytree
+
+``batch`` is ``None`` when there are no ``batches``, ``args`` is ``None`` when none is given;
+the loss is never called with fewer arguments.
 
 Failure is explicit: the first step whose loss, gradient, loss state or new parameters are
 non-finite is reported (``first_bad_step``); from there on the parameters are frozen at the
@@ -81,25 +90,22 @@ def tree_all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _value_and_grad(loss_fn, params, state, data, has_state, has_data):
+def _value_and_grad(loss_fn, params, state, batch, args, has_state):
+    """``(loss, grad, new_state)`` of ``loss_fn(params, batch, args)`` (with a state: ``(params, state, batch, args)``)."""
     if has_state:
-        f = (lambda p: loss_fn(p, state, data)) if has_data else (lambda p: loss_fn(p, state))
-        (loss, new_state), g = jax.value_and_grad(f, has_aux=True)(params)
+        (loss, new_state), g = jax.value_and_grad(loss_fn, has_aux=True)(params, state, batch, args)
         return loss, g, new_state
-    f = (lambda p: loss_fn(p, data)) if has_data else loss_fn
-    loss, g = jax.value_and_grad(f)(params)
+    loss, g = jax.value_and_grad(loss_fn)(params, batch, args)
     return loss, g, state
 
 
-def _make_step(loss_fn, optimizer, has_state, has_batches, has_args):
+def _make_step(loss_fn, optimizer, has_state, has_batches):
     """One optimiser step ``step(carry, (k, batch, args)) -> (carry, loss)``, frozen after the first bad step."""
-    has_data = has_batches or has_args
 
     def step(carry, xs):
         params, state, opt_state, first_bad = carry
         k, batch, args = xs
-        loss, g, new_state = _value_and_grad(loss_fn, params, state, batch if has_batches else args,
-                                             has_state, has_data)
+        loss, g, new_state = _value_and_grad(loss_fn, params, state, batch if has_batches else None, args, has_state)
         updates, new_opt = optimizer.update(g, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         good = jnp.isfinite(loss) & tree_all_finite(g) & tree_all_finite(new_params) & tree_all_finite(new_state)
@@ -113,27 +119,24 @@ def _make_step(loss_fn, optimizer, has_state, has_batches, has_args):
     return step
 
 
-def _make_observer(observe, observe_args):
+def _make_observer(observe):
     def observe_at(params, k, args):
-        if observe is None:
-            return None
-        return observe(params, k, args) if observe_args else observe(params, k)
+        return None if observe is None else observe(params, k, args)
 
     return observe_at
 
 
 @functools.lru_cache(maxsize=128)
-def _stepper(loss_fn, optimizer, observe, observe_args, has_state, has_batches, has_args):
+def _stepper(loss_fn, optimizer, observe, has_state, has_batches):
     """``(jitted step, jitted observer)`` for the host-loop mode of :func:`fit` (``scan=False``)."""
-    return (jax.jit(_make_step(loss_fn, optimizer, has_state, has_batches, has_args)),
-            jax.jit(_make_observer(observe, observe_args)))
+    return jax.jit(_make_step(loss_fn, optimizer, has_state, has_batches)), jax.jit(_make_observer(observe))
 
 
 @functools.lru_cache(maxsize=128)
-def _runner(loss_fn, optimizer, observe, observe_args, has_state, has_batches, has_args, n_chunks, chunk):
+def _runner(loss_fn, optimizer, observe, has_state, has_batches, n_chunks, chunk):
     """The jitted program of :func:`fit` for one static configuration (``scan=True``)."""
-    step = _make_step(loss_fn, optimizer, has_state, has_batches, has_args)
-    observe_at = _make_observer(observe, observe_args)
+    step = _make_step(loss_fn, optimizer, has_state, has_batches)
+    observe_at = _make_observer(observe)
 
     @jax.jit
     def run(params0, state0, opt_state0, batches, args):
@@ -153,7 +156,7 @@ def _runner(loss_fn, optimizer, observe, observe_args, has_state, has_batches, h
     return run
 
 
-def _check_args(optimizer, steps, chunk, batches, state, has_state):
+def _check_args(optimizer, steps, chunk, batches):
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"`optimizer` must be an optax.GradientTransformation; got {type(optimizer).__name__}.")
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool) or steps < 1:
@@ -162,8 +165,6 @@ def _check_args(optimizer, steps, chunk, batches, state, has_state):
         raise ValueError(f"`chunk` must be a positive int; got {chunk!r}.")
     if steps % chunk:
         raise ValueError(f"`steps` ({steps}) must be a multiple of `chunk` ({chunk}).")
-    if has_state and state is None:
-        raise ValueError("`has_state=True` needs the initial loss state `state`.")
     if batches is not None:
         for leaf in jax.tree_util.tree_leaves(batches):
             if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != steps:
@@ -180,31 +181,28 @@ def fit(
     batches: PyTree = None,
     args: Any = None,
     state: PyTree = None,
-    has_state: Optional[bool] = None,
     opt_state: PyTree = None,
     chunk: Optional[int] = None,
     observe: Optional[Callable] = None,
-    observe_args: bool = False,
     scan: bool = True,
     throw: bool = True,
 ) -> FitResult:
     """Minimise ``loss_fn`` with ``optimizer`` for ``steps`` steps on device (see the module docstring).
 
     Args:
-      loss_fn: ``loss_fn(params, data) -> scalar`` with ``data = batches[k]`` or ``args``
-        (``loss_fn(params)`` when both are ``None``); with a loss state,
-        ``loss_fn(params, state, data) -> (loss, new_state)`` (e.g. BatchNorm statistics).
+      loss_fn: ``loss_fn(params, batch, args) -> scalar`` with ``batch = batches[k]`` (``None``
+        without ``batches``) and ``args`` as given (``None`` if not); with a loss ``state``,
+        ``loss_fn(params, state, batch, args) -> (loss, new_state)`` (e.g. BatchNorm statistics,
+        an EMA target).
       params: initial parameters (any pytree).
       optimizer: any ``optax.GradientTransformation``.
       steps: number of optimiser steps.
       batches: per-step data, every leaf with leading axis ``steps``.
-      args: data shared by every step (used when ``batches`` is ``None``).
-      state: initial loss state; a non-``None`` state means a stateful loss unless
-        ``has_state=False`` says otherwise.
+      args: data shared by every step (full-batch data, fixed targets, constants).
+      state: initial loss state; given (not ``None``), the loss takes and returns it.
       opt_state: optimiser state to continue from (default ``optimizer.init(params)``).
       chunk: steps per inner scan and observation interval (default ``steps``).
-      observe: ``observe(params, k) -> pytree`` recorded at ``k = 0, chunk, ..., steps``
-        (``observe(params, k, args)`` with ``observe_args=True``).
+      observe: ``observe(params, k, args) -> pytree`` recorded at ``k = 0, chunk, ..., steps``.
       scan: run the steps inside one jitted ``lax.scan`` program (default). ``False`` runs the
         same jitted step once per step from a host loop, dispatched asynchronously (no host sync
         per step; the losses stay on device): on XLA:CPU a convolutional network inside a
@@ -219,13 +217,13 @@ def fit(
 
     Example:
       >>> import jax.numpy as jnp, optax
-      >>> r = fit(lambda p: 0.5 * jnp.sum(p ** 2), jnp.ones(2), optax.sgd(0.5), steps=4)
+      >>> r = fit(lambda p, batch, args: 0.5 * jnp.sum(p ** 2), jnp.ones(2), optax.sgd(0.5), steps=4)
       >>> [float(x) for x in r.params], [float(l) for l in r.losses]
       ([0.0625, 0.0625], [1.0, 0.25, 0.0625, 0.015625])
     """
     chunk = steps if chunk is None else chunk
-    has_state = (state is not None) if has_state is None else bool(has_state)
-    _check_args(optimizer, steps, chunk, batches, state, has_state)
+    has_state = state is not None
+    _check_args(optimizer, steps, chunk, batches)
     if not jax.tree_util.tree_leaves(params):
         raise ValueError("`params` has no leaves.")
     n_chunks = steps // chunk
@@ -234,7 +232,7 @@ def fit(
     else:
         xb = jnp.zeros((n_chunks, chunk), jnp.int32)  # scanned alongside the step index
     opt_state = optimizer.init(params) if opt_state is None else opt_state
-    key = (loss_fn, optimizer, observe, bool(observe_args), has_state, batches is not None, args is not None)
+    key = (loss_fn, optimizer, observe, has_state, batches is not None)
     with loop_reports_non_finite():  # a diverging loss is this loop's first non-finite step, not an exception
         if scan:
             run = _runner(*key, n_chunks, chunk)

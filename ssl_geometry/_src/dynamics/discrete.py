@@ -23,17 +23,16 @@ __all__ = ["discrete"]
 
 
 @functools.lru_cache(maxsize=128)
-def _observer(observe, observe_args: bool, scale: float):
-    """``observe(params, t[, args])`` as :func:`~ssl_geometry.fit` calls it, ``t = k * scale``.
+def _observer(observe, scale: float):
+    """``observe(params, t, args)`` as :func:`~ssl_geometry.fit` calls it (``observe(params, k, args)``),
+    ``t = k * scale``; the parameters themselves without ``observe``.
 
     Cached so that repeated runs with the same ``observe`` reuse one compiled program.
     """
 
     def obs(params, k, args):
         t = jnp.asarray(k, jnp.result_type(*jax.tree_util.tree_leaves(params))) * scale
-        if observe is None:
-            return params
-        return observe(params, t, args) if observe_args else observe(params, t)
+        return params if observe is None else observe(params, t, args)
 
     return obs
 
@@ -51,31 +50,31 @@ def discrete(
     lr: Optional[float] = None,
     has_state: bool = False,
     state0: PyTree = None,
-    observe_args: bool = False,
     throw: bool = True,
 ) -> Trajectory:
     """Run an optax optimiser for ``steps`` steps inside ``lax.scan``.
 
-    ``theta_{k+1} = theta_k + optimizer.update(grad L(theta_k; data_k))``, with
-    ``data_k = batches[k]`` (mini-batch noise; every leaf of ``batches`` has leading
-    axis ``steps``) or ``data_k = args`` (full batch). Statistics ``observe(params, t)``
-    are recorded at steps ``0, m, 2m, ..., steps`` (``m = observe_every``) at times
-    ``t = step * lr``, so a :func:`gradient_flow` trajectory saved at the same times
-    overlays directly. Without ``lr`` the time axis is the step count.
+    ``theta_{k+1} = theta_k + optimizer.update(grad L(theta_k; batch_k, args))``, with
+    ``batch_k = batches[k]`` (mini-batch noise; every leaf of ``batches`` has leading
+    axis ``steps``) or ``None`` (full batch: the data is in ``args``). Statistics
+    ``observe(params, t, args)`` are recorded at steps ``0, m, 2m, ..., steps``
+    (``m = observe_every``) at times ``t = step * lr``, so a :func:`gradient_flow` trajectory
+    of the same loss saved at the same times overlays directly. Without ``lr`` the time axis
+    is the step count.
 
     Args:
-      loss_fn: ``loss_fn(params, data) -> scalar`` (``loss_fn(params)`` without data);
-        with ``has_state=True`` ``loss_fn(params, state, data) -> (loss, new_state)``
-        (e.g. BatchNorm in train mode; ``new_state`` is carried to the next step).
+      loss_fn: ``loss_fn(params, batch, args) -> scalar``, the signature of
+        :func:`ssl_geometry.fit` and :func:`gradient_flow` (``batch`` is ``None`` without
+        ``batches``, ``args`` ``None`` when not given); with ``has_state=True``
+        ``loss_fn(params, state, batch, args) -> (loss, new_state)`` (e.g. BatchNorm in train
+        mode; ``new_state`` is carried to the next step).
       params0: initial parameters.
       optimizer: any ``optax.GradientTransformation`` (``optax.sgd(lr)`` is GD).
       steps: number of optimiser steps (a multiple of ``observe_every``).
-      observe: ``observe(params, t) -> pytree`` (``observe(params, t, args)`` with
-        ``observe_args=True``); ``None`` records the parameters.
+      observe: ``observe(params, t, args) -> pytree``; ``None`` records the parameters.
       observe_every: record every this many steps.
       batches: per-step data (leading axis ``steps``) or ``None``.
-      args: full-batch data (used when ``batches`` is None; passed to ``observe`` with
-        ``observe_args=True``).
+      args: data shared by every step (full-batch data), passed to ``loss_fn`` and ``observe``.
       lr: the learning rate that sets the time axis ``t = step * lr``.
       has_state, state0: stateful loss and its initial state.
       throw: raise :class:`DynamicsError` when a loss, gradient, state or update is
@@ -87,8 +86,8 @@ def discrete(
 
     Example:
       >>> import jax.numpy as jnp, optax
-      >>> tr = discrete(lambda p: 0.5 * jnp.sum(p ** 2), jnp.ones(2), optax.sgd(0.1), steps=10,
-      ...               observe=lambda p, t: p[0], observe_every=5, lr=0.1)
+      >>> tr = discrete(lambda p, batch, args: 0.5 * jnp.sum(p ** 2), jnp.ones(2), optax.sgd(0.1), steps=10,
+      ...               observe=lambda p, t, args: p[0], observe_every=5, lr=0.1)
       >>> [round(float(t), 6) for t in tr.ts], [round(float(x), 6) for x in tr.observed]
       ([0.0, 0.5, 1.0], [1.0, 0.59049, 0.348678])
     """
@@ -106,8 +105,7 @@ def discrete(
         raise ValueError("`params0` has no leaves.")
     scale = 1.0 if lr is None else float(lr)
     res = _loop.fit(loss_fn, params0, optimizer, steps=steps, batches=batches, args=args, state=state0,
-                    has_state=has_state, chunk=int(observe_every),
-                    observe=_observer(observe, bool(observe_args), scale), observe_args=True, throw=False)
+                    chunk=int(observe_every), observe=_observer(observe, scale), throw=False)
     n_chunks = steps // observe_every
     observed, params, state = jax.device_get((res.observed, res.params, res.state))
     ok = res.ok
@@ -115,7 +113,7 @@ def discrete(
     ts = np.arange(n_chunks + 1, dtype=np.float64) * observe_every * scale
     n_taken = res.n_steps
     saved = np.ones(ts.shape, bool) if ok else np.arange(n_chunks + 1) * observe_every <= first_bad
-    last = jax.device_get(_observer(observe, bool(observe_args), scale)(res.params, n_taken, args))
+    last = jax.device_get(_observer(observe, scale)(res.params, n_taken, args))
     observed = nan_where_unsaved(observed, saved)
     status = "successful" if ok else "non_finite"
     message = "completed" if ok else (

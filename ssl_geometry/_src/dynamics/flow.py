@@ -23,7 +23,7 @@ Two drivers produce the same kind of :class:`Trajectory`:
   time ``t = k * lr``, the time at which the flow is compared with it
   (``theta_{k+1} = theta_k - lr g_k`` is Euler's method on the flow with step lr).
 
-Both record ``observe(params, t)`` (a pytree of statistics) at a set of times, so
+Both record ``observe(params, t, args)`` (a pytree of statistics) at a set of times, so
 full trajectories are never stored unless asked for (``observe=None`` stores the
 parameters). Failure is explicit: exhausting ``max_steps``, step-size underflow or a
 non-finite state raises :class:`DynamicsError` (default) or, with ``throw=False``,
@@ -34,14 +34,18 @@ were never reached are NaN placeholders marked ``saved=False``.
 :func:`ssl_geometry.dynamics.escape_time` reads a trajectory and reports the first time a named
 criterion (leaving a collapsed state) holds, or says explicitly that it never did.
 
-Loss signatures (``data`` is ``args`` or the current mini-batch):
+One loss signature for both, that of :func:`ssl_geometry.fit` (``args`` is always passed,
+as diffrax passes it to every vector field)::
 
-* stateless: ``loss_fn(params, data) -> scalar``; ``loss_fn(params) -> scalar``
-  when there is no data (``args=None`` and ``batches=None``);
-* with state (``has_state=True``, :func:`discrete` only; e.g. BatchNorm in train
-  mode): ``loss_fn(params, state, data) -> (loss, new_state)``. The flow has no
-  notion of a state update per step; BatchNorm in train mode normalises with batch
-  statistics, so the flow of a BN model is that of ``lambda p, d: loss_fn(p, state, d)[0]``.
+    loss_fn(params, batch, args) -> scalar
+    observe(params, t, args) -> pytree
+
+``batch`` is the step's mini-batch in :func:`discrete` (``batches[k]``) and ``None`` in the
+flow, which follows the full-batch loss: write the full-batch data into ``args`` and the same
+``loss_fn`` drives both. A loss with state (:func:`discrete` only, ``has_state=True``; e.g.
+BatchNorm in train mode) is ``loss_fn(params, state, batch, args) -> (loss, new_state)``; the
+flow has no notion of a state update per step (BatchNorm in train mode normalises with batch
+statistics, so the flow of a BN model is that of ``lambda p, b, a: loss_fn(p, state, b, a)[0]``).
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry._src.checks import check_choice, check_positive, check_rank
-from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, call_loss, nan_where_unsaved
+from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, nan_where_unsaved
 from ssl_geometry._src.ops import loop_reports_non_finite
 from ssl_geometry._src.core.loop import tree_all_finite
 
@@ -111,12 +115,14 @@ def _check_save_at(save_at, t0, t1):
 
 
 @functools.lru_cache(maxsize=64)
-def _flow_solver(loss_fn, observe, observe_args, has_data, solver_name, adaptive_cfg, max_steps, use_igr, fixed,
-                 count):
+def _flow_solver(loss_fn, observe, solver_name, adaptive_cfg, max_steps, use_igr, fixed, count):
     """Build and jit the diffrax solve (cached per loss/observe/solver configuration)."""
     factory = SOLVERS[solver_name][0]
 
-    grad_fn = jax.grad(lambda p, d: call_loss(loss_fn, p, d, has_data))
+    def full_batch_loss(p, data):
+        return loss_fn(p, None, data)
+
+    grad_fn = jax.grad(full_batch_loss)
 
     def vector_field(t, y, a):
         data, lr = a
@@ -130,9 +136,7 @@ def _flow_solver(loss_fn, observe, observe_args, has_data, solver_name, adaptive
         return jax.tree_util.tree_map(jnp.negative, g)
 
     def obs(t, y, a):
-        if observe is None:
-            return y
-        return observe(y, t, a[0]) if observe_args else observe(y, t)
+        return y if observe is None else observe(y, t, a[0])
 
     def nonfinite(t, y, a, **kw):
         return jnp.logical_not(tree_all_finite(y))
@@ -157,7 +161,7 @@ def _flow_solver(loss_fn, observe, observe_args, has_data, solver_name, adaptive
         observed, (t_last, y_last) = sol.ys
         y_last = jax.tree_util.tree_map(lambda x: x[0], y_last)
         last = obs(t_last[0], y_last, (data, lr))
-        loss_last = call_loss(loss_fn, y_last, data, has_data)
+        loss_last = full_batch_loss(y_last, data)
         return (observed, t_last[0], y_last, last, loss_last,
                 sol.result._value, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
                 sol.stats["num_rejected_steps"])
@@ -241,22 +245,22 @@ def gradient_flow(
     igr_lr: Optional[float] = None,
     args: Any = None,
     t0: float = 0.0,
-    observe_args: bool = False,
     count_evals: bool = False,
     throw: bool = True,
 ) -> Trajectory:
     """Integrate ``d theta/dt = -grad L(theta)`` from ``t0`` to ``t1`` with diffrax.
 
     Args:
-      loss_fn: ``loss_fn(params, args) -> scalar`` (``loss_fn(params)`` when ``args`` is
-        None). Differentiable in ``params``; data goes in ``args`` (passed to the jitted
-        solve as an argument, never closed over).
+      loss_fn: ``loss_fn(params, batch, args) -> scalar``, called with ``batch=None`` (the
+        flow of the full-batch loss; the signature of :func:`discrete` and
+        :func:`ssl_geometry.fit`) and ``args`` as given (``None`` if not). Differentiable in
+        ``params``; data goes in ``args`` (passed to the jitted solve as an argument, never
+        closed over).
       params0: initial parameter pytree (float leaves; float64 for exact checks).
       t1: final time (> t0).
       save_at: 1-D non-decreasing array of times in ``[t0, t1]`` at which ``observe``
         is recorded (diffrax ``SaveAt(ts=..., fn=...)``: only the statistics are stored).
-      observe: ``observe(params, t) -> pytree`` (``observe(params, t, args)`` with
-        ``observe_args=True``); ``None`` records the parameters.
+      observe: ``observe(params, t, args) -> pytree``; ``None`` records the parameters.
       solver: ``"tsit5"`` (adaptive, default), ``"dopri5"`` (adaptive), ``"kvaerno5"``
         (implicit, L-stable, for stiff small models: it forms Jacobians of the vector
         field, i.e. dense Hessians) or ``"rk4"`` (classical RK4 with fixed step ``dt0``;
@@ -268,9 +272,8 @@ def gradient_flow(
       dtmin: smallest adaptive step; reaching it is reported as ``"dt_min_reached"``.
       igr_lr: if given (``eta``), integrate the implicit-gradient-regularisation flow
         ``-grad(L + (eta/4)|grad L|^2)`` (Barrett & Dherin 2021) instead.
-      args: data pytree passed to ``loss_fn``.
+      args: data pytree passed to ``loss_fn`` and ``observe``.
       t0: initial time.
-      observe_args: pass ``args`` to ``observe`` as a third argument.
       count_evals: count vector-field evaluations exactly at run time (a host callback
         per evaluation: use for benchmarks of small problems, not on accelerators).
       throw: raise :class:`DynamicsError` on failure (default); ``False`` returns the
@@ -285,7 +288,7 @@ def gradient_flow(
 
     Example:
       >>> import jax.numpy as jnp, numpy as np
-      >>> tr = gradient_flow(lambda p: 0.5 * jnp.sum(p ** 2), jnp.ones(2), t1=1.0,
+      >>> tr = gradient_flow(lambda p, batch, args: 0.5 * jnp.sum(p ** 2), jnp.ones(2), t1=1.0,
       ...                    save_at=jnp.array([0.0, 1.0]), rtol=1e-10, atol=1e-12)
       >>> bool(np.allclose(tr.params, np.exp(-1.0), atol=1e-9)), tr.ok
       (True, True)
@@ -310,9 +313,8 @@ def gradient_flow(
     fixed = not adaptive
     grid, dt_arg = _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype)
     adaptive_cfg = (float(rtol), float(atol), None if dtmin is None else float(dtmin))
-    has_data = args is not None
-    solve = _flow_solver(loss_fn, observe, bool(observe_args), has_data, solver, adaptive_cfg,
-                         int(max_steps), igr_lr is not None, fixed, bool(count_evals))
+    solve = _flow_solver(loss_fn, observe, solver, adaptive_cfg, int(max_steps), igr_lr is not None, fixed,
+                         bool(count_evals))
     if count_evals:
         jax.effects_barrier()
         _EVAL_COUNTER[0] = 0

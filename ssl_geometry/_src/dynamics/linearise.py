@@ -83,8 +83,10 @@ class Linearisation(NamedTuple):
 def gradient_field(loss_fn: Callable, rates: Optional[PyTree] = None, target_fn: Optional[Callable] = None) -> Callable:
     """The (preconditioned) gradient-flow field ``F(y, args) = -rates * grad_1 L(y, T(y), args)``.
 
-    Without ``target_fn``: ``loss_fn(y, args)`` and ``F = -rates * grad L`` (a gradient field;
-    ``J = -rates * Hessian``). With ``target_fn``: ``loss_fn(y, target, args)`` is differentiated
+    Without ``target_fn``: ``loss_fn(y, batch, args)`` called with ``batch=None``, the loss
+    signature of :func:`ssl_geometry.dynamics.gradient_flow` (so one loss gives the flow and its
+    linearisation), and ``F = -rates * grad L`` (a gradient field; ``J = -rates * Hessian``). With
+    ``target_fn``: ``loss_fn(y, target, args)`` (the target in the batch's place) is differentiated
     in ``y`` only, at ``target = target_fn(y, args)`` -- the stop-gradient of SSL objectives
     (``mse(p, sg u2)``): the target moves with the state but is not differentiated, so ``F``
     is not a gradient and its Jacobian is not symmetric.
@@ -112,7 +114,7 @@ def _cached_field(loss_fn, target_fn):
 def _make_field(loss_fn, rates, target_fn):
     def field(y, args=None):
         if target_fn is None:
-            g = jax.grad(loss_fn)(y, args)
+            g = jax.grad(loss_fn)(y, None, args)
         else:
             g = jax.grad(loss_fn)(y, target_fn(y, args), args)
         if rates is None:

@@ -71,11 +71,6 @@ class Trajectory:
     method: str = ""
 
 
-def call_loss(loss_fn, params, data, has_data):
-    """``loss_fn(params, data)``, or ``loss_fn(params)`` when the run has no data."""
-    return loss_fn(params, data) if has_data else loss_fn(params)
-
-
 def nan_where_unsaved(observed, saved: np.ndarray):
     """Replace entries at unreached save times with NaN (float leaves) / -1 (int leaves)."""
 

@@ -20,7 +20,6 @@ Every sign decision uses :func:`ssl_geometry.geometry.sign_tolerance`.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -37,63 +36,57 @@ from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model, as_function
 
 __all__ = [
-    "AFFINE_ACTIVATIONS", "C2_ACTIVATIONS", "NON_C2_ACTIVATIONS", "CONCLUSIONS",
-    "CollapseClassification", "CollapseSpectrum", "Thm41Premises",
+    "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm",
     "thm41_conclusion", "thm41_premises",
 ]
 
-#: Activations that are C^2 (smooth MLP heads: Thm 4.1 predicts strict instability).
-C2_ACTIVATIONS = frozenset({"gelu", "gelu_tanh", "swish", "silu", "tanh", "softplus", "sigmoid"})
-#: Affine heads: H_eff = G exactly.
-AFFINE_ACTIVATIONS = frozenset({"identity", "linear"})
-#: Not C^2 (kinks: relu, leaky_relu; ELU has a jump in its second derivative at 0).
-NON_C2_ACTIVATIONS = frozenset({"relu", "leaky_relu", "elu"})
 #: The conclusions :func:`thm41_conclusion` can reach.
 CONCLUSIONS = ("strict instability", "no second-order escape", "premise violated")
+#: Head kind for Thm 4.1 of each smoothness class of :data:`ssl_geometry.activations.SMOOTHNESS`.
+_KIND_OF_CLASS = {"affine": "linear", "piecewise_linear": "piecewise", "c1": "non_c2", "c2": "smooth",
+                  _act.UNKNOWN: "unknown"}
+#: What each head kind means for Thm 4.1 (the kinds :func:`head_smoothness` returns).
+HEAD_KINDS = {
+    "linear": "every layer affine: H_eff = G, no second-order escape",
+    "piecewise": "piecewise-linear activations (ReLU): M = 0 away from kinks, Thm 4.1's ReLU statement",
+    "smooth": "C^2 activations, at least one nonlinear: Thm 4.1's strict-instability statement",
+    "non_c2": "not C^2 and not piecewise linear (ELU; or kinked and curved layers mixed): neither statement applies",
+    "unknown": "an activation whose smoothness class was not stated",
+}
 
 
-def head_smoothness(activation: str | Callable | None = None, smooth: bool | None = None) -> str:
-    """Classify a head for Thm 4.1: ``"linear"``, ``"smooth"``, ``"piecewise"`` or ``"unknown"``.
+def _kind_of_classes(classes) -> str:
+    """The head kind of a head whose layers have these smoothness classes (``()``: affine)."""
+    kinds = {_KIND_OF_CLASS[c] for c in classes} - {"linear"}
+    if not kinds:
+        return "linear"
+    if "unknown" in kinds:
+        return "unknown"
+    return kinds.pop() if len(kinds) == 1 else "non_c2"
 
-    ``"linear"``: identity activation (``M = 0`` identically, C^infinity).
-    ``"smooth"``: C^2 nonlinear activation (:data:`C2_ACTIVATIONS`).
-    ``"piecewise"``: not C^2 (:data:`NON_C2_ACTIVATIONS`; ReLU's ``M = 0`` away from kinks).
-    ``smooth`` (bool) overrides the name for custom callables: ``True`` -> ``"smooth"``,
-    ``False`` -> ``"piecewise"``.
+
+def head_smoothness(activation: str | Callable | _act.Activation | Model | None = None,
+                    smooth: bool | None = None) -> str:
+    """Classify a head for Thm 4.1: a key of :data:`HEAD_KINDS`.
+
+    ``activation``: a name, an :class:`~ssl_geometry.activations.Activation`, a callable (a
+    registered function has its class, any other is ``"unknown"``), or a head
+    :class:`~ssl_geometry.Model`, whose :attr:`~ssl_geometry.Model.activations` decide
+    (``"unknown"`` when it declares none). The class of each activation is
+    :func:`ssl_geometry.activations.smoothness`; a head mixing classes is ``"non_c2"`` unless
+    the others are affine. ``smooth`` (bool) overrides: ``True`` -> ``"smooth"``, ``False`` ->
+    ``"piecewise"``.
     """
     if smooth is not None:
         return "smooth" if smooth else "piecewise"
     if activation is None:
         return "unknown"
-    if callable(activation) and not isinstance(activation, str):
-        for name, fn in _act.ACTIVATIONS.items():
-            if fn is activation:
-                activation = name
-                break
-        else:
+    if isinstance(activation, Model):
+        if activation.activations is None:
             return "unknown"
-    name = str(activation).lower()
-    check_choice(name, "activation", _act.ACTIVATIONS)
-    if name in AFFINE_ACTIVATIONS:
-        return "linear"
-    if name in C2_ACTIVATIONS:
-        return "smooth"
-    if name in NON_C2_ACTIVATIONS:
-        return "piecewise"
-    return "unknown"
-
-
-def _kind_of_model(model: Model) -> str:
-    """Head kind read from the ``name`` of :func:`ssl_geometry.heads.mlp` models (and compositions)."""
-    acts = re.findall(r"mlp\([^,]*, ([A-Za-z_]+),", model.name)
-    kinds = {head_smoothness(a) if a in _act.ACTIVATIONS else "unknown" for a in acts}
-    if not kinds or "unknown" in kinds:
-        return "unknown"
-    for kind in ("piecewise", "smooth"):
-        if kind in kinds:
-            return kind
-    return "linear"
+        return _kind_of_classes([_act.smoothness(a) for a in activation.activations])
+    return _kind_of_classes([_act.smoothness(activation)])
 
 
 def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, iters: int = 300,
@@ -230,8 +223,7 @@ def _resolve_head(model, variables, activation, smooth, train):
         if not isinstance(variables, dict) or "params" not in variables:
             raise ValueError("`variables` must be the head's variables dict with a 'params' entry when "
                              f"`model` is a Model; got {type(variables).__name__}.")
-        kind = head_smoothness(activation, smooth) if (activation is not None or smooth is not None) \
-            else _kind_of_model(model)
+        kind = head_smoothness(activation if (activation is not None or smooth is not None) else model, smooth)
         return as_function(model, variables, train=train), kind
     if callable(model):
         if variables is not None:
@@ -263,7 +255,9 @@ def _premise_notes(p: "Thm41Premises", timescale_ratio) -> list:
              "timescale_separation": f"timescale ratio {timescale_ratio} <= {p.min_timescale_ratio}"}
     notes = [f"premise {n} not met: {rules[n]}." for n in p.violated()]
     if p.head_kind == "unknown":
-        notes.append("head smoothness unknown: pass `activation` or `smooth` to check the C^2 premise.")
+        notes.append("head smoothness unknown (an activation given as a bare callable, or a head that declares no "
+                     "activations): the C^2 premise is not checked; pass `activation` (a name or an "
+                     "activations.Activation with its class) or `smooth`.")
     if timescale_ratio is None:
         notes.append("timescale separation not checked (no `timescale_ratio`).")
     if p.grad_z_scale == 0.0:
@@ -281,7 +275,7 @@ def thm41_premises(
     *,
     timescale_ratio: float | None = None,
     min_timescale_ratio: float = 1.0,
-    activation: str | Callable | None = None,
+    activation: str | Callable | _act.Activation | None = None,
     smooth: bool | None = None,
     train: bool = False,
     residual_tol: float | None = None,
@@ -302,8 +296,8 @@ def thm41_premises(
     * ``stationary_head``: ``|(dh/dtheta)^T rho| <= stationary_tol * |dh/dtheta|_2 |rho|``
       (``stationary_tol`` default ``sqrt(eps)``: at an exact equilibrium the computed gradient
       is ``O(eps)`` of its scale, anything above ``sqrt(eps)`` is a gradient the dynamics follow);
-    * ``c2_head``: from ``activation`` / ``smooth`` (:func:`head_smoothness`), else read from an
-      :func:`ssl_geometry.heads.mlp` model's name;
+    * ``c2_head``: from ``activation`` / ``smooth`` (:func:`head_smoothness`), else from the
+      Model's :attr:`~ssl_geometry.Model.activations` (``None`` when their class is unknown);
     * ``timescale_separation``: ``timescale_ratio > min_timescale_ratio``, the ratio being
       (head adaptation rate) / (backbone adaptation rate); ``None`` when not given.
 
@@ -351,7 +345,7 @@ def thm41_premises(
         stat_head = bool(gh_ratio <= s_tol)
     else:
         notes.append("head stationarity not checked: pass a Model and its variables.")
-    c2 = {"linear": True, "smooth": True, "piecewise": False}.get(kind)
+    c2 = {"linear": True, "smooth": True, "piecewise": False, "non_c2": False}.get(kind)
     ts = None if timescale_ratio is None else bool(float(timescale_ratio) > min_timescale_ratio)
     collapsed, spread, c_tol = _collapse_spread(z)
     checks = {"residual_nonzero": bool(r_norm > r_tol), "loss_hessian_psd": bool(lo >= -p_tol),
@@ -496,7 +490,8 @@ def thm41_conclusion(premises: Thm41Premises, spectrum: CollapseSpectrum, *,
     ``"premise violated"`` unless ``premises.holds_except_smoothness``; else ``"strict
     instability"`` when ``lambda_min(H_eff) < -eig_tol`` (default ``spectrum.sign_tol["full"]``),
     ``"no second-order escape"`` otherwise. ``predicted``: ``"no second-order escape"`` for linear
-    and piecewise-linear heads, ``"strict instability"`` for smooth heads.
+    and piecewise-linear heads, ``"strict instability"`` for smooth heads, ``None`` for the other
+    kinds of :data:`HEAD_KINDS`.
     """
     if not isinstance(premises, Thm41Premises):
         raise TypeError(f"`premises` must be a Thm41Premises; got {type(premises).__name__}.")
@@ -513,6 +508,9 @@ def thm41_conclusion(premises: Thm41Premises, spectrum: CollapseSpectrum, *,
         conclusion = "no second-order escape"
     kind = premises.head_kind
     notes = list(premises.notes) + list(spectrum.notes)
+    if kind == "non_c2":
+        notes.append("head is not C^2 and not piecewise linear: neither Thm 4.1's smooth statement nor its "
+                     "ReLU statement applies (nothing is predicted).")
     if kind == "piecewise":
         notes.append("head is not C^2: the Hessian is exact only away from kinks; Thm 4.1's ReLU "
                      "statement (M = 0 a.e., behaves like a linear head) is what applies.")

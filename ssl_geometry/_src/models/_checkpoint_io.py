@@ -17,6 +17,8 @@ import pickletools
 import zipfile
 from typing import NamedTuple
 
+from ssl_geometry._src.checks import check_choice
+
 __all__ = [
     "CHECKPOINTS", "CheckpointInfo", "CheckpointLayoutError", "CorruptCheckpointError",
     "UnsafeCheckpointError", "load_torch_checkpoint",
@@ -170,10 +172,13 @@ def load_torch_checkpoint(path, *, name: str | None = None) -> dict:
 
     Uses ``torch.load(path, map_location="cpu", weights_only=True)`` (``argparse.Namespace``
     allow-listed for DINO's ``args``). Non-tensor entries (epochs, optimizer hyper-parameters,
-    ``args``) are dropped. ``name`` (a key of :data:`CHECKPOINTS`) makes a missing-file error name
-    the expected file and its official URL; a directory ``path`` is searched for that file.
+    ``args``) are dropped. ``name`` (a key of :data:`CHECKPOINTS`; any other is refused, naming
+    the known ones) makes a missing-file error name the expected file and its official URL; a
+    directory ``path`` is searched for that file. The tensors are checked against the models by
+    the ``convert_*`` functions, which read them into the models' variables.
 
     Raises:
+      ValueError: ``name`` is not a key of :data:`CHECKPOINTS`.
       FileNotFoundError: the file does not exist.
       CorruptCheckpointError: the file is not a PyTorch checkpoint (text, empty) or is damaged.
       UnsafeCheckpointError: the pickle names other callables (it is not unpickled; nothing in it runs).
@@ -184,6 +189,8 @@ def load_torch_checkpoint(path, *, name: str | None = None) -> dict:
 
     import torch
 
+    if name is not None:
+        check_choice(name, "checkpoint name", CHECKPOINTS)
     p = _resolve_path(path, name)
     head = _check_header(p)
     try:

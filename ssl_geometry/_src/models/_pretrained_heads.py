@@ -10,10 +10,14 @@ import jax.numpy as jnp
 
 from ssl_geometry._src import ops as _ops
 from ssl_geometry._src.checks import check_last_dim, check_rank
+from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models import heads as _heads
 from ssl_geometry._src.models.base import Model
 
 __all__ = ["barlowtwins_projector", "dino_head", "vicreg_projector"]
+
+#: DINO's ``F.normalize`` of the bottleneck as a nonlinearity of its head: C^infinity away from 0.
+L2_NORMALIZE = _act.Activation("l2_normalize", lambda h: _ops.l2_normalize(h, 1e-12), "c2")
 
 
 def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048, bottleneck_dim: int = 256,
@@ -55,7 +59,8 @@ def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048
         u = _ops.l2_normalize(h, 1e-12) @ w
         return u, ({"batch_stats": {"mlp": st["batch_stats"]}} if use_bn else {})
 
-    return Model(init=init, apply=apply, in_shape=(in_dim,), out_dim=out_dim, name=name)
+    return Model(init=init, apply=apply, in_shape=(in_dim,), out_dim=out_dim, name=name,
+                 activations=mlp.activations + (L2_NORMALIZE,))
 
 
 def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Model:
@@ -72,6 +77,7 @@ def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Mod
         raise ValueError(f"`dims` needs at least (in, out); got {dims!r}.")
     n = len(dims) - 1
     name = f"vicreg_projector({'-'.join(map(str, dims))})"
+    relu = _act.ACTIVATIONS["relu"]
     want = {f"params/layers[{i}]/w": (dims[i], dims[i + 1]) for i in range(n)}
     want.update({f"params/layers[{i}]/b": (dims[i + 1],) for i in range(n - 1)})
     for j, d in enumerate(dims[1:-1]):
@@ -109,10 +115,11 @@ def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Mod
                 s = variables["batch_stats"]["bn"][i]
                 h, (m, v) = _heads.batchnorm(h, p["bn"][i]["scale"], p["bn"][i]["bias"], s["mean"], s["var"], train=train)
                 stats.append({"mean": m, "var": v})
-                h = jax.nn.relu(h)
+                h = relu.fn(h)
         return h, ({"batch_stats": {"bn": stats}} if n > 1 else {})
 
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=name)
+    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=name,
+                 activations=(relu,) * (n - 1))
 
 
 def barlowtwins_projector(dims=(2048, 8192, 8192, 8192), *, loss_bn: bool = False, dtype=jnp.float32) -> Model:
@@ -145,6 +152,7 @@ def barlowtwins_projector(dims=(2048, 8192, 8192, 8192), *, loss_bn: bool = Fals
         return u, {"batch_stats": {"projector": st["batch_stats"], "loss_bn": {"mean": m, "var": v}}}
 
     return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=k,
-                 name=f"barlowtwins_projector({'-'.join(map(str, dims))}) + BN(affine=False)")
+                 name=f"barlowtwins_projector({'-'.join(map(str, dims))}) + BN(affine=False)",
+                 activations=proj.activations)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models import heads as _heads
-from ssl_geometry._src.checks import check_choice, check_min_batch, check_rank
+from ssl_geometry._src.checks import check_min_batch, check_rank
 from ssl_geometry._src.models._vit import Attention as Attention
 from ssl_geometry._src.models._vit import Block as Block
 from ssl_geometry._src.models._vit import MlpBlock as MlpBlock
@@ -346,11 +346,11 @@ def small_cnn(in_shape: Sequence[int] = (32, 32, 3), widths: Sequence[int] = (32
     widths = tuple(widths)
     if not widths or any((not isinstance(w, int)) or w < 1 for w in widths):
         raise ValueError(f"`widths` must be a non-empty sequence of positive ints; got {widths!r}.")
-    if isinstance(activation, str):
-        check_choice(activation.lower(), "activation", _act.ACTIVATIONS)
+    act = _act.lookup(activation)
     module = SmallCNN(widths, activation, batch_norm, dtype, param_dtype or dtype)
-    name = f"small_cnn({in_shape}, widths={widths}, {activation}, bn={batch_norm})"
-    return _wrap(module, in_shape, widths[-1], name, has_bn=batch_norm, exact=False)
+    name = f"small_cnn({in_shape}, widths={widths}, {act.name}, bn={batch_norm})"
+    model = _wrap(module, in_shape, widths[-1], name, has_bn=batch_norm, exact=False)
+    return model._replace(activations=(act,) * len(widths))
 
 
 def resnet(depth: int = 18, *, cifar_stem: bool = False, image_size: int | None = None, dtype=jnp.float32,

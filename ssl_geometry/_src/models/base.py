@@ -37,7 +37,12 @@ class Model(NamedTuple):
       in_shape: shape of one input sample (without batch axis), e.g. ``(512,)`` or
         ``(32, 32, 3)``.
       out_dim: size of the output vector.
-      name: human-readable description.
+      name: human-readable description (for people; nothing parses it).
+      activations: the nonlinearities of its layers in order, as
+        :class:`ssl_geometry.activations.Activation` records (each with its smoothness class);
+        ``()`` for an affine model; ``None`` when the model does not declare them (then its
+        smoothness is unknown). BatchNorm is not listed: it is affine in eval mode and a
+        batch-coupled smooth map in train mode.
     """
 
     init: Callable[[jax.Array], Variables]
@@ -45,6 +50,7 @@ class Model(NamedTuple):
     in_shape: tuple
     out_dim: int
     name: str = "model"
+    activations: tuple | None = None
 
 
 def as_function(model: Model, variables: Variables, *, train: bool = False, **kwargs) -> Callable[[Array], Array]:

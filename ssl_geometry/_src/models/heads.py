@@ -190,7 +190,7 @@ def mlp(
     hidden: Sequence[int] = (),
     out_dim: int | None = None,
     *,
-    activation: str | Callable = "relu",
+    activation: str | Callable | _act.Activation = "relu",
     batch_norm: bool = False,
     final_batch_norm: bool = False,
     bias: bool = True,
@@ -212,7 +212,10 @@ def mlp(
       in_dim: input dimension d.
       hidden: widths of the hidden layers (depth = ``len(hidden) + 1``).
       out_dim: output dimension k (default ``in_dim``).
-      activation: name in :data:`ssl_geometry.activations.ACTIVATIONS` or callable.
+      activation: a name in :data:`ssl_geometry.activations.ACTIVATIONS`, an
+        :class:`ssl_geometry.activations.Activation` (a function with its smoothness class), or a
+        callable (a registered function keeps its class; any other is of class ``"unknown"``).
+        The head records it once per hidden layer in :attr:`Model.activations`.
       batch_norm: BatchNorm on hidden layers.
       final_batch_norm: BatchNorm (affine) on the output layer.
       bias: include biases in the affine maps.
@@ -232,15 +235,15 @@ def mlp(
     dims = _check_dims(in_dim, hidden, out_dim)
     check_positive(scale, "scale", strict=False)
     check_batchnorm_hparams(bn_momentum, bn_eps)
-    act = _act.get(activation)
-    act_name = activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+    act = _act.lookup(activation)
     n_layers = len(dims) - 1
     bn_layers = [i for i in range(n_layers)
                  if (batch_norm and i < n_layers - 1) or (final_batch_norm and i == n_layers - 1)]
     init = _mlp_init(dims, bias, bn_layers, scale, dtype)
-    apply = _mlp_apply(dims, bias, bn_layers, act, bn_momentum, bn_eps)
-    desc = f"mlp({'->'.join(map(str, dims))}, {act_name}, bn={batch_norm}, final_bn={final_batch_norm}, bias={bias})"
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=desc)
+    apply = _mlp_apply(dims, bias, bn_layers, act.fn, bn_momentum, bn_eps)
+    desc = f"mlp({'->'.join(map(str, dims))}, {act.name}, bn={batch_norm}, final_bn={final_batch_norm}, bias={bias})"
+    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=desc,
+                 activations=(act,) * (n_layers - 1))
 
 
 def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
@@ -281,6 +284,8 @@ def scale_weights(variables: dict, alpha: ScalarLike) -> dict:
 def compose(*models: Model) -> Model:
     """Chain models ``m_n(... m_1(x))`` (e.g. projector then predictor) as one :class:`Model`.
 
+    Its ``activations`` are those of ``m_1, ..., m_n`` in order (``None`` if any model's are).
+
     Variables are ``{"params": {"0": ..., "1": ...}, "batch_stats": {...}}`` keyed by position.
     """
     if not models:
@@ -310,8 +315,9 @@ def compose(*models: Model) -> Model:
                 new_stats[str(i)] = st["batch_stats"]
         return x, ({"batch_stats": new_stats} if new_stats else {})
 
+    acts = None if any(m.activations is None for m in models) else sum((m.activations for m in models), ())
     return Model(init=init, apply=apply, in_shape=models[0].in_shape, out_dim=models[-1].out_dim,
-                 name=" -> ".join(m.name for m in models))
+                 name=" -> ".join(m.name for m in models), activations=acts)
 
 
 __all__ = [

@@ -229,6 +229,50 @@ def _check_all_used(state: dict, used: set, what: str):
         raise _layout_error(what, [], unexpected)
 
 
+def _shape_paths(tree, prefix: str = "") -> dict:
+    """``{"params/layers[0]/w": shape, ...}`` for every leaf of nested dicts and lists (arrays or
+    ``jax.ShapeDtypeStruct``), in tree order."""
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            out.update(_shape_paths(v, f"{prefix}/{k}" if prefix else str(k)))
+        return out
+    if isinstance(tree, (list, tuple)):
+        out = {}
+        for i, v in enumerate(tree):
+            out.update(_shape_paths(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: tuple(np.shape(tree))}
+
+
+def _check_against_model(model: Model, variables, what: str) -> None:
+    """Raise :class:`CheckpointLayoutError` unless ``variables`` has exactly the leaves, and every leaf
+    the shape, of ``model.init`` (read by ``jax.eval_shape``: nothing is initialised).
+
+    The message names ``what`` (e.g. the file and ``"head"``), the first leaf that differs, and both
+    shapes (or that the leaf is missing or unexpected).
+    """
+    want = _shape_paths(jax.eval_shape(model.init, jax.random.PRNGKey(0)))
+    got = _shape_paths(variables)
+    for path, shape in want.items():
+        if path not in got:
+            raise CheckpointLayoutError(f"{what}: the tensor {path} (shape {shape}) of {model.name} is missing.")
+        if got[path] != shape:
+            raise CheckpointLayoutError(f"{what}: the tensor {path} has shape {got[path]}, but {model.name} "
+                                        f"expects {shape}.")
+    extra = [path for path in got if path not in want]
+    if extra:
+        raise CheckpointLayoutError(f"{what}: the tensor {extra[0]} (shape {got[extra[0]]}) is not a tensor of "
+                                    f"{model.name}" + (f" ({len(extra)} such tensors)." if len(extra) > 1 else "."))
+
+
+def _pretrained(backbone: Model, head: Model, variables: dict, config: dict, where: str) -> Pretrained:
+    """The :class:`Pretrained`, after every tensor was checked against its model."""
+    _check_against_model(backbone, variables["backbone"], f"{where}: backbone")
+    _check_against_model(head, variables["head"], f"{where}: head")
+    return Pretrained(backbone, head, variables, config)
+
+
 # ----------------------------------------------------------------------------- converters
 def _load(path_or_state, name):
     if isinstance(path_or_state, dict):
@@ -288,7 +332,7 @@ def convert_dino_vits16(path, *, which: str = "teacher", dtype=jnp.float32) -> P
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     cfg = {"kind": name, "which": which, "img_size": backbone.in_shape[0], "depth": int(len([k for k in bv["params"] if k.startswith("blocks_")])),
            "dim": backbone.out_dim, "head": hcfg}
-    return Pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg)
+    return _pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg, name)
 
 
 def convert_dino_resnet50(path, *, which: str = "teacher", dtype=jnp.float32) -> Pretrained:
@@ -302,7 +346,7 @@ def convert_dino_resnet50(path, *, which: str = "teacher", dtype=jnp.float32) ->
     head, hv, used, hcfg = _dino_head_from_state(state, what=f"{name} head", dtype=dtype)
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     cfg = {"kind": name, "which": which, "head": hcfg}
-    return Pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg)
+    return _pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg, name)
 
 
 def convert_vicreg_resnet50(path, *, dtype=jnp.float32) -> Pretrained:
@@ -316,7 +360,7 @@ def convert_vicreg_resnet50(path, *, dtype=jnp.float32) -> Pretrained:
         raise CheckpointLayoutError(f"{name} projector: expected biases on hidden Linear layers only (VICReg Projector).")
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     head = vicreg_projector(dims, dtype=dtype)
-    return Pretrained(backbone, head, {"backbone": bv, "head": hv}, {"kind": name, "dims": list(dims)})
+    return _pretrained(backbone, head, {"backbone": bv, "head": hv}, {"kind": name, "dims": list(dims)}, name)
 
 
 def convert_barlowtwins_resnet50(path, *, loss_bn: bool = False, dtype=jnp.float32) -> Pretrained:
@@ -343,8 +387,8 @@ def convert_barlowtwins_resnet50(path, *, loss_bn: bool = False, dtype=jnp.float
                                           "var": jnp.asarray(state["bn.running_var"], dtype)}}}
     else:
         hv = pv
-    return Pretrained(backbone, head, {"backbone": bv, "head": hv},
-                      {"kind": name, "dims": list(dims), "loss_bn": loss_bn})
+    return _pretrained(backbone, head, {"backbone": bv, "head": hv},
+                       {"kind": name, "dims": list(dims), "loss_bn": loss_bn}, name)
 
 
 # ----------------------------------------------------------------------------- save / load
@@ -403,27 +447,81 @@ def save_converted(variables, path, config: dict | None = None) -> pathlib.Path:
     return path
 
 
+def _read_safetensors(path: pathlib.Path) -> tuple[dict, dict]:
+    """``(flat tensors, config)`` of a :func:`save_converted` file; any read error is a
+    :class:`CorruptCheckpointError` naming the file."""
+    from safetensors import SafetensorError, safe_open
+
+    where = repr(str(path))
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            flat = {k: f.get_tensor(k) for k in f.keys()}
+    except PermissionError:
+        raise
+    except (SafetensorError, OSError, ValueError, TypeError, KeyError) as err:  # the file's content is at fault
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CorruptCheckpointError(f"{where} is not a readable safetensors file ({type(err).__name__}: "
+                                     f"{first[:200]}): it is truncated, corrupted or not written by "
+                                     "save_converted. Write it again.") from None
+    try:
+        config = json.loads(meta.get("config", "{}"))
+    except json.JSONDecodeError as err:
+        raise CorruptCheckpointError(f"{where}: its metadata 'config' is not valid JSON ({err}); the file is "
+                                     "corrupted. Write it again with save_converted.") from None
+    if not isinstance(config, dict):
+        raise CorruptCheckpointError(f"{where}: its metadata 'config' must be a JSON object; got "
+                                     f"{type(config).__name__}.")
+    return flat, config
+
+
 def load_converted(path, *, as_jax: bool = True):
     """Read a file written by :func:`save_converted` with NumPy + ``safetensors`` (no torch).
 
     Returns a :class:`Pretrained` when the file carries a converter config, else the variables
-    pytree (``jax.Array`` leaves, or NumPy with ``as_jax=False``).
-    """
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
+    pytree (``jax.Array`` leaves, or NumPy with ``as_jax=False``). A :class:`Pretrained` is returned
+    only when every tensor has the shape its rebuilt model expects and none is missing or extra.
 
+    Raises:
+      FileNotFoundError: no such file.
+      CorruptCheckpointError: the file is not a readable safetensors file (truncated, corrupted,
+        another format) or its config is not valid JSON or lacks a field its kind needs; the path
+        is named.
+      CheckpointLayoutError: the config names an unknown kind (the known ones are named), or a
+        tensor does not fit the model the config names (the first that differs is named).
+    """
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Converted checkpoint not found: {str(path)!r} (write it with save_converted).")
-    with safe_open(str(path), framework="numpy") as f:
-        meta = f.metadata() or {}
-    tree = _unflatten(load_file(str(path)))
+    flat, config = _read_safetensors(path)
+    try:
+        tree = _unflatten(flat)
+    except (TypeError, KeyError, AttributeError) as err:
+        raise CorruptCheckpointError(f"{str(path)!r}: its tensor names do not form a variables tree "
+                                     f"({type(err).__name__}: {err}).") from None
     if as_jax:
         tree = jax.tree_util.tree_map(jnp.asarray, tree)
-    config = json.loads(meta.get("config", "{}"))
     if not config.get("kind"):
         return tree
-    return Pretrained(*_build(config, tree["backbone"]), tree, config)
+    where = repr(str(path))
+    _check_kind(config["kind"], where)
+    if not isinstance(tree, dict) or set(tree) != {"backbone", "head"}:
+        got = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
+        raise CheckpointLayoutError(f"{where}: a {config['kind']} file holds the tensors 'backbone/...' and "
+                                    f"'head/...'; got top-level names {got}.")
+    try:
+        backbone, head = _build(config, tree["backbone"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CorruptCheckpointError(f"{where}: its config cannot rebuild the {config['kind']} models "
+                                     f"({type(err).__name__}: {err}); config = {config}.") from None
+    return _pretrained(backbone, head, tree, config, where)
+
+
+def _check_kind(kind, where: str) -> None:
+    """:class:`CheckpointLayoutError` unless ``kind`` is a key of :data:`CHECKPOINTS` (naming them)."""
+    if kind not in CHECKPOINTS:
+        raise CheckpointLayoutError(f"{where}: unknown converted checkpoint kind {kind!r}; expected one of "
+                                    f"{sorted(CHECKPOINTS)}.")
 
 
 def _build(config: dict, bv) -> tuple[Model, Model]:
@@ -438,6 +536,4 @@ def _build(config: dict, bv) -> tuple[Model, Model]:
         return backbone, dino_head(**config["head"], dtype=dtype)
     if kind == "vicreg_resnet50":
         return backbone, vicreg_projector(config["dims"], dtype=dtype)
-    if kind == "barlowtwins_resnet50":
-        return backbone, barlowtwins_projector(config["dims"], loss_bn=config["loss_bn"], dtype=dtype)
-    raise ValueError(f"Unknown converted checkpoint kind {kind!r}; expected one of {sorted(CHECKPOINTS)}.")
+    return backbone, barlowtwins_projector(config["dims"], loss_bn=config["loss_bn"], dtype=dtype)

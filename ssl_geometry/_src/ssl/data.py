@@ -450,7 +450,6 @@ def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | No
 def subset(data: Dataset, index) -> Dataset:
     """The examples ``index`` of ``data`` (factors sliced alike)."""
     index = np.asarray(index)
-    # Built explicitly: ``Dataset.__len__`` counts examples, which ``NamedTuple._replace`` would misread.
     return Dataset(images=data.images[index], labels=data.labels[index],
                    factors={k: v[index] for k, v in data.factors.items()}, num_classes=data.num_classes,
                    name=data.name)

@@ -23,7 +23,7 @@ Array = jax.Array
 __all__ = ["OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
            "make_objective"]
 
-OBJECTIVES = ("simsiam", "byol", "simclr", "moco", "moco_v3", "barlow_twins", "vicreg", "dino",
+OBJECTIVES = ("simsiam", "byol", "simclr", "simclr_one_way", "moco", "moco_v3", "barlow_twins", "vicreg", "dino",
               "spectral_contrastive", "wmse")
 #: Methods that keep an EMA copy of backbone + projector as ``state["target"]``.
 EMA_METHODS = frozenset({"byol", "moco", "moco_v3", "dino"})
@@ -132,6 +132,8 @@ def _method_loss(name, c: dict, z, p, t, state, new_state):
         loss = _cosine.byol(p1, p2, t1, t2)
     elif name == "simclr":
         loss = _contrastive.info_nce(z1, z2, temperature=c["temperature"])
+    elif name == "simclr_one_way":
+        loss = _contrastive.info_nce_one_way(z1, z2, temperature=c["temperature"])
     elif name == "moco":
         loss, new_state["queue"] = _contrastive.moco(z1, t2, state["queue"], temperature=c["temperature"])
     elif name == "moco_v3":
@@ -204,6 +206,9 @@ def make_objective(
     * byol: ``|p1~ - sg t2~|^2 + |p2~ - sg t1~|^2`` with ``t`` from the EMA target
       and ``~`` L2 normalisation;
     * simclr: NT-Xent over the 2n views with temperature ``temperature``;
+    * simclr_one_way: ``CE(z1~ z2~^T / temperature, arange(n))``, view 1 against the ``n`` second
+      views (``n - 1`` cross-view negatives; :func:`ssl_geometry.losses.info_nce_one_way`), the
+      authors' guillotine loss;
     * moco: InfoNCE of query ``q = z1`` against the EMA key ``k = t2`` and the queue;
       the keys are enqueued (FIFO, ``queue_size`` rows);
     * moco_v3: symmetric InfoNCE of ``p_a`` against EMA keys ``t_b`` in the batch,
@@ -222,7 +227,7 @@ def make_objective(
       backbone, projector, predictor: models; ``predictor`` is required for
         simsiam, byol and moco_v3 and must be ``None`` otherwise.
       augment: ``augment(key, images) -> (view1, view2)``, run on device.
-      temperature: softmax temperature (simclr, moco, moco_v3).
+      temperature: softmax temperature (simclr, simclr_one_way, moco, moco_v3).
       ema: base EMA decay ``tau_0`` of the target network (byol, moco, moco_v3, dino).
       total_steps: K in the cosine EMA schedule.
       queue_size: MoCo v2 queue length K.

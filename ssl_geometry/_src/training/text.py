@@ -73,7 +73,8 @@ def _fit_loss(backbone, head, loss_fn, finetune, augment_items, dropout_views):
     objective = make_two_view_loss(backbone, head, loss_fn, finetune=finetune, augment=dict(augment_items),
                                    dropout_views=dropout_views)
 
-    def loss(params, state, batch):
+    def loss(params, state, batch, args):
+        del args
         tokens, key = batch
         value, new_hstate = objective(params, state, tokens, key)
         return value, {"backbone": state["backbone"], "head": {**state["head"], **new_hstate}}

@@ -1,4 +1,5 @@
-"""Contrastive losses: SimCLR's NT-Xent, MoCo v2 (queue) and v3 (in-batch), spectral contrastive."""
+"""Contrastive losses: SimCLR's NT-Xent, its one-directional form, MoCo v2 (queue) and v3 (in-batch),
+spectral contrastive."""
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, ScalarLike
@@ -16,7 +17,7 @@ from ssl_geometry._src.ssl.losses._common import (
     sg,
 )
 
-__all__ = ["info_nce", "moco", "moco_v3", "spectral_contrastive"]
+__all__ = ["info_nce", "info_nce_one_way", "moco", "moco_v3", "spectral_contrastive"]
 
 
 def info_nce(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperature: ScalarLike = 0.1) -> Float[Array, ""]:
@@ -48,6 +49,37 @@ def info_nce(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperatur
     pos = jnp.sum(u[:n] * u[n:], axis=-1) / temperature
     pos = jnp.concatenate([pos, pos])
     return finite_loss(jnp.mean(lse - pos), "info_nce", (z1, z2))
+
+
+def info_nce_one_way(u1: Float[ArrayIn, "n k"], u2: Float[ArrayIn, "n k"], *,
+                     temperature: ScalarLike = 0.1) -> Float[Array, ""]:
+    """One-directional InfoNCE: view 1 anchors, view 2 candidates, ``n - 1`` cross-view negatives.
+
+    With ``a_i = u1_i / max(|u1_i|, 1e-12)``, ``b_j = u2_j / max(|u2_j|, 1e-12)``
+    (``F.normalize``) and ``s_ij = a_i . b_j / tau``,
+
+        L = (1/n) sum_{i=1}^{n} [ -s_ii + log sum_{j=1}^{n} exp(s_ij) ],
+
+    the cross-entropy of the logits ``A B^T / tau`` against the targets ``arange(n)``: each
+    anchor ``a_i`` has its own second view ``b_i`` as the positive and the second views of the
+    other ``n - 1`` samples as negatives; no view-1 negatives and no symmetrisation (unlike
+    :func:`info_nce`, which averages over all ``2n`` anchors with ``2n - 2`` negatives each).
+    This is the loss of the authors' guillotine experiment (``run_guillotine_experiment`` in
+    their ``experiments.py``: ``z = F.normalize(head(backbone(x)), dim=1)``, then
+    ``F.cross_entropy(z1 @ z2.T / 0.1, arange(n))``). It is not symmetric in ``(u1, u2)``.
+
+    Args:
+      u1, u2: head outputs of views 1 and 2, ``(n, k)``, ``n >= 2``.
+      temperature: ``tau > 0`` (a traced ``tau <= 0`` raises at run time under ``jit``).
+    """
+    check_pair(u1, u2, "u1", "u2", 2, "one-way InfoNCE needs in-batch negatives")
+    temperature = positive(temperature, "temperature")
+    u1, u2 = _ops.upcast(u1, u2)
+    a = _ops.l2_normalize(u1, EPS_TORCH_NORMALIZE)
+    b = _ops.l2_normalize(u2, EPS_TORCH_NORMALIZE)
+    logits = (a @ b.T) / temperature
+    loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.diagonal(logits))
+    return finite_loss(loss, "info_nce_one_way", (u1, u2))
 
 
 def moco(

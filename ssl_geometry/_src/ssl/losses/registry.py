@@ -8,7 +8,7 @@ then run on it, and ask for a NumPy reference of it.
 from typing import Callable, NamedTuple
 
 from ssl_geometry._src.checks import check_choice
-from ssl_geometry._src.ssl.losses.contrastive import info_nce, moco, moco_v3, spectral_contrastive
+from ssl_geometry._src.ssl.losses.contrastive import info_nce, info_nce_one_way, moco, moco_v3, spectral_contrastive
 from ssl_geometry._src.ssl.losses.cosine import byol, mse, negative_cosine, simsiam
 from ssl_geometry._src.ssl.losses.distillation import dino
 from ssl_geometry._src.ssl.losses.redundancy import barlow_twins, vicreg, wmse
@@ -81,6 +81,9 @@ REGISTRY: dict[str, LossSpec] = {
                      _per_sample("negatives come from the queue (K >= n keys)"), False, 0, "contrastive"),
     "info_nce": LossSpec(info_nce, ("z1", "z2"), (0, 1), (), False,
                          BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"), False, 0, "contrastive"),
+    "info_nce_one_way": LossSpec(info_nce_one_way, ("u1", "u2"), (0, 1), (), False,
+                                 BatchNeeds(True, 2, "in-batch cross-view negatives (n - 1 per anchor, one direction)"),
+                                 False, 0, "contrastive"),
     "moco_v3": LossSpec(moco_v3, ("q1", "q2", "k1", "k2"), (0, 1), (2, 3), False,
                         BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"), False, 0, "contrastive"),
     "spectral_contrastive": LossSpec(spectral_contrastive, ("z1", "z2"), (0, 1), (), False,
@@ -105,7 +108,8 @@ NEEDS_BATCH: dict[str, BatchNeeds] = {name: s.batch for name, s in REGISTRY.item
 #: name -> loss function (from :data:`REGISTRY`).
 LOSSES: dict[str, Callable] = {name: s.fn for name, s in REGISTRY.items()}
 
-_ALIASES = {"simclr": "info_nce", "nt_xent": "info_nce", "ntxent": "info_nce", "mocov2": "moco",
+_ALIASES = {"simclr": "info_nce", "nt_xent": "info_nce", "ntxent": "info_nce",
+            "simclr_one_way": "info_nce_one_way", "mocov2": "moco",
             "moco_v2": "moco", "mocov3": "moco_v3", "barlow": "barlow_twins", "w_mse": "wmse",
             "spectral": "spectral_contrastive", "alignment": "mse"}
 
@@ -133,7 +137,7 @@ def get(name: str) -> Callable:
     """Return the loss function registered as ``name`` (case-insensitive; ``-`` == ``_``).
 
     Names: the keys of :data:`REGISTRY`, plus aliases ``simclr``/``nt_xent``
-    (``info_nce``), ``moco_v2`` (``moco``), ``barlow``, ``w_mse``, ``spectral``,
+    (``info_nce``), ``simclr_one_way`` (``info_nce_one_way``), ``moco_v2`` (``moco``), ``barlow``, ``w_mse``, ``spectral``,
     ``alignment`` (``mse``).
 
     Example:
