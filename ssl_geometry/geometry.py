@@ -12,7 +12,9 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
   and :func:`sign_tolerance`, the one sign tolerance of the instrument;
 * :mod:`.whitening` -- Thm 3.1: :func:`whitening_head`, :func:`check_whitening`;
 * :mod:`.thm41` -- Thm 4.1: :func:`thm41_premises`, :func:`collapse_spectrum`,
-  :func:`thm41_conclusion` and their composition :func:`classify_collapse`;
+  :func:`thm41_conclusion` and their composition :func:`classify_collapse`; spectra of matrices
+  above :data:`MATRIX_FREE_ABOVE` (2048) dimensions go through Lanczos with true residuals, never a
+  dense eigensolve;
 * :mod:`.equilibria` -- collapsed equilibria constructed and certified (:func:`collapsed_equilibrium`).
 
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
@@ -36,6 +38,7 @@ from ssl_geometry._src.instrument.thm41 import AFFINE_ACTIVATIONS as AFFINE_ACTI
 from ssl_geometry._src.instrument.thm41 import C2_ACTIVATIONS as C2_ACTIVATIONS
 from ssl_geometry._src.instrument.thm41 import NON_C2_ACTIVATIONS as NON_C2_ACTIVATIONS
 from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
+from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE as MATRIX_FREE_ABOVE
 from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
 from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
 from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
@@ -55,7 +58,8 @@ __all__ = [
     "EffectiveHessian", "PullbackMetric", "effective_hessian", "pullback_metric", "effective_hvp",
     "effective_hvp_operator", "Premises", "premises", "sign_structure", "sign_tolerance", "WhiteningHead",
     "WhiteningCheck", "whitening_head", "check_whitening", "AFFINE_ACTIVATIONS", "C2_ACTIVATIONS",
-    "NON_C2_ACTIVATIONS", "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "Thm41Premises",
+    "NON_C2_ACTIVATIONS", "CONCLUSIONS", "MATRIX_FREE_ABOVE", "CollapseClassification", "CollapseSpectrum",
+    "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm", "thm41_conclusion",
     "thm41_premises", "EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium",
     "identical_rows_finding", "null_space_residuals",

@@ -307,3 +307,27 @@ def test_bad_inputs(mlp_heads):
         geometry.effective_hessian(h, lambda u: u, jnp.ones(D))
     with pytest.raises(TypeError, match="EffectiveHessian"):
         geometry.premises(np.eye(3))
+
+
+# ----------------------------------------------------------------------------- failures in the caller's terms
+
+
+def test_empty_batch_is_named_not_reported_as_a_non_finite_loss(mlp_heads):
+    head, _ = mlp_heads["swish"]
+    with pytest.raises(ValueError, match=r"`z` is empty \(shape \(0, 4\)\)"):
+        geometry.effective_hessian(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+    with pytest.raises(ValueError, match="`z` is empty"):
+        geometry.collapse_spectrum(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+
+
+def test_gradient_flow_with_a_nan_loss_reports_the_field_not_max_steps():
+    """A NaN loss makes every step's error estimate NaN: reported as a non-finite field at once, no step taken."""
+    from ssl_geometry import dynamics
+
+    save = jnp.array([0.0, 1.0])
+    with pytest.raises(dynamics.DynamicsError, match="non-finite at the start") as err:
+        dynamics.gradient_flow(lambda p: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save)
+    assert "max_steps" not in str(err.value)
+    tr = dynamics.gradient_flow(lambda p: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save, throw=False)
+    assert not tr.ok and tr.status == "non_finite" and tr.n_steps == 0 and not tr.saved.any()
+    assert np.isnan(float(tr.observed[0][0]))  # nothing recorded, nothing invented

@@ -156,8 +156,15 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
                 return_vectors=return_vectors, dtype=dtype)
     if method == "blockwise":
         n, d = x.shape
-        res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,), target="union" if k == 1 else "blocks",
-                                            **opts)
+        try:
+            res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,),
+                                                target="union" if k == 1 else "blocks", **opts)
+        except ValueError as err:
+            if "not symmetric" not in str(err):
+                raise
+            raise ValueError("`method='blockwise'`: the Hessian is not block-diagonal over the rows of `x` (its "
+                             "diagonal blocks alone do not act as a symmetric operator); use method='auto' or "
+                             "'full'.") from err
         (lo, lo_r, lo_v), (hi, hi_r, hi_v) = _union_ends(res, k, x.shape, return_vectors)
     else:
         res = extreme_eigenvalues(LinearMatvec(x.shape), int(x.size), args=(lin,), **opts)

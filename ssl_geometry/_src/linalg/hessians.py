@@ -166,19 +166,29 @@ def linearize_gradient(f: Callable, x, f_args) -> tuple:
     """
     x = jnp.asarray(x)
     try:
-        grad_fn, consts, _ = canonical(_GradOf(f), x, *f_args)
+        return linearize(_GradOf(f), x, f_args)
     except TypeError as err:
         if "scalar" not in str(err):
             raise
         check_scalar_fn(lambda y: f(y, *f_args), x)  # names the output shape
         raise
-    return _linearize_jit(grad_fn)(consts, x, tuple(jax.tree_util.tree_leaves(f_args)))
+
+
+def linearize(fn: Callable, x, args=()) -> tuple:
+    """``(fn(x, *args), lin)`` with ``lin(v)`` the derivative of ``fn`` at ``x`` applied to ``v``.
+
+    ``jax.linearize`` under ``jit``, looked up by the program ``fn`` traces to
+    (:func:`ssl_geometry._src.linalg.canonical.canonical`): one compilation per computation,
+    whatever closure ``fn`` is; ``lin`` is a :class:`jax.tree_util.Partial` to pass to solvers.
+    """
+    fn_c, consts, _ = canonical(fn, x, *args)
+    return _linearize_jit(fn_c)(consts, x, tuple(jax.tree_util.tree_leaves(args)))
 
 
 @functools.lru_cache(maxsize=64)
-def _linearize_jit(grad_fn):
+def _linearize_jit(fn_c):
     def prepare(consts, x, leaves):
-        return jax.linearize(lambda y: grad_fn(consts, y, *leaves), x)
+        return jax.linearize(lambda y: fn_c(consts, y, *leaves), x)
 
     return jax.jit(prepare)
 

@@ -238,5 +238,5 @@ def ritz_batch(alpha, beta, resid, broke):
 
 def coefficients(state: LanczosState, j: int):
     """``(alpha, beta, resid, broke)`` of the first ``j`` steps on the host, ``(B, j)`` float64 (``broke`` bool)."""
-    alpha, beta, resid, broke = (np.asarray(a[:j], np.float64).T for a in state[1:5])
+    alpha, beta, resid, broke = (np.asarray(a, np.float64)[:j].T for a in state[1:5])  # sliced on the host
     return alpha, beta, resid, broke.astype(bool)

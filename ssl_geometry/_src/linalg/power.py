@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Float
 
@@ -59,8 +60,8 @@ def _power_pair(matvec, steps, v0, u0, args):
 
 
 def paper_power_iteration(matvec: Callable, dim: int, *, steps: int = 20, key=None, args: Sequence = (),
-                          dtype=jnp.float32, v0: Float[Array, " dim"] | None = None,
-                          u0: Float[Array, " dim"] | None = None) -> PowerIterationResult:
+                          dtype=jnp.float32, v0: Float[Array | np.ndarray, " dim"] | None = None,
+                          u0: Float[Array | np.ndarray, " dim"] | None = None) -> PowerIterationResult:
     """The paper's "20-step shifted power iteration" for ``lambda_min`` (the baseline), as the authors run it.
 
     ``get_min_eigenvalue_hvp`` in the authors' ``hessian_tracker.py``, step for step, with
