@@ -1,6 +1,7 @@
 """Benchmark: extreme eigenvalues of hess_{z1} L for the paper's SimSiam heads, Lanczos vs the paper's estimator.
 
-Two problems (``experiments/benchmarks/hessian_problems.py``), both at the paper's sizes by default
+Two problems (``experiments/benchmarks/hessian_problems.py``; the setting is the paper's Hessian tracker,
+docs/theory.md, section "The authors' experiments"), both at the paper's sizes by default
 (batch 256 of d = 512 backbone features, projector 512 -> 2048 -> 2048, predictor 2048 -> 512 ->
 2048, bias-free Swish, projector weights x 0.1): a 131072-dimensional Hessian.
 

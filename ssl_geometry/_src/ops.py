@@ -117,7 +117,7 @@ def _error_if(value, bad, msg: str, eager_error: type, inside: str = " (checked 
 def check_positive_traced(value, name: str, *, strict: bool = True):
     """Return ``value``; if it is traced, with an :func:`equinox.error_if` that it is finite and > 0.
 
-    Concrete values are checked eagerly by :func:`ssl_geometry._src.checks.check_positive`
+    Concrete values are checked eagerly by ``check_positive`` of ``ssl_geometry/_src/checks.py``
     (which raises ``ValueError``); this covers a hyper-parameter passed *into* ``jit``.
     The returned value must be used for the check to run.
     """

@@ -1,6 +1,7 @@
 """The paper's estimator: the 20-step shifted power iteration of its Hessian tracker (the baseline).
 
-Kept as the baseline whose weakness the project measures (``docs/theory.md``): power iteration
+Kept as the baseline whose weakness the project measures (docs/theory.md, section
+"The smallest eigenvalue: power iteration against Lanczos"): power iteration
 finds the eigenvalue of largest magnitude and does not converge in 20 steps when the top
 eigenvalues are close. :func:`paper_power_iteration` is ``get_min_eigenvalue_hvp`` of the
 authors' ``hessian_tracker.py`` (commit 117231d) step for step, float32 by default.
