@@ -7,7 +7,6 @@ import contextvars
 from typing import Union
 
 import equinox as eqx
-from equinox._errors import EquinoxTracetimeError
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,7 +109,9 @@ def _error_if(value, bad, msg: str, eager_error: type, inside: str = " (checked 
     """
     try:
         return eqx.error_if(value, bad, msg + inside)
-    except (eqx.EquinoxRuntimeError, EquinoxTracetimeError):
+    except RuntimeError as err:  # equinox's run-time or trace-time error carrying our message
+        if msg not in str(err):
+            raise
         raise eager_error(msg if msg.endswith(".") else msg + ".") from None
 
 

@@ -325,17 +325,20 @@ def effective_hvp_operator(
       ``G v = J^T (H_L (J v))``, with ``J^T`` the transpose of ``J``.
 
     ``v`` is flat ``(n*d,)``; the linearisations are arguments, not constants of the compiled solver.
+    The closures built here are new on every call: they are looked up by the program they trace to
+    and not kept (nor ``head_fn`` with what it holds) once the caller drops the result.
     """
     check_choice(part, "part", ("full", "metric", "interaction"))
     z, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
     zf = z.reshape(-1)
     if part == "full":
-        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, ())[1],)
+        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, (), remember=False)[1],)
     if part == "interaction":
         rho = jax.grad(loss_flat)(uf)
-        return apply_linear, (linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,))[1],)
-    _, J = linearize(head_flat, zf)
-    return _metric_product, (J, linearize_gradient(loss_flat, uf, ())[1])
+        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,), remember=False)[1]
+        return apply_linear, (lin,)
+    _, J = linearize(head_flat, zf, remember=False)
+    return _metric_product, (J, linearize_gradient(loss_flat, uf, (), remember=False)[1])
 
 
 def _metric_product(v, J, H_L):

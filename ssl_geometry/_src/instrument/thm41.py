@@ -223,7 +223,7 @@ def _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps, k
         check_finite(H_L, "loss Hessian H_L at the given `z`")
         eL = np.linalg.eigvalsh(0.5 * (H_L + H_L.T))
         return float(eL[0]), float(eL[-1]), sign_tolerance(eL, dtype), ()
-    lin = linearize_gradient(loss_flat, uf, ())[1]
+    lin = linearize_gradient(loss_flat, uf, (), remember=False)[1]
     lo, hi, res = lanczos_extremes(apply_linear, (lin,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
     if not res["converged"]:
         notes = notes + (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)

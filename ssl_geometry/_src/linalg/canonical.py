@@ -42,8 +42,9 @@ from ssl_geometry._src.ops import loop_reports_non_finite
 __all__: list[str] = []
 
 _MAX_ENTRIES = 128
+_MAX_FUNCTIONS = 32  # the caller's functions kept (with what they close over) so a repeated one skips its trace
 _STRUCTURES: collections.OrderedDict = collections.OrderedDict()   # structure key -> canonical function
-_BY_JAXPR: collections.OrderedDict = collections.OrderedDict()     # id(traced jaxpr) -> (jaxpr, key)
+_BY_JAXPR: collections.OrderedDict = collections.OrderedDict()     # id(traced jaxpr) -> (closed jaxpr, key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,16 +58,18 @@ class _Unchecked:
             return self.fn(*args)
 
 
-@functools.lru_cache(maxsize=_MAX_ENTRIES)
+@functools.lru_cache(maxsize=_MAX_FUNCTIONS)
 def _jitted_cached(fn):
     return jax.jit(_Unchecked(fn))
 
 
-def _jitted(fn):
-    try:
-        return _jitted_cached(fn)
-    except TypeError:  # an unhashable callable: traced on every call
-        return jax.jit(_Unchecked(fn))
+def _jitted(fn, remember: bool):
+    if remember:
+        try:
+            return _jitted_cached(fn)
+        except TypeError:  # an unhashable callable: traced on every call
+            pass
+    return jax.jit(_Unchecked(fn))
 
 
 def _opaque(value, out: list) -> None:
@@ -103,14 +106,14 @@ class _Canonical:
         return jax.tree_util.tree_unflatten(self.out_tree, out)
 
 
-def _remember(cache, key, value):
+def _remember(cache, key, value, size=_MAX_ENTRIES):
     cache[key] = value
     cache.move_to_end(key)
-    while len(cache) > _MAX_ENTRIES:
+    while len(cache) > size:
         cache.popitem(last=False)
 
 
-def canonical(fn: Callable, *args):
+def canonical(fn: Callable, *args, remember: bool = True):
     """``(canon, consts, out_info)`` for ``fn(*args)``: ``canon(consts, *args)`` computes ``fn(*args)``.
 
     ``canon`` is the same object for every function of the same structure (see the module
@@ -121,6 +124,10 @@ def canonical(fn: Callable, *args):
     ``jax.tree_util.Partial`` maps that differ only in their Python function but trace to the
     same program share one ``canon``.
 
+    ``remember``: keep ``fn`` (and what it closes over) among the last 32 functions traced, so that
+    calling again with the same function object skips even the trace. Pass ``False`` for a closure
+    made afresh on every call, which would only be held for nothing.
+
     Example:
       >>> import jax.numpy as jnp
       >>> fns = [(lambda v, A=A: A @ v) for A in (jnp.eye(2), 2 * jnp.eye(2))]
@@ -128,8 +135,9 @@ def canonical(fn: Callable, *args):
       >>> c0 is c1, c1(k1, jnp.ones(2)).tolist()
       (True, [2.0, 2.0])
     """
-    traced = _jitted(fn).trace(*args)
+    traced = _jitted(fn, remember).trace(*args)
     closed = traced.jaxpr
+    out_tree = jax.tree_util.tree_structure(traced.out_info)
     hit = _BY_JAXPR.get(id(closed))
     if hit is not None and hit[0] is closed:
         key = hit[1]
@@ -137,13 +145,11 @@ def canonical(fn: Callable, *args):
         opaque: list = []
         _walk(closed.jaxpr, opaque)
         consts = tuple((np.shape(c), str(jnp.result_type(c))) for c in closed.consts)
-        out_tree = jax.tree_util.tree_structure(traced.out_info)
         key = (str(closed.jaxpr), tuple(closed.in_avals), out_tree, consts, tuple(id(o) for o in opaque))
-        _remember(_BY_JAXPR, id(closed), (closed, key))
-        if key not in _STRUCTURES:
-            _remember(_STRUCTURES, key, _Canonical(closed.jaxpr, out_tree))
+        if remember:  # the trace holds the closed-over arrays: kept only for a function worth remembering
+            _remember(_BY_JAXPR, id(closed), (closed, key), _MAX_FUNCTIONS)
     canon = _STRUCTURES.get(key)
-    if canon is None:  # evicted meanwhile: this trace becomes the structure's program
-        canon = _Canonical(closed.jaxpr, jax.tree_util.tree_structure(traced.out_info))
-        _remember(_STRUCTURES, key, canon)
+    if canon is None:  # the first program of this structure (or one evicted since)
+        canon = _Canonical(closed.jaxpr, out_tree)
+    _remember(_STRUCTURES, key, canon)
     return canon, tuple(closed.consts), traced.out_info

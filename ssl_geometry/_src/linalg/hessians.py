@@ -159,14 +159,14 @@ class _GradOf:
         return jax.grad(self.f)(x, *args)
 
 
-def linearize_gradient(f: Callable, x, f_args) -> tuple:
+def linearize_gradient(f: Callable, x, f_args, *, remember: bool = True) -> tuple:
     """``(grad f(x), lin)`` with ``lin(v) = H(x) v``, compiled once per computation (see :func:`linearized_hvp`).
 
     Raises ``ValueError`` unless ``f`` returns a scalar, naming ``f``.
     """
     x = jnp.asarray(x)
     try:
-        return linearize(_GradOf(f), x, f_args)
+        return linearize(_GradOf(f), x, f_args, remember=remember)
     except TypeError as err:
         if "scalar" not in str(err):
             raise
@@ -174,14 +174,15 @@ def linearize_gradient(f: Callable, x, f_args) -> tuple:
         raise
 
 
-def linearize(fn: Callable, x, args=()) -> tuple:
+def linearize(fn: Callable, x, args=(), *, remember: bool = True) -> tuple:
     """``(fn(x, *args), lin)`` with ``lin(v)`` the derivative of ``fn`` at ``x`` applied to ``v``.
 
     ``jax.linearize`` under ``jit``, looked up by the program ``fn`` traces to
     (:func:`ssl_geometry._src.linalg.canonical.canonical`): one compilation per computation,
     whatever closure ``fn`` is; ``lin`` is a :class:`jax.tree_util.Partial` to pass to solvers.
+    ``remember=False`` for a closure made afresh on every call (see ``canonical``).
     """
-    fn_c, consts, _ = canonical(fn, x, *args)
+    fn_c, consts, _ = canonical(fn, x, *args, remember=remember)
     return _linearize_jit(fn_c)(consts, x, tuple(jax.tree_util.tree_leaves(args)))
 
 
