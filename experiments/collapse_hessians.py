@@ -21,8 +21,6 @@ predictor for SimSiam/BYOL. BYOL's target is ``l(p1, sg t2)`` with ``t2`` from a
 """
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -152,19 +150,19 @@ def _cases(cfg):
 
 
 #: Honours ``config.dry_run``: the paper's widths at batch 2, one case per code path (:func:`_dry_cases`), every
-#: operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``); the projection scales the
-#: mean per-case time to all of the variant's cases at its batch ``n``.
+#: operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``); the projection fits the
+#: mean per-case time at two batches and projects all of the variant's cases at its batch ``n`` (:func:`_dry_measure`).
 DRY_RUN = True
 #: Batch of a dry run (the widths stay the paper's).
 DRY_RUN_N = 2
 
 
-def _dry_config(config):
-    """The dry-run config: batch :data:`DRY_RUN_N` and ``max_dense_dim = 1`` (Lanczos for every operator, the
-    paper's path)."""
+def _dry_config(config, n: int = DRY_RUN_N):
+    """The dry-run config: batch ``n`` (at most the variant's) and ``max_dense_dim = 1`` (Lanczos for every
+    operator, the paper's path)."""
     cfg = config.copy_and_resolve_references()
     cfg.unlock()
-    cfg.data.n = min(DRY_RUN_N, config.data.n)
+    cfg.data.n = min(n, config.data.n)
     cfg.analysis.max_dense_dim = 1
     return cfg
 
@@ -196,20 +194,42 @@ def _dry_cases(config) -> list:
 
 def measure(config) -> dict:
     common.require_x64(NAME)
-    cfg = _dry_config(config) if config.dry_run else config
-    key = jax.random.PRNGKey(cfg.seed)
-    rows, t0 = [], time.perf_counter()
-    for i, (objective, act, bn, state, s) in enumerate(_dry_cases(cfg) if config.dry_run else _cases(cfg)):
-        rows.append(run_case(cfg, objective, act, bn, state, jax.random.fold_in(key, i), s))
-    out = {"cases": rows}
     if config.dry_run:
-        # Lanczos at a fixed step count: a case's cost grows like the batch n (HVPs linear in n, compilation
-        # not at all), so n_full / n_dry over-projects where compilation dominates.
-        per = (time.perf_counter() - t0) / max(len(rows), 1)
-        n_full = sum(1 for _ in _cases(config))
-        out["dry_run"] = common.dry_run_record(per * config.data.n / cfg.data.n, n_full, cases_run=len(rows),
-                                               cases_full=n_full, batch_dry=cfg.data.n, batch_full=config.data.n)
-    return out
+        return _dry_measure(config)
+    key = jax.random.PRNGKey(config.seed)
+    return {"cases": [run_case(config, objective, act, bn, state, jax.random.fold_in(key, i), s)
+                      for i, (objective, act, bn, state, s) in enumerate(_cases(config))]}
+
+
+def _dry_measure(config) -> dict:
+    """The dry run: the cases of :func:`_dry_cases` timed at batches :data:`DRY_RUN_N` and twice that (each
+    once untimed first, so compilation is excluded); the mean time per case, fitted as ``a n^p``, projects
+    every case of the variant at its batch (:func:`experiments.common.power_law_projection`). Nothing is
+    trained: the whole projection is analysis. The rows are those of the smaller batch."""
+    key, rows = jax.random.PRNGKey(config.seed), []
+
+    def make_step(n):
+        cfg = _dry_config(config, n)
+        cases = _dry_cases(cfg)
+
+        def step():
+            out = [run_case(cfg, o, a, bn, st, jax.random.fold_in(key, i), s)
+                   for i, (o, a, bn, st, s) in enumerate(cases)]
+            if not rows:
+                rows.extend(out)
+            return out
+        return step
+
+    sizes = sorted({min(DRY_RUN_N, config.data.n), min(2 * DRY_RUN_N, config.data.n)})
+    if len(sizes) < 2:
+        raise ValueError(f"{NAME}: a dry run needs `data.n` >= {2 * DRY_RUN_N} (two batch sizes to fit); "
+                         f"got {config.data.n}.")
+    n_cases = len(_dry_cases(_dry_config(config)))
+    points = [[n, t / n_cases] for n, t in common.time_at_sizes(make_step, sizes, repeats=1)]
+    n_full = sum(1 for _ in _cases(config))
+    analysis = common.power_law_projection(points, config.data.n, n_full)
+    return {"cases": rows, "dry_run": common.dry_run_record(
+        points[-1][1], analysis=analysis, cases_run=len(rows), cases_full=n_full, batch_full=config.data.n)}
 
 
 def _certified(rows):

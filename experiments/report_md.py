@@ -124,17 +124,32 @@ def provenance(entries: list[Entry]) -> str:
     return "\n".join(lines)
 
 
+def _projected_part(d: dict, name: str) -> str:
+    """A part (training, analysis) of a measured projection: hours, the fitted exponent and both points."""
+    r = d.get(name)
+    if not r:
+        return "-"
+    pts = ", ".join(f"{_fmt(n)}: {_fmt(t)} s" for n, t in r["points"])
+    return f"{_fmt(r['projected_s'] / 3600)} h (p = {_fmt(r['exponent'])}; {pts}; full {_fmt(r['full_size'])})"
+
+
 def dry_run_table(entries: list[Entry], skipped: dict | None = None) -> str:
-    """The dry-run summary: measured step time and projected wall time of each full paper variant."""
-    lines = ["| experiment | status | step time (s) | projected full run | device | dry-run wall time (s) |",
-             "|---|---|---|---|---|---|"]
+    """The dry-run summary: measured step time and projected wall time of each full paper variant.
+
+    Where the experiment timed its units at two reduced sizes (``training`` / ``analysis`` records of
+    :func:`experiments.common.power_law_projection`), each part is shown with its fitted exponent and
+    measured points; otherwise ``-``.
+    """
+    lines = ["| experiment | status | step time (s) | projected full run | training | analysis | device | "
+             "dry-run wall time (s) |", "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         d = e.results.get("measurements", {}).get("dry_run", {})
         proj = d.get("projected_wall_time_s", float("nan"))
         lines.append(f"| {_cell(e.label)} | ran | {_fmt(d.get('step_time_s', float('nan')))} | {_fmt(proj / 3600)} h | "
+                     f"{_cell(_projected_part(d, 'training'))} | {_cell(_projected_part(d, 'analysis'))} | "
                      f"{_cell(d.get('device', '-'))} | {_fmt(e.results.get('wall_time_s', float('nan')))} |")
     for name, why in (skipped or {}).items():
-        lines.append(f"| {_cell(name)} | {_cell(why)} | - | - | - | - |")
+        lines.append(f"| {_cell(name)} | {_cell(why)} | - | - | - | - | - | - |")
     return "\n".join(lines)
 
 

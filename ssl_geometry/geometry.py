@@ -14,6 +14,8 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
 * :mod:`.thm41` -- Thm 4.1: :func:`thm41_premises`, :func:`collapse_spectrum`,
   :func:`thm41_conclusion` and their composition :func:`classify_collapse`; :func:`head_smoothness`
   (the head kinds :data:`HEAD_KINDS`, from the smoothness classes of :mod:`ssl_geometry.activations`);
+  spectra of matrices above :data:`MATRIX_FREE_ABOVE` (2048) dimensions go through Lanczos with true
+  residuals, never a dense eigensolve;
 * :mod:`.equilibria` -- collapsed equilibria constructed and certified (:func:`collapsed_equilibrium`).
 
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
@@ -34,6 +36,7 @@ from ssl_geometry._src.instrument.whitening import WhiteningCheck as WhiteningCh
 from ssl_geometry._src.instrument.whitening import whitening_head as whitening_head
 from ssl_geometry._src.instrument.whitening import check_whitening as check_whitening
 from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
+from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE as MATRIX_FREE_ABOVE
 from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
 from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
 from ssl_geometry._src.instrument.thm41 import HEAD_KINDS as HEAD_KINDS
@@ -53,7 +56,7 @@ from ssl_geometry._src.instrument.equilibria import null_space_residuals as null
 __all__ = [
     "EffectiveHessian", "PullbackMetric", "effective_hessian", "pullback_metric", "effective_hvp",
     "effective_hvp_operator", "Premises", "premises", "sign_structure", "sign_tolerance", "WhiteningHead",
-    "WhiteningCheck", "whitening_head", "check_whitening", "CONCLUSIONS",
+    "WhiteningCheck", "whitening_head", "check_whitening", "CONCLUSIONS", "MATRIX_FREE_ABOVE",
     "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm", "thm41_conclusion",
     "thm41_premises", "EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium",

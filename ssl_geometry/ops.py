@@ -12,7 +12,10 @@ One definition each, used by the losses, the heads' converters and the text enco
   :func:`check_finite_result` — checks on *traced* values (a temperature passed
   into ``jit``, a loss that overflowed) via :func:`equinox.error_if`. Under
   ``jit`` they raise a ``RuntimeError`` (``jax.errors.JaxRuntimeError``) at run
-  time whose message names the argument. Set the environment variable
+  time whose message names the argument. Outside ``jit`` (a value traced by ``grad`` or
+  ``vmap`` alone) they raise what a concrete value raises -- ``ValueError`` for a
+  hyper-parameter, ``FloatingPointError`` for a non-finite result -- with the message
+  alone, no stack banner. Set the environment variable
   ``EQX_ON_ERROR=nan`` (before starting Python) to get NaN instead and let an
   outer loop report the non-finite step, or ``EQX_ON_ERROR=off`` to drop them. The library's
   own loops (``fit``, ``gradient_flow``) trace inside ``loop_reports_non_finite``: there a

@@ -1,6 +1,7 @@
 """The benchmark harness's logic: interleaving order, ratio statistics, load refusal (milliseconds)."""
 import math
 
+import jax.numpy as jnp
 import pytest
 
 from experiments.benchmarks import harness
@@ -141,3 +142,27 @@ def test_bench_text_embeds_the_same_sentences_on_both_sides():
     assert row["max_abs_diff"] < 1e-5 and row["jax_sentences_s"] > 0 and row["torch_sentences_s"] > 0
     with pytest.raises(ValueError, match="multiple of `batch`"):
         bench_text.bench(batch=3, sentences=8)
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
+    """The Hessian benchmark end to end at small sizes: the paper's estimator, ours, the reference, one table."""
+    pytest.importorskip("torch")
+    from experiments import bench_hessian as bh
+
+    pb = bh.Problem(8, 6, 16, 8, batch_norm=batch_norm, view_noise=0.1 if batch_norm else None)
+    m = bh.measure(pb, repeats=1, warmup=0, hvp_repeats=1, reference_method="lanczos")
+    rec = m["recommended"]
+    assert rec["method"] == ("full" if batch_norm else "blockwise")
+    assert (rec["coupling"] > 1e-3) if batch_norm else (rec["coupling"] == 0.0)
+    assert rec["rel_err_min"] <= 1e-4 and rec["rel_err_max"] <= 1e-4 and rec["signs_ok"] and rec["converged"]
+    assert m["paper"]["hvps"] == 42 and rec["hvps"] == rec["lanczos_steps"] + 2   # two coupling probes
+    assert ("ours" in m) is (not batch_norm)
+    assert m["reference"]["lambda_min"] < 0 < m["reference"]["lambda_max"]
+    text = bh.report(m, 1)
+    assert "the paper's 20-step power iteration, PyTorch float32 (42 HVPs)" in text
+    assert "curvature.hessian_extremes (full Lanczos)" in text if batch_norm else "blockwise Lanczos (target union)" in text
+    assert f"ratio_le_{bh.CRITERIA[m['problem']]}" in text and "reference: " in text
+    # the PyTorch baseline sees the same loss as the JAX side
+    paper = bh.TorchPaper(pb)
+    assert float(paper.loss().detach()) == pytest.approx(float(pb.loss(*pb.args(jnp.float32))), rel=1e-5, abs=1e-7)

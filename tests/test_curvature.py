@@ -344,7 +344,7 @@ def test_paper_power_iteration_is_inaccurate_where_lanczos_is_exact(power_trap):
     A, ev = power_trap
     Aj32 = jnp.asarray(A, jnp.float32)
     p = cv.paper_power_iteration(dense_matvec, N, steps=20, args=(Aj32,), key=jax.random.PRNGKey(20))
-    assert p.num_matvecs == 40
+    assert p.num_matvecs == 42  # 20 steps and a Rayleigh quotient per phase
     err_max = abs(p.lambda_max - ev[-1]) / abs(ev[-1])
     err_min = abs(p.lambda_min - ev[0]) / abs(ev[0])
     # largest magnitude is lambda_min = -1.05: lambda_max comes out with the wrong sign or far off
@@ -462,3 +462,196 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
     with pytest.raises(ValueError, match="`target`"):
         cv.blockwise_extreme_eigenvalues(mv, nb, d, target="some", **kw)
 
+
+
+# ----------------------------------------------------------------------------- compiled once per computation
+
+
+def _compilations(fn):
+    """Messages of the XLA compilations ``fn()`` triggers (JAX logs one "Compiling ..." per compilation)."""
+    import logging
+
+    records = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if record.getMessage().startswith("Compiling"):
+                records.append(record.getMessage().split(" with ")[0])
+
+    handler, root = Collect(level=logging.DEBUG), logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            fn()
+    finally:
+        root.removeHandler(handler)
+    return records
+
+
+def test_fresh_closure_matvec_compiles_once_and_its_arrays_are_arguments():
+    """A matvec written as a new lambda per call is compiled once; the arrays it closes over are not constants."""
+    rng = np.random.default_rng(30)
+    mats = [jnp.asarray(0.5 * (S + S.T)) for S in rng.standard_normal((4, 24, 24))]
+    run = lambda A: cv.extreme_eigenvalues(lambda v: A @ v, 24, num_steps=24)  # noqa: E731  a fresh closure each call
+    run(mats[0])
+    for A in mats[1:]:
+        out = {}
+        assert _compilations(lambda: out.update(r=run(A))) == []
+        ev = np.linalg.eigvalsh(np.asarray(A))
+        np.testing.assert_allclose([out["r"].smallest[0], out["r"].largest[0]], [ev[0], ev[-1]], rtol=1e-10)
+    # the paper's estimator and the trace estimators follow the same rule
+    cv.paper_power_iteration(lambda v: mats[0] @ v, 24, dtype=jnp.float64)
+    assert _compilations(lambda: cv.paper_power_iteration(lambda v: mats[1] @ v, 24, dtype=jnp.float64)) == []
+    cv.hutchinson_trace(lambda v: mats[0] @ v, 24, num_matvecs=6)
+    est = {}
+    assert _compilations(lambda: est.update(t=cv.hutchinson_trace(lambda v: mats[2] @ v, 24, num_matvecs=6))) == []
+    assert np.isfinite(float(est["t"]))
+
+
+def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
+    """A matvec holding a host callback created afresh recompiles (its printed program does not identify it)."""
+    A = jnp.asarray(np.diag(np.arange(1.0, 13.0)))
+
+    def run(scale):
+        cb = lambda v: np.asarray(v) * scale  # noqa: E731  a new host function per call
+        mv = lambda v: A @ jax.pure_callback(cb, jax.ShapeDtypeStruct(v.shape, v.dtype), v)  # noqa: E731
+        return cv.extreme_eigenvalues(mv, 12, num_steps=12)
+
+    run(1.0)
+    out = {}
+    assert any("apply_matvec" in m for m in _compilations(lambda: out.update(r=run(2.0))))
+    np.testing.assert_allclose(out["r"].largest[0], 24.0, rtol=1e-10)  # the new callback ran, not the old one
+
+
+# ----------------------------------------------------------------------------- numerics in the caller's terms
+
+
+def test_lanczos_norms_cannot_overflow_for_a_finite_float32_operator():
+    lam = np.linspace(-1.0, 2.0, 60) * 1e30   # finite in float32; |A v|^2 ~ 1e60 is not
+    d = jnp.asarray(lam, jnp.float32)
+    assert not np.isfinite(float(jnp.linalg.norm(d)))
+    r = cv.extreme_eigenvalues(lambda v, d: d * v, 60, num_steps=60, args=(d,), dtype=jnp.float32)
+    np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1e30, 2e30], rtol=1e-5)
+    assert r.converged and np.isfinite(r.smallest_residuals[0])
+
+
+def test_non_finite_start_vector_and_overflowing_coefficients_are_named():
+    with pytest.raises(FloatingPointError, match="`v0` contains 10 non-finite"):
+        cv.extreme_eigenvalues(dense_matvec, 10, num_steps=5, args=(jnp.eye(10),), v0=jnp.full(10, jnp.nan))
+    with pytest.raises(ValueError, match="`v0` must be non-zero"):
+        cv.extreme_eigenvalues(dense_matvec, 10, num_steps=5, args=(jnp.eye(10),), v0=jnp.zeros(10))
+    with pytest.raises(FloatingPointError, match="`matvec` returned non-finite values"):
+        cv.extreme_eigenvalues(lambda v: jnp.where(v > 0, jnp.inf, v), 10, num_steps=5)
+
+
+def test_in_jit_checks_called_outside_jit_give_the_message_alone():
+    """A value traced by grad but not jit: the library's checks raise what a concrete value raises, message first."""
+    from ssl_geometry import losses
+
+    x = jnp.asarray(np.random.default_rng(34).standard_normal((4, 3)), jnp.float32)
+    with pytest.raises(ValueError, match=r"^`temperature` must be finite and > 0\.") as err:
+        jax.grad(lambda t: losses.info_nce(x, x, temperature=t))(0.0)
+    assert "JIT" not in str(err.value) and "EQX_ON_ERROR" not in str(err.value)
+    with pytest.raises(FloatingPointError, match=r"^`vicreg` loss is not finite") as err:
+        jax.grad(lambda a: losses.vicreg(a, 1e30 * x))(1e30 * x)
+    assert "JIT" not in str(err.value) and "EQX_ON_ERROR" not in str(err.value)
+    with pytest.raises(RuntimeError, match="`temperature` must"):  # under jit: a run-time error, as before
+        jax.jit(lambda t: losses.info_nce(x, x, temperature=t))(jnp.asarray(0.0))
+
+
+# ----------------------------------------------------------------------------- hessian_extremes
+
+
+def _bn_coupled_loss(x, W):
+    """A per-sample loss after batch standardisation (train-mode BatchNorm): the batch is coupled."""
+    h = x @ W
+    h = (h - h.mean(axis=0)) / jnp.sqrt(h.var(axis=0) + 1e-5)
+    return jnp.mean(jnp.sum(jax.nn.silu(h) ** 2, axis=1)) - 0.05 * jnp.sum(x**2)
+
+
+def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian():
+    n, d = 6, 5
+    rng = np.random.default_rng(31)
+    x = jnp.asarray(rng.standard_normal((n, d)))
+    W = jnp.asarray(rng.standard_normal((d, 4)))
+    for loss, method in ((_per_sample_loss, "blockwise"), (_bn_coupled_loss, "full")):
+        H = np.asarray(jax.hessian(lambda y: loss(y, W))(x)).reshape(n * d, n * d)
+        ev = np.linalg.eigvalsh(0.5 * (H + H.T))
+        r = cv.hessian_extremes(loss, x, W, k=2, tol=1e-10, return_vectors=True)
+        assert r.method == method and r.converged
+        assert (r.coupling == 0.0) if method == "blockwise" else (r.coupling > 1e-3)
+        np.testing.assert_allclose(r.smallest, ev[:2], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(r.largest, ev[::-1][:2], rtol=1e-8, atol=1e-12)
+        assert r.smallest_vectors.shape == (2, n, d)
+        y = np.asarray(r.smallest_vectors[0]).reshape(-1)
+        np.testing.assert_allclose(np.linalg.norm(H @ y - r.smallest[0] * y), 0.0, atol=1e-7)
+        lin_y = np.asarray(r.linearization(r.smallest_vectors[0])).reshape(-1)   # the returned map is H
+        np.testing.assert_allclose(lin_y, H @ y, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(r.gradient), np.asarray(jax.grad(loss)(x, W)), rtol=1e-12)
+        assert r.num_hvps == r.num_steps + 2 + 4  # Lanczos steps, two coupling probes, 2 k true residuals
+    forced = cv.hessian_extremes(_per_sample_loss, x, W, method="blockwise")  # no coupling measured
+    assert forced.method == "blockwise" and forced.coupling is None
+    with pytest.raises(ValueError, match="not block-diagonal over the rows of `x`"):
+        cv.hessian_extremes(_bn_coupled_loss, x, W, method="blockwise")
+    vec = cv.hessian_extremes(lambda v: jnp.sum(jnp.cos(v)) + 0.3 * jnp.sum(v) ** 2, jnp.linspace(0.0, 1.0, 7))
+    assert vec.method == "full" and vec.coupling is None  # a single vector: no rows to couple
+    with pytest.raises(ValueError, match="Unknown method 'dense'"):
+        cv.hessian_extremes(_per_sample_loss, x, W, method="dense")
+    with pytest.raises(ValueError, match="`f` must return a scalar"):
+        cv.hessian_extremes(lambda y, W: y @ W, x, W)
+    with pytest.raises(FloatingPointError, match="gradient of `loss`"):
+        cv.hessian_extremes(lambda y, W: jnp.sum(jnp.sqrt(y - 10.0)), x, W)
+
+
+def test_hessian_extremes_compiles_once_whatever_closure_the_caller_writes():
+    n, d = 5, 4
+    rng = np.random.default_rng(32)
+    W = jnp.asarray(rng.standard_normal((d, 3)))
+    run = lambda x, Wc: cv.hessian_extremes(lambda z: _bn_coupled_loss(z, Wc), x)  # noqa: E731  fresh closures
+    run(jnp.asarray(rng.standard_normal((n, d))), W)
+    for c in (0.5, 2.0):
+        x, Wc = jnp.asarray(rng.standard_normal((n, d))), c * W
+        out = {}
+        assert _compilations(lambda: out.update(r=run(x, Wc))) == []
+        H = np.asarray(jax.hessian(lambda y: _bn_coupled_loss(y, c * W))(x)).reshape(n * d, n * d)
+        np.testing.assert_allclose(out["r"].smallest[0], np.linalg.eigvalsh(H)[0], rtol=1e-7)
+        assert out["r"].method == "full"
+
+
+# ----------------------------------------------------------------------------- the authors' power iteration
+
+
+def _authors_power_iteration(H, v, v_min, num_iterations=20):
+    """``get_min_eigenvalue_hvp`` of the authors' hessian_tracker.py (commit 117231d), torch -> NumPy."""
+    v = v / (np.linalg.norm(v) + 1e-8)
+    for _ in range(num_iterations):
+        Hv = H @ v
+        v = Hv / (np.linalg.norm(Hv) + 1e-8)
+    lambda_max = np.sum(v * (H @ v))
+    v_min = v_min / (np.linalg.norm(v_min) + 1e-8)
+    for _ in range(num_iterations):
+        Hv = H @ v_min
+        shifted_Hv = Hv - lambda_max * v_min
+        v_min = shifted_Hv / (np.linalg.norm(shifted_Hv) + 1e-8)
+    Hv_final = H @ v_min
+    return np.sum(v_min * Hv_final), lambda_max
+
+
+def test_paper_power_iteration_is_the_authors_algorithm_step_for_step():
+    rng = np.random.default_rng(33)
+    lam = np.concatenate([[-1.3, -1.2], np.linspace(-0.9, 0.9, 26), [1.0, 1.1]])  # slow: 20 steps do not converge
+    Q = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+    H = (Q * lam) @ Q.T
+    v0, u0 = rng.standard_normal(30), rng.standard_normal(30)
+    want_min, want_max = _authors_power_iteration(H, v0, u0)
+    p = cv.paper_power_iteration(dense_matvec, 30, args=(jnp.asarray(H),), dtype=jnp.float64, v0=v0, u0=u0)
+    np.testing.assert_allclose([p.lambda_min, p.lambda_max], [want_min, want_max], rtol=1e-12)
+    assert p.num_matvecs == 42 and p.mu == pytest.approx(p.lambda_max - p.lambda_min)
+    # the Rayleigh quotient after the 19th step (the project's earlier reading) is measurably different
+    off_min, off_max = _authors_power_iteration(H, v0, u0, num_iterations=19)
+    assert min(abs(off_min - want_min), abs(off_max - want_max)) > 1e-4
+    # float32, as the paper runs it
+    p32 = cv.paper_power_iteration(dense_matvec, 30, args=(jnp.asarray(H, jnp.float32),), v0=v0, u0=u0)
+    np.testing.assert_allclose([p32.lambda_min, p32.lambda_max], [want_min, want_max], rtol=1e-4)
+    with pytest.raises(ValueError, match=r"`u0` must have shape \(30,\)"):
+        cv.paper_power_iteration(dense_matvec, 30, args=(jnp.asarray(H),), u0=np.ones(3))

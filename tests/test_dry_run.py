@@ -9,6 +9,7 @@ on 2 cores (compilation dominates; the 2 steps themselves take seconds).
 """
 import math
 
+import numpy as np
 import pytest
 
 from experiments import claims, reproduce
@@ -156,3 +157,67 @@ def test_train_run_reports_divergence_and_keeps_only_finished_epochs():
     assert out["diverged_at_step"] == 5
     assert out["epochs"]["std_head"] == [1.0]  # epoch 0 (steps 0, 1, 2) only; epoch 1 held the NaN
     assert out["epochs"]["loss"] == pytest.approx([np.mean([1.0, 0.5, 1 / 3])])
+
+
+def test_power_law_projection_recovers_a_known_exponent_from_synthetic_timings():
+    """Times ``t(n) = 3e-4 n^1.7`` at n = 32 and 64 project n = 512 exactly; 10 units cost 10 times one."""
+    from experiments import common
+
+    t = lambda n: 3e-4 * n ** 1.7  # noqa: E731
+    rec = common.power_law_projection([[32, t(32)], [64, t(64)]], full_size=512, count=10)
+    assert rec["exponent"] == pytest.approx(1.7, rel=1e-12)
+    assert rec["unit_time_s"] == pytest.approx(t(512), rel=1e-12)
+    assert rec["projected_s"] == pytest.approx(10 * t(512), rel=1e-12)
+    assert rec["points"] == [[32.0, t(32)], [64.0, t(64)]] and rec["full_size"] == 512.0 and "note" not in rec
+    # Three noisy points: the least-squares exponent, not the first pair's.
+    noisy = [[16, t(16) * 1.1], [32, t(32) / 1.1], [64, t(64) * 1.1]]
+    assert common.power_law_projection(noisy, 512)["exponent"] == pytest.approx(
+        float(np.polyfit(np.log([16, 32, 64]), np.log([p[1] for p in noisy]), 1)[0]), rel=1e-12)
+
+
+def test_power_law_projection_names_bad_points_and_flags_a_negative_exponent():
+    from experiments import common
+
+    for bad in ([[32, 1.0]], [[32, 1.0], [32, 2.0]], [[32, 1.0], [64, float("nan")]], [[0, 1.0], [64, 2.0]]):
+        with pytest.raises(ValueError, match="`points`"):
+            common.power_law_projection(bad, 512)
+    with pytest.raises(ValueError, match="`full_size`"):
+        common.power_law_projection([[32, 1.0], [64, 2.0]], 0)
+    rec = common.power_law_projection([[32, 2.0], [64, 1.0]], 512, count=3)
+    assert rec["exponent"] == pytest.approx(-1.0) and "noise" in rec["note"] and rec["projected_s"] == 3.0
+
+
+def test_time_at_sizes_excludes_the_first_call():
+    """The first call of each size sleeps 0.2 s (a compilation); the timed calls sleep 0.01 * n / 8 s."""
+    import time
+
+    from experiments import common
+
+    def make_step(n):
+        calls = []
+
+        def step():
+            time.sleep(0.2 if not calls else 0.01 * n / 8)
+            calls.append(n)
+        return step
+    (n1, t1), (n2, t2) = common.time_at_sizes(make_step, (8, 16), repeats=1)
+    assert (n1, n2) == (8, 16) and 0.01 <= t1 < 0.1 and 0.02 <= t2 < 0.15
+
+
+def test_dry_run_record_projects_training_and_analysis_apart():
+    from experiments import common, report_md
+
+    train = common.power_law_projection([[32, 0.1], [64, 0.2]], 256, count=36000)   # p = 1: 0.8 s a step
+    ana = common.power_law_projection([[32, 1.0], [64, 4.0]], 256, count=5)         # p = 2: 64 s a case
+    rec = common.dry_run_record(0.2, training=train, analysis=ana)
+    assert rec["training_s"] == pytest.approx(36000 * 0.8) and rec["analysis_s"] == pytest.approx(5 * 64)
+    assert rec["projected_wall_time_s"] == pytest.approx(36000 * 0.8 + 320)
+    assert rec["training_device_hours"] == pytest.approx(8.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        common.dry_run_record(0.2, 10, analysis=ana)
+    assert "analysis_s" not in common.dry_run_record(0.2, 10)
+
+    class E:
+        label, results = "x", {"measurements": {"dry_run": rec}, "wall_time_s": 1.0}
+    row = report_md.dry_run_table([E()]).splitlines()[2]
+    assert "8 h (p = 1;" in row and "0.08889 h (p = 2; 32: 1 s, 64: 4 s; full 256)" in row

@@ -307,3 +307,51 @@ def test_bad_inputs(mlp_heads):
         geometry.effective_hessian(h, lambda u: u, jnp.ones(D))
     with pytest.raises(TypeError, match="EffectiveHessian"):
         geometry.premises(np.eye(3))
+
+
+# ----------------------------------------------------------------------------- failures in the caller's terms
+
+
+def test_empty_batch_is_named_not_reported_as_a_non_finite_loss(mlp_heads):
+    head, _ = mlp_heads["swish"]
+    with pytest.raises(ValueError, match=r"`z` is empty \(shape \(0, 4\)\)"):
+        geometry.effective_hessian(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+    with pytest.raises(ValueError, match="`z` is empty"):
+        geometry.collapse_spectrum(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+
+
+def test_gradient_flow_with_a_nan_loss_reports_the_field_not_max_steps():
+    """A NaN loss makes every step's error estimate NaN: reported as a non-finite field at once, no step taken."""
+    from ssl_geometry import dynamics
+
+    save = jnp.array([0.0, 1.0])
+    with pytest.raises(dynamics.DynamicsError, match="non-finite at the start") as err:
+        dynamics.gradient_flow(lambda p, batch, args: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save)
+    assert "max_steps" not in str(err.value)
+    tr = dynamics.gradient_flow(lambda p, batch, args: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save, throw=False)
+    assert not tr.ok and tr.status == "non_finite" and tr.n_steps == 0 and not tr.saved.any()
+    assert np.isnan(float(tr.observed[0][0]))  # nothing recorded, nothing invented
+
+
+def test_effective_hvp_operator_keeps_no_reference_to_the_callers_head():
+    """The linearised operator is built from closures made afresh on every call: the library's caches must not
+    hold them (nor what they close over, here a head object with its weight) once the caller drops the result."""
+    import gc
+    import weakref
+
+    class Head:
+        def __init__(self, W):
+            self.W = W
+
+        def __call__(self, z):
+            return jnp.tanh(z @ self.W)
+
+    z = jax.random.normal(jax.random.PRNGKey(0), (3, 4), jnp.float64)
+    head = Head(jnp.eye(4, dtype=jnp.float64) * 0.5)
+    alive = weakref.ref(head)
+    for part in ("full", "interaction", "metric"):
+        mv, args = geometry.effective_hvp_operator(head, lambda u: jnp.sum(u ** 4), z, part=part)
+        assert np.isfinite(np.asarray(mv(jnp.ones(12, jnp.float64), *args))).all()
+    del head, mv, args
+    gc.collect()
+    assert alive() is None

@@ -164,3 +164,43 @@ def test_head_kind_is_read_from_the_models_activations_not_its_name():
     p2 = geometry.thm41_premises(stated, v, loss, _collapsed())
     assert p2.head_kind == "smooth" and p2.c2_head is True
     np.testing.assert_array_equal(stated.apply(v, _collapsed())[0], model.apply(v, _collapsed())[0])
+
+
+def test_dense_and_lanczos_spectra_agree_where_both_apply():
+    """Below MATRIX_FREE_ABOVE the dense path is exact; forced Lanczos (max_dense_dim=1) matches it within its residuals."""
+    m = heads.simsiam_projector(4, 6, activation="swish", batch_norm=True, dtype=jnp.float64)  # train-mode BN couples rows
+    v = m.init(jax.random.PRNGKey(8))
+    z = jax.random.normal(jax.random.PRNGKey(9), (5, 4), jnp.float64)
+    target = jax.random.normal(jax.random.PRNGKey(10), (5, 6), jnp.float64)
+    head = lambda x: m.apply(v, x, train=True)[0]  # noqa: E731
+    loss = lambda u: losses.negative_cosine(u, target)  # noqa: E731
+    dense = geometry.collapse_spectrum(head, loss, z)
+    free = geometry.collapse_spectrum(head, loss, z, max_dense_dim=1, lanczos_steps=20)
+    assert dense.method == "dense" and free.method == "lanczos" and free.notes == ()
+    scale = max(abs(dense.lambda_min["full"]), abs(dense.lambda_max["full"]))
+    for name in ("full", "metric", "interaction"):
+        r = free.residual_norms[name]
+        assert r["converged"]
+        assert abs(free.lambda_min[name] - dense.lambda_min[name]) <= max(r["min"], 1e-12 * scale)
+        assert abs(free.lambda_max[name] - dense.lambda_max[name]) <= max(r["max"], 1e-12 * scale)
+    # the same routing for the loss Hessian of the premises
+    pd = geometry.thm41_premises(head, None, loss, z)
+    pl = geometry.thm41_premises(head, None, loss, z, max_dense_dim=1, lanczos_steps=30)
+    np.testing.assert_allclose([pl.lambda_min_loss_hessian, pl.lambda_max_loss_hessian],
+                               [pd.lambda_min_loss_hessian, pd.lambda_max_loss_hessian], rtol=1e-8, atol=1e-12)
+
+
+def test_above_the_threshold_no_dense_eigensolve_whatever_max_dense_dim_says():
+    assert geometry.MATRIX_FREE_ABOVE == 2048
+    m = heads.mlp(1040, (4,), 3, activation="swish", dtype=jnp.float64)
+    v = m.init(jax.random.PRNGKey(11))
+    z = jax.random.normal(jax.random.PRNGKey(12), (2, 1040), jnp.float64)  # H_eff is 2080-dimensional
+    loss = lambda u: jnp.sum(jnp.sin(u)) + 0.5 * jnp.sum(u ** 2)  # noqa: E731
+    head = lambda x: m.apply(v, x)[0]  # noqa: E731
+    spec = geometry.collapse_spectrum(head, loss, z, max_dense_dim=10 ** 6)
+    assert spec.method == "lanczos" and "MATRIX_FREE_ABOVE = 2048" in spec.notes[0]
+    assert all(spec.residual_norms[p]["converged"] for p in ("full", "metric", "interaction"))
+    # per sample the Hessian is a (1040, 1040) block: its dense spectrum bounds the union exactly
+    blocks = [np.asarray(jax.hessian(lambda x: loss(m.apply(v, x)[0]))(z[i])) for i in range(2)]
+    ev = np.linalg.eigvalsh(np.stack(blocks))
+    np.testing.assert_allclose([spec.lambda_min["full"], spec.lambda_max["full"]], [ev.min(), ev.max()], rtol=1e-7)

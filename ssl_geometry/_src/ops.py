@@ -100,6 +100,21 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: ScalarLike = 1e-12) -> Floa
     return (xc / (s * jnp.maximum(norm_y, floor))).astype(out_dtype)
 
 
+def _error_if(value, bad, msg: str, eager_error: type, inside: str = " (checked inside jit)"):
+    """:func:`equinox.error_if` with ``msg`` (plus ``inside``) under ``jit``; outside it, ``eager_error(msg)``.
+
+    Outside ``jit`` (a value traced by ``grad`` or ``vmap`` only) equinox runs the check at once and
+    raises its ``EquinoxRuntimeError``, whose text opens with a stack banner and debugging advice;
+    here the caller gets the exception a concrete value would have raised, the message alone.
+    """
+    try:
+        return eqx.error_if(value, bad, msg + inside)
+    except RuntimeError as err:  # equinox's run-time or trace-time error carrying our message
+        if msg not in str(err):
+            raise
+        raise eager_error(msg if msg.endswith(".") else msg + ".") from None
+
+
 def check_positive_traced(value, name: str, *, strict: bool = True):
     """Return ``value``; if it is traced, with an :func:`equinox.error_if` that it is finite and > 0.
 
@@ -112,7 +127,7 @@ def check_positive_traced(value, name: str, *, strict: bool = True):
     v = jnp.asarray(value)
     bad = ~jnp.isfinite(v) | ((v <= 0) if strict else (v < 0))
     rel = "> 0" if strict else ">= 0"
-    return eqx.error_if(v, bad, f"`{name}` must be finite and {rel} (checked inside jit).")
+    return _error_if(v, bad, f"`{name}` must be finite and {rel}", ValueError)
 
 
 def check_unit_interval_traced(value, name: str):
@@ -121,7 +136,7 @@ def check_unit_interval_traced(value, name: str):
         return value
     v = jnp.asarray(value)
     bad = ~jnp.isfinite(v) | (v < 0) | (v > 1)
-    return eqx.error_if(v, bad, f"`{name}` must lie in [0, 1] (checked inside jit).")
+    return _error_if(v, bad, f"`{name}` must lie in [0, 1]", ValueError)
 
 
 _LOOP_REPORTS = contextvars.ContextVar("ssl_geometry_loop_reports_non_finite", default=False)
@@ -168,4 +183,4 @@ def check_finite_result(result, name: str, inputs=(), why: str = ""):
         return result
     if _LOOP_REPORTS.get():  # an enclosing loop reports the non-finite step (see loop_reports_non_finite)
         return result
-    return eqx.error_if(result, bad, msg)
+    return _error_if(result, bad, msg, FloatingPointError, inside="")

@@ -153,18 +153,29 @@ def _flow_solver(loss_fn, observe, solver_name, adaptive_cfg, max_steps, use_igr
             diffrax.SubSaveAt(ts=save_at, fn=obs),
             diffrax.SubSaveAt(t1=True, fn=lambda t, y, a: (t, y)),
         ])
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(vector_field), factory(), t0, t1, dt0, params0, (data, lr),
-            saveat=saveat, stepsize_controller=controller, max_steps=max_steps, throw=False,
-            event=diffrax.Event(nonfinite),
-        )
-        observed, (t_last, y_last) = sol.ys
-        y_last = jax.tree_util.tree_map(lambda x: x[0], y_last)
-        last = obs(t_last[0], y_last, (data, lr))
+
+        def run(_):
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(vector_field), factory(), t0, t1, dt0, params0, (data, lr),
+                saveat=saveat, stepsize_controller=controller, max_steps=max_steps, throw=False,
+                event=diffrax.Event(nonfinite),
+            )
+            observed, (t_last, y_last) = sol.ys
+            return (observed, t_last[0], jax.tree_util.tree_map(lambda x: x[0], y_last), sol.result._value,
+                    sol.stats["num_steps"], sol.stats["num_accepted_steps"], sol.stats["num_rejected_steps"])
+
+        def skip(_):  # a non-finite field at the start: no step can be accepted, so none is attempted
+            shapes = jax.eval_shape(run, None)
+            nan = lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else 0, s.dtype)  # noqa: E731
+            return (jax.tree_util.tree_map(nan, shapes[0]), t0.astype(shapes[1].dtype), params0,
+                    *(nan(x) for x in shapes[3:]))
+
+        field_ok = tree_all_finite(grad_fn(params0, data))
+        observed, t_last, y_last, result, n_all, n_acc, n_rej = jax.lax.cond(field_ok, run, skip, None)
+        field_ok_last = tree_all_finite(grad_fn(y_last, data))
+        last = obs(t_last, y_last, (data, lr))
         loss_last = full_batch_loss(y_last, data)
-        return (observed, t_last[0], y_last, last, loss_last,
-                sol.result._value, sol.stats["num_steps"], sol.stats["num_accepted_steps"],
-                sol.stats["num_rejected_steps"])
+        return (observed, t_last, y_last, last, loss_last, result, n_all, n_acc, n_rej, field_ok, field_ok_last)
 
     return solve
 
@@ -321,20 +332,28 @@ def gradient_flow(
     with loop_reports_non_finite():  # a blow-up is reported as the flow's non-finite event
         out = solve(params0, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype), jnp.asarray(ts, dtype), dt_arg,
                     jnp.asarray(grid, dtype), args, jnp.asarray(0.0 if igr_lr is None else igr_lr, dtype))
-    observed, t_last, params, last, loss_last, result, n_all, n_acc, n_rej = jax.device_get(out)
+    observed, t_last, params, last, loss_last, result, n_all, n_acc, n_rej, field_ok, field_ok_last = \
+        jax.device_get(out)
     if count_evals:
         jax.effects_barrier()
         counted = _EVAL_COUNTER[0]
     t_last = float(t_last)
     name, message = _result_name(result)
-    if name == "event_occurred":
+    if not field_ok:
+        name, message = "non_finite", (f"the vector field -grad L is non-finite at the start t = {t_last:.6g} "
+                                       f"(the loss there is {loss_last}), so no step can be taken.")
+        n_all = n_acc = n_rej = 0
+    elif name in ("max_steps_reached", "dt_min_reached") and not field_ok_last:
+        name, message = "non_finite", (f"the vector field -grad L is non-finite at t = {t_last:.6g} (the loss there "
+                                       f"is {loss_last}): every later step was rejected ({name}).")
+    elif name == "event_occurred":
         name, message = "non_finite", f"the state became non-finite at t = {t_last:.6g}"
     if name == "successful" and not bool(jax.device_get(tree_all_finite(params))):
         name, message = "non_finite", "the final state is non-finite"
     elif name == "successful" and not np.isfinite(loss_last):
         name, message = "non_finite", f"the loss at the final state t = {t_last:.6g} is non-finite ({loss_last})"
     ok = name == "successful"
-    saved = np.ones(ts.shape, bool) if ok else ts <= t_last
+    saved = np.ones(ts.shape, bool) if ok else (ts <= t_last) & bool(field_ok)
     observed = nan_where_unsaved(observed, saved)
     n_all = int(n_all)
     n_evals = _grad_evals(count_evals, counted if count_evals else None, n_stages, fsal, n_all)

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_rank, is_concrete
+from ssl_geometry._src.linalg.hessians import apply_linear, linearize, linearize_gradient
 
 __all__ = [
     "EffectiveHessian",
@@ -65,6 +66,9 @@ def flat_problem(head_fn, loss_fn, z):
     check_rank(z, "z", (1, 2))
     if not jnp.issubdtype(z.dtype, jnp.floating):
         raise TypeError(f"`z` must be a floating-point array; got dtype {z.dtype}.")
+    if z.size == 0:
+        raise ValueError(f"`z` is empty (shape {z.shape}): the effective Hessian needs at least one sample with at "
+                         "least one feature.")
     check_finite(z, "z")
     z_shape = z.shape
     u = head_fn(z)
@@ -134,6 +138,7 @@ def effective_hessian(
       ``loss_fn`` are closed over.
 
     Raises:
+      ValueError: ``z`` is empty (an empty batch ``(0, d)``).
       FloatingPointError: (concrete inputs only) when ``z`` is non-finite, or when a piece
         (``H_L``, ``rho``, ``J``, ``G``, ``M``, the full Hessian, the loss) comes out NaN/inf
         at ``z``; the message names the piece, so a loss or head undefined at the point
@@ -307,15 +312,39 @@ def effective_hvp_operator(
     *,
     part: str = "full",
 ) -> tuple[Callable, tuple]:
-    """``(matvec, args)`` with ``matvec(v, *args)`` the product of :func:`effective_hvp`.
+    """``(matvec, args)`` with ``matvec(v, *args)`` the product of :func:`effective_hvp`, linearised once.
 
     The form :func:`ssl_geometry.curvature.extreme_eigenvalues` takes
-    (``extreme_eigenvalues(matvec, z.size, args=args)``): the point and the residual
-    travel as arguments ``args = (z_flat, rho)``, so they are not baked into the
-    compiled Lanczos loop as constants. ``v`` is flat ``(n*d,)``.
+    (``extreme_eigenvalues(matvec, z.size, args=args)``). The point enters through its
+    linearisation (:func:`ssl_geometry._src.linalg.hessians.linearize`, one forward and one backward
+    pass at ``z``, compiled once per computation), so each product evaluates only tangent maps:
+
+    * ``"full"``: ``args = (lin,)``, ``lin`` the derivative of ``grad_z L(h(z))``;
+    * ``"interaction"``: ``args = (lin,)``, ``lin`` the derivative of ``grad_z (rho . h(z))``, ``rho`` fixed;
+    * ``"metric"``: ``args = (J, H_L)``, the head's tangent map and the loss Hessian's at ``u = h(z)``;
+      ``G v = J^T (H_L (J v))``, with ``J^T`` the transpose of ``J``.
+
+    ``v`` is flat ``(n*d,)``; the linearisations are arguments, not constants of the compiled solver.
+    The closures built here are new on every call: they are looked up by the program they trace to
+    and not kept (nor ``head_fn`` with what it holds) once the caller drops the result.
     """
-    raw, zf, rho = _raw_hvp(head_fn, loss_fn, z, part)
-    return raw, (zf, rho)
+    check_choice(part, "part", ("full", "metric", "interaction"))
+    z, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
+    zf = z.reshape(-1)
+    if part == "full":
+        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, (), remember=False)[1],)
+    if part == "interaction":
+        rho = jax.grad(loss_flat)(uf)
+        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,), remember=False)[1]
+        return apply_linear, (lin,)
+    _, J = linearize(head_flat, zf, remember=False)
+    return _metric_product, (J, linearize_gradient(loss_flat, uf, (), remember=False)[1])
+
+
+def _metric_product(v, J, H_L):
+    """``G v = J^T (H_L (J v))`` for linear maps ``J: z -> u`` and ``H_L: u -> u``."""
+    (out,) = jax.linear_transpose(J, v)(H_L(J(v)))
+    return out
 
 
 def _raw_hvp(head_fn, loss_fn, z, part):

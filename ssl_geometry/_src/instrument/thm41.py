@@ -31,12 +31,13 @@ from jaxtyping import Array, ArrayLike, Float
 from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
 from ssl_geometry._src.instrument.effective import flat_problem, effective_hessian, effective_hvp_operator
 from ssl_geometry._src.instrument.premises import sign_tolerance
+from ssl_geometry._src.linalg.hessians import apply_linear, linearize_gradient
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
 from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model, as_function
 
 __all__ = [
-    "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
+    "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "MATRIX_FREE_ABOVE", "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm",
     "thm41_conclusion", "thm41_premises",
 ]
@@ -54,6 +55,24 @@ HEAD_KINDS = {
     "non_c2": "not C^2 and not piecewise linear (ELU; or kinked and curved layers mixed): neither statement applies",
     "unknown": "an activation whose smoothness class was not stated",
 }
+#: Spectra of matrices larger than this go through Lanczos with true residuals, whatever ``max_dense_dim``
+#: says: a dense eigensolve is cubic (a 4096-dimensional one costs 8 times a 2048-dimensional one).
+MATRIX_FREE_ABOVE = 2048
+
+
+def _dense_route(dim: int, max_dense_dim: int, what: str) -> tuple[bool, tuple]:
+    """``(dense?, notes)``: dense ``eigh`` iff ``dim <= min(max_dense_dim, MATRIX_FREE_ABOVE)``.
+
+    A ``max_dense_dim`` above :data:`MATRIX_FREE_ABOVE` does not buy a dense solve of a larger
+    matrix; the note says so when it would have.
+    """
+    if dim <= min(max_dense_dim, MATRIX_FREE_ABOVE):
+        return True, ()
+    if dim <= max_dense_dim:
+        return False, (f"{what} ({dim}-dimensional) goes through Lanczos with residuals: above "
+                       f"MATRIX_FREE_ABOVE = {MATRIX_FREE_ABOVE} the library never solves densely "
+                       f"(max_dense_dim = {max_dense_dim}).",)
+    return False, ()
 
 
 def _kind_of_classes(classes) -> str:
@@ -190,18 +209,17 @@ def _ratio(num: float, den: float) -> float:
 
 
 def _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps, key):
-    """``(lmin, lmax, sign_tol, notes)`` of ``H_L`` at ``uf``: dense, or Lanczos beyond ``max_dense_dim``."""
-    if uf.size <= max_dense_dim:
+    """``(lmin, lmax, sign_tol, notes)`` of ``H_L`` at ``uf``: dense, or Lanczos above the dense route."""
+    dense, notes = _dense_route(int(uf.size), max_dense_dim, "the loss Hessian H_L")
+    if dense:
         H_L = np.asarray(jax.hessian(loss_flat)(uf))
         check_finite(H_L, "loss Hessian H_L at the given `z`")
         eL = np.linalg.eigvalsh(0.5 * (H_L + H_L.T))
         return float(eL[0]), float(eL[-1]), sign_tolerance(eL, dtype), ()
-
-    def loss_hvp(v, uf):
-        return jax.jvp(jax.grad(loss_flat), (uf,), (v,))[1]
-
-    lo, hi, res = lanczos_extremes(loss_hvp, (uf,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
-    notes = () if res["converged"] else (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)
+    lin = linearize_gradient(loss_flat, uf, (), remember=False)[1]
+    lo, hi, res = lanczos_extremes(apply_linear, (lin,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
+    if not res["converged"]:
+        notes = notes + (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)
     return lo, hi, sign_tolerance([lo, hi], dtype, dim=int(uf.size), residual=res["min"]), notes
 
 
@@ -281,7 +299,7 @@ def thm41_premises(
     residual_tol: float | None = None,
     psd_tol: float | None = None,
     stationary_tol: float | None = None,
-    max_dense_dim: int = 1024,
+    max_dense_dim: int = MATRIX_FREE_ABOVE,
     lanczos_steps: int = 100,
     key: Array | None = None,
 ) -> Thm41Premises:
@@ -308,7 +326,8 @@ def thm41_premises(
       loss_fn: maps head outputs ``(n, k)`` (or ``(k,)``) to a scalar.
       z: the representation, ``(n, d)`` or ``(d,)``.
       train: apply the head in train mode (BatchNorm with batch statistics).
-      max_dense_dim: ``H_L`` dense up to this size ``n*k``, Lanczos beyond.
+      max_dense_dim: ``H_L`` dense up to this size ``n*k`` (never above :data:`MATRIX_FREE_ABOVE`),
+        Lanczos with residuals beyond.
     """
     z = jnp.asarray(z)
     check_rank(z, "z", (1, 2))
@@ -407,22 +426,29 @@ def collapse_spectrum(
     z: Float[ArrayLike, "*n d"],
     *,
     per_sample: bool = False,
-    max_dense_dim: int = 1024,
+    max_dense_dim: int = MATRIX_FREE_ABOVE,
     lanczos_steps: int = 100,
     key: Array | None = None,
 ) -> CollapseSpectrum:
     """``lambda_min``/``lambda_max`` of ``H_eff = G + M``, ``G`` and ``M`` at ``z``.
 
-    Dense ``eigh`` of :func:`effective_hessian` when ``n*d <= max_dense_dim``; otherwise Lanczos
-    (:func:`ssl_geometry.curvature.extreme_eigenvalues`) on :func:`effective_hvp_operator`, with
-    the true residuals ``|A y - theta y|`` reported and added to the sign tolerance.
+    Dense ``eigh`` of :func:`effective_hessian` when ``n*d <= min(max_dense_dim, MATRIX_FREE_ABOVE)``
+    (exact and cheap there); otherwise Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`)
+    on the linearised :func:`effective_hvp_operator` of each matrix, with the true residuals
+    ``|A y - theta y|`` reported (``residual_norms``) and added to the sign tolerance. Above
+    :data:`MATRIX_FREE_ABOVE` (2048) no matrix is ever solved densely, whatever ``max_dense_dim``
+    says (``notes`` records where that overrode it); a smaller ``max_dense_dim`` moves the
+    threshold down (``max_dense_dim=1``: Lanczos for every size).
     """
     z = jnp.asarray(z)
+    _, _, _, _, _ = flat_problem(head_fn, loss_fn, z)  # shapes, finiteness, an empty batch: named before any work
     dim, dtype = int(z.size), z.dtype
     key = jax.random.PRNGKey(0) if key is None else key
-    lmin, lmax, tols, res_norms, notes = {}, {}, {}, {}, []
+    lmin, lmax, tols, res_norms = {}, {}, {}, {}
     names = ("full", "metric", "interaction")
-    if dim <= max_dense_dim:
+    dense, notes = _dense_route(dim, max_dense_dim, "H_eff, G and M")
+    notes = list(notes)
+    if dense:
         method = "dense"
         eh = effective_hessian(head_fn, loss_fn, z, per_sample=per_sample)
         for name in names:
@@ -432,8 +458,8 @@ def collapse_spectrum(
     else:
         method = "lanczos"
         for i, name in enumerate(names):
-            raw, args = effective_hvp_operator(head_fn, loss_fn, z, part=name)
-            lo, hi, res = lanczos_extremes(raw, args, dim, dtype, key=jax.random.fold_in(key, i),
+            mv, args = effective_hvp_operator(head_fn, loss_fn, z, part=name)
+            lo, hi, res = lanczos_extremes(mv, args, dim, dtype, key=jax.random.fold_in(key, i),
                                             num_steps=lanczos_steps)
             lmin[name], lmax[name], res_norms[name] = lo, hi, res
             tols[name] = sign_tolerance([lo, hi], dtype, dim=dim, residual=res["min"])
@@ -532,7 +558,7 @@ def classify_collapse(
     eig_tol: float | None = None,
     per_sample: bool = False,
     train: bool = False,
-    max_dense_dim: int = 1024,
+    max_dense_dim: int = MATRIX_FREE_ABOVE,
     lanczos_steps: int = 100,
     key: Array | None = None,
     **premise_options: Any,

@@ -25,6 +25,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_int, check_rank
+from ssl_geometry._src.linalg.canonical import canonical
 from ssl_geometry._src.linalg.operators import check_scalar_fn, default_key
 
 __all__ = ["hessian", "hvp", "flat_hvp", "linearized_hvp", "LinearMatvec", "apply_linear",
@@ -123,6 +124,11 @@ def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) ->
     primal forward/backward pass that ``jax.jvp(jax.grad(f), ...)`` repeats on every
     product is not redone. ``v`` must have ``x``'s shape and dtype.
 
+    Compiled once per *computation*: ``grad f`` is looked up by the program it traces to
+    (:func:`ssl_geometry._src.linalg.canonical.canonical`), so ``f`` written as a fresh closure
+    on every call (``lambda z: loss(z, params, batch)``) does not recompile, and arrays it closes
+    over are arguments of the compiled code, not constants.
+
     ``lin`` is a :class:`jax.tree_util.Partial` (a pytree whose leaves are the stored
     linearisation), so it can be passed to jitted solvers through ``args``: with
     :class:`LinearMatvec` (``matvec(v, lin)``) the solvers compile once and reuse the
@@ -132,20 +138,58 @@ def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) ->
         res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,))
         res = extreme_eigenvalues(LinearMatvec(z1.shape), z1.size, args=(lin,))
 
+    :func:`ssl_geometry.curvature.hessian_extremes` does all of this from ``(f, x, *f_args)``.
+
     Example:
       >>> import jax.numpy as jnp
       >>> lin = linearized_hvp(lambda x, a: jnp.sum(a * x ** 3), jnp.array([1.0, 2.0]), jnp.array([1.0, 0.5]))
       >>> lin(jnp.array([1.0, 1.0]))   # 6 a x elementwise
       Array([6., 6.], dtype=float64)
     """
-    check_scalar_fn(lambda y: f(y, *f_args), x)
-    return _linearize_jit(f)(x, *f_args)
+    return linearize_gradient(f, x, f_args)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class _GradOf:
+    """``x, *args -> grad_x f(x, *args)`` (hashable by ``f``)."""
+
+    f: Callable
+
+    def __call__(self, x, *args):
+        return jax.grad(self.f)(x, *args)
+
+
+def linearize_gradient(f: Callable, x, f_args, *, remember: bool = True) -> tuple:
+    """``(grad f(x), lin)`` with ``lin(v) = H(x) v``, compiled once per computation (see :func:`linearized_hvp`).
+
+    Raises ``ValueError`` unless ``f`` returns a scalar, naming ``f``.
+    """
+    x = jnp.asarray(x)
+    try:
+        return linearize(_GradOf(f), x, f_args, remember=remember)
+    except TypeError as err:
+        if "scalar" not in str(err):
+            raise
+        check_scalar_fn(lambda y: f(y, *f_args), x)  # names the output shape
+        raise
+
+
+def linearize(fn: Callable, x, args=(), *, remember: bool = True) -> tuple:
+    """``(fn(x, *args), lin)`` with ``lin(v)`` the derivative of ``fn`` at ``x`` applied to ``v``.
+
+    ``jax.linearize`` under ``jit``, looked up by the program ``fn`` traces to
+    (:func:`ssl_geometry._src.linalg.canonical.canonical`): one compilation per computation,
+    whatever closure ``fn`` is; ``lin`` is a :class:`jax.tree_util.Partial` to pass to solvers.
+    ``remember=False`` for a closure made afresh on every call (see ``canonical``).
+    """
+    fn_c, consts, _ = canonical(fn, x, *args, remember=remember)
+    return _linearize_jit(fn_c)(consts, x, tuple(jax.tree_util.tree_leaves(args)))
 
 
 @functools.lru_cache(maxsize=64)
-def _linearize_jit(f):
-    def prepare(x, *f_args):
-        return jax.linearize(lambda y: jax.grad(f)(y, *f_args), x)[1]
+def _linearize_jit(fn_c):
+    def prepare(consts, x, leaves):
+        return jax.linearize(lambda y: fn_c(consts, y, *leaves), x)
 
     return jax.jit(prepare)
 
@@ -199,33 +243,45 @@ def block_diagonal_hessian(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_
 
 
 def block_coupling(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, key=None, num_probes: int = 4) -> float:
-    """Largest relative off-block response: ``max |(H v)_k| / max |H v|`` over ``k != i``.
+    """Largest relative off-block response of the Hessian of ``f(x, *f_args)``, ``x`` of shape ``(n, d)``.
 
-    Each probe draws ``v`` supported on one random row ``i`` of ``x`` (shape
-    ``(n, d)``) and measures the Hessian's response on the other rows. An exactly
-    block-diagonal Hessian gives ``0`` (up to rounding); use this to *verify*
-    block structure before :func:`block_diagonal_hessian` or
-    :func:`blockwise_extreme_eigenvalues`.
+    Each probe splits the rows of ``x`` at random into halves ``S`` and ``S^c``, draws ``v``
+    supported on ``S`` and measures ``max_{k in S^c} |(H v)_k| / max |H v|``; the result is the
+    largest over ``num_probes`` probes. An exactly block-diagonal Hessian (a mean of per-sample
+    terms) gives ``0`` (the off-block products are exact zeros); batch coupling (train-mode
+    BatchNorm, in-batch negatives, covariance terms) gives a value of order one. A coupling
+    between any two rows falls across the split with probability 1/2 per probe, so it escapes
+    detection with probability at most ``2^-num_probes``. Use it to *verify* block structure
+    before :func:`block_diagonal_hessian` or :func:`blockwise_extreme_eigenvalues`. The products
+    are taken on the linearised gradient (:func:`linearized_hvp`), in one batch.
     """
     check_rank(x, "x", 2)
     n_probes = check_int(num_probes, "num_probes")
-    n, d = x.shape
-    if n < 2:
-        raise ValueError(f"`x` needs at least 2 rows to test block coupling; got {n}.")
-    key = default_key(key)
-    grad_f = jax.grad(lambda y: f(y, *f_args))
-    worst = 0.0
-    for p in range(n_probes):
-        k1, k2 = jax.random.split(jax.random.fold_in(key, p))
-        i = int(jax.random.randint(k1, (), 0, n))
-        v = jnp.zeros((n, d), x.dtype).at[i].set(jax.random.normal(k2, (d,), x.dtype))
-        hv = np.asarray(jax.jvp(grad_f, (x,), (v,))[1])
-        scale = np.max(np.abs(hv))
-        if not np.isfinite(scale):
-            raise FloatingPointError("the Hessian-vector product in `block_coupling` is not finite.")
-        if scale == 0:
-            continue
-        off = np.delete(hv, i, axis=0)
-        worst = max(worst, float(np.max(np.abs(off)) / scale))
-    return worst
+    if jnp.shape(x)[0] < 2:
+        raise ValueError(f"`x` needs at least 2 rows to test block coupling; got {jnp.shape(x)[0]}.")
+    return off_block_response(linearized_hvp(f, x, *f_args), jnp.shape(x), jnp.result_type(x), default_key(key),
+                              n_probes)
 
+
+def off_block_response(lin, shape, dtype, key, num_probes: int) -> float:
+    """:func:`block_coupling`'s measure for a linear map ``lin`` on arrays of ``shape`` ``(n, d)``."""
+    response, scale = _split_probes(lin, key, shape, jnp.dtype(dtype), num_probes)
+    response, scale = np.asarray(response, np.float64), np.asarray(scale, np.float64)
+    if not (np.all(np.isfinite(response)) and np.all(np.isfinite(scale))):
+        raise FloatingPointError("the Hessian-vector products of the block-coupling probes are not finite.")
+    ratio = np.divide(response, scale, out=np.zeros_like(response), where=scale > 0)
+    return float(ratio.max())
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _split_probes(lin, key, shape, dtype, num_probes):
+    n, d = shape
+
+    def probe(k):
+        k1, k2 = jax.random.split(k)
+        inside = jax.random.permutation(k1, n) < n // 2          # a random half of the rows (n >= 2: both halves)
+        v = jnp.where(inside[:, None], jax.random.normal(k2, (n, d), dtype), 0)
+        hv = lin(v)
+        return jnp.max(jnp.where(inside[:, None], 0, jnp.abs(hv))), jnp.max(jnp.abs(hv))
+
+    return jax.vmap(probe)(jax.random.split(key, num_probes))

@@ -1,24 +1,13 @@
-"""Lanczos with full reorthogonalisation for the extreme eigenpairs of a symmetric operator.
+"""Extreme eigenpairs of a symmetric operator by Lanczos with full reorthogonalisation.
 
-From ``q_1 = v_0/|v_0|``: ``w = A q_j - alpha_j q_j - beta_{j-1} q_{j-1}``, ``alpha_j = q_j^T A q_j``;
-``w`` is orthogonalised twice against the Lanczos vectors computed so far (classical
-Gram-Schmidt applied twice, "twice is enough", Giraud et al. 2005), ``beta_j = |w|``,
-``q_{j+1} = w / beta_j``. After ``m`` steps ``A Q_m = Q_m T_m + beta_m q_{m+1} e_m^T``; the
-eigenpairs ``(theta_i, s_i)`` of the tridiagonal ``T_m`` give Ritz pairs with residual
-``|A y_i - theta_i y_i| = |beta_m s_i[m]|``, and for symmetric ``A`` an eigenvalue lies within
-that distance of ``theta_i``.
-
-Cost per step (``B`` blocks of dimension ``n``, step ``j``): one batched matvec, plus
-``4 (j + 1) B n`` multiply-adds of reorthogonalisation against only the *filled* part of the
-basis (a large buffer grows geometrically on demand; it is visited in blocks of ``_BLOCK`` rows
-up to row ``j``),
-and a restart draw only at a breakdown (``lax.cond``). The loop runs on device in chunks
-between host-side convergence checks; the tridiagonal is diagonalised on the host in
-float64 (a batched dense ``eigh`` of the small ``T_j`` for all blocks at once). The chunk
-length adapts: the first check comes after ``min(check_every, max(4, 2k))`` steps, the
-second 2 steps later, later ones after half the number of steps the observed decay of the
-worst residual predicts (at least 1, at most ``check_every``), so the run stops within a
-step or so of meeting ``tol``.
+The recurrence and its costs are in :mod:`ssl_geometry._src.linalg.lanczos_core`. This module
+drives it: after a number of steps the tridiagonal ``T_j`` is diagonalised on the host in float64
+(a batched dense ``eigh`` of the small ``T_j`` for all blocks at once) and the run stops once every
+requested Ritz pair meets the tolerance. The checks are adaptive: the first comes after
+``min(check_every, max(4, 2k))`` steps, the second 2 steps later, later ones after half the number
+of steps the observed decay of the worst residual predicts (at least 1, at most ``check_every``),
+so the run stops within a step or so of meeting ``tol``; between checks the host does not wait for
+the device.
 
 Symmetry is checked on the fly, at no extra matvec: for symmetric ``A`` the cross term
 ``q_{j-1}^T A q_j`` equals ``beta_{j-1}`` up to rounding; the largest
@@ -27,6 +16,11 @@ a value above ``symmetry_tol`` (default ``sqrt(eps)``) raises ``ValueError``. A 
 residual does not by itself prove that ``theta_i`` is the *extreme* eigenvalue (an
 eigenvector orthogonal to ``v_0`` is invisible to Krylov methods); random starting vectors
 make that event probability zero.
+
+A matvec is compiled once per computation, not once per Python function: it is looked up by the
+program it traces to (:func:`ssl_geometry._src.linalg.operators.prepare_matvec`), so a matvec
+written as a fresh closure on every call reuses the compiled product, and the arrays it closes
+over are passed to the compiled code as arguments.
 """
 from __future__ import annotations
 
@@ -37,165 +31,17 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
-from jax import lax
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_finite, check_int, check_positive
-from ssl_geometry._src.linalg.operators import (SingleAsBatch, as_dtype, check_callable,
-                                            check_matvec_output, default_key)
+from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, apply_matvec, capacity, coefficients,
+                                                   ensure_capacity, lanczos_init, ritz_batch, round_rows,
+                                                   scaled_norm)
+from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec
 
 __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalues"]
 
-_BLOCK = 8          # rows of the basis visited per reorthogonalisation block
-_DENSE_RITZ_MAX = 48  # up to this many steps the Ritz problem is one batched dense eigh
-_HI = lax.Precision.HIGHEST  # reorthogonalisation must not run in TF32/bf16 on accelerators
-_PREALLOCATE_BYTES = 64 * 2**20  # a basis up to this size is allocated whole (one compilation of the loop)
-
-
-class _LanczosState(NamedTuple):
-    Q: Array            # (rows, B, n) Lanczos vectors (rows a multiple of _BLOCK, grown on demand); unused rows zero
-    alpha: Array        # (m, B) diagonal of T
-    beta: Array         # (m, B) off-diagonal of T (0 where a breakdown restarted)
-    resid: Array        # (m, B) |w_j| after reorthogonalisation (the true beta, kept at breakdowns)
-    broke: Array        # (m, B) bool: breakdown at step j
-    anorm: Array        # (B,) running estimate of |A| (max sqrt(alpha^2 + beta^2 + beta_prev^2))
-    asym: Array         # (B,) max_j |q_{j-1}^T A q_j - beta_{j-1}| / anorm (symmetry defect)
-
-
-def _orthogonalise(w, Q, j):
-    """Two passes of classical Gram-Schmidt of rows of ``w`` (B, n) against rows ``0..j`` of ``Q``.
-
-    ``Q`` is (mq, B, n) with rows beyond ``j`` zero; it is visited in blocks of ``_BLOCK``
-    rows, only up to the block holding row ``j`` (a dynamic trip count), so the cost grows
-    with the filled part, not with the preallocated size.
-    """
-    nblk = j // _BLOCK + 1
-
-    def cgs(w):
-        def body(c, acc):
-            Qc = lax.dynamic_slice_in_dim(Q, c * _BLOCK, _BLOCK, axis=0)
-            coef = jnp.einsum("mbn,bn->mb", Qc, w, precision=_HI)
-            return acc + jnp.einsum("mb,mbn->bn", coef, Qc, precision=_HI)
-
-        return w - lax.fori_loop(0, nblk, body, jnp.zeros_like(w))
-
-    return cgs(cgs(w))
-
-
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
-def lanczos_chunk(matvec, state: _LanczosState, start, stop, key, breakdown_tol, args):
-    """Run Lanczos steps ``start <= j < stop`` on device (``lax.fori_loop``); ``state`` is donated."""
-    dtype = state.Q.dtype
-
-    def body(j, st: _LanczosState):
-        q = st.Q[j]
-        w = matvec(q, *args).astype(dtype)
-        alpha = jnp.sum(q * w, axis=-1)
-        jp = jnp.maximum(j - 1, 0)
-        beta_prev = jnp.where(j > 0, st.beta[jp], 0)
-        q_prev = st.Q[jp]
-        cross = jnp.where(j > 0, jnp.sum(q_prev * w, axis=-1), 0)  # = beta_prev when A is symmetric
-        w = w - alpha[:, None] * q - beta_prev[:, None] * q_prev
-        w = _orthogonalise(w, st.Q, j)
-        b = jnp.linalg.norm(w, axis=-1)
-        anorm = jnp.maximum(st.anorm, jnp.sqrt(alpha**2 + b**2 + beta_prev**2))
-        asym = jnp.maximum(st.asym, jnp.abs(cross - beta_prev) / jnp.where(anorm > 0, anorm, 1))
-        broke = b <= breakdown_tol * anorm
-
-        def restart(_):
-            # breakdown: invariant subspace found; continue from a random vector orthogonal
-            # to all previous Lanczos vectors (T gets a zero off-diagonal). Drawn only here.
-            r = jax.random.normal(jax.random.fold_in(key, j + 1), w.shape, dtype)
-            r = _orthogonalise(r, st.Q, j)
-            r = r / jnp.linalg.norm(r, axis=-1, keepdims=True)
-            return jnp.where(broke[:, None], r, w / jnp.where(broke, 1, b)[:, None])
-
-        q_next = lax.cond(jnp.any(broke), restart, lambda _: w / b[:, None], None)
-        return _LanczosState(
-            Q=st.Q.at[j + 1].set(q_next),
-            alpha=st.alpha.at[j].set(alpha),
-            beta=st.beta.at[j].set(jnp.where(broke, 0, b)),
-            resid=st.resid.at[j].set(b),
-            broke=st.broke.at[j].set(broke),
-            anorm=anorm,
-            asym=asym,
-        )
-
-    return lax.fori_loop(start, stop, body, state)
-
-
-def round_rows(rows: int) -> int:
-    return -(-rows // _BLOCK) * _BLOCK
-
-
-def _capacity(needed: int, current: int, num_steps: int) -> int:
-    """Rows of the basis buffer for ``needed`` rows: at least double ``current``, at most ``num_steps + 1``.
-
-    A basis of at most ``_PREALLOCATE_BYTES`` is allocated whole (one compilation of the chunk
-    loop); a larger one starts at 32 rows and grows geometrically, so a run that stops after 8
-    steps of a 512-step budget of 256 x 512 blocks holds 32 rows (16 MB), not 513 (269 MB);
-    each capacity compiles the chunk loop once.
-
-    At least double, rounded to the row block, never beyond ``num_steps + 1`` rounded up:
-
-    >>> _capacity(20, 32, 500), _capacity(33, 32, 500), _capacity(200, 32, 500), _capacity(400, 256, 300)
-    (32, 64, 200, 304)
-    """
-    if needed <= current:
-        return current
-    return min(round_rows(num_steps + 1), max(round_rows(needed), 2 * current))
-
-
-@jax.jit
-def _grow(Q, extra):
-    return jnp.concatenate([Q, extra], axis=0)
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def lanczos_init(v0, num_steps, dtype, rows):
-    B, n = v0.shape
-    v0 = v0.astype(dtype)
-    q0 = v0 / jnp.linalg.norm(v0, axis=-1, keepdims=True)
-    Q = jnp.zeros((rows, B, n), dtype).at[0].set(q0)
-    zeros = jnp.zeros((num_steps, B), dtype)
-    return _LanczosState(Q, zeros, zeros, zeros, jnp.zeros((num_steps, B), bool), jnp.zeros((B,), dtype),
-                         jnp.zeros((B,), dtype))
-
-
-def ritz_batch(alpha, beta, resid, broke):
-    """Ritz values (ascending), eigenvectors of ``T`` and residual estimates for ``B`` rows, float64.
-
-    ``alpha, beta, resid, broke``: ``(B, m)``. Returns ``theta (B, m)``, ``S (B, m, m)``
-    (columns are eigenvectors of ``T``) and ``est (B, m)``: the residual of Ritz pair ``i`` is
-    ``|resid_m s_i[m]| + sum_{breakdowns b < m} |resid_b s_i[b]|`` (the discarded residual
-    vectors at breakdowns enter by the triangle inequality). Up to ``_DENSE_RITZ_MAX`` steps
-    one batched dense ``eigh`` serves all rows; beyond, ``eigh_tridiagonal`` per row.
-    """
-    B, m = alpha.shape
-    if m == 1:
-        theta, S = alpha.copy(), np.ones((B, 1, 1))
-    elif m <= _DENSE_RITZ_MAX:
-        T = np.zeros((B, m, m))
-        idx = np.arange(m)
-        T[:, idx, idx] = alpha
-        T[:, idx[:-1], idx[1:]] = beta[:, :-1]
-        T[:, idx[1:], idx[:-1]] = beta[:, :-1]
-        theta, S = np.linalg.eigh(T)
-    else:
-        pairs = [scipy.linalg.eigh_tridiagonal(alpha[b], beta[b, :-1]) for b in range(B)]
-        theta, S = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
-    est = np.abs(resid[:, m - 1, None] * S[:, m - 1, :])
-    inner = broke[:, : m - 1]
-    if inner.any():
-        est = est + np.einsum("bi,bik->bk", inner * np.abs(resid[:, : m - 1]), np.abs(S[:, : m - 1, :]))
-    return theta, S, est
-
-
-def _ritz(alpha, beta, resid, broke):
-    """:func:`ritz_batch` for one row: ``(theta (m,), S (m, m), est (m,))``."""
-    theta, S, est = ritz_batch(alpha[None], beta[None], resid[None], broke[None])
-    return theta[0], S[0], est[0]
+_PREALLOCATE_BYTES = 64 * 2**20  # a basis up to this size is allocated whole (one compilation of the update)
 
 
 class LanczosResult(NamedTuple):
@@ -225,7 +71,8 @@ class LanczosResult(NamedTuple):
       tol: the relative residual tolerance used for ``converged``.
       asymmetry: largest ``|q_{j-1}^T A q_j - beta_{j-1}| / |A|_est`` seen (0 for an exactly
         symmetric operator in exact arithmetic; rounding level otherwise).
-      num_checks: host-side convergence checks made (device chunks run).
+      num_checks: host-side convergence checks made.
+      second_passes: steps whose reorthogonalisation needed the second Gram-Schmidt pass.
     """
 
     smallest: np.ndarray
@@ -244,6 +91,7 @@ class LanczosResult(NamedTuple):
     tol: float
     asymmetry: float = 0.0
     num_checks: int = 0
+    second_passes: int = 0
 
 
 def _next_chunk(history, ratio, j, check_every):
@@ -303,12 +151,54 @@ def _convergence(theta, est, k, tol, target):
     return bool(ok), worst / thr
 
 
+def _check_coefficients(state: LanczosState, alpha, resid, j, name):
+    """Raise ``FloatingPointError`` naming the culprit when the recurrence produced NaN/inf."""
+    if np.all(np.isfinite(alpha)) and np.all(np.isfinite(resid)):
+        return
+    if bool(np.any(np.asarray(state.bad_product))):
+        raise FloatingPointError(
+            f"`{name}` returned non-finite values (NaN/inf) within the first {j} Lanczos steps (check `{name}`, its `args` "
+            "and the dtype).")
+    raise FloatingPointError(  # not reached for finite products: the norms are scaled (see lanczos_core)
+        f"Lanczos coefficients became non-finite within the first {j} steps although every product of "
+        f"`{name}` was finite; please report this.")
+
+
+def _check_symmetry(state: LanczosState, sym_tol, j, name) -> float:
+    asym = float(np.max(np.asarray(state.asym)))
+    if not asym <= sym_tol:
+        raise ValueError(
+            f"`{name}` is not symmetric: |q_(j-1)^T A q_j - beta_(j-1)| / |A| reached {asym:.3g} > "
+            f"symmetry_tol = {sym_tol:.3g} within {j} Lanczos steps (Lanczos needs a symmetric operator; "
+            "pass a larger `symmetry_tol` only if the asymmetry is rounding)."
+        )
+    return asym
+
+
+def _ritz_vectors(mv, state, S, smallest, largest, k, args, dtype):
+    """Unit Ritz vectors ``(B, k, n)`` of both ends and their true residuals ``(B, k)`` (``2k`` products)."""
+    rows, m = state.Q.shape[0], S.shape[1]
+    pad = lambda C: np.pad(C, ((0, 0), (0, rows - m), (0, 0)))  # noqa: E731  rows >= m: basis rows past the run get 0
+    Ys, Yl = _combine(state.Q, jnp.asarray(pad(S[:, :, :k]), dtype), jnp.asarray(pad(S[:, :, ::-1][:, :, :k]), dtype))
+    tr_s = _true_residuals(mv, Ys, jnp.asarray(smallest.T, dtype), args)
+    tr_l = _true_residuals(mv, Yl, jnp.asarray(largest.T, dtype), args)
+    return jnp.swapaxes(Ys, 0, 1), jnp.swapaxes(Yl, 0, 1), np.asarray(tr_s).T, np.asarray(tr_l).T
+
+
+@jax.jit
+def _combine(Q, C_small, C_large):
+    """``Y = Q^T C`` for both ends, unit rows: ``(k, B, n)`` each (``C`` zero past the steps taken)."""
+    out = []
+    for C in (C_small, C_large):
+        Y = jnp.einsum("mbn,bmk->kbn", Q, C, precision=jax.lax.Precision.HIGHEST)
+        out.append(Y / scaled_norm(Y)[..., None])
+    return tuple(out)
+
+
 def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, args, dtype,
                  breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks"):
     B, n = v0.shape
-    args = tuple(args)
-    check_matvec_output(batched_matvec, (B, n), dtype, args, name=name, single=single)
-    check_finite(v0, "v0")
+    mv, args = prepare_matvec(batched_matvec, (B, n), dtype, tuple(args), name=name, single=single)
     eps = float(jnp.finfo(dtype).eps)
     btol = jnp.asarray(100 * eps if breakdown_tol is None else breakdown_tol, dtype)
     tol = (1e-8 if dtype == jnp.dtype(jnp.float64) else 1e-4) if tol is None else float(tol)
@@ -319,29 +209,15 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
     chunk = min(check_every, max(4, 2 * k))
     full_bytes = round_rows(num_steps + 1) * B * n * jnp.dtype(dtype).itemsize
     start_rows = num_steps + 1 if (full_bytes <= _PREALLOCATE_BYTES or not early_stop) else max(32, chunk + 1)
-    rows = _capacity(start_rows, 0, num_steps)
-    state = lanczos_init(v0, num_steps, dtype, rows)
+    state, q = lanczos_init(v0, num_steps, dtype, capacity(start_rows, 0, num_steps))
     while j < num_steps:
         stop = min(num_steps, j + chunk) if early_stop else num_steps
-        rows = _capacity(stop + 1, state.Q.shape[0], num_steps)
-        if rows > state.Q.shape[0]:
-            state = state._replace(Q=_grow(state.Q, jnp.zeros((rows - state.Q.shape[0],) + state.Q.shape[1:], dtype)))
-        state = lanczos_chunk(batched_matvec, state, jnp.asarray(j), jnp.asarray(stop), key, btol, args)
+        state = ensure_capacity(state, capacity(stop + 1, state.Q.shape[0], num_steps))
+        state, q = advance(mv, state, q, j, stop, key, btol, args)
         j, checks = stop, checks + 1
-        alpha, beta, resid, broke = (np.asarray(a, np.float64).T[:, :j] for a in state[1:5])
-        broke = broke.astype(bool)
-        if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(resid))):
-            raise FloatingPointError(
-                f"Lanczos produced non-finite coefficients within the first {j} steps: the matvec "
-                "returned NaN/inf (check `matvec`, its `args` and the dtype)."
-            )
-        asym = float(np.max(np.asarray(state.asym)))
-        if not asym <= sym_tol:
-            raise ValueError(
-                f"`{name}` is not symmetric: |q_(j-1)^T A q_j - beta_(j-1)| / |A| reached {asym:.3g} > "
-                f"symmetry_tol = {sym_tol:.3g} within {j} Lanczos steps (Lanczos needs a symmetric operator; "
-                "pass a larger `symmetry_tol` only if the asymmetry is rounding)."
-            )
+        alpha, beta, resid, broke = coefficients(state, j)
+        _check_coefficients(state, alpha, resid, j, name)
+        asym = _check_symmetry(state, sym_tol, j, name)
         kk = min(k, j)
         theta, S, est = ritz_batch(alpha, beta, resid, broke)
         converged, ratio = _convergence(theta, est, kk, tol, target)
@@ -353,26 +229,15 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
         history.append((j, ratio))
     steps = j
     smallest, largest = theta[:, :k], theta[:, ::-1][:, :k]
-    s_res, l_res = est[:, :k], est[:, ::-1][:, :k]
     nbreak = broke.sum(axis=1)
-    vecs = (None, None, None, None)
-    if return_vectors:
-        S_small, S_large = S[:, :, :k], S[:, :, ::-1][:, :, :k]       # (B, m, k)
-        Qm = state.Q[:steps]                                          # (m, B, n)
-        Ys = jnp.einsum("mbn,bmk->kbn", Qm, jnp.asarray(S_small, dtype), precision=_HI)
-        Yl = jnp.einsum("mbn,bmk->kbn", Qm, jnp.asarray(S_large, dtype), precision=_HI)
-        Ys = Ys / jnp.linalg.norm(Ys, axis=-1, keepdims=True)
-        Yl = Yl / jnp.linalg.norm(Yl, axis=-1, keepdims=True)
-        tr_s = _true_residuals(batched_matvec, Ys, jnp.asarray(smallest.T, dtype), args)
-        tr_l = _true_residuals(batched_matvec, Yl, jnp.asarray(largest.T, dtype), args)
-        vecs = (jnp.swapaxes(Ys, 0, 1), jnp.swapaxes(Yl, 0, 1), np.asarray(tr_s).T, np.asarray(tr_l).T)
+    vecs = _ritz_vectors(mv, state, S, smallest, largest, k, args, dtype) if return_vectors else (None,) * 4
     return LanczosResult(
-        smallest=smallest, largest=largest, smallest_residuals=s_res, largest_residuals=l_res,
+        smallest=smallest, largest=largest, smallest_residuals=est[:, :k], largest_residuals=est[:, ::-1][:, :k],
         smallest_vectors=vecs[0], largest_vectors=vecs[1],
         smallest_true_residuals=vecs[2], largest_true_residuals=vecs[3],
         ritz_values=theta, num_steps=steps, converged=bool(converged),
         breakdown=bool(nbreak.sum() > 0), num_breakdowns=nbreak, tol=tol,
-        asymmetry=asym, num_checks=checks,
+        asymmetry=asym, num_checks=checks, second_passes=int(state.second_passes),
     )
 
 
@@ -382,10 +247,9 @@ def _true_residuals(batched_matvec, Y, theta, args):
 
     def one(y_t):
         y, t = y_t
-        r = batched_matvec(y, *args).astype(y.dtype) - t[:, None] * y
-        return jnp.linalg.norm(r, axis=-1)
+        return scaled_norm(batched_matvec(y, *args).astype(y.dtype) - t[:, None] * y)
 
-    return lax.map(one, (Y, theta))
+    return jax.lax.map(one, (Y, theta))
 
 
 def prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, batch):
@@ -404,10 +268,11 @@ def prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, batch):
     if v0 is None:
         v0 = jax.random.normal(k0, shape, dtype)
     else:
-        v0 = jnp.asarray(v0, dtype).reshape(shape) if jnp.size(v0) == batch * dim else None
-        if v0 is None:
-            raise ValueError(f"`v0` must have {batch * dim} entries (shape {shape}).")
-        if not bool(jnp.all(jnp.linalg.norm(v0, axis=-1) > 0)):
+        if jnp.size(v0) != batch * dim:
+            raise ValueError(f"`v0` must have {batch * dim} entries (shape {shape}); got shape {jnp.shape(v0)}.")
+        v0 = jnp.asarray(v0, dtype).reshape(shape)
+        check_finite(v0, "v0")
+        if not bool(jnp.all(jnp.max(jnp.abs(v0), axis=-1) > 0)):
             raise ValueError("`v0` must be non-zero (in every block).")
     return dim, k, dtype, num_steps, check_every, v0, key
 
@@ -431,13 +296,22 @@ def extreme_eigenvalues(
 ) -> LanczosResult:
     """``k`` smallest and ``k`` largest eigenvalues of a symmetric operator by Lanczos.
 
-    Lanczos with full two-pass reorthogonalisation (see the module docstring);
-    the loop runs on device in chunks (``lax.fori_loop`` under ``jit``, ``matvec``
-    static) of at most ``check_every`` steps. After each chunk the tridiagonal ``T_j``
-    is diagonalised on the host (float64) and the run stops once every requested
-    Ritz pair has residual estimate ``|beta_j s_i[j]| <= tol * max|theta|``
-    (``converged=True``), or after ``num_steps`` steps (``converged`` then says
-    whether the tolerance was met).
+    Lanczos with full reorthogonalisation (see the module docstring). At each check (at
+    most ``check_every`` steps apart) the tridiagonal ``T_j`` is diagonalised on the host
+    (float64) and the run stops once every requested Ritz pair has residual estimate
+    ``|beta_j s_i[j]| <= tol * max|theta|`` (``converged=True``), or after ``num_steps``
+    steps (``converged`` then says whether the tolerance was met). ``tol`` is relative to the
+    spectral radius ``max|theta|``: an eigenvalue lies within ``tol * max|theta|`` of each
+    converged Ritz value.
+
+    Compilation: the product is compiled once per *computation* of ``matvec`` and shapes of
+    ``args``. A fresh closure on every call (``lambda v: A @ v`` in a loop) that traces to the
+    same program reuses it, and arrays it closes over are passed to the compiled code as
+    arguments, not baked into it (:func:`ssl_geometry._src.linalg.canonical.canonical`). The one
+    exception: a matvec holding host callbacks of its own (``jax.pure_callback``, an
+    ``equinox.error_if`` of the caller's) is keyed by the callbacks' identity and recompiles
+    when they are created afresh. For a Hessian, :func:`ssl_geometry.curvature.hessian_extremes`
+    needs no matvec at all.
 
     Breakdown (``beta_j <= breakdown_tol * |A|_est``): the Krylov space is an
     invariant subspace, so its Ritz values are exact eigenvalues. The solver
@@ -448,7 +322,7 @@ def extreme_eigenvalues(
 
     Args:
       matvec: ``matvec(v, *args) -> A v`` for ``v`` of shape ``(dim,)``; ``A`` must be
-        symmetric. Static for ``jit``: reuse the same function object.
+        symmetric. Traced once per call, compiled once per computation (see above).
       dim: dimension of ``A``.
       k: number of extreme eigenvalues wanted at each end.
       num_steps: maximum Lanczos steps (default ``min(dim, 200)``; at most ``dim``).
@@ -469,7 +343,8 @@ def extreme_eigenvalues(
     Raises:
       ValueError: ``matvec`` returns a shape other than ``(dim,)``, or the operator is not
         symmetric (``asymmetry > symmetry_tol``).
-      FloatingPointError: ``matvec`` returned NaN/inf.
+      FloatingPointError: ``matvec`` returned NaN/inf (named as such), or the coefficients left
+        the dtype's range although every product was finite; ``v0`` holds NaN/inf.
 
     Example:
       >>> import jax.numpy as jnp

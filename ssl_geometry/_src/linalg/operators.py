@@ -8,11 +8,12 @@ by the wrapped function and can be static arguments of ``jax.jit``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+
+from ssl_geometry._src.linalg.canonical import canonical
 
 __all__: list[str] = []
 
@@ -66,25 +67,18 @@ class Vmapped:
         return jax.vmap(lambda v: self.fn(v, *args))(V)
 
 
+def prepare_matvec(batched_matvec, v_shape, dtype, args, *, name: str = "matvec", single: bool = False):
+    """``(canon, args')``: the batched matvec keyed by its computation, and the arguments it takes.
 
-@functools.lru_cache(maxsize=256)
-def abstract_output(batched_matvec, v_shape, dtype, treedef, sig):
-    """``jax.eval_shape`` of the matvec, cached per (matvec, input shapes): traced once per signature."""
-    specs = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(s, d) for s, d in sig])
-    return jax.eval_shape(batched_matvec, jax.ShapeDtypeStruct(v_shape, dtype), *specs)
-
-
-def check_matvec_output(batched_matvec, v_shape, dtype, args, *, name: str = "matvec",
-                         single: bool = False) -> None:
-    """Raise ``ValueError`` unless ``batched_matvec(V, *args)`` returns ``V``'s shape, a float.
-
-    Evaluated abstractly (``jax.eval_shape``: no FLOPs). ``single`` reports the shapes
-    of the user's single-vector matvec (``(dim,)``) instead of the internal ``(1, dim)``.
+    ``canon(V, *args') == batched_matvec(V, *args)``, where ``canon`` is one object per traced
+    program (:func:`ssl_geometry._src.linalg.canonical.canonical`) and ``args' = (consts, leaves)``
+    holds the arrays the matvec closes over and the leaves of ``args``. Raises ``ValueError``
+    unless the matvec returns ``V``'s shape as a float (traced abstractly: no FLOPs). ``single`` reports the shapes of the user's
+    single-vector matvec (``(dim,)``) instead of the internal ``(1, dim)``.
     """
-    leaves, treedef = jax.tree_util.tree_flatten(args)
-    sig = tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+    spec = jax.ShapeDtypeStruct(tuple(v_shape), jnp.dtype(dtype))
     try:
-        out = abstract_output(batched_matvec, tuple(v_shape), jnp.dtype(dtype), treedef, sig)
+        canon, consts, out = canonical(batched_matvec, spec, *args)
     except (TypeError, ValueError) as err:
         shown = v_shape[1:] if single else v_shape
         raise ValueError(f"`{name}` failed on an input of shape {shown} ({dtype}) with the given `args`: {err}") from err
@@ -97,3 +91,18 @@ def check_matvec_output(batched_matvec, v_shape, dtype, args, *, name: str = "ma
                          f"{got if got is not None else type(out).__name__}.")
     if not jnp.issubdtype(out.dtype, jnp.floating):
         raise ValueError(f"`{name}` must return floating-point values; got dtype {out.dtype}.")
+    return _FlatCall(canon), (consts, tuple(jax.tree_util.tree_leaves(args)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlatCall:
+    """``(V, consts, leaves) -> canon(consts, V, *leaves)``: the solvers' convention ``matvec(V, *args)``.
+
+    The arguments travel as flat leaves, so the compiled solver's cache key does not hold the
+    tree structure of the caller's arguments (a ``Partial``'s Python function, for one).
+    """
+
+    canon: Callable
+
+    def __call__(self, V, consts, leaves):
+        return self.canon(consts, V, *leaves)

@@ -17,9 +17,9 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_int, check_positive
-from ssl_geometry._src.linalg.operators import (Vmapped, as_dtype, check_callable,
-                                            check_matvec_output, default_key)
-from ssl_geometry._src.linalg.lanczos import lanczos_chunk, lanczos_init, prepare_lanczos, ritz_batch, round_rows
+from ssl_geometry._src.linalg.lanczos import prepare_lanczos
+from ssl_geometry._src.linalg.lanczos_core import advance, coefficients, lanczos_init, ritz_batch, round_rows
+from ssl_geometry._src.linalg.operators import Vmapped, as_dtype, check_callable, default_key, prepare_matvec
 
 __all__ = ["SpectralDensity", "slq_density", "hutchinson_trace", "hutchpp_trace"]
 
@@ -77,14 +77,14 @@ def slq_density(
     dim, _, dtype, num_steps, check_every, _, key = prepare_lanczos(dim, 1, num_steps, 1, dtype, None, key, num_probes)
     k0, key = jax.random.split(key)
     v0 = jax.random.rademacher(k0, (num_probes, dim), dtype)
-    check_matvec_output(Vmapped(matvec), (num_probes, dim), dtype, tuple(args))
+    mv, margs = prepare_matvec(Vmapped(matvec), (num_probes, dim), dtype, tuple(args))
     btol = jnp.asarray(100 * float(jnp.finfo(dtype).eps), dtype)
-    state = lanczos_init(v0, num_steps, dtype, round_rows(num_steps + 1))
-    state = lanczos_chunk(Vmapped(matvec), state, jnp.asarray(0), jnp.asarray(num_steps), key, btol, tuple(args))
-    alpha, beta, resid, broke = (np.asarray(a, np.float64).T for a in state[1:5])
+    state, q = lanczos_init(v0, num_steps, dtype, round_rows(num_steps + 1))
+    state, _ = advance(mv, state, q, 0, num_steps, key, btol, margs)
+    alpha, beta, resid, broke = coefficients(state, num_steps)
     if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(beta))):
         raise FloatingPointError("SLQ: the matvec returned non-finite values.")
-    nodes, S, _ = ritz_batch(alpha, beta, resid, broke.astype(bool))
+    nodes, S, _ = ritz_batch(alpha, beta, resid, broke)
     weights = S[:, 0, :] ** 2
     lo, hi = float(nodes.min()), float(nodes.max())
     if sigma is None:
@@ -120,8 +120,8 @@ def hutchinson_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, 
     dim, m = check_int(dim, "dim"), check_int(num_matvecs, "num_matvecs")
     dtype = as_dtype(dtype)
     Z = jax.random.rademacher(default_key(key), (m, dim), dtype)
-    check_matvec_output(Vmapped(matvec), (m, dim), dtype, tuple(args))
-    return jnp.mean(_quad_forms(Vmapped(matvec), Z, tuple(args)))
+    mv, margs = prepare_matvec(Vmapped(matvec), (m, dim), dtype, tuple(args))
+    return jnp.mean(_quad_forms(mv, Z, margs))
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -152,9 +152,9 @@ def hutchpp_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, arg
     s = m // 3
     if s > dim:
         raise ValueError(f"`num_matvecs // 3` must be <= dim = {dim}; got {s}.")
-    check_matvec_output(Vmapped(matvec), (s, dim), dtype, tuple(args))
+    mv, margs = prepare_matvec(Vmapped(matvec), (s, dim), dtype, tuple(args))
     k1, k2 = jax.random.split(default_key(key))
     S = jax.random.rademacher(k1, (s, dim), dtype)
     G = jax.random.rademacher(k2, (s, dim), dtype)
-    return _hutchpp(Vmapped(matvec), S, G, tuple(args))
+    return _hutchpp(mv, S, G, margs)
 

@@ -1,0 +1,180 @@
+"""From a loss to the extreme eigenvalues of its Hessian in one call: blockwise where it may be, full where not.
+
+:func:`hessian_extremes` linearises ``grad_x loss`` once at the point (:func:`linearize_gradient`:
+one forward and one backward pass, compiled once per computation whatever closure the caller
+writes), measures the coupling between the rows of ``x`` on that linearisation
+(:func:`ssl_geometry.curvature.block_coupling`'s split probes), and runs
+
+* blockwise Lanczos (:func:`ssl_geometry.curvature.blockwise_extreme_eigenvalues`) when the Hessian
+  is block-diagonal over the rows (coupling at rounding level: a mean of per-sample terms, no
+  train-mode BatchNorm, no in-batch negatives): one product advances ``n`` independent
+  ``d``-dimensional Krylov spaces;
+* Lanczos on the full ``n d``-dimensional operator (:func:`ssl_geometry.curvature.extreme_eigenvalues`)
+  otherwise.
+
+Both stop when every requested Ritz pair's residual is ``<= tol * max|theta|``; an eigenvalue of
+the Hessian lies within that distance of each reported value (the residual certificate of
+:mod:`ssl_geometry._src.linalg.lanczos`). The linearisation is returned, so further products at
+the same point (a witness, more eigenvectors) cost only the tangent map.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
+from ssl_geometry._src.linalg.hessians import LinearMatvec, apply_linear, linearize_gradient, off_block_response
+from ssl_geometry._src.linalg.lanczos import LanczosResult, blockwise_extreme_eigenvalues, extreme_eigenvalues
+from ssl_geometry._src.linalg.operators import as_dtype, default_key
+
+__all__ = ["HessianExtremes", "hessian_extremes"]
+
+
+class HessianExtremes(NamedTuple):
+    """The extreme eigenvalues of ``hess_x loss`` at one point, with their certificate.
+
+    Attributes:
+      smallest: ``(k,)`` smallest eigenvalue estimates, ascending (``smallest[0] = lambda_min``).
+      largest: ``(k,)`` largest, descending (``largest[0] = lambda_max``).
+      smallest_residuals, largest_residuals: ``(k,)`` residual bounds ``|H y - theta y|``: an
+        eigenvalue lies within this distance of each value.
+      smallest_vectors, largest_vectors: ``(k, *x.shape)`` unit eigenvector estimates, or ``None``
+        unless ``return_vectors``.
+      converged: every requested residual is ``<= tol * max|theta|``.
+      tol: the relative tolerance.
+      method: ``"blockwise"`` or ``"full"``.
+      coupling: the measured off-block response (:func:`ssl_geometry.curvature.block_coupling`), or
+        ``None`` when it was not measured (``x`` not ``(n, d)`` with ``n >= 2``, or ``method`` forced).
+      num_hvps: Hessian-vector products used: Lanczos steps, coupling probes and the products
+        for the vectors' true residuals.
+      num_steps: Lanczos steps.
+      lanczos: the solver's :class:`~ssl_geometry.curvature.LanczosResult` (a leading block axis
+        when blockwise).
+      linearization: ``lin`` with ``lin(v) = H v`` for ``v`` shaped like ``x``
+        (:func:`ssl_geometry.curvature.linearized_hvp`), for more products at this point.
+      gradient: ``grad_x loss`` at the point.
+    """
+
+    smallest: np.ndarray
+    largest: np.ndarray
+    smallest_residuals: np.ndarray
+    largest_residuals: np.ndarray
+    smallest_vectors: Any
+    largest_vectors: Any
+    converged: bool
+    tol: float
+    method: str
+    coupling: float | None
+    num_hvps: int
+    num_steps: int
+    lanczos: LanczosResult
+    linearization: Any
+    gradient: Any
+
+
+def _union_ends(res: LanczosResult, k: int, x_shape, vectors: bool):
+    """The ``k`` smallest and largest of the union of the blocks' Ritz values, with residuals and vectors."""
+    n, d = x_shape
+    out = []
+    for vals, resid, vecs, sign in ((res.smallest, res.smallest_residuals, res.smallest_vectors, 1),
+                                    (res.largest, res.largest_residuals, res.largest_vectors, -1)):
+        flat = np.asarray(vals).reshape(-1)
+        order = np.argsort(sign * flat, kind="stable")[:k]
+        blocks, which = np.divmod(order, vals.shape[1])
+        v = None
+        if vectors:
+            v = jnp.zeros((k, n, d), vecs.dtype).at[jnp.arange(k), blocks].set(vecs[blocks, which])
+        out.append((flat[order], np.asarray(resid).reshape(-1)[order], v))
+    return out
+
+
+def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_steps: int | None = None,
+                     key=None, method: str = "auto", coupling_tol: float | None = None, num_probes: int = 2,
+                     return_vectors: bool = False, check_every: int = 20) -> HessianExtremes:
+    """Extreme eigenvalues of ``H = hess_x loss(x, *args)``, blockwise when ``H`` is block-diagonal.
+
+    ``x`` is the point (any shape; ``(n, d)`` for a batch of ``n`` samples), ``args`` the other
+    arguments of ``loss`` (parameters, the other view): they are arguments of the compiled code,
+    so new values of the same shapes, or a fresh closure ``lambda z: loss(z, params)`` on every
+    call, reuse one compilation. The computation runs in ``x``'s dtype (float32 or float64).
+
+    ``method``: ``"auto"`` measures the coupling of the rows of an ``(n, d)`` point with
+    ``num_probes`` split probes (one batched product each; see
+    :func:`ssl_geometry.curvature.block_coupling`) and runs blockwise Lanczos (``target="union"``
+    for ``k = 1``: stops when the union's extremes are resolved) when it is
+    ``<= coupling_tol`` (default ``100 eps`` of the dtype: exact zeros up to rounding), full
+    Lanczos otherwise; ``"blockwise"`` and ``"full"`` skip the measurement. Any other shape of
+    ``x`` runs full Lanczos.
+
+    Args:
+      loss: scalar ``loss(x, *args)``.
+      x: the point; float32 or float64.
+      k: eigenvalues wanted at each end.
+      tol: relative residual tolerance (default ``1e-4`` float32, ``1e-8`` float64): each value
+        is within ``tol * max|theta|`` of an eigenvalue of ``H``.
+      num_steps: Lanczos step budget (default ``min(dim, 200)``, ``dim`` the size of a block or of ``x``).
+      key: PRNG key (start vectors, probes).
+      return_vectors: also return eigenvector estimates shaped like ``x`` (``2 k`` more products).
+      check_every: the most Lanczos steps between convergence checks.
+
+    Returns:
+      :class:`HessianExtremes` (``method``, ``coupling`` and ``num_hvps`` say what was done).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> W = jnp.array([[2.0, 0.0], [0.0, -1.0]])
+      >>> r = hessian_extremes(lambda z, W: 0.5 * jnp.sum((z @ W) * z), jnp.ones((3, 2)), W)
+      >>> r.method, r.coupling, round(float(r.smallest[0]), 8), round(float(r.largest[0]), 8)
+      ('blockwise', 0.0, -1.0, 2.0)
+    """
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"`x` must be a floating-point array; got dtype {x.dtype}.")
+    dtype = as_dtype(x.dtype)
+    check_finite(x, "x")
+    check_choice(method, "method", ("auto", "blockwise", "full"))
+    k, num_probes = check_int(k, "k"), check_int(num_probes, "num_probes")
+    key = default_key(key)
+    k_probe, k_solve = jax.random.split(key)
+    grad, lin = linearize_gradient(loss, x, args)
+    check_finite(grad, "gradient of `loss` at `x`")
+    batched = x.ndim == 2 and x.shape[0] >= 2
+    coupling, probes = None, 0
+    if method == "blockwise" and not batched:
+        raise ValueError(f"`method='blockwise'` needs `x` of shape (n, d) with n >= 2; got {x.shape}.")
+    if method == "auto" and batched:
+        coupling, probes = off_block_response(lin, x.shape, dtype, k_probe, num_probes), num_probes
+        c_tol = 100 * float(jnp.finfo(dtype).eps) if coupling_tol is None else float(coupling_tol)
+        check_positive(c_tol, "coupling_tol", strict=False)
+        method = "blockwise" if coupling <= c_tol else "full"
+    elif method == "auto":
+        method = "full"
+    opts = dict(k=k, num_steps=num_steps, key=k_solve, tol=tol, check_every=check_every,
+                return_vectors=return_vectors, dtype=dtype)
+    if method == "blockwise":
+        n, d = x.shape
+        try:
+            res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,),
+                                                target="union" if k == 1 else "blocks", **opts)
+        except ValueError as err:
+            if "not symmetric" not in str(err):
+                raise
+            raise ValueError("`method='blockwise'`: the Hessian is not block-diagonal over the rows of `x` (its "
+                             "diagonal blocks alone do not act as a symmetric operator); use method='auto' or "
+                             "'full'.") from err
+        (lo, lo_r, lo_v), (hi, hi_r, hi_v) = _union_ends(res, k, x.shape, return_vectors)
+    else:
+        res = extreme_eigenvalues(LinearMatvec(x.shape), int(x.size), args=(lin,), **opts)
+        lo, lo_r, hi, hi_r = res.smallest, res.smallest_residuals, res.largest, res.largest_residuals
+        shape = (k,) + x.shape
+        lo_v = None if res.smallest_vectors is None else res.smallest_vectors.reshape(shape)
+        hi_v = None if res.largest_vectors is None else res.largest_vectors.reshape(shape)
+    return HessianExtremes(
+        smallest=np.asarray(lo), largest=np.asarray(hi), smallest_residuals=np.asarray(lo_r),
+        largest_residuals=np.asarray(hi_r), smallest_vectors=lo_v, largest_vectors=hi_v,
+        converged=bool(res.converged), tol=float(res.tol), method=method, coupling=coupling,
+        num_hvps=int(res.num_steps + probes + (2 * k if return_vectors else 0)), num_steps=int(res.num_steps),
+        lanczos=res, linearization=lin, gradient=grad)

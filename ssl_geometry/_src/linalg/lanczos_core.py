@@ -1,0 +1,242 @@
+"""The Lanczos recurrence with full reorthogonalisation: one step on device, the Ritz problem on the host.
+
+From ``q_1 = v_0/|v_0|``: ``w = A q_j - alpha_j q_j - beta_{j-1} q_{j-1}``, ``alpha_j = q_j^T A q_j``;
+``w`` is orthogonalised against the Lanczos vectors computed so far by classical Gram-Schmidt,
+once, and a second time only when the first pass cancelled more than ``1 - 1/sqrt(2)`` of its
+norm (the Daniel-Gragg-Kaufman-Stewart criterion: a pass that keeps most of ``w`` leaves it
+orthogonal to working precision; "twice is enough", Giraud et al. 2005), ``beta_j = |w|``,
+``q_{j+1} = w / beta_j``. After ``m`` steps ``A Q_m = Q_m T_m + beta_m q_{m+1} e_m^T``; the
+eigenpairs ``(theta_i, s_i)`` of the tridiagonal ``T_m`` give Ritz pairs with residual
+``|A y_i - theta_i y_i| = |beta_m s_i[m]|``, and for symmetric ``A`` an eigenvalue lies within
+that distance of ``theta_i``.
+
+One step is two device calls: the product ``A q_j`` (:func:`apply_matvec`, compiled once per
+matvec and shapes, whatever the basis size) and the update (:func:`lanczos_step`, compiled per
+basis capacity; it holds no user code). The host loop between them does not wait for the device,
+so a run costs its products plus ``4 (j + 1) B n`` multiply-adds of reorthogonalisation at step
+``j`` (``B`` blocks of dimension ``n``; only the filled rows of the basis are visited, in blocks of
+:data:`BLOCK` rows), doubled at the steps that need the second pass.
+
+Norms are taken of ``w / max|w|`` (:func:`scaled_norm`), so a finite operator of any norm the
+dtype holds (``|A| = 1e30`` in float32) cannot overflow them.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+from jax import lax
+from jaxtyping import Array
+
+__all__: list[str] = []
+
+BLOCK = 8             # rows of the basis visited per reorthogonalisation block
+_DENSE_RITZ_MAX = 48  # up to this many steps the Ritz problem is one batched dense eigh
+_HI = lax.Precision.HIGHEST  # reorthogonalisation must not run in TF32/bf16 on accelerators
+_DGKS = 2 ** -0.5     # a second Gram-Schmidt pass when the first keeps less than this fraction of |w|
+
+
+class LanczosState(NamedTuple):
+    Q: Array            # (rows, B, n) Lanczos vectors (rows a multiple of BLOCK, grown on demand); unused rows zero
+    alpha: Array        # (m, B) diagonal of T
+    beta: Array         # (m, B) off-diagonal of T (0 where a breakdown restarted)
+    resid: Array        # (m, B) |w_j| after reorthogonalisation (the true beta, kept at breakdowns)
+    broke: Array        # (m, B) bool: breakdown at step j
+    anorm: Array        # (B,) running estimate of |A| (max sqrt(alpha^2 + beta^2 + beta_prev^2))
+    asym: Array         # (B,) max_j |q_{j-1}^T A q_j - beta_{j-1}| / anorm (symmetry defect)
+    bad_product: Array  # (B,) bool: the matvec returned a non-finite value at some step
+    second_passes: Array  # () int: steps that needed the second Gram-Schmidt pass
+
+
+def scaled_norm(w, axis=-1):
+    """``|w|`` along ``axis`` computed as ``s |w / s|`` with ``s = max|w|``: no overflow, no underflow.
+
+    >>> x = jnp.array([3e30, 4e30], jnp.float32)
+    >>> float(jnp.linalg.norm(x)), round(float(scaled_norm(x)) / 1e30, 5)
+    (inf, 5.0)
+    """
+    s = jnp.max(jnp.abs(w), axis=axis, keepdims=True)
+    s_safe = jnp.where((s > 0) & jnp.isfinite(s), s, 1)
+    return jnp.squeeze(s_safe, axis) * jnp.linalg.norm(w / s_safe, axis=axis)
+
+
+def _hypot3(a, b, c):
+    m = jnp.maximum(jnp.maximum(jnp.abs(a), jnp.abs(b)), jnp.abs(c))
+    m_safe = jnp.where(m > 0, m, 1)
+    return m * jnp.sqrt((a / m_safe) ** 2 + (b / m_safe) ** 2 + (c / m_safe) ** 2)
+
+
+def _gram_schmidt(w, Q, j):
+    """One pass of classical Gram-Schmidt of rows of ``w`` (B, n) against rows ``0..j`` of ``Q``.
+
+    ``Q`` is (mq, B, n) with rows beyond ``j`` zero; it is visited in blocks of ``BLOCK`` rows,
+    only up to the block holding row ``j`` (a dynamic trip count), so the cost grows with the
+    filled part, not with the capacity. Each block is contracted batch-first (``(B, BLOCK, n)``),
+    the layout the CPU and GPU matrix-vector kernels take without a transposed copy.
+    """
+    def body(c, acc):
+        Qc = jnp.swapaxes(lax.dynamic_slice_in_dim(Q, c * BLOCK, BLOCK, axis=0), 0, 1)
+        coef = jnp.einsum("bmn,bn->bm", Qc, w, precision=_HI)
+        return acc + jnp.einsum("bm,bmn->bn", coef, Qc, precision=_HI)
+
+    return w - lax.fori_loop(0, j // BLOCK + 1, body, jnp.zeros_like(w))
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def apply_matvec(batched_matvec, V, args):
+    """``A V`` for the ``(B, n)`` block of current Lanczos vectors, in their dtype."""
+    return batched_matvec(V, *args).astype(V.dtype)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _set_row(Q, i, q):
+    return Q.at[i].set(q)
+
+
+def lanczos_step(st: LanczosState, w, j, key, breakdown_tol):
+    """Step ``j`` from the product ``w = A q_j``: ``(state with q_{j+1} and T's column j, q_{j+1})``.
+
+    Two device calls: the recurrence reads the basis (:func:`_recurrence`, which never writes it,
+    so XLA has no reason to copy it around its loops and conditionals), then ``q_{j+1}`` is
+    written into the donated basis in place.
+    """
+    small, q_next = _recurrence(st.Q, st._replace(Q=None), w, j, key, breakdown_tol)
+    return small._replace(Q=_set_row(st.Q, j + 1, q_next)), q_next
+
+
+@jax.jit
+def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol):
+    """The recurrence of step ``j`` (``st`` without its basis ``Q``, which is only read)."""
+    dtype = Q.dtype
+    q = Q[j]
+    bad = ~jnp.all(jnp.isfinite(w), axis=-1)
+    alpha = jnp.sum(q * w, axis=-1)
+    jp = jnp.maximum(j - 1, 0)
+    beta_prev = jnp.where(j > 0, st.beta[jp], 0)
+    q_prev = Q[jp]
+    cross = jnp.where(j > 0, jnp.sum(q_prev * w, axis=-1), 0)  # = beta_prev when A is symmetric
+    w = w - alpha[:, None] * q - beta_prev[:, None] * q_prev
+    n0 = scaled_norm(w)
+    w = _gram_schmidt(w, Q, j)
+    again = jnp.any(scaled_norm(w) < _DGKS * n0)
+    w = lax.cond(again, lambda u: _gram_schmidt(u, Q, j), lambda u: u, w)
+    b = scaled_norm(w)
+    anorm = jnp.maximum(st.anorm, _hypot3(alpha, b, beta_prev))
+    asym = jnp.maximum(st.asym, jnp.abs(cross - beta_prev) / jnp.where(anorm > 0, anorm, 1))
+    broke = b <= breakdown_tol * anorm
+
+    def restart(_):
+        # breakdown: invariant subspace found; continue from a random vector orthogonal
+        # to all previous Lanczos vectors (T gets a zero off-diagonal). Drawn only here.
+        r = jax.random.normal(jax.random.fold_in(key, j + 1), w.shape, dtype)
+        r = _gram_schmidt(_gram_schmidt(r, Q, j), Q, j)
+        r = r / scaled_norm(r)[:, None]
+        return jnp.where(broke[:, None], r, w / jnp.where(broke, 1, b)[:, None])
+
+    q_next = lax.cond(jnp.any(broke), restart, lambda _: w / b[:, None], None)
+    new = LanczosState(
+        Q=None,
+        alpha=st.alpha.at[j].set(alpha),
+        beta=st.beta.at[j].set(jnp.where(broke, 0, b)),
+        resid=st.resid.at[j].set(b),
+        broke=st.broke.at[j].set(broke),
+        anorm=anorm,
+        asym=asym,
+        bad_product=st.bad_product | bad,
+        second_passes=st.second_passes + again.astype(st.second_passes.dtype),
+    )
+    return new, q_next
+
+
+def advance(batched_matvec, state: LanczosState, q, start: int, stop: int, key, breakdown_tol, args):
+    """Lanczos steps ``start <= j < stop``: ``(state, q_stop)``. Dispatches only; nothing waits here."""
+    for j in range(start, stop):
+        w = apply_matvec(batched_matvec, q, args)
+        state, q = lanczos_step(state, w, jnp.asarray(j), key, breakdown_tol)
+    return state, q
+
+
+def round_rows(rows: int) -> int:
+    return -(-rows // BLOCK) * BLOCK
+
+
+def capacity(needed: int, current: int, num_steps: int) -> int:
+    """Rows of the basis buffer for ``needed`` rows: at least double ``current``, at most ``num_steps + 1``.
+
+    The basis starts small and grows geometrically, so a run that stops after 8 steps of a
+    512-step budget of 256 x 512 blocks holds 32 rows (16 MB), not 513 (269 MB); each capacity
+    compiles the update step once (the product is compiled once whatever the capacity).
+
+    At least double, rounded to the row block, never beyond ``num_steps + 1`` rounded up:
+
+    >>> capacity(20, 32, 500), capacity(33, 32, 500), capacity(200, 32, 500), capacity(400, 256, 300)
+    (32, 64, 200, 304)
+    """
+    if needed <= current:
+        return current
+    return min(round_rows(num_steps + 1), max(round_rows(needed), 2 * current))
+
+
+@jax.jit
+def _grow(Q, extra):
+    return jnp.concatenate([Q, extra], axis=0)
+
+
+def ensure_capacity(state: LanczosState, rows: int) -> LanczosState:
+    have = state.Q.shape[0]
+    if rows <= have:
+        return state
+    extra = jnp.zeros((rows - have,) + state.Q.shape[1:], state.Q.dtype)
+    return state._replace(Q=_grow(state.Q, extra))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def lanczos_init(v0, num_steps, dtype, rows):
+    """``(state, q_0)`` with ``q_0 = v_0 / |v_0|`` row by row (scaled norms) in a basis of ``rows`` rows."""
+    B, n = v0.shape
+    v0 = v0.astype(dtype)
+    q0 = v0 / scaled_norm(v0)[:, None]
+    Q = jnp.zeros((rows, B, n), dtype).at[0].set(q0)
+    zeros = jnp.zeros((num_steps, B), dtype)
+    state = LanczosState(Q, zeros, zeros, zeros, jnp.zeros((num_steps, B), bool), jnp.zeros((B,), dtype),
+                         jnp.zeros((B,), dtype), jnp.zeros((B,), bool), jnp.zeros((), jnp.int32))
+    return state, q0
+
+
+def ritz_batch(alpha, beta, resid, broke):
+    """Ritz values (ascending), eigenvectors of ``T`` and residual estimates for ``B`` rows, float64.
+
+    ``alpha, beta, resid, broke``: ``(B, m)``. Returns ``theta (B, m)``, ``S (B, m, m)``
+    (columns are eigenvectors of ``T``) and ``est (B, m)``: the residual of Ritz pair ``i`` is
+    ``|resid_m s_i[m]| + sum_{breakdowns b < m} |resid_b s_i[b]|`` (the discarded residual
+    vectors at breakdowns enter by the triangle inequality). Up to ``_DENSE_RITZ_MAX`` steps
+    one batched dense ``eigh`` serves all rows; beyond, ``eigh_tridiagonal`` per row.
+    """
+    B, m = alpha.shape
+    if m == 1:
+        theta, S = alpha.copy(), np.ones((B, 1, 1))
+    elif m <= _DENSE_RITZ_MAX:
+        T = np.zeros((B, m, m))
+        idx = np.arange(m)
+        T[:, idx, idx] = alpha
+        T[:, idx[:-1], idx[1:]] = beta[:, :-1]
+        T[:, idx[1:], idx[:-1]] = beta[:, :-1]
+        theta, S = np.linalg.eigh(T)
+    else:
+        pairs = [scipy.linalg.eigh_tridiagonal(alpha[b], beta[b, :-1]) for b in range(B)]
+        theta, S = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    est = np.abs(resid[:, m - 1, None] * S[:, m - 1, :])
+    inner = broke[:, : m - 1]
+    if inner.any():
+        est = est + np.einsum("bi,bik->bk", inner * np.abs(resid[:, : m - 1]), np.abs(S[:, : m - 1, :]))
+    return theta, S, est
+
+
+def coefficients(state: LanczosState, j: int):
+    """``(alpha, beta, resid, broke)`` of the first ``j`` steps on the host, ``(B, j)`` float64 (``broke`` bool)."""
+    alpha, beta, resid, broke = (np.asarray(a, np.float64)[:j].T for a in state[1:5])  # sliced on the host
+    return alpha, beta, resid, broke.astype(bool)
