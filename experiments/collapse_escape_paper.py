@@ -1,4 +1,4 @@
-"""Experiment 4, ``paper`` variant: the authors' collapse-escape runs through the one trainer.
+"""Experiment 4b: the authors' collapse-escape runs (experiment 4 at the paper's scale) through the one trainer.
 
 ``experiments.py`` (Experiment 1) of the authors trains SimSiam from pseudo-collapse (projector
 weights x 0.1) for 14 ``(activation, BatchNorm, lr)`` settings x 3 seeds and tracks, per step and
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -211,8 +210,8 @@ def _projection(config, n_images, rows) -> dict:
     total = 0.0
     for a, bn, _ in config.runs:
         total += config.seeds * config.train.epochs * spe * per_graph[_path(a, bool(bn))] * scale
-    return {"step_time_s": float(np.nanmean(list(per_graph.values()))), "batch": config.dry.batch_size,
-            "paths_run": sorted(per_graph), "projected_wall_time_s": total, "device": jax.devices()[0].device_kind}
+    return common.dry_run_record(float(np.nanmean(list(per_graph.values()))), projected_wall_time_s=total,
+                                 batch=config.dry.batch_size, paths_run=sorted(per_graph))
 
 
 #: The rule's four groups of runs: (name, predicate on a run).
@@ -315,8 +314,3 @@ def report(results, rel_dir) -> str:
                        f"step {dr['step_time_s']:.3g} s; projected full variant {dr['projected_wall_time_s'] / 3600:.3g} h "
                        f"on {dr['device']}.\n")
     return "\n".join(text)
-
-
-def run(config, out_dir) -> dict:
-    """Old contract (until every caller uses :func:`experiments.common.run_experiment`)."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

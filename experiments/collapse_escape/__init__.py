@@ -21,7 +21,6 @@ BatchNorm (reported): the amplification of the perturbation by the batch statist
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import jax
@@ -38,7 +37,7 @@ from ssl_geometry import dynamics
 from ssl_geometry import metrics
 from ssl_geometry import heads
 
-__all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "report", "figures"]
 
 NAME = "collapse_escape"
 TITLE = "Collapse escape: predicted against measured (Thm 4.1 and the abstract's dynamical reading)"
@@ -118,10 +117,7 @@ def _problems(cfg):
 
 
 def measure(config) -> dict:
-    """Every (representation, objective, head, seed) state: rows of numbers per run, thinned curves, the states.
-
-    (The ``paper`` variant is :mod:`experiments.collapse_escape_paper`; ``experiments.reproduce`` picks it.)
-    """
+    """Every (representation, objective, head, seed) state: rows of numbers per run, thinned curves, the states."""
     common.require_x64(NAME)
     from threadpoolctl import threadpool_limits
 
@@ -146,11 +142,5 @@ def _measure(config) -> dict:
     out = {"rows": rows, "curves": curves, "cases": cases}
     if config.dry_run:
         wall = time.perf_counter() - t0
-        out["dry_run"] = {"step_time_s": wall, "projected_wall_time_s": wall * len(problems) * config.seeds,
-                          "device": str(jax.devices()[0])}
+        out["dry_run"] = common.dry_run_record(wall, len(problems) * config.seeds)  # a "step": one case
     return out
-
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: :func:`experiments.common.run_experiment` on this module."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

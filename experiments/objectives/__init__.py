@@ -280,10 +280,3 @@ def decide(m, config) -> dict:
                 "orbit_compression_min": min(r["sec5"]["orbits"]["S"] for r in rows),
                 "orbit_compression_max": max(r["sec5"]["orbits"]["S"] for r in rows)}
     return {"claims": items, "headline": headline}
-
-
-def run(config, out_dir) -> dict:
-    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
-    import sys
-
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

@@ -266,7 +266,8 @@ def place_batch(batch: dict, mesh: Mesh) -> dict:
 
 
 def representation_metrics(z) -> dict:
-    """Collapse diagnostics of a batch of outputs ``z`` (n, k) (DESIGN.md section 3),
+    """Collapse diagnostics of a batch of outputs ``z`` (n, k)
+    (docs/theory.md, section "Collapse monitor and timescale ratio"),
     computed by :mod:`ssl_geometry.metrics`:
 
     * ``std_norm``: ``mean_j std_i (z_i / |z_i|)_j`` (``ddof=1``; collapse -> 0, uniform
