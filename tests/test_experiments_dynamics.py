@@ -56,6 +56,10 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
         assert x["outcome"] == ce_runs.outcome(x["growth"], x["status"])
         # The linearised dynamics predict the measured rate (same window) within the rule's tolerance.
         assert ce_verdict.rate_agreement(x, ce_verdict.rate_scales(rows)) == "agree", ce_verdict.label(x)
+        if x["dynamics"] == "flow" and x["tau"] == 0 and x["head_kind"] == "smooth" and x["representation"] == "free":
+            # the frozen-head rule's target: the linearised system's slope over the spread-only window
+            assert abs(ce_verdict.frozen_ratio(x) - 1) <= claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds[
+                "rate_rtol"], ce_verdict.label(x)
         assert x["H_L_psd"] and x["timescale_ratio"] == (0.0 if x["tau"] == 0 else x["timescale_ratio"])
         if x["activation"] == "identity":
             assert x["lambda_min_M"] == 0.0
@@ -144,7 +148,7 @@ def _run(kind, dyn, tau, outcome, *, growth=None, seed=0, lr=0.0, measured=0.2, 
             "dynamics": dyn, "tau": tau, "lr": lr, "certified": True, "state_premises": True, "outcome": outcome,
             "growth": growth if growth is not None else {"escaped": 100.0, "stayed": 1.0, "grew": 3.0}.get(outcome, 1.0),
             "measured_rate": measured, "predicted_rate_window": predicted, "predicted_rate": predicted,
-            "fit_points": 20, "frozen_rate": -0.01, "lambda_min_H_eff": 0.01}
+            "fit_points": 20, "frozen_rate": -0.01, "frozen_predicted_rate": -0.01, "lambda_min_H_eff": 0.01}
     return {**base, **kw}
 
 
@@ -154,7 +158,8 @@ def _decide(rows):
 
 def test_collapse_escape_rules_each_way():
     lin0 = _run("linear", "flow", 0.0, "stayed", growth=0.001, measured=-0.01, predicted=-0.01)
-    sm0 = _run("smooth", "flow", 0.0, "escaped", frozen_rate=0.0101, lambda_min_H_eff=-0.01)
+    sm0 = _run("smooth", "flow", 0.0, "escaped", frozen_rate=0.0101, frozen_predicted_rate=0.0099,
+               lambda_min_H_eff=-0.01)
     lin4 = _run("linear", "flow", 4.0, "stayed", measured=-0.003, predicted=-0.003)
     sm4 = _run("smooth", "flow", 4.0, "escaped")
     sgd = _run("linear", "sgd", 4.0, "diverged", lr=0.5, measured=0.5, predicted=0.5)
@@ -170,8 +175,14 @@ def test_collapse_escape_rules_each_way():
     assert d["finite-step-escape"]["verdict"] == "inconclusive"
     # Diverged is its own outcome: a diverged linear flow with none escaping is inconclusive, never "stayed".
     assert _decide([lin0, {**lin4, "outcome": "diverged"}])["flow-linear-relu-no-escape"]["verdict"] == "inconclusive"
-    # The frozen head: a smooth rate off -lambda_min(H_eff), or a linear head that grows, refutes Thm 4.1's reading.
-    assert _decide([{**sm0, "frozen_rate": 0.02}])["thm4.1-frozen-head-flow"]["verdict"] == "not supported"
+    # The frozen head: a smooth rate off the linearised slope over the same window, a smooth run that does not
+    # grow, or a linear head that grows, refutes Thm 4.1's reading; the slope, not -lambda_min(H_eff), is the target.
+    frozen = lambda rows: _decide(rows)["thm4.1-frozen-head-flow"]["verdict"]  # noqa: E731
+    assert frozen([{**sm0, "frozen_rate": 0.02}]) == "not supported"
+    assert frozen([{**sm0, "frozen_rate": 0.0062, "frozen_predicted_rate": 0.006}]) == "supported"  # pre-asymptotic
+    assert frozen([{**sm0, "growth": 1.2}]) == "not supported"  # right slope, but the run stays
+    assert frozen([{**sm0, "growth": 5.0, "outcome": "grew"}]) == "inconclusive"  # grew, but short of escape_growth
+    assert frozen([{**sm0, "outcome": "diverged"}]) == "inconclusive"
     assert _decide([{**lin0, "growth": 20.0}])["thm4.1-frozen-head-flow"]["verdict"] == "not supported"
     assert _decide([{**lin0, "representation": "mlp"}])["thm4.1-frozen-head-flow"]["verdict"] == "inconclusive"
     # A smooth flow at tau >= 1 that stays refutes the escape reading; tau < 1 runs are only reported.

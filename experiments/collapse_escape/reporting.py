@@ -28,7 +28,8 @@ def frozen_table(rows) -> list[dict]:
         target = -r["lambda_min_H_eff"]
         counted = r["representation"] == "free" and r["state_premises"]
         out.append({**_state(r), "kind": r["head_kind"], "T": r["horizon"], "growth G": r["growth"],
-                    "rate (spread window)": r["frozen_rate"], "-lmin(H_eff)": target,
+                    "rate (spread window)": r["frozen_rate"], "linearised slope": r["frozen_predicted_rate"],
+                    "rate / linearised": V.frozen_ratio(r), "-lmin(H_eff)": target,
                     "rate / -lmin": r["frozen_rate"] / target if target else float("nan"),
                     "counted": counted, "check": V.frozen_check(r) if counted else "-"})
     return out

@@ -166,20 +166,23 @@ def summarise(tr, predicted_spread, stop, status):
 
     ``measured_rate``/``predicted_rate_window``: in the linear regime of :func:`fit_rate` (spread and the
     whole state's deviation, before ``stop``), the measured slope and the linearised system's slope
-    ``predicted_spread`` (same ``ts``, same start) over the same window. ``frozen_rate``: the slope the
-    frozen-head rule reads (spread only).
+    ``predicted_spread`` (same ``ts``, same start) over the same window. ``frozen_rate`` and
+    ``frozen_predicted_rate``: the slopes the frozen-head rule reads (the window from the spread only),
+    measured and of the linearised system.
     """
     lf = threshold(FROZEN, "linear_factor")
     spread = np.asarray(tr.observed["spread_z"], float)
     dev = np.asarray(tr.observed["dev"], float)
     last = np.nonzero(tr.saved & np.isfinite(spread))[0][-1]
     rate, t_a, t_b, points = fit_rate(tr.ts, spread, spread[0], lf, dev=dev, stop=stop)
+    frozen, f_a, f_b, _ = fit_rate(tr.ts, spread, spread[0], lf)
     growth = float(spread[last] / spread[0])
     return {"ok": bool(tr.ok), "status": status, "t_final": float(tr.t_final), "n_steps": int(tr.n_steps),
             "spread_0": float(spread[0]), "spread_T": float(spread[last]), "growth": growth,
             "outcome": outcome(growth, status), "measured_rate": rate,
             "predicted_rate_window": fit_on(tr.ts, predicted_spread, (t_a, t_b)), "fit_window": [t_a, t_b],
-            "fit_points": points, "frozen_rate": fit_rate(tr.ts, spread, spread[0], lf)[0]}
+            "fit_points": points, "frozen_rate": frozen, "frozen_window": [f_a, f_b],
+            "frozen_predicted_rate": fit_on(tr.ts, predicted_spread, (f_a, f_b))}
 
 
 def _delta(w, w_eq):

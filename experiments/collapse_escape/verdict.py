@@ -72,31 +72,49 @@ def _outcomes(rows) -> dict:
     return {k: dict(v) for k, v in out.items()}
 
 
+def frozen_ratio(r) -> float:
+    """``frozen_rate / frozen_predicted_rate``: measured against the linearised system's slope, same window."""
+    m, p = r["frozen_rate"], r["frozen_predicted_rate"]
+    return m / p if np.isfinite(m) and np.isfinite(p) and p != 0 else float("nan")
+
+
 def frozen_check(r) -> str:
-    """``agree``, ``refute`` or ``open`` for one counted frozen-head run (rule of ``thm4.1-frozen-head-flow``)."""
-    if r["head_kind"] == "smooth":
-        target, rate = -r["lambda_min_H_eff"], r["frozen_rate"]
-        if not (np.isfinite(rate) and target != 0):
-            return "open"
-        return "agree" if abs(rate / target - 1.0) <= _t(FROZEN, "rate_rtol") else "refute"
+    """``agree``, ``refute`` or ``open`` for one counted frozen-head run (rule of ``thm4.1-frozen-head-flow``).
+
+    Smooth head: agrees if ``G >= escape_growth`` and ``|rate / linearised slope - 1| <= rate_rtol``;
+    refutes if ``G < no_growth`` or the slope misses by more than ``rate_rtol``. Linear/ReLU head: agrees
+    if ``G <= no_growth``, refutes if ``G > escape_growth``. A diverged or censored run stays open.
+    """
     if r["outcome"] in ("diverged", "censored"):
         return "open"
-    if r["growth"] <= _t(FROZEN, "no_growth"):
+    g = r["growth"]
+    if r["head_kind"] == "smooth":
+        ratio = frozen_ratio(r)
+        if g < _t(FROZEN, "no_growth") or (np.isfinite(ratio) and abs(ratio - 1.0) > _t(FROZEN, "rate_rtol")):
+            return "refute"
+        return "agree" if g >= _t(FROZEN, "escape_growth") and np.isfinite(ratio) else "open"
+    if g <= _t(FROZEN, "no_growth"):
         return "agree"
-    return "refute" if r["growth"] > _t(FROZEN, "escape_growth") else "open"
+    return "refute" if g > _t(FROZEN, "escape_growth") else "open"
 
 
 def decide_frozen(rows) -> dict:
     counted = [r for r in _flows(rows, ("smooth", *LINEAR_KINDS), tau=0.0) if r["representation"] == "free"]
     checks = [(r, frozen_check(r)) for r in counted]
     smooth = [r for r in counted if r["head_kind"] == "smooth"]
-    ratios = [r["frozen_rate"] / -r["lambda_min_H_eff"] for r in smooth if r["lambda_min_H_eff"] != 0]
+    ratios = [frozen_ratio(r) for r in smooth]
+    ratios = [x for x in ratios if np.isfinite(x)]
+    vs_lmin = [r["frozen_rate"] / -r["lambda_min_H_eff"] for r in smooth if r["lambda_min_H_eff"] != 0]
     deciding = {"runs": len(counted), "agree": sum(c == "agree" for _, c in checks),
                 "refute": sum(c == "refute" for _, c in checks),
-                "smooth_rate_over_minus_lambda_min_min": min(ratios, default=float("nan")),
-                "smooth_rate_over_minus_lambda_min_max": max(ratios, default=float("nan")),
+                "smooth_rate_over_linearised_min": min(ratios, default=float("nan")),
+                "smooth_rate_over_linearised_max": max(ratios, default=float("nan")),
+                "smooth_min_growth": min((r["growth"] for r in smooth), default=float("nan")),
                 "linear_relu_max_growth": max((r["growth"] for r in counted if r["head_kind"] != "smooth"),
-                                              default=float("nan"))}
+                                              default=float("nan")),
+                # reported beside the rule: the statement's -lambda_min(H_eff), which the slope tends to
+                "smooth_rate_over_minus_lambda_min_min": min(vs_lmin, default=float("nan")),
+                "smooth_rate_over_minus_lambda_min_max": max(vs_lmin, default=float("nan"))}
     item = {"id": FROZEN, "deciding": deciding}
     bad = [label(r) for r, c in checks if c == "refute"]
     if not counted:
@@ -104,9 +122,10 @@ def decide_frozen(rows) -> dict:
     if bad:
         return {**item, "verdict": "not supported", "reason": f"{len(bad)} runs refute it: " + ", ".join(bad[:4])}
     if deciding["agree"] == len(counted):
-        return {**item, "verdict": "supported", "reason": f"all {len(counted)} frozen-head runs agree (smooth rate / "
-                f"-lambda_min(H_eff) in [{deciding['smooth_rate_over_minus_lambda_min_min']:.3g}, "
-                f"{deciding['smooth_rate_over_minus_lambda_min_max']:.3g}], linear/ReLU growth <= "
+        return {**item, "verdict": "supported", "reason": f"all {len(counted)} frozen-head runs agree (smooth: growth "
+                f">= {deciding['smooth_min_growth']:.3g}, rate / linearised slope in "
+                f"[{deciding['smooth_rate_over_linearised_min']:.3g}, "
+                f"{deciding['smooth_rate_over_linearised_max']:.3g}]; linear/ReLU growth <= "
                 f"{deciding['linear_relu_max_growth']:.3g})"}
     return {**item, "verdict": "inconclusive", "reason": f"{len(counted) - deciding['agree']} of {len(counted)} runs "
             "neither agree nor refute"}
