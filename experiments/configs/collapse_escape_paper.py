@@ -25,7 +25,7 @@ ReLU at lr 0.005 without BN, ReLU with BN or at lr 0.5) plus ReLU at the base lr
 so that every group the rule reads is present; ``paper`` runs all 14.
 
 ``paper`` deviations from the authors' ``experiments.py`` (``run_collapse_experiment``, line 224, and
-the 14 settings of ``activations_to_test``, line 906), with their reasons:
+the 14 settings of ``activations_to_test``, line 918), with their reasons:
 
 * scope: the authors also ran the ablation with ``--architecture vit_tiny`` on CIFAR-10 and on CIFAR-100
   (their released results are under ``experiments/paper_results``); this variant runs their main setting,
