@@ -116,7 +116,8 @@ def decide_frozen(rows) -> dict:
                 "smooth_rate_over_minus_lambda_min_min": min(vs_lmin, default=float("nan")),
                 "smooth_rate_over_minus_lambda_min_max": max(vs_lmin, default=float("nan"))}
     item = {"id": FROZEN, "deciding": deciding}
-    bad = [label(r) for r, c in checks if c == "refute"]
+    bad = [f"{label(r)} (G = {r['growth']:.3g}, rate / linearised slope = {frozen_ratio(r):.3g})"
+           for r, c in checks if c == "refute"]
     if not counted:
         return {**item, "verdict": "inconclusive", "reason": "no frozen-head run of z itself at a premise-holding state"}
     if bad:
