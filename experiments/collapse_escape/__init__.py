@@ -37,7 +37,7 @@ from ssl_geometry import dynamics
 from ssl_geometry import metrics
 from ssl_geometry import heads
 
-__all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "report", "figures"]
+__all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "report", "figures", "run_case"]
 
 NAME = "collapse_escape"
 TITLE = "Collapse escape: predicted against measured (Thm 4.1 and the abstract's dynamical reading)"
@@ -85,7 +85,7 @@ def _batchnorm(problem, cfg, eq, y0):
             "bn_std_u_init": float(metrics.normalized_std(bn.apply(v, z0, train=True)[0]))}
 
 
-def _case(cfg, problem, seed):
+def run_case(cfg, problem, seed):
     """One state: its equilibrium, premises, spectrum and perturbation, then every run from it (:func:`runs.run_state`)."""
     key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), seed)
     eq = P.equilibrium(problem, cfg, key)
@@ -133,7 +133,7 @@ def _measure(config) -> dict:
     problems = list(_problems(config))
     for problem in problems:
         for s in range(1 if config.dry_run else config.seeds):
-            r, c, case = _case(config, problem, s)
+            r, c, case = run_case(config, problem, s)
             rows += r
             curves += c
             cases.append(case)
