@@ -246,13 +246,21 @@ def _claims() -> dict[str, Claim]:
                        "contrastive and decorrelation families with both views collapsed, stationarity of the "
                        "head forces the residual rho to 0, so Thm 4.1's premise rho != 0 cannot hold at their "
                        "collapsed equilibria."),
-            source=("derived here (ssl_geometry.geometry.identical_rows_finding): with all rows of the batch "
-                    "identical, the head's gradient is J^T sum_i rho_i, and the families' symmetries make "
-                    "sum_i rho_i = 0 imply rho = 0"),
-            rule=("Over the collapsed states of those families at which the head is stationary to the "
-                  "certificate's tolerance: supported if every one has |rho| <= {rho_tol} |rho at the same state "
-                  "with the head perturbed|; not supported if one has |rho| above that bound."),
-            thresholds={"rho_tol": 1e-6},
+            source=("derived here (ssl_geometry.geometry.identical_rows_finding): with both views at one point "
+                    "the samples are exchangeable, every residual row is the same r, the head's gradient is "
+                    "n (dh(c)/dtheta)^T r, and a full-row-rank dh(c)/dtheta makes head stationarity force r = 0"),
+            rule=("At each collapsed state of those families (both views at one point c; the second view's "
+                  "outputs and any target held fixed, the loss the Thm 4.1 certificate reads), the head is driven "
+                  "by BFGS to a stationary point of theta -> L; rho_ref = |rho| at that head with every parameter "
+                  "perturbed by a relative {head_perturbation} (Gaussian). The state counts if |grad_theta L| <= "
+                  "sqrt(eps) |dh/dtheta|_2 rho_ref (the certificate's stationarity tolerance with rho_ref as the "
+                  "scale: relative to its own rho a collapsed head with identical residual rows is never "
+                  "stationary unless rho = 0), or if rho_ref <= sqrt(eps) max(1, |L|) (rho vanishes there "
+                  "whatever the head, so every head is stationary to working precision). Supported if every "
+                  "counted state has |rho| <= max({rho_tol} rho_ref, sqrt(eps) max(1, |L|)) (the second term: "
+                  "the certificate's rho = 0); not supported if one has |rho| above that bound; inconclusive if "
+                  "no state was counted."),
+            thresholds={"rho_tol": 1e-6, "head_perturbation": 0.1},
             controls=(),
             scales=SCALES,
             refuted_by="a head-stationary collapsed state of one of these families with rho != 0",
@@ -264,17 +272,20 @@ def _claims() -> dict[str, Claim]:
                        "flow in z leaves collapse at the rate -lambda_min(H_eff) for a smooth head and does not "
                        "grow for a linear or ReLU head."),
             source=_THM41_SOURCE,
-            rule=("Head frozen, gradient flow in z from the config's relative perturbation at a "
+            rule=("Head frozen (tau = 0), gradient flow in z itself (the free representation: the flow of a "
+                  "backbone's parameters is reported, not counted) from the config's relative perturbation at a "
                   "certified collapsed equilibrium with H_L PSD; horizon T = {horizon_decades} ln(10) / "
-                  "|lambda_min(H_eff)| from the frozen-head prediction itself (capped at {horizon_max}). Growth "
-                  "G = spread(T) / spread(0). A smooth-head run agrees if G >= {escape_growth} and its rate, "
-                  "fitted while spread <= {linear_factor} x spread(0), is within a relative {rate_rtol} of the "
-                  "linearised system's slope over the same window and the same spread functional (z' = -H_eff z "
-                  "from the same start; the slope tends to -lambda_min(H_eff) once the leading mode dominates); "
-                  "a linear/ReLU run agrees if G <= {no_growth}. Supported if every counted run agrees; not "
-                  "supported if a linear/ReLU run grows beyond {escape_growth} x its start, or a smooth run stays "
-                  "below {no_growth} or misses its linearised slope by more than {rate_rtol}; inconclusive "
-                  "otherwise."),
+                  "|lambda_min(H_eff)| from the frozen-head prediction itself (capped at {horizon_max}), with no "
+                  "rate floor. Growth G = spread(T) / spread(0), spread = RMS of z - mean z. A smooth-head run "
+                  "agrees if G >= {escape_growth} and its rate (least-squares slope of log spread against t over "
+                  "the second half of the leading stretch of save times with spread <= {linear_factor} x "
+                  "spread(0)) is within a relative {rate_rtol} of the linearised system's slope over the same "
+                  "window and the same spread functional (z' = -H_eff z from the same start; the slope tends to "
+                  "-lambda_min(H_eff) once the leading mode dominates); a linear/ReLU run agrees if G <= "
+                  "{no_growth}. Each seed is a run. Supported if every counted run agrees; not supported if a "
+                  "linear/ReLU run grows beyond {escape_growth} x its start, or a smooth run stays below "
+                  "{no_growth} or misses its linearised slope by more than {rate_rtol}; inconclusive otherwise "
+                  "(also when no run was counted)."),
             thresholds={"horizon_decades": 3.0, "horizon_max": 1e5, "linear_factor": 100.0,
                         "rate_rtol": 0.25, "no_growth": 1.5, "escape_growth": 10.0},
             controls=(),
@@ -290,13 +301,19 @@ def _claims() -> dict[str, Claim]:
             source=("abstract (arXiv 2605.17180): 'linear and ReLU heads cannot escape under continuous-time "
                     "gradient flow'"),
             rule=("Joint gradient flow (head rate tau times the representation's, tau in {timescale_ratios}) from "
-                  "the config's relative perturbation at a certified collapsed equilibrium whose "
-                  "premises hold. Escape: growth G = spread(T) / spread(0) >= {escape_growth} by the horizon "
-                  "(growth against the start, never an absolute threshold); a run whose loss or state becomes "
-                  "non-finite is 'diverged', its own outcome. Supported if no counted linear/ReLU flow escapes "
-                  "at any tau; not supported if one does (the verdict names the tau); inconclusive if a flow "
-                  "diverged or was censored and none escaped."),
-            thresholds={"escape_growth": 10.0, "timescale_ratios": "0 (head frozen), 0.01, 1, 4, 100"},
+                  "the config's relative perturbation at a certified collapsed equilibrium (rho != 0, stationary "
+                  "in every variable) with H_L PSD; the timescale premise is what tau sweeps (the measured ratio "
+                  "is reported per run). Horizon: T = {horizon_margin} ln({escape_growth}) / r when the run's "
+                  "linearised rate r (the leading eigenvalue of the field's Jacobian among the modes the spread "
+                  "sees) is > 0, so that a run growing as predicted passes {escape_growth}^{horizon_margin}; "
+                  "otherwise the frozen-head horizon of thm4.1-frozen-head-flow; capped at {horizon_max}. Escape: "
+                  "growth G = spread(T) / spread(0) >= {escape_growth} (growth against the start, never an "
+                  "absolute threshold); a run whose loss or state becomes non-finite is 'diverged' and one the "
+                  "solver stops before T is 'censored', each its own outcome. Each seed is a run. Supported if no "
+                  "counted linear/ReLU flow escapes at any tau; not supported if one does (the verdict names the "
+                  "tau); inconclusive if a flow diverged or was censored and none escaped, or if none was counted."),
+            thresholds={"escape_growth": 10.0, "timescale_ratios": "0 (head frozen), 0.01, 1, 4, 100",
+                        "horizon_margin": 2.5, "horizon_max": 1e5},
             controls=(),
             scales=SCALES,
             refuted_by="one premise-holding linear/ReLU gradient flow whose deviation grows past the escape growth",
@@ -308,9 +325,11 @@ def _claims() -> dict[str, Claim]:
                        "flow)."),
             source=("abstract (arXiv 2605.17180): 'smooth nonlinear heads put negative curvature into the "
                     "effective Hessian, so training escapes collapse'"),
-            rule=("Joint gradient flow as in flow-linear-relu-no-escape, smooth heads. Supported if every counted "
-                  "smooth-head flow at tau >= 1 escapes (G >= {escape_growth}); not supported if one at tau >= 1 "
-                  "stays below {no_growth}; inconclusive otherwise. Runs at tau < 1 are reported per tau."),
+            rule=("Joint gradient flow as in flow-linear-relu-no-escape (the same runs, horizon and outcomes), "
+                  "smooth heads. Supported if every counted smooth-head flow at tau >= 1 escapes (G >= "
+                  "{escape_growth}); not supported if one at tau >= 1 stays (G <= {no_growth}); inconclusive "
+                  "otherwise (a diverged or censored run, a growth between the two, or none counted). Runs at "
+                  "tau < 1 are reported per tau."),
             thresholds={"escape_growth": 10.0, "no_growth": 1.5},
             controls=(),
             scales=SCALES,
@@ -321,12 +340,15 @@ def _claims() -> dict[str, Claim]:
             statement=("The abstract's dynamical reading, discrete part: linear and ReLU heads leave collapse "
                        "through finite step size (and BatchNorm)."),
             source="abstract (arXiv 2605.17180): 'lean on finite step size and BatchNorm'",
-            rule=("SGD with the config's momentum at each of its learning rates, from the same perturbed equilibria as "
-                  "the flows, for the same horizon in flow time (step k at t = k lr / (1 - momentum), the "
-                  "heavy-ball clock). Outcomes: escaped (G >= {escape_growth}), diverged (non-finite), stayed. "
-                  "Supported if some linear/ReLU SGD run escapes or diverges from a state whose gradient flow did "
-                  "not escape; not supported if every linear/ReLU SGD run stays; inconclusive otherwise (an "
-                  "escape the flow from the same state shows too is not due to the finite step). The escaped and "
+            rule=("SGD with the config's momentum mu at each of its learning rates lr and the config's SGD head "
+                  "rate tau, from the same perturbed equilibria as the flows, for the horizon T of the flow at "
+                  "that tau in flow time (step k at t = k lr / (1 - mu), the heavy-ball clock: steps = T (1 - mu) "
+                  "/ lr). Outcomes: escaped (G >= {escape_growth}), diverged (non-finite), stayed (otherwise). "
+                  "Counted: linear/ReLU heads at the equilibria flow-linear-relu-no-escape counts, each seed a "
+                  "run. Supported if some counted SGD run escapes or diverges from a state whose gradient flow (at "
+                  "the same tau) did not escape; not supported if every counted SGD run stays; inconclusive "
+                  "otherwise (an escape the flow from the same state shows too is not due to the finite step; "
+                  "also when none was counted). The escaped and "
                   "diverged counts are reported apart."),
             thresholds={"escape_growth": 10.0},
             controls=(Control("flow", "the gradient flow from the same state (lr -> 0)",
@@ -337,15 +359,23 @@ def _claims() -> dict[str, Claim]:
         Claim(
             id="linearised-rate-prediction",
             statement=("Near a collapsed equilibrium the deviation of the flow grows at the rate of the leading "
-                       "eigenvalue of the linearised vector field, and SGD's by the spectrum of I - lr J (the "
-                       "theory's quantitative prediction)."),
+                       "eigenvalue of the linearised vector field J, and SGD's by the spectral radius of its "
+                       "linearised step map (I + lr J, with momentum its companion map): the theory's "
+                       "quantitative prediction."),
             source="the linearisation of the gradient-flow field at the equilibrium (docs/theory.md)",
-            rule=("For each counted run and seed (never seed means), the measured rate is the least-squares slope "
-                  "of log spread(z) while spread <= {linear_factor} x spread(0) and before any divergence; the "
-                  "prediction is the linearised system's slope over the same window. Agreement: |measured / "
-                  "predicted - 1| <= {rate_rtol}, or both <= {rate_floor} x max predicted rate of the case. "
-                  "Supported if at least {agree_fraction} of counted runs agree and none misses by more than a "
-                  "factor 2; not supported if fewer than half agree; inconclusive otherwise."),
+            rule=("Every run (flows at each tau, SGD at each lr) from a certified collapsed equilibrium (stationary, "
+                  "rho != 0; the other premises of Thm 4.1 are not needed for a linearisation), each seed a run "
+                  "(never seed means). Linear regime: the leading stretch of save times before any divergence at "
+                  "which spread(z) <= {linear_factor} x spread(0) and the whole state's deviation |w - w_eq| <= "
+                  "{linear_factor} x its start. The measured rate is the least-squares slope of log spread(z) "
+                  "against flow time over the second half of that stretch; the prediction is the linearised "
+                  "system's slope of the same observable over the same window from the same start. A run with "
+                  "fewer than 3 points in its window is reported, not counted. Agreement: |measured / predicted - "
+                  "1| <= {rate_rtol}, or both |measured| and |predicted| <= {rate_floor} x the largest |predicted "
+                  "rate| among the runs of the same state and kind (the flows at every tau, or the SGD runs at "
+                  "every lr). A miss by more than a factor 2: no agreement and measured / predicted outside "
+                  "[1/2, 2]. Supported if at least {agree_fraction} of counted runs agree and none misses by more "
+                  "than a factor 2; not supported if fewer than half agree; inconclusive otherwise."),
             thresholds={"linear_factor": 100.0, "rate_rtol": 0.25, "rate_floor": 0.02, "agree_fraction": 0.8},
             controls=(),
             scales=SCALES,
@@ -357,11 +387,15 @@ def _claims() -> dict[str, Claim]:
                        "with a smooth head (Swish, GELU) escapes collapse, a linear head stays collapsed, and a "
                        "ReLU head escapes only through BatchNorm or a large step size."),
             source="authors' experiments.py, run_collapse_experiment (line 224) and its 14 settings (line 918)",
-            rule=("A run escapes when the per-epoch mean std of its L2-normalised projector outputs exceeds "
-                  "{escape_fraction} / sqrt(k) at some epoch; diverged runs are their own outcome. Supported if "
-                  "E_smooth >= {min_smooth_escape}, no linear run escapes, no ReLU run without BN at lr 0.005 "
-                  "escapes and some ReLU run with BN or lr 0.5 does; not supported if a linear run escapes, no "
-                  "smooth run escapes, or a ReLU run without BN at lr 0.005 escapes; inconclusive otherwise."),
+            rule=("A run escapes when the per-epoch mean std of its L2-normalised projector outputs (the authors' "
+                  "tracked statistic) exceeds {escape_fraction} / sqrt(k) at some epoch; a run whose loss becomes "
+                  "non-finite is diverged, its own outcome (neither escaped nor stayed). E_smooth: the escaped "
+                  "fraction of the non-diverged Swish and GELU runs without BN at lr 0.05. Supported if E_smooth "
+                  ">= {min_smooth_escape}, no linear run escapes, no ReLU run without BN at lr 0.005 escapes and "
+                  "some ReLU run with BN or lr 0.5 does; not supported if a linear run escapes, E_smooth = 0, or a "
+                  "ReLU run without BN at lr 0.005 escapes; inconclusive otherwise, including when one of those "
+                  "four groups (smooth, linear, ReLU lr 0.005 without BN, ReLU with BN or lr 0.5) has no "
+                  "non-diverged run."),
             thresholds={"escape_fraction": 0.5, "min_smooth_escape": 0.5},
             controls=(),
             scales=("smoke", "paper"),
@@ -487,3 +521,12 @@ def label(rec: Mapping) -> str:
     if rec["scale"] == "paper":
         return rec["verdict"]
     return f"{rec['verdict']} ({rec['scale']}{'' if rec['decisive'] else '; not decisive'})"
+
+
+def reason_lines(records) -> list[str]:
+    """One markdown bullet per stored claim record: id, subject, labelled verdict and the rule's reason."""
+    out = []
+    for rec in records:
+        subject = f" ({rec['subject']})" if rec.get("subject") else ""
+        out.append(f"- `{rec['id']}`{subject}: **{label(rec)}** -- {rec['reason']}.")
+    return out

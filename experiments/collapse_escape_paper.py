@@ -6,18 +6,31 @@ averaged per epoch, the std of the L2-normalised projector outputs, their clampe
 condition number and the relative update sizes of projector and backbone. This module runs those
 settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's step
 (:mod:`experiments.paper_simsiam`) and tracks the same numbers plus the std of the backbone
-features (z-collapse). Nothing here is dense at paper size: the statistics are batch covariances,
-the update sizes norms. Escape of a run: some epoch's std exceeds ``escape_fraction / sqrt(k)``
-(experiment 4's criterion; ``1 / sqrt(k)`` is the std of directions uniform on the sphere).
+features (z-collapse). The registry claim ``paper-collapse-ablation`` (experiments/claims.py) is
+decided on the runs; the same rule applied to the authors' released per-seed series
+(``experiments/paper_results``, cifar10/resnet18) is stored as ``measurements["paper"]``.
+
+Curvature (reported beside the escape statistics): ``lambda_min`` / ``lambda_max`` of the Hessian of
+the tracker's first-view loss ``L(z1) = 1/2 D(q(g(z1)), sg g(z2))`` in the backbone features ``z1``
+(:mod:`experiments.hessian_tracker`), on the first batch, before the first update and after the last,
+in float64. With BatchNorm in the heads (train mode) the batch statistics couple the samples, so the
+Hessian is not block-diagonal: those rows use Lanczos on the coupled ``(n d)``-dimensional operator;
+the per-sample blockwise solver runs only where :func:`ssl_geometry.curvature.block_coupling` is
+at most ``analysis.block_coupling_tol`` (it is reported beside every value).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
+import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
-from experiments import common, paper_simsiam
+from experiments import claims, common, paper_simsiam
+from experiments.paper_data import analysis as released
+from ssl_geometry import curvature, losses
 from ssl_geometry import trainer as _trainer
 
 NAME = "collapse_escape_paper"
@@ -29,13 +42,9 @@ CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth 
          "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")
 #: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
 DRY_RUN = True
-RULE = ("A run escapes when the per-epoch mean std of its L2-normalised projector outputs exceeds "
-        "{analysis[escape_fraction]} / sqrt(k) at some epoch; diverged runs (non-finite loss) are excluded and "
-        "counted. E_smooth: escaped fraction of Swish/GELU runs without BN at lr 0.05; E_lin: of linear-head runs; "
-        "E_relu_flow: of ReLU runs without BN at lr 0.005; E_relu_fin: of ReLU runs with BN or lr 0.5. Supported if "
-        "E_smooth >= {verdict[min_smooth_escape]}, E_lin = 0, E_relu_flow = 0 (where run) and E_relu_fin > 0 (where "
-        "run); not supported if E_lin > 0, E_smooth = 0 or E_relu_flow > 0; inconclusive otherwise (or when no "
-        "smooth or no linear run counts).")
+ABLATION = "paper-collapse-ablation"
+#: The authors' projector width (``ProjectionHead(output_dim=2048)``): the escape threshold of their released runs.
+PAPER_OUT_DIM = 2048
 
 
 def _plan(cfg, n_images):
@@ -66,8 +75,66 @@ def _runs(cfg):
     return first
 
 
+def escape_threshold(k: int) -> float:
+    """The rule's threshold ``escape_fraction / sqrt(k)`` (the registry's ``escape_fraction``)."""
+    return float(claims.CLAIMS[ABLATION].thresholds["escape_fraction"]) / math.sqrt(k)
+
+
+def escaped(series, threshold) -> bool:
+    """The rule's escape: some epoch's mean std of the L2-normalised projector outputs exceeds ``threshold``."""
+    return bool(np.any(np.asarray(series, float) > threshold))
+
+
+@functools.lru_cache(maxsize=8)
+def _head_functions(projector, predictor):
+    """``(first_view_loss, hvp, block_hvp)`` with the heads in train mode (BatchNorm on batch statistics)."""
+    def first_view_loss(z1, hp, u2, bs):
+        u, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, z1, train=True)
+        p, _ = predictor.apply({"params": hp["predictor"], **bs["predictor"]}, u, train=True)
+        return 0.5 * losses.negative_cosine(p, u2)
+
+    def hvp(v, zf, hp, u2, bs):
+        g = jax.grad(lambda x: first_view_loss(x.reshape(u2.shape[0], -1), hp, u2, bs))
+        return jax.jvp(g, (zf,), (v.astype(zf.dtype),))[1]
+
+    def block_hvp(V, zf, hp, u2, bs):
+        return hvp(V.reshape(-1), zf, hp, u2, bs).reshape(V.shape)
+
+    return first_view_loss, hvp, block_hvp
+
+
+def head_curvature(run, state, images, cfg, key) -> dict:
+    """``lambda_min``/``lambda_max`` of ``hess_{z1} L`` at ``state`` on ``images`` (module docstring), the solver used
+    (``coupled`` Lanczos or ``blockwise``), the block coupling and the worst true residual."""
+    f, hvp, block_hvp = _head_functions(run.projector, run.predictor)
+    z1, z2 = run.features(state, images)
+    cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
+    hp = cast({k: state["params"][k] for k in ("projector", "predictor")})
+    bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
+    z1 = jnp.asarray(z1, jnp.float64)
+    u2, _ = run.projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64),
+                                train=True)
+    n, d = z1.shape
+    a = cfg.analysis
+    coupling = curvature.block_coupling(f, z1, hp, u2, bs, key=key)
+    args = (z1.reshape(-1), hp, u2, bs)
+    if coupling <= a.block_coupling_tol:
+        res = curvature.blockwise_extreme_eigenvalues(block_hvp, n, d, k=1, num_steps=min(d, a.lanczos_steps),
+                                                      key=key, args=args, tol=a.lanczos_tol, return_vectors=True,
+                                                      dtype=jnp.float64)
+        sm, lg = np.asarray(res.smallest)[:, 0], np.asarray(res.largest)[:, 0]
+        lmin, lmax, solver = float(sm.min()), float(lg.max()), "blockwise"
+    else:
+        res = curvature.extreme_eigenvalues(hvp, n * d, k=1, num_steps=min(n * d, a.lanczos_steps), key=key,
+                                            args=args, tol=a.lanczos_tol, return_vectors=True, dtype=jnp.float64)
+        lmin, lmax, solver = float(res.smallest[0]), float(res.largest[0]), "coupled"
+    resid = float(max(np.max(np.asarray(res.smallest_true_residuals)), np.max(np.asarray(res.largest_true_residuals))))
+    return {"lambda_min": lmin, "lambda_max": lmax, "solver": solver, "block_coupling": float(coupling),
+            "true_residual": resid, "converged": bool(np.all(np.asarray(res.converged)))}
+
+
 def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
-    """One run; returns its per-epoch series, escape statistics and timing."""
+    """One run; returns its per-epoch series, escape statistics, curvature at the start and the end, and timing."""
     if lr_name not in cfg.lrs:
         raise ValueError(f"`runs`: lr name {lr_name!r} is not one of {sorted(cfg.lrs)}.")
     batch, epochs, spe = _plan(cfg, len(images))
@@ -78,28 +145,53 @@ def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
                                       pred_hidden=m.pred_hidden, steps=epochs * spe)
     run = paper_simsiam.build(tc, images.shape[1:], epochs * spe)
     state = _trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(seed), int(labels.max()) + 1)
+    first = jnp.asarray(images[_trainer.batch_indices(seed, int(state["step"]), len(images), batch)])
+    k_curv = jax.random.PRNGKey(seed + 20_000)
+    curv_start = head_curvature(run, state, first, cfg, k_curv)
     rec = paper_simsiam.train_run(run, state, images, labels, seed=seed, epochs=epochs, steps_per_epoch=spe,
                                   batch_size=batch)
-    thr = cfg.analysis.escape_fraction / math.sqrt(m.out_dim)
+    thr = escape_threshold(m.out_dim)
     std = rec["epochs"].get("std_head", [])
     above = [i for i, v in enumerate(std) if v > thr]
     ratio = [p / b if b > 0 else float("nan") for p, b in zip(rec["epochs"].get("rel_update_projector", []),
                                                              rec["epochs"].get("rel_update_backbone", []))]
+    diverged = rec["diverged_at_step"] is not None
+    curv_end = (head_curvature(run, rec["state"], first, cfg, k_curv) if not diverged else
+                {"lambda_min": float("nan"), "lambda_max": float("nan"), "solver": "-",
+                 "block_coupling": float("nan"), "true_residual": float("nan"), "converged": False})
     return {"activation": activation, "batch_norm": bn and activation != "linear", "lr_name": lr_name,
             "lr": cfg.lrs[lr_name], "seed": seed, "epochs": rec["epochs"], "diverged_at_step": rec["diverged_at_step"],
-            "escape_threshold": thr, "escaped": bool(above), "escape_epoch": above[0] if above else float("nan"),
+            "escape_threshold": thr, "escaped": escaped(std, thr), "escape_epoch": above[0] if above else float("nan"),
             "std_first": std[0] if std else float("nan"), "std_final": std[-1] if std else float("nan"),
             "std_backbone_final": rec["epochs"]["std_backbone"][-1] if std else float("nan"),
             "timescale_ratio_median": float(np.nanmedian(ratio)) if ratio else float("nan"),
-            "step_time_s": rec["step_time_s"]}
+            "curvature_start": curv_start, "curvature_end": curv_end, "step_time_s": rec["step_time_s"]}
+
+
+def released_runs(threshold: float) -> list[dict]:
+    """The authors' released cifar10/resnet18 runs, per setting and seed, escaped by the same rule (:func:`escaped`)."""
+    root = released.data_root(ml_collections.ConfigDict({"data": {"root": ""}}))  # the vendored released results
+    arr = released.npz(root / "cifar10" / "resnet18" / "collapse_results" / "arrays.npz")
+    rows = []
+    for key in sorted({k.split("/")[0] for k in arr}):
+        act, rest = key.split("_bn_")
+        bn, lr_name = rest.split("_lr_")
+        for s, series in enumerate(arr[f"{key}/raw"]):
+            rows.append({"activation": act, "batch_norm": bn == "True" and act != "linear", "lr_name": lr_name,
+                         "seed": s, "diverged_at_step": None if np.all(np.isfinite(series)) else -1,
+                         "escaped": escaped(series, threshold), "std_final": float(np.asarray(series)[-1])})
+    return rows
 
 
 def measure(config) -> dict:
-    """Train every run (see :func:`_runs`); numbers only."""
+    """Train every run (see :func:`_runs`); numbers only, with the released runs' rule outcome as ``paper``."""
     images, labels = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
                                                dry_examples=config.dry.examples)
     rows = [train_one(config, a, bn, lr, s, images, labels) for a, bn, lr, s in _runs(config)]
-    out = {"rows": rows}
+    thr = escape_threshold(PAPER_OUT_DIM)
+    verdict, reason, deciding = apply_rule(released_runs(thr))
+    out = {"rows": rows, "paper": {**deciding, "rule_outcome": verdict, "rule_reason": reason,
+                                   "source": "released cifar10/resnet18 collapse_results, per seed"}}
     if config.dry_run:
         out["dry_run"] = _projection(config, len(images), rows)
     return out
@@ -122,36 +214,51 @@ def _projection(config, n_images, rows) -> dict:
                                  batch=config.dry.batch_size, paths_run=sorted(per_graph))
 
 
-def _fraction(rows, pred):
-    sel = [r for r in rows if pred(r)]
-    return (sum(r["escaped"] for r in sel) / len(sel)) if sel else float("nan"), len(sel)
+#: The rule's four groups of runs: (name, predicate on a run).
+GROUPS = (
+    ("smooth", lambda r: r["activation"] in ("swish", "gelu") and not r["batch_norm"] and r["lr_name"] == "base"),
+    ("linear", lambda r: r["activation"] == "linear"),
+    ("relu_small_lr_no_bn", lambda r: r["activation"] == "relu" and not r["batch_norm"] and r["lr_name"] == "small"),
+    ("relu_bn_or_large_lr", lambda r: r["activation"] == "relu" and (r["batch_norm"] or r["lr_name"] == "large")),
+)
+
+
+def group_counts(runs) -> dict:
+    """``{group: (escaped, non-diverged runs)}`` of :data:`GROUPS` (diverged runs are their own outcome)."""
+    ok = [r for r in runs if r["diverged_at_step"] is None]
+    return {name: (sum(r["escaped"] for r in ok if pred(r)), sum(1 for r in ok if pred(r))) for name, pred in GROUPS}
+
+
+def apply_rule(runs) -> tuple[str, str, dict]:
+    """``(verdict, reason, deciding)`` of the registry's ``paper-collapse-ablation`` rule on ``runs``."""
+    g = group_counts(runs)
+    e_smooth = g["smooth"][0] / g["smooth"][1] if g["smooth"][1] else float("nan")
+    deciding = {"E_smooth": e_smooth, **{f"{k}_escaped": v[0] for k, v in g.items()}, **{f"{k}_runs": v[1] for k, v in
+                g.items()}, "diverged_runs": sum(r["diverged_at_step"] is not None for r in runs)}
+    why = ", ".join(f"{k} {v[0]}/{v[1]} escaped" for k, v in g.items())
+    refuted = [msg for cond, msg in ((g["linear"][0] > 0, "a linear run escapes"),
+                                     (g["smooth"][1] and e_smooth == 0, "no smooth run escapes"),
+                                     (g["relu_small_lr_no_bn"][0] > 0, "a ReLU run at lr 0.005 without BN escapes"))
+               if cond]
+    if refuted:
+        return "not supported", "; ".join(refuted) + f" ({why})", deciding
+    missing = [k for k, v in g.items() if v[1] == 0]
+    if missing:
+        return "inconclusive", f"no non-diverged run in {missing} ({why})", deciding
+    if e_smooth >= float(claims.CLAIMS[ABLATION].thresholds["min_smooth_escape"]) and g["relu_bn_or_large_lr"][0] > 0:
+        return "supported", why, deciding
+    return "inconclusive", why, deciding
 
 
 def decide(measurements, config) -> dict:
-    """Apply :data:`RULE` to the stored runs."""
-    rows = [r for r in measurements["rows"] if r["diverged_at_step"] is None]
-    e_smooth, n_smooth = _fraction(rows, lambda r: r["activation"] in ("swish", "gelu") and not r["batch_norm"]
-                                   and r["lr_name"] == "base")
-    e_lin, n_lin = _fraction(rows, lambda r: r["activation"] == "linear")
-    e_flow, n_flow = _fraction(rows, lambda r: r["activation"] == "relu" and not r["batch_norm"]
-                               and r["lr_name"] == "small")
-    e_fin, n_fin = _fraction(rows, lambda r: r["activation"] == "relu" and (r["batch_norm"] or r["lr_name"] == "large"))
-    headline = {"E_smooth": e_smooth, "E_lin": e_lin, "E_relu_flow": e_flow, "E_relu_fin": e_fin,
-                "runs": len(measurements["rows"]), "diverged_runs": len(measurements["rows"]) - len(rows)}
+    """The registry's ``paper-collapse-ablation`` on the stored runs (the released runs' outcome is in ``paper``)."""
+    verdict, reason, deciding = apply_rule(measurements["rows"])
+    headline = {**deciding, "runs": len(measurements["rows"])}
     for r in measurements["rows"]:
         if r["seed"] == config.seed:
             headline[f"std_final_{r['activation']}_bn{int(r['batch_norm'])}_{r['lr_name']}"] = r["std_final"]
-    if n_smooth == 0 or n_lin == 0:
-        verdict = "inconclusive"
-    elif e_lin > 0 or e_smooth == 0 or (n_flow and e_flow > 0):
-        verdict = "not supported"
-    elif e_smooth >= config.verdict.min_smooth_escape and (not n_flow or e_flow == 0) and (not n_fin or e_fin > 0):
-        verdict = "supported"
-    else:
-        verdict = "inconclusive"
-    reason = (f"E_smooth {e_smooth:.3g} ({n_smooth} runs), E_lin {e_lin:.3g} ({n_lin}), E_relu_flow {e_flow:.3g} "
-              f"({n_flow}), E_relu_fin {e_fin:.3g} ({n_fin})")
-    return {"verdict": verdict, "headline": headline, "paper": {}, "verdict_reason": reason}
+    return {"claims": [{"id": ABLATION, "verdict": verdict, "deciding": deciding, "reason": reason}],
+            "headline": headline}
 
 
 def figures(results, out_dir) -> None:
@@ -175,18 +282,35 @@ def figures(results, out_dir) -> None:
 
 
 def report(results, rel_dir) -> str:
-    """The markdown section (a table of runs, the verdict's fractions, the figure)."""
+    """The markdown section: the rule's groups ours against the released runs, every run with its curvature."""
     m = results["measurements"]
-    cols = ["activation", "batch_norm", "lr", "seed", "std_first", "std_final", "escaped", "escape_epoch",
-            "std_backbone_final", "timescale_ratio_median", "diverged_at_step"]
-    text = [f"Fractions of escaped runs: {results.get('verdict_reason', '-')}.", "",
-            common.markdown_table([{c: r[c] for c in cols} for r in m["rows"]]), "",
-            "timescale_ratio_median: median over epochs of the projector's lr|grad|/|theta| over the backbone's "
-            "(the authors' relative update sizes).", "",
-            f"![std of normalised outputs]({rel_dir}/escape_std_paper.png)"]
+    rows = []
+    for r in m["rows"]:
+        cs, ce = r["curvature_start"], r["curvature_end"]
+        rows.append({"activation": r["activation"], "BN": r["batch_norm"], "lr": r["lr"], "seed": r["seed"],
+                     "std first / final": f"{r['std_first']:.3g} / {r['std_final']:.3g}", "escaped": r["escaped"],
+                     "escape epoch": r["escape_epoch"], "diverged at step": r["diverged_at_step"],
+                     "std backbone final": r["std_backbone_final"], "timescale ratio": r["timescale_ratio_median"],
+                     "lmin start / end": f"{cs['lambda_min']:.3g} / {ce['lambda_min']:.3g}",
+                     "lmax start / end": f"{cs['lambda_max']:.3g} / {ce['lambda_max']:.3g}",
+                     "solver": cs["solver"], "block coupling": cs["block_coupling"],
+                     "max true residual": max(cs["true_residual"], ce["true_residual"])})
+    p = m["paper"]
+    d = results["claims"][0]["deciding"]
+    groups = [{"group": g, "ours: escaped / runs": f"{d[f'{g}_escaped']} / {d[f'{g}_runs']}",
+               "released: escaped / runs": f"{p[f'{g}_escaped']} / {p[f'{g}_runs']}"} for g, _ in GROUPS]
+    text = [*claims.reason_lines(results["claims"]), "",
+            f"The same rule on the authors' released runs ({p['source']}; escape threshold 0.5 / sqrt(2048)): "
+            f"{p['rule_outcome']} ({p['rule_reason']}).", "", common.markdown_table(groups), "",
+            common.markdown_table(rows), "",
+            "timescale ratio: median over epochs of the projector's lr|grad|/|theta| over the backbone's (the "
+            "authors' relative update sizes). lmin / lmax: extreme eigenvalues of hess_{z1} L on the first batch "
+            "before the first and after the last update; solver 'coupled' (Lanczos on the whole n d operator) "
+            "wherever the block coupling is above the config's tolerance (BatchNorm), 'blockwise' only where it "
+            "is not.", "", f"![std of normalised outputs]({rel_dir}/escape_std_paper.png)"]
     if "dry_run" in m:
-        d = m["dry_run"]
-        text.insert(0, f"**Dry run** (batch {d['batch']}, 2 steps, mock data, head paths {', '.join(d['paths_run'])}): "
-                       f"step {d['step_time_s']:.3g} s; projected full variant {d['projected_wall_time_s'] / 3600:.3g} h "
-                       f"on {d['device']}.\n")
+        dr = m["dry_run"]
+        text.insert(0, f"**Dry run** (batch {dr['batch']}, 2 steps, mock data, head paths {', '.join(dr['paths_run'])}): "
+                       f"step {dr['step_time_s']:.3g} s; projected full variant {dr['projected_wall_time_s'] / 3600:.3g} h "
+                       f"on {dr['device']}.\n")
     return "\n".join(text)

@@ -2,8 +2,9 @@
 
 :mod:`experiments.claims` states each rule in words with its thresholds; a claim decided by more
 than one experiment is applied here, by one function, so that it is the same rule wherever it is
-decided: Sec. 5's degeneracy (guillotine, objectives, MiniLM, released checkpoints) and Thm 4.1's
-two halves (collapse Hessians, objectives). The estimators the Sec. 5 rule reads
+decided: Sec. 5's degeneracy (guillotine, objectives, MiniLM, released checkpoints), Thm 4.1's
+two halves and the finding that head stationarity forces rho = 0 at the Siamese, contrastive and
+decorrelation families' collapsed states (collapse Hessians, objectives). The estimators the Sec. 5 rule reads
 (:func:`degeneracy_ratio`, :func:`orbit_compression`) are here too, so that every experiment
 measures them the same way.
 
@@ -21,6 +22,7 @@ from experiments import claims
 SEC5 = "sec5-metric-degeneracy"
 LINEAR_PSD = "thm4.1-linear-psd"
 SMOOTH_UNSTABLE = "thm4.1-smooth-unstable"
+RHO_ZERO = "stationarity-forces-rho-zero"
 #: The controls every Sec. 5 degeneracy ratio is computed against (the registry's order).
 SEC5_RATIO_CONTROLS = ("random", "between", "data")
 
@@ -196,3 +198,37 @@ def decide_smooth_unstable(states: Sequence[Mapping]) -> list[dict]:
         items.append({"id": SMOOTH_UNSTABLE, "deciding": {"equilibria": 0}, "verdict": "premise violated",
                       "reason": "no certified smooth-head collapsed equilibrium"})
     return items
+
+
+def rho_zero_bound(state: Mapping) -> float:
+    """The bound of the stationarity rule: ``max(rho_tol * rho_ref, sqrt(eps) max(1, |L|))``."""
+    rho_tol = float(claims.CLAIMS[RHO_ZERO].thresholds["rho_tol"])
+    return max(rho_tol * state["rho_ref"], state["residual_tol"])
+
+
+def decide_rho_zero(states: Sequence[Mapping]) -> dict:
+    """Apply the stationarity rule (:data:`experiments.claims.CLAIMS` ``["stationarity-forces-rho-zero"]``).
+
+    ``states``: ``[{"label", "family", "stationary", "rho", "rho_ref", "residual_tol"}]``, one per
+    collapsed state after the head was driven to stationarity: ``stationary`` is the rule's
+    ``|grad_theta L| <= sqrt(eps) |dh/dtheta|_2 rho_ref``, ``rho`` the residual norm there, ``rho_ref``
+    the residual norm with the head perturbed, ``residual_tol`` the certificate's ``sqrt(eps) max(1, |L|)``.
+    """
+    counted = [s for s in states if s["stationary"]]
+    bad = [s for s in counted if s["rho"] > rho_zero_bound(s)]
+    ratios = [s["rho"] / s["rho_ref"] for s in counted if s["rho_ref"] > s["residual_tol"]]  # rho_ref not round-off
+    deciding = {"collapsed_states": len(states), "head_stationary": len(counted), "with_rho_above_bound": len(bad),
+                "max_rho_over_rho_ref": max(ratios, default=float("nan")),
+                **{f"head_stationary_{f}": sum(s["family"] == f for s in counted)
+                   for f in sorted({s["family"] for s in states})}}
+    item = {"id": RHO_ZERO, "deciding": deciding}
+    if not counted:
+        return {**item, "verdict": "inconclusive",
+                "reason": f"none of {len(states)} collapsed states reached head stationarity"}
+    if bad:
+        return {**item, "verdict": "not supported",
+                "reason": f"{len(bad)} head-stationary collapsed states with |rho| above the bound: "
+                          + ", ".join(s.get("label", "?") for s in bad[:5])}
+    return {**item, "verdict": "supported",
+            "reason": f"all {len(counted)} head-stationary collapsed states (of {len(states)}) have rho = 0 "
+                      f"(max |rho| / rho_ref {deciding['max_rho_over_rho_ref']:.3g})"}

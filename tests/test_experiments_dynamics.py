@@ -7,9 +7,10 @@ import scipy.stats
 
 import jax
 
-from experiments import collapse_escape, common, hessian_tracker, reproduce
+from experiments import claims, collapse_escape, common, hessian_tracker, reproduce
 from experiments.collapse_escape import problem as ce_problem
 from experiments.collapse_escape import runs as ce_runs
+from experiments.collapse_escape import verdict as ce_verdict
 from experiments.configs import collapse_escape as ce_config
 from experiments.configs import hessian_tracker as tracker_config
 from ssl_geometry import geometry
@@ -27,50 +28,55 @@ def _finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def test_collapse_escape_tiny_rows_bookkeeping_and_rule(tiny_runs):
+def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
     out, res = tiny_runs
     r = res["collapse_escape"]
     common.check_verdict(r)
     cfg = ce_config.get_config("tiny")
-    rows = r["measurements"]["rows"]
+    rows, cases = r["measurements"]["rows"], r["measurements"]["cases"]
     assert {x["objective"] for x in rows} == set(cfg.model.objectives)
     assert {x["representation"] for x in rows} == {"free", "mlp"}
-    # One flow + one SGD run per lr for every (representation, head, seed); every case certified.
-    assert all(c["certified"] for c in r["measurements"]["cases"])
-    n_cases = 2 * len(cfg.model.activations) * cfg.seeds
-    assert len(rows) == n_cases * (1 + len(cfg.dynamics.lrs))
+    # One flow per head rate + one SGD run per lr for every (representation, head, seed); every state certified.
+    assert all(c["certified"] and c["state_premises"] for c in cases)
+    assert len(rows) == len(cases) * (len(cfg.dynamics.head_rates) + len(cfg.dynamics.lrs))
+    flows = {(ce_verdict.state_key(x), x["tau"]): x for x in rows if x["dynamics"] == "flow"}
     for x in rows:
         # A certified equilibrium: every gradient is rounding, the residual is not.
         assert x["grad_norm_eq"] < 1e-12 and x["rho_norm"] > 1e-3
-        assert x["field_norm_eq"] < 1e-12 if x["dynamics"] != "sgd" else True
-        # Every run ends at its horizon: flows exactly, SGD within one step.
-        if x["dynamics"] == "sgd":
+        if x["dynamics"] == "sgd":  # SGD runs the horizon of the flow at its head rate, within one step
+            assert x["horizon"] == flows[(ce_verdict.state_key(x), x["tau"])]["horizon"]
             assert abs(x["t_final"] - x["horizon"]) <= x["lr_eff"] and x["n_steps"] == round(x["horizon"] / x["lr_eff"])
-        else:
-            assert x["ok"] and x["t_final"] == pytest.approx(x["horizon"], rel=1e-12)
-        # Escape is read on z, which starts collapsed (the BN head's outputs do not: the t = 0 artefact).
-        assert x["std_z_init"] < x["threshold"] and x["bn_std_u_init"] > x["threshold"] and x["bn_amplification"] > 10
+        else:  # flows end at their horizon: the frozen one from -lambda_min(H_eff), the others from their rate
+            assert x["ok"] and x["t_final"] == pytest.approx(x["horizon"], rel=1e-12) and x["field_norm_eq"] < 1e-12
+            expect = (ce_runs.frozen_horizon(x["lambda_min_H_eff"]) if x["tau"] == 0 else
+                      ce_runs.flow_horizon(x["predicted_rate"], ce_runs.frozen_horizon(x["lambda_min_H_eff"])))
+            assert x["horizon"] == pytest.approx(expect)
+        # growth against the start, and the outcome it gives
+        assert x["growth"] == pytest.approx(x["spread_T"] / x["spread_0"])
+        assert x["outcome"] == ce_runs.outcome(x["growth"], x["status"])
         # The linearised dynamics predict the measured rate (same window) within the rule's tolerance.
-        assert collapse_escape.verdict.agrees(x, cfg), (x["objective"], x["activation"], x["dynamics"])
-        # Premises as constructed: MSE's H_L = (2/n) I is PSD, the head moves faster than z.
-        assert x["H_L_psd"] and x["premises_hold"] and x["timescale_ratio"] > 1
+        assert ce_verdict.rate_agreement(x, ce_verdict.rate_scales(rows)) == "agree", ce_verdict.label(x)
+        if x["dynamics"] == "flow" and x["tau"] == 0 and x["head_kind"] == "smooth" and x["representation"] == "free":
+            # the frozen-head rule's target: the linearised system's slope over the spread-only window
+            assert abs(ce_verdict.frozen_ratio(x) - 1) <= claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds[
+                "rate_rtol"], ce_verdict.label(x)
+        assert x["H_L_psd"] and x["timescale_ratio"] == (0.0 if x["tau"] == 0 else x["timescale_ratio"])
         if x["activation"] == "identity":
             assert x["lambda_min_M"] == 0.0
-    h = r["headline"]
-    assert h["failed_flow_runs"] == 0 and h["runs_counted"] > 0 and r["verdict"] != "premise violated"
-    # The rule, recomputed from the stored rows.
+    for c in cases:  # escape is read on z; the BN head's outputs start far from collapse (the t = 0 artefact)
+        assert c["bn_amplification"] > 10
+    # The rules, recomputed from the stored rows.
     d = collapse_escape.decide(r["measurements"], cfg)
-    assert d["verdict"] == r["verdict"] and d["headline"]["E_smooth_flow"] == h["E_smooth_flow"]
+    assert [(i["id"], i["verdict"]) for i in d["claims"]] == [(c["id"], c["verdict"]) for c in r["claims"]]
     for name in ("escape_rates.png", "predicted_vs_measured.png"):
         assert (out / "collapse_escape" / name).exists()
     text = collapse_escape.report(r, "fig")
-    assert "| rep | objective | head | dynamics |" in text and "measured/pred" in text
-    assert "(fig/escape_rates.png)" in text
+    assert "| rep | objective | head | seed |" in text and "measured/pred" in text and "(fig/escape_rates.png)" in text
 
 
-def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff():
-    # With the head frozen the flow in z is dz/dt = -grad_z L: its Jacobian is -H_eff, computed
-    # independently by geometry.effective_hessian (dense) -- for a linear head -lambda_min(G).
+def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff_in_closed_form():
+    # With the head frozen the flow in z is dz/dt = -grad_z L: its Jacobian is -H_eff. For a linear head on MSE,
+    # H_eff = G = (2/n) blockdiag(J^T J), J = (W1 W2)^T: lambda_min = (2/n) sigma_min(J)^2 -- a closed form.
     cfg = ce_config.get_config("tiny")
     for act in ("identity", "swish"):
         prob = ce_problem.make_problem(cfg, "mse", act, "free")
@@ -80,10 +86,12 @@ def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff():
         spec = collapse_escape._spectra(prob, eq)
         assert dynamics.visible_rate(lin, O) == pytest.approx(-spec["lambda_min_H_eff"], abs=1e-10)
         if act == "identity":
+            w = [np.asarray(layer["w"]) for layer in eq.y["head"]["layers"]]
+            sigma = np.linalg.svd(w[0] @ w[1], compute_uv=False)[-1]
+            assert spec["lambda_min_H_eff"] == pytest.approx(2.0 / cfg.model.n * sigma ** 2, rel=1e-9)
             assert spec["lambda_min_H_eff"] == pytest.approx(spec["lambda_min_G"], abs=1e-12)
-            # G is PSD, so the frozen linear head cannot escape; moving head and z together it does, for any
-            # head rate: J = -D H with D > 0 has the inertia of -H (Sylvester), and the joint Hessian H is
-            # indefinite through the cross term d^2 L / dz dtheta, proportional to rho.
+            # Moving head and z together the Jacobian is -D H with D > 0, which has the inertia of -H (Sylvester);
+            # the joint Hessian H is indefinite through the cross term d^2 L / dz dtheta, proportional to rho.
             assert dynamics.visible_rate(lin, O) < 0
             rates = [ce_runs.predictions(prob, eq, tau)[0].rate for tau in (0.25, 4.0, 100.0)]
             assert 0 < rates[0] < rates[1] < rates[2]
@@ -111,49 +119,87 @@ def test_collapse_escape_equilibria_residuals_match_their_formulas():
             un, tn = U / np.linalg.norm(U, axis=1, keepdims=True), t / np.linalg.norm(t, axis=1, keepdims=True)
             expect = -(tn - np.sum(un * tn, axis=1, keepdims=True) * un) / (n * np.linalg.norm(U, axis=1, keepdims=True))
         np.testing.assert_allclose(rho, expect, atol=1e-12)
-        prem = geometry.thm41_premises(prob.head, {"params": eq.y["head"]}, lambda u: prob.loss(u, tg), z)
-        assert prem.loss_hessian_psd == (obj != "simsiam"), obj
+        assert eq.premises.loss_hessian_psd == (obj != "simsiam"), obj
 
 
-def test_collapse_escape_fit_rate_and_horizon():
+def test_collapse_escape_fit_rate_linear_regime_and_horizons():
     t = np.linspace(0.0, 40.0, 401)
     s = 1e-6 * (np.exp(0.3 * t) + 5 * np.exp(-0.5 * t))  # leading mode 0.3 plus a decaying transient
-    rate, ta, tb = ce_runs.fit_rate(t, s, s[0], 1e3)
-    assert rate == pytest.approx(0.3, rel=1e-3) and tb <= 40 and s[t <= tb].max() <= 1e3 * s[0]
+    rate, ta, tb, points = ce_runs.fit_rate(t, s, s[0], 1e3)
+    assert rate == pytest.approx(0.3, rel=1e-3) and tb <= 40 and s[t <= tb].max() <= 1e3 * s[0] and points >= 3
     assert ce_runs.fit_on(t, s, (ta, tb)) == pytest.approx(rate)
-    cfg = ce_config.get_config("tiny")
-    T = ce_runs.case_horizon(cfg, 0.1, 1e-5, [0.2, 0.5])
-    assert T == pytest.approx(cfg.dynamics.horizon_margin * np.log(1e4) / 0.2)
-    # A dynamics predicted not to grow: watched long enough for any rate above the floor to cross.
-    assert ce_runs.case_horizon(cfg, 0.1, 1e-5, [0.5, -1.0]) == min(
-        cfg.dynamics.horizon_max, cfg.dynamics.horizon_margin * np.log(1e4) / cfg.dynamics.rate_floor)
+    # The whole state's deviation leaves the linear regime first: the window ends there, and before a divergence.
+    dev = np.exp(0.6 * t)
+    assert ce_runs.fit_rate(t, s, s[0], 1e3, dev=dev)[2] <= np.log(1e3) / 0.6 + 0.1
+    assert ce_runs.fit_rate(t, s, s[0], 1e3, stop=10.0)[2] < 10.0
+    assert np.isnan(ce_runs.fit_rate(t[:4], s[:4], s[0], 1e3)[0])  # fewer than 3 points in the second half
+    th = claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds
+    assert ce_runs.frozen_horizon(-0.01) == pytest.approx(th["horizon_decades"] * np.log(10) / 0.01)
+    assert ce_runs.frozen_horizon(1e-12) == th["horizon_max"]
+    ne = claims.CLAIMS["flow-linear-relu-no-escape"].thresholds
+    assert ce_runs.flow_horizon(0.2, 50.0) == pytest.approx(ne["horizon_margin"] * np.log(ne["escape_growth"]) / 0.2)
+    assert ce_runs.flow_horizon(-0.2, 50.0) == 50.0  # predicted not to grow: the frozen-head horizon
+    assert [ce_runs.outcome(g, "successful") for g in (20.0, 1.2, 3.0)] == ["escaped", "stayed", "grew"]
+    assert ce_runs.outcome(1e6, "non_finite") == "diverged" and ce_runs.outcome(0.5, "max_steps_reached") == "censored"
 
 
-def test_collapse_escape_rule_cases():
-    cfg = ce_config.get_config("tiny")
-    base = dict(premises_hold=True, ok=True, censored=False, objective="mse", measured_rate=0.2,
-                predicted_rate_window=0.2)
+def _run(kind, dyn, tau, outcome, *, growth=None, seed=0, lr=0.0, measured=0.2, predicted=0.2, act=None, **kw):
+    base = {"representation": "free", "objective": "mse", "activation": act or kind, "seed": seed, "head_kind": kind,
+            "dynamics": dyn, "tau": tau, "lr": lr, "certified": True, "state_premises": True, "outcome": outcome,
+            "growth": growth if growth is not None else {"escaped": 100.0, "stayed": 1.0, "grew": 3.0}.get(outcome, 1.0),
+            "measured_rate": measured, "predicted_rate_window": predicted, "predicted_rate": predicted,
+            "fit_points": 20, "frozen_rate": -0.01, "frozen_predicted_rate": -0.01, "lambda_min_H_eff": 0.01}
+    return {**base, **kw}
 
-    def row(kind, dyn, escaped, **kw):
-        return {**base, "head_kind": kind, "dynamics": dyn, "escaped": escaped, **kw}
 
-    good = [row("smooth", "flow", True), row("linear", "flow", False, measured_rate=0.0, predicted_rate_window=0.0),
-            row("piecewise", "flow", False, measured_rate=0.001, predicted_rate_window=-0.01),
-            row("linear", "sgd", True)]
-    assert collapse_escape.decide({"rows": good}, cfg)["verdict"] == "supported"
-    # A premise-holding linear head that escapes under the flow refutes the claim.
-    bad = good[:1] + [row("linear", "flow", True)] + good[2:]
-    assert collapse_escape.decide({"rows": bad}, cfg)["verdict"] == "not supported"
-    # Predictions off by more than the tolerance: the runs cannot be read against the theory.
-    off = [{**x, "measured_rate": 0.5} if x["dynamics"] == "flow" and x["escaped"] else x for x in good]
-    off += [row("smooth", "flow", True, measured_rate=0.5)] * 2
-    assert collapse_escape.decide({"rows": off}, cfg)["verdict"] == "inconclusive"
-    indef = [{**x, "premises_hold": False} for x in good]
-    assert collapse_escape.decide({"rows": indef}, cfg)["verdict"] == "premise violated"
-    # A failed flow is excluded and counted, not read as "did not escape".
-    failed = good + [row("linear", "flow", False, ok=False, censored=True)]
-    d = collapse_escape.decide({"rows": failed}, cfg)
-    assert d["verdict"] == "supported" and d["headline"]["failed_flow_runs"] == 1
+def _decide(rows):
+    return {i["id"]: i for i in collapse_escape.decide({"rows": rows, "cases": []}, ce_config.get_config("tiny"))["claims"]}
+
+
+def test_collapse_escape_rules_each_way():
+    lin0 = _run("linear", "flow", 0.0, "stayed", growth=0.001, measured=-0.01, predicted=-0.01)
+    sm0 = _run("smooth", "flow", 0.0, "escaped", frozen_rate=0.0101, frozen_predicted_rate=0.0099,
+               lambda_min_H_eff=-0.01)
+    lin4 = _run("linear", "flow", 4.0, "stayed", measured=-0.003, predicted=-0.003)
+    sm4 = _run("smooth", "flow", 4.0, "escaped")
+    sgd = _run("linear", "sgd", 4.0, "diverged", lr=0.5, measured=0.5, predicted=0.5)
+    d = _decide([lin0, sm0, lin4, sm4, sgd])
+    assert {k: v["verdict"] for k, v in d.items()} == {
+        "thm4.1-frozen-head-flow": "supported", "flow-linear-relu-no-escape": "supported",
+        "flow-smooth-escape": "supported", "finite-step-escape": "supported", "linearised-rate-prediction": "supported"}
+    # A linear head escaping under the joint flow refutes the no-escape reading, and names the tau; its SGD twin
+    # then escapes where the flow did too, so the finite step is not what made it leave.
+    d = _decide([lin0, sm0, {**lin4, "outcome": "escaped", "growth": 50.0}, sm4, sgd])
+    assert d["flow-linear-relu-no-escape"]["verdict"] == "not supported" and "tau = 4" in d[
+        "flow-linear-relu-no-escape"]["reason"]
+    assert d["finite-step-escape"]["verdict"] == "inconclusive"
+    # Diverged is its own outcome: a diverged linear flow with none escaping is inconclusive, never "stayed".
+    assert _decide([lin0, {**lin4, "outcome": "diverged"}])["flow-linear-relu-no-escape"]["verdict"] == "inconclusive"
+    # The frozen head: a smooth rate off the linearised slope over the same window, a smooth run that does not
+    # grow, or a linear head that grows, refutes Thm 4.1's reading; the slope, not -lambda_min(H_eff), is the target.
+    frozen = lambda rows: _decide(rows)["thm4.1-frozen-head-flow"]["verdict"]  # noqa: E731
+    assert frozen([{**sm0, "frozen_rate": 0.02}]) == "not supported"
+    assert frozen([{**sm0, "frozen_rate": 0.0062, "frozen_predicted_rate": 0.006}]) == "supported"  # pre-asymptotic
+    assert frozen([{**sm0, "growth": 1.2}]) == "not supported"  # right slope, but the run stays
+    assert frozen([{**sm0, "growth": 5.0, "outcome": "grew"}]) == "inconclusive"  # grew, but short of escape_growth
+    assert frozen([{**sm0, "outcome": "diverged"}]) == "inconclusive"
+    assert _decide([{**lin0, "growth": 20.0}])["thm4.1-frozen-head-flow"]["verdict"] == "not supported"
+    assert _decide([{**lin0, "representation": "mlp"}])["thm4.1-frozen-head-flow"]["verdict"] == "inconclusive"
+    # A smooth flow at tau >= 1 that stays refutes the escape reading; tau < 1 runs are only reported.
+    assert _decide([{**sm4, "outcome": "stayed", "growth": 1.0}])["flow-smooth-escape"]["verdict"] == "not supported"
+    assert _decide([{**sm4, "tau": 0.01, "outcome": "stayed"}])["flow-smooth-escape"]["verdict"] == "inconclusive"
+    # SGD that stays everywhere refutes the finite-step reading.
+    assert _decide([lin4, {**sgd, "outcome": "stayed"}])["finite-step-escape"]["verdict"] == "not supported"
+    # Rates: per seed, each run judged; a factor-2 miss keeps it from "supported", a majority off refutes it.
+    miss = [lin4, sm4, {**sm4, "seed": 1, "measured_rate": 0.5}]
+    assert _decide(miss * 2)["linearised-rate-prediction"]["verdict"] == "inconclusive"
+    off = [{**sm4, "seed": s, "measured_rate": 0.6} for s in range(3)] + [sm4]
+    assert _decide(off)["linearised-rate-prediction"]["verdict"] == "not supported"
+    # Both rates below rate_floor x the state's largest |predicted rate|: agreement, whatever their ratio.
+    tiny_rates = [{**lin4, "measured_rate": 1e-5, "predicted_rate_window": -1e-5, "predicted_rate": -1e-5},
+                  {**lin4, "tau": 100.0, "predicted_rate": 0.2}]  # the same state's fastest flow sets the scale
+    assert ce_verdict.rate_agreement(tiny_rates[0], ce_verdict.rate_scales(tiny_rates)) == "agree"
+    assert np.isnan(ce_verdict.rate_ratio({**sm4, "predicted_rate_window": 0.0}))
 
 
 def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):

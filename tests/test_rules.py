@@ -65,3 +65,16 @@ def test_thm41_rules_per_objective_and_the_meaning_of_generically():
     assert rules.decide_linear_psd([{"lambda_min": 0.0, "tol": 1e-9}])["verdict"] == "supported"
     assert rules.decide_linear_psd([{"lambda_min": -1e-3, "tol": 1e-9}])["verdict"] == "not supported"
     assert rules.decide_linear_psd([])["verdict"] == "premise violated"
+
+
+def test_stationarity_rule_counts_stationary_heads_and_bounds_rho_by_the_perturbed_residual():
+    st = lambda rho, ref=1.0, stat=True, tol=1e-8: {"label": "x", "family": "siamese", "stationary": stat,  # noqa: E731
+                                                    "rho": rho, "rho_ref": ref, "residual_tol": tol}
+    assert rules.decide_rho_zero([st(1e-12), st(0.0, ref=0.0)])["verdict"] == "supported"
+    # rho above max(rho_tol * rho_ref, residual_tol) at a stationary head refutes the finding
+    bad = rules.decide_rho_zero([st(1e-12), st(1e-3, ref=1.0)])
+    assert bad["verdict"] == "not supported" and bad["deciding"]["with_rho_above_bound"] == 1
+    # a head that never reached stationarity does not count, whatever its rho
+    assert rules.decide_rho_zero([st(1.0, stat=False)])["verdict"] == "inconclusive"
+    assert rules.rho_zero_bound(st(0.0, ref=2.0, tol=1e-9)) == pytest.approx(2e-6)
+    assert rules.rho_zero_bound(st(0.0, ref=1e-12, tol=1e-9)) == 1e-9

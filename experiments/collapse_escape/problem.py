@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ssl_geometry import geometry, metrics
+from ssl_geometry import geometry
 from ssl_geometry import backbones, heads
 from ssl_geometry import losses
 
@@ -104,16 +104,12 @@ class Problem(NamedTuple):
         return data["scale"] * self.loss_w(w, batch, data)
 
     def observe(self, w, t, data):
-        """Collapse monitors (scalars): normalised std of ``z`` and of head outputs, RMS spread of ``z``."""
-        z, U = self.outputs(to_y(w, data), data["x"])
+        """Monitors (scalars): ``spread_z``, the RMS of ``z - mean z`` (the collapse observable every claim reads),
+        and ``dev``, the norm of the whole state's deviation ``|w - w_eq|`` (the linear regime's second check)."""
+        z = self.z_of(to_y(w, data)["rep"], data["x"])
         zc = z - jnp.mean(z, axis=0)
-        return {"std_z": metrics.normalized_std(_nan_zero_rows(z)), "std_u": metrics.normalized_std(_nan_zero_rows(U)),
-                "spread_z": jnp.sqrt(jnp.mean(zc ** 2))}
-
-
-def _nan_zero_rows(a):
-    """Rows of zero norm (direction undefined, e.g. a dead ReLU head) as NaN: the monitor then reads NaN."""
-    return jnp.where(jnp.linalg.norm(a, axis=1, keepdims=True) > 0, a, jnp.nan)
+        diff = jax.tree_util.tree_map(lambda a, b: jnp.sum((a - b) ** 2), w, data["w_eq"])
+        return {"spread_z": jnp.sqrt(jnp.mean(zc ** 2)), "dev": jnp.sqrt(sum(jax.tree_util.tree_leaves(diff)))}
 
 
 def to_y(w, data):
@@ -131,8 +127,9 @@ def to_w(y, tau):
 
 
 def flow_data(eq_data, y, tau):
-    """Data of the flow with head rate ``tau`` (the frozen head's parameters travel as data)."""
-    d = {**eq_data, "tau": jnp.asarray(float(tau), jnp.float64)}
+    """Data of the flow with head rate ``tau`` from the equilibrium ``y``: its flow coordinates ``w_eq`` (the
+    deviation monitor's reference) and, with the head frozen (``tau = 0``), the head's parameters."""
+    d = {**eq_data, "tau": jnp.asarray(float(tau), jnp.float64), "w_eq": to_w(y, tau)}
     if tau == 0:
         d["head0"] = y["head"]
     return d
@@ -159,6 +156,7 @@ class Equilibrium(NamedTuple):
     rho_norm: float
     grad_norm: float          # max |dL/dy| over every variable (rep, head; backbone included)
     certified: bool           # residual != 0, stationary in z and in the head (thm41_premises)
+    premises: object          # the Thm41Premises of the state (the one premises computation)
 
 
 def collapsed_state(problem: Problem, cfg, key):
@@ -219,9 +217,10 @@ def equilibrium(problem: Problem, cfg, key) -> Equilibrium:
     z, U = problem.outputs(y, x)
     g = ravel_pytree(jax.grad(problem.loss_y)(y, data))[0]
     rho = jax.grad(lambda uu: problem.loss(uu, targets))(U)
-    prem = geometry.thm41_premises(problem.head, {"params": y["head"]}, lambda uu: problem.loss(uu, targets), z)
+    prem = geometry.thm41_premises(problem.head, {"params": y["head"]}, lambda uu: problem.loss(uu, targets), z,
+                                   activation=problem.activation)
     return Equilibrium(y, data, null_dim, float(jnp.linalg.norm(rho)), float(jnp.max(jnp.abs(g))),
-                       bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head))
+                       bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head), prem)
 
 
 def perturb(problem: Problem, y, cfg, key):

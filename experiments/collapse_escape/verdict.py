@@ -1,75 +1,221 @@
-"""Experiment 4's rule and its application (the rule text and ``decide`` sit together)."""
+"""Experiment 4's verdicts: the registry's five rules (experiments/claims.py) applied to the stored runs.
+
+Thresholds come from :data:`experiments.claims.CLAIMS`; the one measured/predicted ratio
+(:func:`rate_ratio`) and the one agreement test (:func:`rate_agreement`) are shared with the report.
+"""
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 
-RULE = """Counted runs: gradient-flow (head rate tau = {dynamics[head_rate]}) and SGD runs from a certified
-collapsed equilibrium (stationary in z and in the head, rho != 0) whose Thm 4.1 premises ALL hold at the
-start (H_L PSD, rho != 0, stationarity, timescale ratio (head/representation relative update rate) > 1; C^2 head,
-except that ReLU heads are counted under the theorem's ReLU statement); failed flows are excluded and counted
-(censored). Prediction: a run agrees with the linearised dynamics if its measured rate (slope of log spread(z)
-in the linear regime, spread <= {dynamics[linear_factor]:g} x its start) is within a relative
-{verdict[rate_rtol]:g} of the linearised system's own slope over the same window, or both are <=
-{dynamics[rate_floor]:g}. Escape: normalised std of z > {dynamics[escape_fraction]:g}/sqrt(d) by the horizon.
-E_smooth = fraction of counted smooth-head flow runs that escape; E_lin = the same for linear/ReLU heads;
-E_fin = fraction of counted linear/ReLU SGD runs that escape or diverge. Verdict: 'premise violated' if no run is
-counted; 'inconclusive' if the counted flows lack a smooth or a linear/ReLU head; 'not supported' if E_lin > 0 (a
-linear/ReLU head leaves a premise-holding collapsed equilibrium under gradient flow, which the theorem excludes)
-or E_smooth = 0; 'supported' if E_smooth >= 0.5, E_lin = 0 and at least {verdict[agree_fraction]:g} of the
-counted runs agree with their prediction; 'inconclusive' otherwise."""
+from experiments import claims
+
+FROZEN, NO_ESCAPE, SMOOTH = "thm4.1-frozen-head-flow", "flow-linear-relu-no-escape", "flow-smooth-escape"
+FINITE, RATES = "finite-step-escape", "linearised-rate-prediction"
+LINEAR_KINDS = ("linear", "piecewise")
 
 
-def agrees(row, cfg) -> bool:
-    """The prediction check of one run (see :data:`RULE`)."""
-    pred, meas = row["predicted_rate_window"], row["measured_rate"]
-    floor = cfg.dynamics.rate_floor
-    if not (np.isfinite(pred) and np.isfinite(meas)):
-        return False
-    if pred <= floor and meas <= floor:
-        return True
-    return bool(pred > 0 and abs(meas / pred - 1.0) <= cfg.verdict.rate_rtol)
+def _t(claim_id: str, name: str) -> float:
+    return float(claims.CLAIMS[claim_id].thresholds[name])
 
 
-def _frac(xs):
-    return float(np.mean(xs)) if len(xs) else float("nan")
+def state_key(r) -> tuple:
+    return r["representation"], r["objective"], r["activation"], r["seed"]
+
+
+def label(r) -> str:
+    run = f"tau {r['tau']:g}" if r["dynamics"] == "flow" else f"SGD lr {r['lr']:g}"
+    return f"{r['representation']}/{r['objective']}/{r['activation']}/seed {r['seed']}/{run}"
+
+
+def rate_ratio(r) -> float:
+    """``measured / predicted`` over the run's linear window (NaN where either is not finite or the prediction is 0)."""
+    m, p = r["measured_rate"], r["predicted_rate_window"]
+    return m / p if np.isfinite(m) and np.isfinite(p) and p != 0 else float("nan")
+
+
+def rate_scales(rows) -> dict:
+    """``{(state, kind): max |predicted rate|}`` over the runs of one state and kind (``flow`` or ``sgd``)."""
+    out = collections.defaultdict(float)
+    for r in rows:
+        p = abs(r["predicted_rate"])
+        if np.isfinite(p):
+            k = (state_key(r), r["dynamics"])
+            out[k] = max(out[k], p)
+    return dict(out)
+
+
+def rate_agreement(r, scales) -> str:
+    """``agree``, ``miss`` (no agreement, ratio outside [1/2, 2]) or ``off`` (neither): the rule of
+    ``linearised-rate-prediction``."""
+    floor = _t(RATES, "rate_floor") * scales.get((state_key(r), r["dynamics"]), 0.0)
+    m, p, ratio = r["measured_rate"], r["predicted_rate_window"], rate_ratio(r)
+    if np.isfinite(m) and np.isfinite(p) and abs(m) <= floor and abs(p) <= floor:
+        return "agree"
+    if np.isfinite(ratio) and abs(ratio - 1.0) <= _t(RATES, "rate_rtol"):
+        return "agree"
+    return "off" if np.isfinite(ratio) and 0.5 <= ratio <= 2.0 else "miss"
+
+
+def _flows(rows, kinds, tau=None):
+    return [r for r in rows if r["dynamics"] == "flow" and r["state_premises"] and r["head_kind"] in kinds
+            and (tau is None or r["tau"] == tau)]
+
+
+def _outcomes(rows) -> dict:
+    """``{"tau=<t>": {outcome: count}}`` (flows) or ``{"lr=<lr>": ...}`` (SGD)."""
+    out = {}
+    for r in rows:
+        k = f"tau={r['tau']:g}" if r["dynamics"] == "flow" else f"lr={r['lr']:g}"
+        out.setdefault(k, collections.Counter())[r["outcome"]] += 1
+    return {k: dict(v) for k, v in out.items()}
+
+
+def frozen_ratio(r) -> float:
+    """``frozen_rate / frozen_predicted_rate``: measured against the linearised system's slope, same window."""
+    m, p = r["frozen_rate"], r["frozen_predicted_rate"]
+    return m / p if np.isfinite(m) and np.isfinite(p) and p != 0 else float("nan")
+
+
+def frozen_check(r) -> str:
+    """``agree``, ``refute`` or ``open`` for one counted frozen-head run (rule of ``thm4.1-frozen-head-flow``).
+
+    Smooth head: agrees if ``G >= escape_growth`` and ``|rate / linearised slope - 1| <= rate_rtol``;
+    refutes if ``G < no_growth`` or the slope misses by more than ``rate_rtol``. Linear/ReLU head: agrees
+    if ``G <= no_growth``, refutes if ``G > escape_growth``. A diverged or censored run stays open.
+    """
+    if r["outcome"] in ("diverged", "censored"):
+        return "open"
+    g = r["growth"]
+    if r["head_kind"] == "smooth":
+        ratio = frozen_ratio(r)
+        if g < _t(FROZEN, "no_growth") or (np.isfinite(ratio) and abs(ratio - 1.0) > _t(FROZEN, "rate_rtol")):
+            return "refute"
+        return "agree" if g >= _t(FROZEN, "escape_growth") and np.isfinite(ratio) else "open"
+    if g <= _t(FROZEN, "no_growth"):
+        return "agree"
+    return "refute" if g > _t(FROZEN, "escape_growth") else "open"
+
+
+def decide_frozen(rows) -> dict:
+    counted = [r for r in _flows(rows, ("smooth", *LINEAR_KINDS), tau=0.0) if r["representation"] == "free"]
+    checks = [(r, frozen_check(r)) for r in counted]
+    smooth = [r for r in counted if r["head_kind"] == "smooth"]
+    ratios = [frozen_ratio(r) for r in smooth]
+    ratios = [x for x in ratios if np.isfinite(x)]
+    vs_lmin = [r["frozen_rate"] / -r["lambda_min_H_eff"] for r in smooth if r["lambda_min_H_eff"] != 0]
+    deciding = {"runs": len(counted), "agree": sum(c == "agree" for _, c in checks),
+                "refute": sum(c == "refute" for _, c in checks),
+                "smooth_rate_over_linearised_min": min(ratios, default=float("nan")),
+                "smooth_rate_over_linearised_max": max(ratios, default=float("nan")),
+                "smooth_min_growth": min((r["growth"] for r in smooth), default=float("nan")),
+                "linear_relu_max_growth": max((r["growth"] for r in counted if r["head_kind"] != "smooth"),
+                                              default=float("nan")),
+                # reported beside the rule: the statement's -lambda_min(H_eff), which the slope tends to
+                "smooth_rate_over_minus_lambda_min_min": min(vs_lmin, default=float("nan")),
+                "smooth_rate_over_minus_lambda_min_max": max(vs_lmin, default=float("nan"))}
+    item = {"id": FROZEN, "deciding": deciding}
+    bad = [f"{label(r)} (G = {r['growth']:.3g}, rate / linearised slope = {frozen_ratio(r):.3g})"
+           for r, c in checks if c == "refute"]
+    if not counted:
+        return {**item, "verdict": "inconclusive", "reason": "no frozen-head run of z itself at a premise-holding state"}
+    if bad:
+        return {**item, "verdict": "not supported", "reason": f"{len(bad)} runs refute it: " + ", ".join(bad[:4])}
+    if deciding["agree"] == len(counted):
+        return {**item, "verdict": "supported", "reason": f"all {len(counted)} frozen-head runs agree (smooth: growth "
+                f">= {deciding['smooth_min_growth']:.3g}, rate / linearised slope in "
+                f"[{deciding['smooth_rate_over_linearised_min']:.3g}, "
+                f"{deciding['smooth_rate_over_linearised_max']:.3g}]; linear/ReLU growth <= "
+                f"{deciding['linear_relu_max_growth']:.3g})"}
+    return {**item, "verdict": "inconclusive", "reason": f"{len(counted) - deciding['agree']} of {len(counted)} runs "
+            "neither agree nor refute"}
+
+
+def decide_no_escape(rows) -> dict:
+    counted = _flows(rows, LINEAR_KINDS)
+    escaped = [r for r in counted if r["outcome"] == "escaped"]
+    item = {"id": NO_ESCAPE, "deciding": {"runs": len(counted), "escaped": len(escaped), "outcomes": _outcomes(counted)}}
+    if not counted:
+        return {**item, "verdict": "inconclusive", "reason": "no premise-holding linear/ReLU flow"}
+    if escaped:
+        taus = sorted({r["tau"] for r in escaped})
+        return {**item, "verdict": "not supported",
+                "reason": f"{len(escaped)} of {len(counted)} linear/ReLU flows escape (growth >= "
+                          f"{_t(NO_ESCAPE, 'escape_growth'):g}) at tau = {', '.join(f'{t:g}' for t in taus)}"}
+    failed = [r for r in counted if r["outcome"] in ("diverged", "censored")]
+    if failed:
+        return {**item, "verdict": "inconclusive", "reason": f"none escapes, but {len(failed)} diverged or were censored"}
+    return {**item, "verdict": "supported", "reason": f"none of {len(counted)} linear/ReLU flows escapes at any tau"}
+
+
+def decide_smooth_escape(rows) -> dict:
+    counted = _flows(rows, ("smooth",))
+    high = [r for r in counted if r["tau"] >= 1.0]
+    stayed = [r for r in high if r["outcome"] == "stayed"]
+    item = {"id": SMOOTH, "deciding": {"runs_tau_ge_1": len(high), "escaped_tau_ge_1": sum(
+        r["outcome"] == "escaped" for r in high), "stayed_tau_ge_1": len(stayed), "outcomes": _outcomes(counted)}}
+    if not high:
+        return {**item, "verdict": "inconclusive", "reason": "no premise-holding smooth-head flow at tau >= 1"}
+    if stayed:
+        return {**item, "verdict": "not supported", "reason": f"{len(stayed)} smooth-head flows at tau >= 1 stay "
+                f"(growth <= {_t(SMOOTH, 'no_growth'):g}): " + ", ".join(label(r) for r in stayed[:4])}
+    if all(r["outcome"] == "escaped" for r in high):
+        return {**item, "verdict": "supported", "reason": f"all {len(high)} smooth-head flows at tau >= 1 escape"}
+    return {**item, "verdict": "inconclusive", "reason": f"{sum(r['outcome'] != 'escaped' for r in high)} of "
+            f"{len(high)} smooth-head flows at tau >= 1 neither escape nor stay"}
+
+
+def decide_finite_step(rows) -> dict:
+    flows = {(state_key(r), r["tau"]): r for r in rows if r["dynamics"] == "flow"}
+    counted = [r for r in rows if r["dynamics"] == "sgd" and r["state_premises"] and r["head_kind"] in LINEAR_KINDS]
+    left = [r for r in counted if r["outcome"] in ("escaped", "diverged")]
+    finite = [r for r in left if flows[(state_key(r), r["tau"])]["outcome"] != "escaped"]
+    item = {"id": FINITE, "deciding": {"runs": len(counted), "escaped": sum(r["outcome"] == "escaped" for r in counted),
+                                       "diverged": sum(r["outcome"] == "diverged" for r in counted),
+                                       "left_where_the_flow_did_not": len(finite), "outcomes": _outcomes(counted)}}
+    if not counted:
+        return {**item, "verdict": "inconclusive", "reason": "no premise-holding linear/ReLU SGD run"}
+    if finite:
+        return {**item, "verdict": "supported", "reason": f"{len(finite)} linear/ReLU SGD runs escape or diverge where "
+                "the flow at the same tau does not: " + ", ".join(label(r) for r in finite[:4])}
+    if not left:
+        return {**item, "verdict": "not supported", "reason": f"all {len(counted)} linear/ReLU SGD runs stay"}
+    return {**item, "verdict": "inconclusive", "reason": f"{len(left)} linear/ReLU SGD runs escape or diverge, each "
+            "where the flow at the same tau escapes too"}
+
+
+def decide_rates(rows) -> dict:
+    counted = [r for r in rows if r["certified"] and r["fit_points"] >= 3]
+    scales = rate_scales(rows)
+    checks = [(r, rate_agreement(r, scales)) for r in counted]
+    agree = sum(c == "agree" for _, c in checks)
+    misses = [label(r) for r, c in checks if c == "miss"]
+    frac = agree / len(counted) if counted else float("nan")
+    # the ratio of the runs compared relatively (not those both below the floor, whose ratio means nothing)
+    ratios = [rate_ratio(r) for r in counted if np.isfinite(rate_ratio(r)) and abs(r["predicted_rate_window"])
+              > _t(RATES, "rate_floor") * scales.get((state_key(r), r["dynamics"]), 0.0)]
+    item = {"id": RATES, "deciding": {"runs": len(counted), "not_counted": len(rows) - len(counted),
+                                      "agree_fraction": frac, "misses_beyond_factor_2": len(misses),
+                                      "ratio_min_above_floor": min(ratios, default=float("nan")),
+                                      "ratio_max_above_floor": max(ratios, default=float("nan"))}}
+    why = f"{agree} of {len(counted)} runs agree, {len(misses)} miss by more than a factor 2"
+    if not counted:
+        return {**item, "verdict": "inconclusive", "reason": "no run has a linear window"}
+    if frac >= _t(RATES, "agree_fraction") and not misses:
+        return {**item, "verdict": "supported", "reason": why}
+    if frac < 0.5:
+        return {**item, "verdict": "not supported", "reason": why}
+    return {**item, "verdict": "inconclusive", "reason": why + (": " + ", ".join(misses[:4]) if misses else "")}
 
 
 def decide(measurements: dict, config) -> dict:
-    """Apply :data:`RULE` to ``measurements["rows"]``."""
+    """The five claims of :data:`experiments.collapse_escape.CLAIMS` on ``measurements["rows"]``."""
     rows = measurements["rows"]
-    runs = [r for r in rows if r["dynamics"] in ("flow", "sgd")]
-    failed = [r for r in runs if r["dynamics"] == "flow" and not r["ok"]]
-    counted = [r for r in runs if r["premises_hold"] and not (r["dynamics"] == "flow" and r["censored"])]
-    flow = [r for r in counted if r["dynamics"] == "flow"]
-    smooth = [r for r in flow if r["head_kind"] == "smooth"]
-    lin = [r for r in flow if r["head_kind"] in ("linear", "piecewise")]
-    fin = [r for r in counted if r["dynamics"] == "sgd" and r["head_kind"] in ("linear", "piecewise")]
-    e_s = _frac([r["escaped"] for r in smooth])
-    e_l = _frac([r["escaped"] for r in lin])
-    e_f = _frac([r["escaped"] or not r["ok"] for r in fin])
-    agree = _frac([agrees(r, config) for r in counted])
-    ratios = [r["measured_rate"] / r["predicted_rate_window"] for r in counted
-              if np.isfinite(r["measured_rate"]) and np.isfinite(r["predicted_rate_window"])
-              and r["predicted_rate_window"] > config.dynamics.rate_floor]
-    premise_fail = sorted({r["objective"] for r in runs if not r["premises_hold"]})
-    headline = {
-        "runs_counted": len(counted), "runs_total": len(runs), "failed_flow_runs": len(failed),
-        "censored_flow_runs": sum(r["censored"] for r in runs if r["dynamics"] == "flow"),
-        "E_smooth_flow": e_s, "E_linear_relu_flow": e_l, "E_linear_relu_sgd": e_f,
-        "prediction_agreement": agree,
-        "median_measured_over_predicted": float(np.median(ratios)) if ratios else float("nan"),
-        "objectives_premise_violated": ", ".join(premise_fail) or "-",
-    }
-    if not counted:
-        verdict, reason = "premise violated", "no run had all of Thm 4.1's premises at the start"
-    elif not smooth or not lin:
-        verdict, reason = "inconclusive", "the counted flows lack a smooth or a linear/ReLU head"
-    elif e_l > 0 or e_s == 0:
-        verdict = "not supported"
-        reason = (f"linear/ReLU heads escaped under gradient flow in a fraction {e_l:.3g} of premise-holding runs"
-                  if e_l > 0 else "no smooth head escaped")
-    elif e_s >= 0.5 and agree >= config.verdict.agree_fraction:
-        verdict, reason = "supported", "smooth heads escape, linear/ReLU heads do not, at the predicted rates"
-    else:
-        verdict, reason = "inconclusive", f"E_smooth = {e_s:.3g}, prediction agreement {agree:.3g}"
-    return {"verdict": verdict, "headline": headline, "paper": {}, "verdict_reason": reason}
+    items = [decide_frozen(rows), decide_no_escape(rows), decide_smooth_escape(rows), decide_finite_step(rows),
+             decide_rates(rows)]
+    cases = measurements["cases"]
+    headline = {"states": len(cases), "states_certified": sum(c["certified"] for c in cases),
+                "states_premises_hold": sum(bool(c.get("state_premises")) for c in cases), "runs": len(rows),
+                **{f"{i['id']}:{k}": v for i in items for k, v in i["deciding"].items() if not isinstance(v, dict)}}
+    return {"claims": items, "headline": headline}

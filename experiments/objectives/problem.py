@@ -107,11 +107,13 @@ def first_view_problem(cfg, name, params, target, center, z1, z2):
     return model, variables, (lambda u: loss(u, fixed))
 
 
-def sample_views(cfg, key, n, sigma_sqrt, aug_basis):
-    """``(z, z1, z2)``: clean representations and two views (module docstring)."""
+def sample_views(cfg, key, n, sigma_sqrt, aug_basis, clean=None):
+    """``(z, z1, z2)``: clean representations and two views (module docstring); ``clean`` (``(d,)``): ``n`` views
+    of that one sample (an orbit) instead of ``n`` samples."""
     kz, k1, k2, k3, k4 = jax.random.split(key, 5)
     d = cfg.data
-    z = jax.random.normal(kz, (n, d.d), jnp.float64) @ sigma_sqrt
+    z = (jax.random.normal(kz, (n, d.d), jnp.float64) @ sigma_sqrt if clean is None
+         else jnp.tile(jnp.asarray(clean)[None, :], (n, 1)))
     a = aug_basis.shape[1]
 
     def view(ka, ki):

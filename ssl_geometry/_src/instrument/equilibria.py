@@ -136,9 +136,10 @@ def collapsed_equilibrium(
       online outputs and a fixed teacher ``T`` (centre 0), i.e. ``L = -(1/n) sum_i P_i . log
       softmax(u_i / tau_s)``, ``rho_i = (q* - P_i) / (n tau_s)`` with ``q* = softmax(u*/tau_s)``;
       teacher probabilities ``P_i = q* - n tau_s R_i`` with ``R_i = q* V_i`` (a multiplicative
-      perturbation: ``J^T R_i = 0`` and ``sum_k R_ik = 0``), scaled so that ``P_i >= q*/2`` at
-      ``residual_scale = 1``; ``residual_scale`` multiplies that, capped at 1.8 so that
-      ``P_i >= q*/10 > 0``; logits ``T_i = tau_t log P_i``.
+      perturbation: ``J^T R_i = 0`` and ``sum_k R_ik = 0``), scaled so that
+      ``P_i = q* (1 - (s/2) V_i / max|V|)``, ``s = residual_scale``: ``P_i >= q*/2`` at ``s = 1``, and
+      ``P_i >= q* (1 - s/2)`` stays a probability vector only for ``s < 2`` (``ValueError`` otherwise:
+      the residual of a fixed teacher is bounded by the simplex); logits ``T_i = tau_t log P_i``.
 
     The head is applied in eval mode (sample-wise). ``premise_options`` go to
     :func:`~ssl_geometry.geometry.thm41_premises` (e.g. ``timescale_ratio``, ``activation``).
@@ -149,6 +150,9 @@ def collapsed_equilibrium(
     c = jnp.asarray(c)
     check_rank(c, "c", 1)
     check_positive(residual_scale, "residual_scale")
+    if objective == "dino_fixed_teacher" and not residual_scale < 2.0:
+        raise ValueError(f"`residual_scale` must be < 2 for 'dino_fixed_teacher' (the teacher probabilities "
+                         f"P_i >= q* (1 - residual_scale / 2) must stay positive); got {residual_scale}.")
     z = jnp.tile(c[None, :], (n, 1))
 
     def h(x):
@@ -168,10 +172,10 @@ def collapsed_equilibrium(
         q = np.asarray(jax.nn.softmax(u_star / student_temp), np.float64)
         # A multiplicative perturbation of the teacher: R_i = q * V_i with J^T (q * V_i) = 0 and
         # q . V_i = 0 (so sum_k R_ik = 0), i.e. V_i in null([(diag(q) J)^T; q^T]). Then
-        # P_i = q (1 - n tau_s s V_i) >= (1 - 0.5 min(scale, 1.8)) q > 0 with s = min(scale, 1.8) / (2 n tau_s max|V|).
+        # P_i = q (1 - n tau_s s V_i) >= (1 - 0.5 scale) q > 0 with s = scale / (2 n tau_s max|V|), scale < 2.
         Jq = q[:, None] * J
         V = np.asarray(null_space_residuals(Jq, n, key=key, scale=1.0, constraints=q[None, :]))
-        s = min(residual_scale, 1.8) * 0.5 / (n * student_temp * float(np.max(np.abs(V))))
+        s = residual_scale * 0.5 / (n * student_temp * float(np.max(np.abs(V))))
         R = q[None, :] * V * s
         P = q[None, :] - n * student_temp * R
         null_dim = _null_dim(Jq, False, q[None, :])
