@@ -4,7 +4,7 @@
 weights x 0.1) for 14 ``(activation, BatchNorm, lr)`` settings x 3 seeds and tracks, per step and
 averaged per epoch, the std of the L2-normalised projector outputs, their clamped covariance
 condition number and the relative update sizes of projector and backbone. This module runs those
-settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's step
+settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's run loop
 (:mod:`experiments.paper_simsiam`) and tracks the same numbers plus the std of the backbone
 features (z-collapse). Nothing here is dense at paper size: the statistics are batch covariances,
 the update sizes norms. Escape of a run: some epoch's std exceeds ``escape_fraction / sqrt(k)``
@@ -19,7 +19,6 @@ import jax
 import numpy as np
 
 from experiments import common, paper_simsiam
-from ssl_geometry import trainer as _trainer
 
 NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"
@@ -67,8 +66,8 @@ def _runs(cfg):
     return first
 
 
-def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
-    """One run; returns its per-epoch series, escape statistics and timing."""
+def train_one(cfg, activation, bn, lr_name, seed, images) -> dict:
+    """One run (on the training split ``images`` was loaded from); its per-epoch series, escape statistics, timing."""
     if lr_name not in cfg.lrs:
         raise ValueError(f"`runs`: lr name {lr_name!r} is not one of {sorted(cfg.lrs)}.")
     batch, epochs, spe = _plan(cfg, len(images))
@@ -76,11 +75,10 @@ def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
     tc = paper_simsiam.trainer_config(activation=activation, batch_norm=bn, lr=cfg.lrs[lr_name], batch_size=batch,
                                       projector_scale=m.collapse_scale, backbone=m.backbone,
                                       backbone_kwargs=m.backbone_kwargs, hidden=m.hidden, out_dim=m.out_dim,
-                                      pred_hidden=m.pred_hidden, steps=epochs * spe)
-    run = paper_simsiam.build(tc, images.shape[1:], epochs * spe)
-    state = _trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(seed), int(labels.max()) + 1)
-    rec = paper_simsiam.train_run(run, state, images, labels, seed=seed, epochs=epochs, steps_per_epoch=spe,
-                                  batch_size=batch)
+                                      pred_hidden=m.pred_hidden, epochs=epochs, steps_per_epoch=spe, seed=seed,
+                                      data=cfg.data)
+    run = paper_simsiam.build(tc, images.shape[1:])
+    rec = paper_simsiam.train_run(run, tc, dry_examples=cfg.dry.examples if cfg.dry_run else 0)
     thr = cfg.analysis.escape_fraction / math.sqrt(m.out_dim)
     std = rec["epochs"].get("std_head", [])
     above = [i for i, v in enumerate(std) if v > thr]
@@ -97,9 +95,9 @@ def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
 
 def measure(config) -> dict:
     """Train every run (see :func:`_runs`); numbers only."""
-    images, labels = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
+    images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
                                                dry_examples=config.dry.examples)
-    rows = [train_one(config, a, bn, lr, s, images, labels) for a, bn, lr, s in _runs(config)]
+    rows = [train_one(config, a, bn, lr, s, images) for a, bn, lr, s in _runs(config)]
     out = {"rows": rows}
     if config.dry_run:
         out["dry_run"] = _projection(config, len(images), rows)

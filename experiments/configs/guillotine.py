@@ -1,10 +1,10 @@
 """Config: experiment 6, the guillotine (Sec. 5) -- probes, trajectory curvature, orbits, metric degeneracy.
 
-A backbone + ReLU/BN MLP head is trained with SimCLR's NT-Xent (tau 0.1, Adam 1e-3) through the
-one trainer: the objective, optimiser and step that ``python -m ssl_geometry.train`` builds from
-``experiments.guillotine.training.trainer_config`` (``augment.name = "simclr_custom"``, an
-``ssl_geometry.augment.AugmentConfig`` with the authors' views); the trained pair is then measured
-(``experiments/guillotine/``). Views are the authors' guillotine
+A backbone + ReLU/BN MLP head is trained with SimCLR's NT-Xent (tau 0.1, Adam 1e-3) by the one
+run loop, ``ssl_geometry.trainer.train`` (what ``python -m ssl_geometry.train`` runs), on the
+guillotine's own trainer config ``experiments.guillotine.training.trainer_config``
+(``augment.name = "simclr_custom"``, an ``ssl_geometry.augment.AugmentConfig`` with the authors'
+views); the trained pair is then measured (``experiments/guillotine/``). Views are the authors' guillotine
 recipe (``experiments.py: run_guillotine_experiment``): RandomResizedCrop(32, scale (0.08, 1)),
 flip, RandomRotation(45), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8; no grayscale, no blur.
 
@@ -28,16 +28,15 @@ Deviations of the ``paper`` variants from the authors' code, with reasons:
   main (ReLU) run is not reused for it.
 * Probes: the library's linear and 2-layer MLP probes (Adam 1e-3, 5 epochs) on the four 90-degree
   rotations of each test-split image, as the authors; hidden width ``probes.hidden``.
-* Training runs the CLI trainer's step (``trainer.make_train_step``) from the experiment, on the
-  images it loaded, rather than ``ssl_geometry.trainer.train`` with its data feed: the smoke
-  variant's ``shapes`` set is rendered with nuisance rotations (``data.shapes_max_angle_deg``) that
-  the feed's loader does not take. The step includes the trainer's online linear probe on
-  ``stop_gradient`` of the backbone features (its own Adam): it cannot change the backbone or head.
-  Each training run checkpoints every epoch (``train.checkpoint_every``) and resumes after an
-  interruption (``reproduce`` puts the checkpoints under ``DIR/<run>/checkpoints``).
+* Training is the trainer's run loop (``ssl_geometry.trainer.train``) with its data feed, which
+  renders the smoke variant's ``shapes`` set with the nuisance rotations ``data.shapes_max_angle_deg``
+  (the trainer's ``data.shapes_max_angle_deg``) from ``seed``. The step includes the trainer's online
+  linear probe on ``stop_gradient`` of the backbone features (its own Adam): it cannot change the
+  backbone or head. Each training run checkpoints every epoch (``train.checkpoint_every``) and resumes
+  after an interruption (``reproduce`` puts each run's workdir under ``DIR/<run>/checkpoints``).
 * Initialisation: PyTorch's default initialisers in ``ssl_geometry.backbones``/``heads`` with a JAX
-  RNG, and the trainer's per-epoch data order ``trainer.batch_indices``: same distributions, not the
-  same draws.
+  RNG (``PRNGKey(seed)``, as every run of the trainer), and the trainer's per-epoch data order
+  ``trainer.batch_indices``: same distributions, not the same draws.
 * Curvature and orbits are computed twice: the paper's way (L2-normalised, undivided second
   differences on 10 angles in [0, 45] deg; orbits of 12 rotations 0..330 deg with the head applied
   to the *normalised* z, as ``run_orbit_visualization_experiment`` does) and the project's way
@@ -80,8 +79,9 @@ def base() -> ml_collections.ConfigDict:
         "train": {
             "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
             "dry_run_batch": 8,
-            # Checkpoints (the trainer's orbax format) every this many steps and at the end; 0: off. A rerun
-            # resumes the same run; reproduce sets checkpoint_dir to DIR/<run>/checkpoints.
+            # Checkpoints of the run loop every this many steps and at the end, in the workdir
+            # checkpoint_dir/depth<d>_<activation>; a rerun resumes the same run. 0: a temporary workdir,
+            # nothing kept. reproduce sets checkpoint_dir to DIR/<run>/checkpoints.
             "checkpoint_every": 0, "checkpoint_dir": "",
         },
         "probes": {"train_images": 2000, "test_images": 1000, "epochs": 20, "hidden": 256},

@@ -2,8 +2,8 @@
 
 A backbone ``f`` and a ReLU+BatchNorm MLP projector ``h`` are trained jointly with SimCLR's NT-Xent
 (tau 0.1, Adam 1e-3) on the authors' guillotine views (crop, flip, rotation up to 45 deg, colour
-jitter; :mod:`.training`), through the CLI trainer's step (``ssl_geometry.train``'s objective, optimiser
-and ``make_train_step``). Then, on held-out images,
+jitter; :mod:`.training`), through the one run loop (``ssl_geometry.trainer.train``, as
+``python -m ssl_geometry.train``). Then, on held-out images,
 backbone ``z = f(x)`` against head ``h(z)`` (:mod:`.geometry`):
 
 * **Probes**: 4-way rotation prediction (0/90/180/270 deg, linear and 2-layer MLP) and class
@@ -106,21 +106,21 @@ def _premises(cfg, losses, rot, erank_z) -> dict:
             "backbone_not_collapsed": {"met": erank_z >= v.min_effective_rank, "value": erank_z}}
 
 
-def _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe):
+def _train_all(cfg, train_ds, test_ds, sz, k_probe):
     rot_train = T.rotation_probe_subset(cfg, train_ds, sz["probe_train"])
     rot_test = T.rotation_probe_subset(cfg, test_ds, sz["probe_test"])
     cls_train = (augment.to_float(train_ds.images[: sz["probe_train"]]), train_ds.labels[: sz["probe_train"]])
     cls_test = (augment.to_float(test_ds.images[: sz["probe_test"]]), test_ds.labels[: sz["probe_test"]])
     m = cfg.model
     # The main run (head_depth, head_activation) first; then the ablation depths with ablation_activation (the
-    # main run is reused at its depth when the activations agree). Same key: same backbone initialisation.
+    # main run is reused at its depth when the activations agree). Same seed: same backbone initialisation.
     plan = [("main", m.head_depth, m.head_activation)]
     plan += [(d, d, m.ablation_activation) for d in m.depths
              if not (d == m.head_depth and m.ablation_activation == m.head_activation)]
     runs, probe_res = {}, {}
     t0 = time.perf_counter()
     for name, d, act in plan:
-        runs[name] = T.train_simclr(cfg, d, train_ds.images, train_ds.labels, k_train, act)
+        runs[name] = T.train_simclr(cfg, d, act)
         _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
         probe_res[name] = T.probe_suite(cfg, runs[name], rot_train, rot_test, cls_train, cls_test, k_probe,
                                         class_probes=(name == "main"))
@@ -136,10 +136,10 @@ def measure(config) -> dict:
     cfg = config
     t_start = time.perf_counter()
     adt = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
-    k_train, k_probe, k_deg = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    _, k_probe, k_deg = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)  # training starts from PRNGKey(seed)
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
-    runs, probe_res, cls_test, n_rot_tr, n_rot_te = _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe)
+    runs, probe_res, cls_test, n_rot_tr, n_rot_te = _train_all(cfg, train_ds, test_ds, sz, k_probe)
     main = runs["main"]
     t_analysis = time.perf_counter()
     fz, fh = T.feature_fns(main)
