@@ -9,8 +9,8 @@ What a run is made of, each idea in one module of ``ssl_geometry/_src/training/`
 * the builders (``builders.py``): config sections to objects -- :func:`load_split` /
   :func:`load_dataset`, :func:`build_augment` / :func:`augment_config`, :func:`build_backbone`,
   :func:`build_head`, :func:`build_objective`, :func:`build_optimizer` -- the name tables
-  :data:`BACKBONES`, :data:`AUGMENTS`, :data:`DTYPES`, and :func:`validate_config`, the check of the
-  whole config before anything is built;
+  :data:`BACKBONES`, :data:`AUGMENTS`, :data:`DTYPES`;
+* the check of the whole config before anything is built (``validate.py``): :func:`validate_config`;
 * the optimiser (``optimizer.py``): :func:`make_schedule`, :func:`make_optimizer`;
 * the update (``step.py``): :func:`make_train_step` (with the online probe inside it) and
   :func:`jit_train_step`;
@@ -89,7 +89,7 @@ from ssl_geometry._src.training.builders import build_backbone as build_backbone
 from ssl_geometry._src.training.builders import build_head as build_head
 from ssl_geometry._src.training.builders import build_objective as build_objective
 from ssl_geometry._src.training.builders import build_optimizer as build_optimizer
-from ssl_geometry._src.training.builders import validate_config as validate_config
+from ssl_geometry._src.training.validate import validate_config as validate_config
 from ssl_geometry._src.training.optimizer import OPTIMIZERS as OPTIMIZERS
 from ssl_geometry._src.training.optimizer import SCHEDULES as SCHEDULES
 from ssl_geometry._src.training.optimizer import make_schedule as make_schedule

@@ -37,6 +37,9 @@ _EPOCHS = 50
 _BATCH = 512
 _TRAIN_SIZE = 50_000
 
+#: The head activations ``get_config`` accepts after ``:`` (``python -m ssl_geometry.train`` refuses others).
+VARIANTS = ("relu", "linear", "gelu", "swish")
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     act = arg or "relu"

@@ -4,6 +4,9 @@
 """
 import ml_collections
 
+#: The variants ``get_config`` accepts after ``:`` on the command line (``python -m ssl_geometry.train`` refuses others).
+VARIANTS = ()
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The tiny config; ``arg`` is unused (kept for the ``path.py:arg`` syntax)."""

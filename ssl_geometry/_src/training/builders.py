@@ -8,7 +8,6 @@ Each builder reads one section of the config (fields documented in :func:`ssl_ge
 * models and objective: :func:`build_backbone`, :func:`build_head`, :func:`build_objective` (``model``,
   ``objective``, ``augment``, ``dtype``);
 * optimiser with its schedule: :func:`build_optimizer` (``optimizer``, ``train.steps``, ``data.batch_size``);
-* :func:`validate_config`: every field the run reads, checked before anything is built.
 
 The tables :data:`BACKBONES`, :data:`AUGMENTS` and :data:`DTYPES` list the names the config may use.
 """
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,7 +28,7 @@ from ssl_geometry._src.ssl.shapes import ShapesConfig
 from ssl_geometry._src.training.optimizer import make_optimizer
 
 __all__ = ["BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "load_split", "build_augment", "augment_config",
-           "build_backbone", "build_head", "build_objective", "build_optimizer", "validate_config"]
+           "build_backbone", "build_head", "build_objective", "build_optimizer"]
 
 BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
 AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet", "simclr_custom")
@@ -164,55 +162,3 @@ def build_optimizer(config):
     (default 1e-3)."""
     return make_optimizer(config.optimizer, int(config.train.steps), int(config.data.batch_size),
                           probe_lr=float(config.optimizer.get("probe_lr", 1e-3)))
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def validate_config(config) -> None:
-    """Raise ``ValueError`` naming the field for any value the run cannot train with.
-
-    Called by :func:`ssl_geometry.trainer.train` before anything is built, one check per section:
-    :func:`_check_dtype` (``dtype``), :func:`_check_train` (``train``) and :func:`_check_data`
-    (``data``, with the ``mesh`` its batch is split over).
-    """
-    _check_dtype(config)
-    _check_train(config.train)
-    _check_data(config.data, config.mesh)
-
-
-def _check_dtype(config) -> None:
-    check_choice(config.dtype, "dtype", tuple(DTYPES))
-    if config.dtype == "float64" and not jax.config.read("jax_enable_x64"):
-        raise ValueError("`dtype='float64'` needs jax_enable_x64 (set JAX_ENABLE_X64=1).")
-
-
-def _check_train(train) -> None:
-    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
-        v = train[field]
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"`train.{field}` must be a positive int; got {v!r}.")
-    stop = train.get("stop_after", 0)
-    if isinstance(stop, bool) or not isinstance(stop, int) or stop < 0:
-        raise ValueError(f"`train.stop_after` must be an int >= 0 (0: off); got {stop!r}.")
-    if not isinstance(train.metrics_every, int) or train.metrics_every < 0:
-        raise ValueError(f"`train.metrics_every` must be an int >= 0 (0: off); got {train.metrics_every!r}.")
-
-
-def _check_data(data, mesh) -> None:
-    b = data.batch_size
-    if not isinstance(b, int) or b < 2:
-        raise ValueError(f"`data.batch_size` must be an int >= 2 (batch statistics); got {b!r}.")
-    n_dev = len(jax.devices())
-    data_axis = mesh.data if mesh.data != -1 else n_dev // max(mesh.model, 1)
-    if isinstance(data_axis, int) and data_axis >= 1 and b % data_axis:
-        raise ValueError(f"`data.batch_size` {b} must divide by the mesh data axis size {data_axis}.")
-    seed = data.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"`data.seed` (rendering seed of a generated data set) must be an int >= 0; got {seed!r}.")
-    angle = data.get("shapes_max_angle_deg", None)
-    if angle is not None and data.name != "shapes":
-        raise ValueError(f"`data.shapes_max_angle_deg` sets the nuisance rotations of the 'shapes' set; the data set "
-                         f"is {data.name!r}: leave it None.")
-    if angle is not None and (isinstance(angle, bool) or not isinstance(angle, (int, float)) or angle < 0):
-        raise ValueError(f"`data.shapes_max_angle_deg` must be a number >= 0 (degrees); got {angle!r}.")

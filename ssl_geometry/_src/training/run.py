@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import time
 
 import jax
@@ -15,7 +16,8 @@ import numpy as np
 
 from ssl_geometry._src.training import checkpoint as ckpt
 from ssl_geometry._src.training import workdir as _wd
-from ssl_geometry._src.training.builders import build_objective, build_optimizer, validate_config
+from ssl_geometry._src.training.builders import build_objective, build_optimizer
+from ssl_geometry._src.training.validate import validate_config
 from ssl_geometry._src.training.feed import make_feed
 from ssl_geometry._src.training.monitor import MetricLogger, evaluate, make_eval_metrics, read_metrics
 from ssl_geometry._src.training.state import init_train_state, make_mesh, place_state
@@ -165,6 +167,21 @@ def _resume(run: dict, config, workdir, verbose: bool):
     return restored.step
 
 
+_ADVICE = "try a lower optimizer.lr, or dtype='float64' (with JAX_ENABLE_X64=1)"
+
+
+def _in_jit_failure(err: Exception, step: int, mngr) -> FloatingPointError | None:
+    """The trainer's ``FloatingPointError`` for an ``error_if`` check that failed inside the jitted update
+    (a non-finite loss, a traced hyper-parameter out of range), or ``None`` for another runtime error.
+    Updates run asynchronously, so the failure is of an update at or before ``step``."""
+    found = re.search(r"EquinoxRuntimeError: (.*?)(?:\n\s*\n|-{5,}|$)", str(err), re.DOTALL)
+    if found is None:
+        return None
+    what = " ".join(found.group(1).split())
+    return FloatingPointError(f"update {step} (or one just before it) failed a check inside the jitted step: {what} "
+                              f"The last checkpoint is step {mngr.latest_step()}; {_ADVICE}.")
+
+
 def _log_step(run, metrics, done, clock) -> dict:
     rec = {k: float(v) for k, v in jax.device_get(metrics).items()}
     now = time.perf_counter()
@@ -176,7 +193,7 @@ def _log_step(run, metrics, done, clock) -> dict:
     rec["step"] = done
     if not math.isfinite(rec["loss"]):
         raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; the last checkpoint "
-                                 f"is step {run['mngr'].latest_step()}.")
+                                 f"is step {run['mngr'].latest_step()}; {_ADVICE}.")
     run["logger"].write(rec)
     return rec
 
@@ -216,31 +233,42 @@ def _run_steps(run: dict, config, verbose: bool, hooks) -> tuple[dict, dict, flo
         bar = tqdm(total=steps, initial=run["start"], desc=f"{config.objective.name}", dynamic_ncols=True)
     before = [h.before_step for h in hooks if hasattr(h, "before_step")]
     after = [h.after_step for h in hooks if hasattr(h, "after_step")]
-    last, state, feed, times = {}, run["state"], run["feed"], []
+    last, state, times = {}, run["state"], []
     clock = {"t_mark": None, "s_mark": run["start"], "n_images": 0, "t_train": 0.0}
     for s in range(run["start"], end):
-        batch = feed.batch(s)
-        for fn in before:
-            fn(s, state, batch)
-        t0 = time.perf_counter()
-        state, metrics = run["step_fn"](state, batch)
-        done = s + 1
-        if clock["t_mark"] is None:  # the first update compiles: start the clock after it
-            jax.block_until_ready(metrics)
-            clock["t_mark"], clock["s_mark"] = time.perf_counter(), done
-        elif len(times) < _TIMED_STEPS:  # a few updates timed to completion; the rest run asynchronously
-            jax.block_until_ready(metrics)
-            times.append(time.perf_counter() - t0)
-        for fn in after:
-            fn(done, state, metrics)
-        rec = _bookkeeping(run, config, state, metrics, done, end, clock, bar, verbose)
-        last = rec if rec is not None else last
-        if bar is not None:
-            bar.update(1)
+        try:
+            state, last = _one_update(run, config, s, state, last, clock, times, bar, verbose, before, after, end)
+        except jax.errors.JaxRuntimeError as err:
+            converted = _in_jit_failure(err, s + 1, run["mngr"])
+            if converted is None:
+                raise
+            raise converted from None
     if bar is not None:
         bar.close()
     ips = clock["n_images"] / clock["t_train"] if clock["t_train"] > 0 else float("nan")
     return state, last, ips, float(np.median(times)) if times else float("nan")
+
+
+def _one_update(run, config, s, state, last, clock, times, bar, verbose, before, after, end):
+    """Update ``s`` of :func:`_run_steps` with its hooks and bookkeeping: ``(state, last logged record)``."""
+    batch = run["feed"].batch(s)
+    for fn in before:
+        fn(s, state, batch)
+    t0 = time.perf_counter()
+    state, metrics = run["step_fn"](state, batch)
+    done = s + 1
+    if clock["t_mark"] is None:  # the first update compiles: start the clock after it
+        jax.block_until_ready(metrics)
+        clock["t_mark"], clock["s_mark"] = time.perf_counter(), done
+    elif len(times) < _TIMED_STEPS:  # a few updates timed to completion; the rest run asynchronously
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - t0)
+    for fn in after:
+        fn(done, state, metrics)
+    rec = _bookkeeping(run, config, state, metrics, done, end, clock, bar, verbose)
+    if bar is not None:
+        bar.update(1)
+    return state, (rec if rec is not None else last)
 
 
 def _setup(config, workdir) -> dict:
