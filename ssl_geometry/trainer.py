@@ -21,6 +21,8 @@ What a run is made of, each idea in one module of ``ssl_geometry/_src/training/`
   (``feed.py``): :class:`MemoryFeed`, :class:`StreamFeed`, :func:`make_feed`;
 * metrics and logging into the workdir (``monitor.py``): :func:`representation_metrics`,
   :func:`make_eval_metrics`, :func:`evaluate`, :class:`MetricLogger`, :func:`read_metrics`;
+* process set-up (``distributed.py``): :func:`init_distributed` (bounded by ``distributed.timeout_s``)
+  and :func:`check_same_config` (every process started with the same config);
 * the guarded workdir (``workdir.py``): :func:`prepare`, :class:`Lock`, :func:`config_record`,
   :func:`state_signature`, :func:`check_resume`, :func:`truncate_metrics`.
 
@@ -76,7 +78,9 @@ epoch])``), and the step RNG is ``fold_in(rng, s)``; the checkpoint stores the
 state (with ``rng`` and ``step``) and the data position, so a resumed run
 reproduces the uninterrupted one bit for bit.
 """
-from ssl_geometry._src.training.run import init_distributed as init_distributed
+from ssl_geometry._src.training.distributed import init_distributed as init_distributed
+from ssl_geometry._src.training.distributed import check_same_config as check_same_config
+from ssl_geometry._src.training.distributed import PER_PROCESS_FIELDS as PER_PROCESS_FIELDS
 from ssl_geometry._src.training.run import train as train
 from ssl_geometry._src.training.builders import BACKBONES as BACKBONES
 from ssl_geometry._src.training.builders import AUGMENTS as AUGMENTS
@@ -127,12 +131,12 @@ from ssl_geometry._src.training.workdir import check_resume as check_resume
 from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
 
 __all__ = [
-    "init_distributed", "train", "BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "load_split", "build_augment",
-    "augment_config", "build_backbone", "build_head", "build_objective", "build_optimizer", "validate_config",
-    "OPTIMIZERS", "SCHEDULES", "make_schedule", "make_optimizer", "make_train_step", "jit_train_step", "make_mesh",
-    "state_shardings", "batch_sharding", "init_probe", "init_train_state", "unalias", "place_state", "place_batch",
-    "batch_indices", "host_slice", "MemoryFeed", "StreamFeed", "make_feed", "representation_metrics",
-    "make_eval_metrics", "evaluate", "MetricLogger", "read_metrics", "RUNTIME_FIELDS", "WorkdirLockedError",
-    "ConfigMismatchError", "prepare", "Lock", "flatten_config", "config_record", "state_signature", "digest",
-    "check_resume", "truncate_metrics",
+    "init_distributed", "check_same_config", "PER_PROCESS_FIELDS", "train", "BACKBONES", "AUGMENTS", "DTYPES",
+    "load_dataset", "load_split", "build_augment", "augment_config", "build_backbone", "build_head",
+    "build_objective", "build_optimizer", "validate_config", "OPTIMIZERS", "SCHEDULES", "make_schedule",
+    "make_optimizer", "make_train_step", "jit_train_step", "make_mesh", "state_shardings", "batch_sharding",
+    "init_probe", "init_train_state", "unalias", "place_state", "place_batch", "batch_indices", "host_slice",
+    "MemoryFeed", "StreamFeed", "make_feed", "representation_metrics", "make_eval_metrics", "evaluate",
+    "MetricLogger", "read_metrics", "RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare",
+    "Lock", "flatten_config", "config_record", "state_signature", "digest", "check_resume", "truncate_metrics",
 ]

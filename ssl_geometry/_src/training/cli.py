@@ -162,6 +162,8 @@ def main(argv=None) -> int:
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     try:
         summary = train(config, workdir)
+    except TimeoutError as err:  # peers that never connected: a failure of the run's set-up, not of its input
+        return _fail(err, 1)
     except _REFUSED as err:
         return _fail(err, 2)
     except Exception as err:  # a failure during the run

@@ -17,36 +17,17 @@ import numpy as np
 from ssl_geometry._src.training import checkpoint as ckpt
 from ssl_geometry._src.training import workdir as _wd
 from ssl_geometry._src.training.builders import build_objective, build_optimizer
+from ssl_geometry._src.training.distributed import init_distributed
 from ssl_geometry._src.training.validate import validate_config
 from ssl_geometry._src.training.feed import make_feed
 from ssl_geometry._src.training.monitor import MetricLogger, evaluate, make_eval_metrics, read_metrics
 from ssl_geometry._src.training.state import init_train_state, make_mesh, place_state
 from ssl_geometry._src.training.step import jit_train_step, make_train_step
 
-__all__ = ["init_distributed", "train"]
+__all__ = ["train"]
 
 #: Updates after the first of an invocation (which compiles) timed to completion for ``step_time_s``.
 _TIMED_STEPS = 5
-
-
-def init_distributed(config) -> None:
-    """``jax.distributed.initialize`` from ``config.distributed`` when ``initialize`` is set
-    (empty fields are left to JAX's cluster auto-detection: TPU pods, SLURM, Open MPI).
-    On CPU the collectives go over gloo (``jax_cpu_collectives_implementation``)."""
-    dist = config.get("distributed", None)
-    if dist is None or not dist.get("initialize", False):
-        return
-    kw = {}
-    if dist.get("coordinator_address"):
-        kw["coordinator_address"] = dist.coordinator_address
-    if dist.get("num_processes", 0) > 0:
-        kw["num_processes"] = int(dist.num_processes)
-    if dist.get("process_id", -1) >= 0:
-        kw["process_id"] = int(dist.process_id)
-    if dist.get("cpu_collectives", "gloo"):
-        jax.config.update("jax_cpu_collectives_implementation", dist.get("cpu_collectives", "gloo"))
-    if not jax.distributed.is_initialized():
-        jax.distributed.initialize(**kw)
 
 
 def train(config, workdir, *, verbose: bool = True, observe=None, hooks=()) -> dict:
@@ -94,7 +75,9 @@ def train(config, workdir, *, verbose: bool = True, observe=None, hooks=()) -> d
       ``ridge_l2``, ``rotation`` (run the rotation probe), ``rotation_epochs``, ``metrics_images``;
     * ``mesh``: ``data``, ``model``, ``min_model_dim``;
     * ``distributed``: ``initialize``, ``coordinator_address``, ``num_processes``, ``process_id``,
-      ``cpu_collectives`` (``"gloo"``); see ``docs/multihost.md``.
+      ``cpu_collectives`` (``"gloo"``), ``timeout_s`` (the bound on the wait for every process to
+      connect, default 300); see ``docs/multihost.md``. Every process must be started with the same
+      config (:func:`check_same_config`; only :data:`PER_PROCESS_FIELDS` may differ).
 
     Hooks, for callers that measure along the run (``experiments/paper_simsiam.py``):
 
@@ -238,7 +221,7 @@ def _run_steps(run: dict, config, verbose: bool, hooks) -> tuple[dict, dict, flo
     for s in range(run["start"], end):
         try:
             state, last = _one_update(run, config, s, state, last, clock, times, bar, verbose, before, after, end)
-        except jax.errors.JaxRuntimeError as err:
+        except (jax.errors.JaxRuntimeError, ValueError) as err:  # jax raises a failed callback as either
             converted = _in_jit_failure(err, s + 1, run["mngr"])
             if converted is None:
                 raise
