@@ -153,6 +153,11 @@ def _resume(run: dict, config, workdir, verbose: bool):
 _ADVICE = "try a lower optimizer.lr, or dtype='float64' (with JAX_ENABLE_X64=1)"
 
 
+def _last_checkpoint(mngr) -> str:
+    step = mngr.latest_step()
+    return "no checkpoint was written yet" if step is None else f"the last checkpoint is step {step}"
+
+
 def _in_jit_failure(err: Exception, step: int, mngr) -> FloatingPointError | None:
     """The trainer's ``FloatingPointError`` for an ``error_if`` check that failed inside the jitted update
     (a non-finite loss, a traced hyper-parameter out of range), or ``None`` for another runtime error.
@@ -162,7 +167,7 @@ def _in_jit_failure(err: Exception, step: int, mngr) -> FloatingPointError | Non
         return None
     what = " ".join(found.group(1).split())
     return FloatingPointError(f"update {step} (or one just before it) failed a check inside the jitted step: {what} "
-                              f"The last checkpoint is step {mngr.latest_step()}; {_ADVICE}.")
+                              f"{_last_checkpoint(mngr).capitalize()}; {_ADVICE}.")
 
 
 def _log_step(run, metrics, done, clock) -> dict:
@@ -175,8 +180,8 @@ def _log_step(run, metrics, done, clock) -> dict:
     clock["t_mark"], clock["s_mark"] = now, done
     rec["step"] = done
     if not math.isfinite(rec["loss"]):
-        raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; the last checkpoint "
-                                 f"is step {run['mngr'].latest_step()}; {_ADVICE}.")
+        raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; "
+                                 f"{_last_checkpoint(run['mngr'])}; {_ADVICE}.")
     run["logger"].write(rec)
     return rec
 
