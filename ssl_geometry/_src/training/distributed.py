@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 
 import jax
 import numpy as np
@@ -25,8 +26,11 @@ def init_distributed(config) -> None:
     :func:`check_same_config` (empty fields are left to JAX's cluster auto-detection: TPU pods,
     SLURM, Open MPI). On CPU the collectives go over gloo (``jax_cpu_collectives_implementation``).
 
-    ``distributed.timeout_s`` (default 300) bounds the wait for every process to connect; past it
-    a ``TimeoutError`` names the coordinator, this process and the processes it waited for.
+    ``distributed.timeout_s`` (default 300) bounds the wait for every process to connect. Before
+    waiting, one line on stderr names the coordinator, this process and the processes it waits for:
+    jax's coordination client ends a process whose peers never connected with a C++ abort (SIGABRT,
+    no Python exception), so that line is what tells the user which processes were missing. An
+    initialisation error that does come back to Python is a ``TimeoutError`` with the same facts.
     """
     dist = config.get("distributed", None)
     if dist is None or not dist.get("initialize", False):
@@ -41,15 +45,19 @@ def init_distributed(config) -> None:
     if dist.get("cpu_collectives", "gloo"):
         jax.config.update("jax_cpu_collectives_implementation", dist.get("cpu_collectives", "gloo"))
     if not jax.distributed.is_initialized():
+        n, me = kw.get("num_processes"), kw.get("process_id")
+        others = sorted(set(range(n)) - {me}) if n is not None and me is not None else "the others"
+        facts = (f"coordinator {kw.get('coordinator_address', '(auto-detected)')}, process {me} of {n}, "
+                 f"waiting for process(es) {others}")
+        print(f"ssl_geometry: jax.distributed.initialize: {facts}, for at most distributed.timeout_s = "
+              f"{kw['initialization_timeout']} s (a process missing by then ends this one).", file=sys.stderr,
+              flush=True)
         try:
             jax.distributed.initialize(**kw)
         except Exception as err:  # the coordination service reports a timeout as several XLA error types
-            n, me = kw.get("num_processes"), kw.get("process_id")
-            others = sorted(set(range(n)) - {me}) if n is not None and me is not None else "the others"
             raise TimeoutError(
                 f"jax.distributed.initialize did not complete within distributed.timeout_s = "
-                f"{kw['initialization_timeout']} s: coordinator {kw.get('coordinator_address', '(auto-detected)')}, "
-                f"this is process {me} of {n}, waiting for process(es) {others}. Start every process with the same "
+                f"{kw['initialization_timeout']} s: {facts}. Start every process with the same "
                 f"coordinator_address and num_processes, or raise distributed.timeout_s. "
                 f"({' '.join(str(err).split())[:300]})") from None
     check_same_config(config)
