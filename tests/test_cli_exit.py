@@ -39,23 +39,41 @@ def _assert_one_line_error(r, status, *needles):
         assert needle in errors[0], errors[0]
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--config", "/no/such/config.py"], ["/no/such/config.py", "no such file"]),
-    (["--config", TINY, "--config.model.projector.foo=1"], ["config.model.projector.foo"]),
-    (["--config", f"{CONFIGS / 'simsiam_cifar10.py'}:bogus"], ["'bogus'", "'relu'", "'swish'"]),
-    (["--config", f"{TINY}:paper"], ["'paper'", "defines none"]),
-    (["--config", TINY, "--config.seed=-1"], ["seed: expected an integer >= 0, got -1"]),
-    (["--config", TINY, "--config.optimizer.probe_lr=-1"], ["optimizer.probe_lr"]),
-    (["--config", TINY, "--config.eval.knn_k=0"], ["eval.knn_k"]),
-    (["--config", TINY, "--config.eval.metrics_images=0"], ["eval.metrics_images"]),
-    (["--config", TINY, "--config.model.projector.out_dim=0"], ["model.projector.out_dim"]),
-    (["--config", TINY, "--config.data.num_train=10"], ["data.num_train", "batch_size"]),
-], ids=["missing-file", "unknown-field", "unknown-variant", "variant-of-a-file-without", "seed", "probe_lr",
-        "knn_k", "metrics_images", "out_dim", "num_train"])
-def test_bad_input_exits_2_naming_it(tmp_path, args, needles):
+#: Bad input through the real entry point (a subprocess, as a user or a scheduler runs it).
+_THROUGH_THE_ENTRY_POINT = {
+    "missing-file": (["--config", "/no/such/config.py"], ["/no/such/config.py", "no such file"]),
+    "unknown-field": (["--config", TINY, "--config.model.projector.foo=1"], ["config.model.projector.foo"]),
+    "unknown-variant": (["--config", f"{CONFIGS / 'simsiam_cifar10.py'}:bogus"], ["'bogus'", "'relu'", "'swish'"]),
+    "seed": (["--config", TINY, "--config.seed=-1"], ["seed: expected an integer >= 0, got -1"]),
+}
+#: The same path in process (``train.main``, which the entry point exits with), to keep the suite fast.
+_IN_PROCESS = {
+    "variant-of-a-file-without": (["--config", f"{TINY}:paper"], ["'paper'", "defines none"]),
+    "probe_lr": (["--config", TINY, "--config.optimizer.probe_lr=-1"], ["optimizer.probe_lr"]),
+    "knn_k": (["--config", TINY, "--config.eval.knn_k=0"], ["eval.knn_k"]),
+    "metrics_images": (["--config", TINY, "--config.eval.metrics_images=0"], ["eval.metrics_images"]),
+    "out_dim": (["--config", TINY, "--config.model.projector.out_dim=0"], ["model.projector.out_dim"]),
+    "num_train": (["--config", TINY, "--config.data.num_train=10"], ["data.num_train", "batch_size"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_THROUGH_THE_ENTRY_POINT))
+def test_bad_input_exits_2_naming_it(tmp_path, case):
+    args, needles = _THROUGH_THE_ENTRY_POINT[case]
     r = _cli(*args, "--workdir", tmp_path / "w", timeout=300)
     _assert_one_line_error(r, 2, *needles)
     assert not (tmp_path / "w").exists()  # refused before the workdir is touched
+
+
+@pytest.mark.parametrize("case", sorted(_IN_PROCESS))
+def test_bad_input_returns_2_naming_it(tmp_path, case, capsys):
+    from ssl_geometry import train  # noqa: PLC0415
+
+    args, needles = _IN_PROCESS[case]
+    status = train.main(["train", *map(str, args), "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    _assert_one_line_error(subprocess.CompletedProcess([], status, "", err), 2, *needles)
+    assert not (tmp_path / "w").exists()
 
 
 def test_metrics_file_that_is_a_directory_exits_2_naming_it(tmp_path):
