@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# One device run for BENCHMARKS.md (issue 14), in one go, under 8 minutes on one GPU:
+# One device run for BENCHMARKS.md, in one go, under 8 minutes on one GPU:
 #   1. environment (nvidia-smi, versions, load);
 #   2. training-step throughput with MFU (XLA cost-analysis FLOPs x steps/s over the device's
 #      peak; H200 peaks in experiments/bench_train.py PEAK_TFLOPS) at batch 256 and 512, and the
 #      throughput-vs-batch points (128, 256, 512) in the same process;
 #   3. the Lanczos benchmark at paper size (experiments/bench_hessian.py, float64 Lanczos reference,
 #      float32 blockwise Lanczos vs the paper's 20-step power iteration in PyTorch on the host CPU);
-#   4. the paper dry run (python -m experiments.reproduce --variant paper --dry-run), when this
-#      branch's reproduce has --dry-run;
+#   4. the paper dry run (python -m experiments.reproduce --variant paper --dry-run), when
+#      experiments/reproduce.py has --dry-run;
 #   5. the scaling points that fit (experiments/bench_scaling.py --preset gpu, tables lanczos, dense, flow).
 # Everything goes into one markdown file (default: $OUT/bench_device.md if $OUT is set, else
 # bench_device.md), each step with its command, wall time, exit status and output tail.
 #
-#   experiments/bench_device.sh                # on the GPU machine
+#   experiments/bench_device.sh                # on the GPU machine (refused, exit 2, on a CPU backend)
 #   experiments/bench_device.sh --cpu-smoke    # the same steps at shrunk sizes on CPU (~1-2 min quiet;
 #                                              # its per-step limits are generous for a loaded machine)
 #   experiments/bench_device.sh --out FILE.md [--budget SECONDS]
@@ -35,13 +35,34 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-WORK="$(mktemp -d)"
-mkdir -p "$(dirname "$MD")"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL=3
 if [ "$MODE" = smoke ]; then
   export JAX_PLATFORMS=cpu
 fi
+
+# The backend decides what the run can report: MFU is achieved FLOP/s over an accelerator's peak, so a
+# CPU backend (a jax without the CUDA or TPU runtime, or JAX_PLATFORMS=cpu) reports none. The device
+# mode refuses to run on one; --cpu-smoke runs on it and says that it reports no MFU.
+if ! BACKEND_LINE="$(python -c 'import jax; d = jax.devices()[0]; print(jax.default_backend(), len(jax.devices()), d.device_kind)' 2>&1 | tail -n 1)"; then
+  echo "error: cannot start JAX: $BACKEND_LINE" >&2
+  exit 2
+fi
+read -r BACKEND NDEV DEVICE_KIND <<< "$BACKEND_LINE"
+echo "[bench_device] JAX backend: $BACKEND ($NDEV x $DEVICE_KIND)" >&2
+if [ "$BACKEND" = cpu ]; then
+  MFU_NOTE="MFU: not reported (CPU backend: MFU needs an accelerator's peak FLOP/s)."
+  if [ "$MODE" != smoke ]; then
+    echo "error: the JAX backend is cpu, so this device run would report no MFU and no device timings." \
+         "On a GPU install the CUDA build (pip install -e \".[cuda]\"), on a TPU VM requirements-tpu.txt," \
+         "and check that JAX_PLATFORMS does not force cpu; or pass --cpu-smoke for the CPU dry run." >&2
+    exit 2
+  fi
+else
+  MFU_NOTE="MFU: reported against the peak of $DEVICE_KIND (experiments/bench_train.py PEAK_TFLOPS)."
+fi
+WORK="$(mktemp -d)"
+mkdir -p "$(dirname "$MD")"
 T_START=$(date +%s)
 FAILED=0
 
@@ -49,6 +70,8 @@ FAILED=0
   echo "# Device benchmarks (experiments/bench_device.sh, mode: $MODE)"
   echo
   echo "Run $(date -u '+%Y-%m-%d %H:%M UTC'); 1-minute load average $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?') at the start."
+  echo
+  echo "JAX backend: $BACKEND ($NDEV x $DEVICE_KIND). $MFU_NOTE"
   echo
 } > "$MD"
 
@@ -118,7 +141,7 @@ include "$WORK/hessian.md"
 if python -m experiments.reproduce --help 2>/dev/null | grep -q -- "--dry-run"; then
   step dry_run "${LIMITS[2]}" python -m experiments.reproduce "${DRY_ARGS[@]}" --out "$WORK/dry_run"
 else
-  printf '## dry_run\n\nskipped: this branch'"'"'s experiments/reproduce.py has no --dry-run (issue 12 adds it).\n\n' >> "$MD"
+  printf '## dry_run\n\nskipped: experiments/reproduce.py has no --dry-run.\n\n' >> "$MD"
 fi
 SCALE_MD="$(dirname "$MD")/bench_device_scaling.md"   # beside $MD, so its figure links resolve
 step --brief scaling "${LIMITS[3]}" python -m experiments.bench_scaling "${SCALE_ARGS[@]}" --force --out "$SCALE_MD"

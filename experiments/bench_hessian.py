@@ -1,6 +1,7 @@
 """Benchmark: extreme eigenvalues of hess_{z1} L for the paper's SimSiam setting, Lanczos vs the paper.
 
-Setting (DESIGN.md s.3, the paper's Hessian tracker): batch 256 of d = 512 backbone features
+Setting (the paper's Hessian tracker, docs/theory.md, section "The authors' experiments"):
+batch 256 of d = 512 backbone features
 ``z1, z2`` (two views; i.i.d. standard normal stand-ins, since the Hessian in ``z1`` only needs
 the head and the point), projector 512 -> 2048 -> 2048 and predictor 2048 -> 512 -> 2048,
 bias-free, Swish, no BatchNorm, pseudo-collapsed (projector weights x 0.1 via
@@ -20,7 +21,7 @@ Side by side in one run, interleaved (``experiments.benchmarks.harness``: A B A 
 
 Accuracy against a float64 reference: the exact block Hessian (``--reference exact``:
 ``block_diagonal_hessian``, d probing HVPs, then ``eigvalsh``) or blockwise Lanczos in float64
-at tol 1e-10 (``--reference lanczos``, much cheaper). The criteria of issue 14: ratio <= 0.5,
+at tol 1e-10 (``--reference lanczos``, much cheaper). The criteria: ratio <= 0.5,
 relative error <= 1e-4 on both ends, right signs. Beside the totals: HVP counts and the time of
 one HVP of each side (timed alone, interleaved), so the solver overhead is visible.
 
@@ -278,7 +279,7 @@ def report(m: dict, repeats: int) -> str:
             f"{table}\n\n"
             f"Time ratio ours / paper per round: median {st['median']:.3g}, quartiles {st['q25']:.3g}-{st['q75']:.3g}, "
             f"range {st['min']:.3g}-{st['max']:.3g} (n = {st['n']}).\n\n"
-            f"Criteria (issue 14): ratio <= 0.5: **{c['ratio_le_0.5']}**; relative error <= 1e-4 on both ends: "
+            f"Criteria: ratio <= 0.5: **{c['ratio_le_0.5']}**; relative error <= 1e-4 on both ends: "
             f"**{c['rel_err_le_1e-4']}**; signs right: **{c['signs_ok']}**; float32: {c['float32']}. "
             f"Lanczos: {m['ours']['hvps']} HVPs in {m['ours']['checks']} device chunks, converged {m['ours']['converged']}.\n")
 

@@ -1,6 +1,7 @@
 """Training throughput: the SimSiam ResNet-18 CIFAR step of ssl_geometry.trainer vs PyTorch eager.
 
-The step (DESIGN.md section 3): ResNet-18 with the CIFAR stem, projector 512 -> 2048 -> 2048
+The step (the authors' collapse recipe, docs/theory.md, section "The authors' experiments"):
+ResNet-18 with the CIFAR stem, projector 512 -> 2048 -> 2048
 (bias-free, BatchNorm on both layers, ReLU), predictor 2048 -> 512 -> 2048 (BatchNorm on the
 hidden layer), two views per image (the batch and its horizontal flip, made on device in both
 implementations so that data augmentation does not enter the comparison), SimSiam negative
@@ -26,7 +27,8 @@ median images/s of each and the median and spread of the per-round ratio. Varian
 * ``fused``: the same model and loss with both views concatenated into one backbone batch of
   ``2 n`` (one pass of larger convolutions). BatchNorm then normalises over both views together,
   which is *not* the paper's per-view statistics: measured to size the possible gain only;
-* ``noprobe``: the fused-free library loss without the online probe (its cost);
+* ``trainer_dp``: the library's step on a mesh over every device, the batch sharded;
+* ``plain``: a minimal SimSiam step on the same models, without the online probe and metrics (their cost);
 * ``torch``: PyTorch eager, per-view passes (the reference).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Experiment 4, ``paper`` variant: the authors' collapse-escape runs through the one trainer.
+"""Experiment 4b: the authors' collapse-escape runs (experiment 4 at the paper's scale) through the one trainer.
 
 ``experiments.py`` (Experiment 1) of the authors trains SimSiam from pseudo-collapse (projector
 weights x 0.1) for 14 ``(activation, BatchNorm, lr)`` settings x 3 seeds and tracks, per step and
@@ -13,7 +13,6 @@ the update sizes norms. Escape of a run: some epoch's std exceeds ``escape_fract
 from __future__ import annotations
 
 import math
-import sys
 
 import jax
 import numpy as np
@@ -117,8 +116,8 @@ def _projection(config, n_images, rows) -> dict:
     total = 0.0
     for a, bn, _ in config.runs:
         total += config.seeds * config.train.epochs * spe * per_graph[_path(a, bool(bn))] * scale
-    return {"step_time_s": float(np.nanmean(list(per_graph.values()))), "batch": config.dry.batch_size,
-            "paths_run": sorted(per_graph), "projected_wall_time_s": total, "device": jax.devices()[0].device_kind}
+    return common.dry_run_record(float(np.nanmean(list(per_graph.values()))), projected_wall_time_s=total,
+                                 batch=config.dry.batch_size, paths_run=sorted(per_graph))
 
 
 def _fraction(rows, pred):
@@ -189,8 +188,3 @@ def report(results, rel_dir) -> str:
                        f"step {d['step_time_s']:.3g} s; projected full variant {d['projected_wall_time_s'] / 3600:.3g} h "
                        f"on {d['device']}.\n")
     return "\n".join(text)
-
-
-def run(config, out_dir) -> dict:
-    """Old contract (until every caller uses :func:`experiments.common.run_experiment`)."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

@@ -307,10 +307,3 @@ def report(results, rel_dir) -> str:
         "", "Collapsed and pseudo-collapsed states (not equilibria; reported, not counted):", "",
         common.markdown_table(other), "", f"![lambda_min by case]({rel_dir}/lambda_min_by_case.png)",
     ])
-
-
-def run(config, out_dir) -> dict:
-    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
-    import sys
-
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

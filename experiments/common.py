@@ -4,24 +4,27 @@ An experiment is a module ``experiments/<name>.py`` (or a package ``experiments/
 a config module ``experiments/configs/<name>.py``. The module separates four things:
 
 * **config** -- ``configs/<name>.py`` defines ``get_config(arg=None)``: a base config with sections
-  (``data``, ``model``, ``train``, ``analysis``, ``verdict``, ...) where every field is defined, and
-  variants ``tiny`` (seconds, tests), ``smoke`` (default; minutes on 2 CPU cores) and ``paper`` (the
+  (``data``, ``model``, ``train``, ``analysis``, ...) where every field is defined, and variants
+  ``tiny`` (seconds, tests), ``smoke`` (default; minutes on 2 CPU cores) and ``paper`` (the
   authors' recipe, for an accelerator) applied as overrides by :func:`experiments.configs.build`.
-  ``--config experiments/configs/<name>.py:tiny`` works with ``ml_collections.config_flags``.
+  The config holds settings only: no rule and no threshold (those live in the registry).
 * **measuring** -- ``measure(config) -> dict``: numbers only (JSON-able: floats, lists, dicts);
-  no verdict, no markdown, no figures.
-* **deciding** -- the module constant ``RULE`` (the rule in words, a format string over the config)
-  beside ``decide(measurements, config) -> {"verdict", "headline", "paper"}`` which applies it.
-  The stated rule and the code that applies it sit together; no docstring is parsed.
+  no verdict, no markdown, no figures. It checks the config before computing anything, and the
+  paper's numbers for comparison go in ``measurements["paper"]``.
+* **deciding** -- ``decide(measurements, config) -> {"claims": [item, ...], "headline": {...}}``.
+  The module declares ``CLAIMS`` (the ids of :data:`experiments.claims.CLAIMS` it decides); each
+  item is ``{"id", "verdict", "deciding", "reason"[, "subject"]}``: the registry rule of that claim
+  applied with the registry's thresholds (``claims.CLAIMS[id].thresholds``), ``deciding`` the
+  numbers the rule read. Rules shared by several experiments are applied by
+  :mod:`experiments.rules`.
 * **reporting** -- ``report(results, rel_dir) -> str`` (a markdown section) and optionally
   ``figures(results, out_dir)``; both read the *stored* results, never module state.
 
 Besides these the module defines ``NAME``, ``TITLE`` and ``CLAIM`` (the paper's claim, as the paper
-makes it). :func:`run_experiment` runs measure, then decide, then writes ``results.json`` atomically,
-then draws the figures. The stored ``results.json`` holds ``measurements``, ``verdict``,
-``verdict_rule``, ``headline``, ``paper``, ``config`` and ``environment``. JSON has no NaN or
-infinity: they are stored as the strings ``"nan"``, ``"inf"``, ``"-inf"`` by :func:`to_jsonable`
-and turned back into floats by :func:`read_results` -- here, once, for every experiment.
+makes it). :func:`run_experiment` runs measure, then decide, then writes ``results.json`` once,
+atomically, then draws the figures from what it wrote. JSON has no NaN or infinity: they are
+stored as the strings ``"nan"``, ``"inf"``, ``"-inf"`` by :func:`to_jsonable` and turned back into
+floats by :func:`read_results` -- here, once, for every experiment.
 """
 from __future__ import annotations
 
@@ -29,72 +32,56 @@ import datetime as _dt
 import json
 import math
 import pathlib
-import platform
+import statistics
 import time as _time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from experiments.benchmarks import harness
 
 VERDICTS = ("supported", "not supported", "premise violated", "inconclusive")
 
 
-def environment() -> dict:
-    """Library versions and the device the run used."""
-    import jax
+def step_time(fn: Callable[[], object], repeats: int = 3) -> float:
+    """Median wall time (s) of ``fn()`` over ``repeats`` calls after one untimed call (compilation).
 
-    versions = {"python": platform.python_version()}
-    for mod in ("jax", "jaxlib", "flax", "optax", "diffrax", "orbax.checkpoint", "numpy"):
-        try:
-            m = __import__(mod, fromlist=["__version__"])
-            versions[mod] = getattr(m, "__version__", "?")
-        except Exception:  # pragma: no cover - optional package missing
-            versions[mod] = None
-    devs = jax.devices()
-    return {
-        "versions": versions,
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in devs],
-        "device_kind": devs[0].device_kind if devs else None,
-        "x64": bool(jax.config.read("jax_enable_x64")),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def time_call(fn, *args, repeats: int = 3) -> float:
-    """Median wall time (s) of ``fn(*args)`` after one untimed call (compilation), results blocked on.
-
-    The step time of a dry run (``config.dry_run``): the projected wall time of a full run is this
-    times the number of steps it takes.
+    The calls are timed by :func:`experiments.benchmarks.harness.interleave` (results waited for).
+    The step time of a dry run (``config.dry_run``, see :func:`dry_run_record`).
     """
-    import time
-
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(statistics.median(harness.interleave({"step": fn}, repeats=repeats, warmup=1)["step"]))
 
 
-def dry_run_record(step_time_s: float, n_steps: int, other_s: float = 0.0, **extra) -> dict:
+def dry_run_record(step_time_s: float, n_steps: int | None = None, other_s: float = 0.0, *,
+                   projected_wall_time_s: float | None = None, **extra) -> dict:
     """``measurements["dry_run"]``: the measured step time and the projected wall time of the full variant.
 
-    ``projected_wall_time_s = n_steps * step_time_s + other_s`` (``other_s``: the analysis, timed once).
-    """
-    import jax
+    Either ``n_steps`` (``projected_wall_time_s = n_steps * step_time_s + other_s``, ``other_s`` the
+    analysis, timed once) or the projection itself (``projected_wall_time_s``, computed by an
+    experiment whose cost is not one step time times a step count; say how in ``projection=``).
+    ``device`` is the harness's ``platform:kind`` (:func:`experiments.benchmarks.harness.environment`).
 
-    return {"step_time_s": float(step_time_s), "n_steps": int(n_steps),
-            "projected_wall_time_s": float(n_steps * step_time_s + other_s),
-            "device": jax.devices()[0].device_kind, **extra}
+    Raises:
+      ValueError: unless exactly one of ``n_steps`` and ``projected_wall_time_s`` is given, or when a
+        time is not a finite non-negative number.
+    """
+    if (n_steps is None) == (projected_wall_time_s is None):
+        raise ValueError("dry_run_record: give exactly one of `n_steps` and `projected_wall_time_s`.")
+    projected = float(n_steps * step_time_s + other_s) if projected_wall_time_s is None else float(projected_wall_time_s)
+    for name, value in (("step_time_s", step_time_s), ("projected_wall_time_s", projected)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"dry_run_record: `{name}` must be a finite non-negative time; got {value!r}.")
+    rec = {"step_time_s": float(step_time_s), "projected_wall_time_s": projected,
+           "device": harness.environment()["device"], **extra}
+    if n_steps is not None:
+        rec["n_steps"] = int(n_steps)
+    return rec
 
 
 def require_x64(experiment: str) -> None:
     """Raise ``RuntimeError`` unless float64 is enabled (exact Hessians and eigenvalues need it).
 
-    ``python -m experiments.reproduce`` enables it; a caller running an experiment's ``run``
+    ``python -m experiments.reproduce`` enables it; a caller running an experiment's ``measure``
     directly must call ``jax.config.update("jax_enable_x64", True)`` first.
     """
     import jax
@@ -144,14 +131,15 @@ def check_verdict(results: dict) -> None:
 
 
 def write_results(out_dir, results: dict, config=None) -> pathlib.Path:
-    """Write ``results`` (plus config and environment) to ``out_dir/results.json``."""
+    """Write ``results`` (plus config and :func:`experiments.benchmarks.harness.environment`) to
+    ``out_dir/results.json``, atomically."""
     check_verdict(results)
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(results)
     if config is not None:
         payload["config"] = config
-    payload["environment"] = environment()
+    payload["environment"] = harness.environment()
     path = out / "results.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(to_jsonable(payload), indent=2))  # insertion order: headline keys keep their order
@@ -185,7 +173,12 @@ def rule_text(module, config) -> str:
 
 
 def _claim_records(module, decision: dict, scale: str) -> list[dict]:
-    """The stored claim records of one ``decide`` result (see :func:`run_experiment`)."""
+    """The stored claim records of one ``decide`` result (see :func:`run_experiment`).
+
+    A ``decide`` not yet moved to the registry returns its one old ``verdict``: it is stored as a
+    record of the module's first claim with ``rule_digest = "legacy"`` (stale by construction:
+    ``tests/test_claims.py`` fails on it until the experiment is migrated and rerun).
+    """
     from experiments import claims as _claims  # noqa: PLC0415  (claims imports nothing of this module)
 
     declared = tuple(getattr(module, "CLAIMS", ()))
@@ -221,16 +214,19 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
     "headline": {...}}``; each item becomes a registry record (:func:`experiments.claims.record`: its
     scale and rule digest added). The paper's numbers come from ``measurements["paper"]``. The file holds
     ``variant``, ``scale``, ``claims``, ``headline``, ``paper``, ``measurements``, ``wall_time_s``,
-    ``config`` and ``environment``; the figures are drawn from the file as read back, and that is returned.
+    ``date`` (UTC, when the run finished), ``config`` and ``environment``; it is written once, the
+    figures are drawn from the file as read back, and that is returned.
     """
     from experiments import claims as _claims  # noqa: PLC0415
 
     t0 = _time.perf_counter()
     measurements = module.measure(config)
     decision = module.decide(measurements, config)
-    unknown = set(decision) - {"claims", "headline", "verdict", "paper", "verdict_reason"}
-    if unknown:
-        raise ValueError(f"{module.__name__}.decide returned unknown keys {sorted(unknown)}.")
+    allowed = {"claims", "headline"} if "claims" in decision else {"verdict", "headline", "paper", "verdict_reason"}
+    unknown = set(decision) - allowed
+    if unknown or "headline" not in decision:
+        raise ValueError(f"{module.__name__}.decide must return {sorted(allowed)}; got {sorted(decision)} (the "
+                         "paper's numbers belong in measurements['paper'], config checks in measure).")
     variant = variant or config.variant
     scale = getattr(module, "SCALE", None) or _claims.scale_of(variant)
     records = _claim_records(module, decision, scale)
@@ -240,6 +236,7 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
         results.update(verdict=decision["verdict"], verdict_rule=rule_text(module, config),
                        verdict_reason=decision.get("verdict_reason", ""))
     results["wall_time_s"] = _time.perf_counter() - t0
+    results["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     write_results(out_dir, results, config)
     stored = read_results(out_dir)
     if hasattr(module, "figures"):

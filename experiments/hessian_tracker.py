@@ -20,18 +20,20 @@ the views it trains on), ``lambda_min`` / ``lambda_max`` come from
 
 The paper's Spearman(variance, condition number) is recomputed the paper's way: per-epoch means of
 the std of L2-normalised ``cat(z1, z2)`` and of its clamped condition number, epochs 1..end.
+
+The claim ``tracker-power-iteration`` is decided by the registry's rule (``experiments/claims.py``),
+whose ``converged_residual`` also certifies the Lanczos references here.
 """
 from __future__ import annotations
 
 import functools
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common, paper_simsiam
+from experiments import claims, common, paper_simsiam
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
 from ssl_geometry import curvature, metrics
 from ssl_geometry import losses
@@ -45,14 +47,10 @@ CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{
          "sign and size can be read as the curvature signature of collapse and escape.")
 #: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
 DRY_RUN = True
-RULE = ("A checkpoint is valid when its reference (exact blocks where computed, else float64 Lanczos with every "
-        "true residual <= {analysis[converged_residual]} x max|lambda|) exists and the head is not dead (H "
-        "identically 0). With fewer than {verdict[min_valid_checkpoints]} valid checkpoints: inconclusive. "
-        "Supported if, over valid checkpoints, the median relative error |lambda_min power - lambda_min ref| / "
-        "|lambda_min ref| is <= {verdict[rel_error_threshold]} and the fraction with a wrong-sign lambda_min is "
-        "<= {verdict[sign_error_threshold]}; not supported (the tracker does not resolve "
-        "lambda_min) if either is exceeded.")
+#: The registry's thresholds of the claim (the rule is ``claims.rule_text(CLAIMS[0])``).
+THRESHOLDS = claims.CLAIMS["tracker-power-iteration"].thresholds
 
+#: The Spearman correlations the paper prints (measurements["paper"]).
 PAPER_SPEARMAN = {"spearman_normal_swish": 0.339, "spearman_collapsed_swish": 0.609,
                   "spearman_collapsed_relu": 0.669}
 AUDIT_UNDERESTIMATE = (170.0, 195.0)
@@ -115,7 +113,7 @@ def checkpoint(run, cfg, state, batch, key) -> dict:
            "lambda_min_power": pw.lambda_min, "lambda_max_power": pw.lambda_max}
     scale = max(abs(row["lambda_min_lanczos"]), abs(row["lambda_max_lanczos"]))
     row["lanczos_valid"] = bool(max(row["lanczos_true_residual_min"], row["lanczos_true_residual_max"])
-                                <= a.converged_residual * max(scale, 1e-300))
+                                <= THRESHOLDS["converged_residual"] * max(scale, 1e-300))
     if a.blockwise_lanczos:  # per-sample Lanczos in each (d, d) block: d-dimensional Krylov spaces, one HVP a step
         bl = curvature.blockwise_extreme_eigenvalues(block_hvp, n, d, k=1, num_steps=min(d, a.block_lanczos_steps),
                                                      key=kl, args=(z1_64.reshape(-1), hp64, u2_64), tol=a.lanczos_tol,
@@ -127,7 +125,7 @@ def checkpoint(run, cfg, state, batch, key) -> dict:
         worst = float(max(rs.max(), rl.max()))  # every block certified: an unconverged block could hide the minimum
         row.update(lambda_min_block_lanczos=float(sm[i]), lambda_max_block_lanczos=float(lg[j]),
                    block_lanczos_true_residual=worst,
-                   block_lanczos_valid=bool(worst <= a.converged_residual * max(bscale, 1e-300)))
+                   block_lanczos_valid=bool(worst <= THRESHOLDS["converged_residual"] * max(bscale, 1e-300)))
     else:
         row.update(lambda_min_block_lanczos=float("nan"), lambda_max_block_lanczos=float("nan"),
                    block_lanczos_true_residual=float("nan"), block_lanczos_valid=False)
@@ -268,7 +266,8 @@ def measure(config) -> dict:
         e0 = config.analysis.spearman_from_epoch
         spear[f"spearman_{init}_{act}"] = metrics.spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
     out = {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
-           "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training]))}
+           "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training])),
+           "paper": dict(PAPER_SPEARMAN)}
     if config.dry_run:
         out["dry_run"] = _projection(config, len(images), step_t, ck_t)
     return out
@@ -289,30 +288,26 @@ def _projection(config, n_images, step_times, ck_times) -> dict:
     runs, ep = len(config.runs), config.train.epochs
     step, ck = float(np.nanmean(step_times)), float(np.nanmean(ck_times))
     projected = runs * ep * (spe * step + config.analysis.tracker_batches * ck) * scale
-    return {"step_time_s": step, "checkpoint_time_s": ck, "batch": config.dry.batch_size,
-            "projected_wall_time_s": projected, "device": jax.devices()[0].device_kind}
+    return common.dry_run_record(step, projected_wall_time_s=projected, checkpoint_time_s=ck,
+                                 batch=config.dry.batch_size)
 
 
 def decide(measurements, config) -> dict:
-    """Apply :data:`RULE` to the valid checkpoints."""
-    s, v = measurements["summary"], config.verdict
-    headline = dict(s)
-    headline["max_block_coupling"] = measurements["max_block_coupling"]
-    headline.update(measurements["spearman"])
-    if s["valid_checkpoints"] < v.min_valid_checkpoints:
-        verdict, reason = "inconclusive", f"{s['valid_checkpoints']} valid checkpoints < {v.min_valid_checkpoints}"
-    elif s["median_rel_error_lambda_min_power"] <= v.rel_error_threshold and \
-            s["sign_error_lambda_min_fraction"] <= v.sign_error_threshold:
+    """``tracker-power-iteration`` on the valid checkpoints (the registry's rule and thresholds)."""
+    s, t = measurements["summary"], THRESHOLDS
+    deciding = {k: s[k] for k in ("valid_checkpoints", "checkpoints", "median_rel_error_lambda_min_power",
+                                  "sign_error_lambda_min_fraction")}
+    deciding.update(min_valid_checkpoints=t["min_valid_checkpoints"], rel_error=t["rel_error"],
+                    sign_error=t["sign_error"])
+    if s["valid_checkpoints"] < t["min_valid_checkpoints"]:
+        verdict, reason = "inconclusive", f"{s['valid_checkpoints']} valid checkpoints < {t['min_valid_checkpoints']}"
+    elif s["median_rel_error_lambda_min_power"] <= t["rel_error"] and s["sign_error_lambda_min_fraction"] <= t["sign_error"]:
         verdict, reason = "supported", "the power iteration agrees with the reference within both thresholds"
     else:
         verdict, reason = "not supported", (
-            f"median relative error {s['median_rel_error_lambda_min_power']:.3g} (threshold "
-            f"{v.rel_error_threshold}), wrong-sign lambda_min fraction {s['sign_error_lambda_min_fraction']:.3g} (threshold "
-            f"{v.sign_error_threshold})")
-    return {"verdict": verdict, "headline": headline, "paper": dict(PAPER_SPEARMAN), "verdict_reason": reason}
-
-
-def run(config, out_dir) -> dict:
-    """Old contract (until every caller uses :func:`experiments.common.run_experiment`)."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)
-
+            f"median relative error of lambda_min {s['median_rel_error_lambda_min_power']:.3g} (threshold "
+            f"{t['rel_error']}), wrong-sign lambda_min fraction {s['sign_error_lambda_min_fraction']:.3g} (threshold "
+            f"{t['sign_error']})")
+    headline = {**s, "max_block_coupling": measurements["max_block_coupling"], **measurements["spearman"]}
+    return {"claims": [{"id": CLAIMS[0], "verdict": verdict, "deciding": deciding, "reason": reason}],
+            "headline": headline}

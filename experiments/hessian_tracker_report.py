@@ -77,7 +77,7 @@ def report(results, rel_dir) -> str:
         f"{s['median_underestimate_ratio']:.3g} (an independent audit at paper scale reported 170-195x), wrong-sign "
         f"lambda_min at a fraction {s['sign_error_lambda_min_fraction']:.3g} and wrong-sign lambda_max at "
         f"{s['sign_error_lambda_max_fraction']:.3g} of valid checkpoints. Reference lambda_min < 0 at a fraction "
-        f"{s['negative_lambda_min_fraction']:.3g}. Verdict reason: {results.get('verdict_reason', '-')}.",
+        f"{s['negative_lambda_min_fraction']:.3g}. Verdict: {'; '.join(c['reason'] for c in results['claims'])}.",
         "",
         common.markdown_table(_run_table(m["rows"])),
         "",

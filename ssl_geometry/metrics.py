@@ -9,7 +9,7 @@
 * :func:`normalized_std` -- SimSiam's collapse monitor (mean per-dimension std of
   L2-normalised outputs).
 * :func:`relative_update_size` -- ``|Delta theta_g| / |theta_g|`` per named group.
-* :func:`orbit_statistics` -- geometry of augmentation orbits (DESIGN.md section 3).
+* :func:`orbit_statistics` -- geometry of augmentation orbits (docs/theory.md, section "Orbit spread and compression").
 * :func:`trajectory_curvature` (exact, nested ``jax.jvp``) and
   :func:`fd_trajectory_curvature` (second differences, as the paper's code).
 * :func:`metric_degeneracy`, :func:`augmentation_metric_degeneracy` -- ``|J_h v| / |v|``

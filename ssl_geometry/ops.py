@@ -15,7 +15,7 @@ One definition each, used by the losses, the heads' converters and the text enco
   time whose message names the argument. Set the environment variable
   ``EQX_ON_ERROR=nan`` (before starting Python) to get NaN instead and let an
   outer loop report the non-finite step, or ``EQX_ON_ERROR=off`` to drop them. The library's
-  own loops (``fit``, ``gradient_flow``) trace inside :func:`loop_reports_non_finite`: there a
+  own loops (``fit``, ``gradient_flow``) trace inside ``loop_reports_non_finite``: there a
   loss that overflows is reported as the run's first non-finite step, with its step and time.
 
 Example:

@@ -1,6 +1,6 @@
 """Converters for the released self-supervised checkpoints (backbone AND head) into JAX variables.
 
-The paper's pretrained-checkpoint experiments (DESIGN.md s.3) use four official PyTorch
+The paper's pretrained-checkpoint experiments (``pretrained.ipynb``) use four official PyTorch
 releases that ship the projection head next to the backbone:
 
 ===========================  =================================================  ==========================================

@@ -41,7 +41,7 @@ HEADS: dict[str, HeadSpec] = {
                        "heads.mlp (SimSiam-style BatchNorm)"),
     "linear": HeadSpec(_heads.linear, dict(in_dim=3, out_dim=4), dict(in_dim=3, out_dim=5), False, "heads.linear"),
     "simsiam_projector": HeadSpec(_heads.simsiam_projector, dict(in_dim=3, width=6), dict(in_dim=3, width=7), True,
-                                  "SimSiam projector (paper, DESIGN.md s.3)"),
+                                  "SimSiam projector (paper)"),
     "simsiam_predictor": HeadSpec(_heads.simsiam_predictor, dict(dim=4, bottleneck=2), dict(dim=4, bottleneck=3),
                                   True, "SimSiam predictor"),
     "dino_head": HeadSpec(pretrained.dino_head, dict(in_dim=3, out_dim=5, hidden_dim=6, bottleneck_dim=4, nlayers=3),

@@ -14,7 +14,7 @@ import pytest
 from experiments import claims, common, reproduce
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODULES = sorted({reproduce.module_name(n, v) for n in reproduce.NAMES for v in ("smoke", "paper")})
+MODULES = sorted(reproduce.NAMES)
 
 
 def _module(mod):

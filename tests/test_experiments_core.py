@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import claims, collapse_hessians, common, reproduce, whitening
+from experiments import claims, collapse_hessians, common, reproduce
 from experiments.configs import collapse_hessians as collapse_hessians_config
 
 
@@ -172,11 +172,14 @@ def test_make_config_passes_data_dir_and_dry_run(tmp_path):
     c = reproduce.make_config("hessian_tracker", "paper", data_dir=str(tmp_path), dry_run=True, seed=3)
     assert c.data.data_dir == str(tmp_path) and c.dry_run is True and c.seed == 3
     assert reproduce.make_config("hessian_tracker", "paper").dry_run is False
-    # The paper variant of experiment 4 is its own module; other variants stay with collapse_escape.
-    assert reproduce.module_name("collapse_escape", "paper") == "collapse_escape_paper"
-    assert reproduce.module_name("collapse_escape", "smoke") == "collapse_escape"
-    mod, cfg = reproduce.load("collapse_escape", "paper")
+    # One module per experiment: the authors' SimSiam runs of experiment 4 are experiment 4b, whose config
+    # holds the paper variant; the toy problem of experiment 4 has none, so --variant paper skips it.
+    mod, cfg = reproduce.load("collapse_escape_paper")
     assert mod.__name__ == "experiments.collapse_escape_paper" and cfg.get_config("paper").seeds == 3
+    assert reproduce.variants_of("collapse_escape", "paper") == []
+    assert reproduce.variants_of("collapse_escape_paper", "paper") == ["paper"]
+    with pytest.raises(ValueError, match="unknown variant 'paper'"):
+        reproduce.make_config("collapse_escape", "paper")
 
 
 def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
@@ -191,11 +194,11 @@ def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
         __name__ = "fake"
         DRY_RUN = True
 
-    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (Declares, FakeCfg))
+    monkeypatch.setattr(reproduce, "load", lambda name: (Declares, FakeCfg))
     with pytest.raises(NotImplementedError, match="no `dry_run` field"):
         reproduce.make_config("whitening", "paper", dry_run=True)
     # A module that does not declare DRY_RUN would ignore the flag and run its full variant: refused.
-    monkeypatch.setattr(reproduce, "load", lambda name, variant=None: (type("M", (), {"__name__": "m"}), FakeCfg))
+    monkeypatch.setattr(reproduce, "load", lambda name: (type("M", (), {"__name__": "m"}), FakeCfg))
     with pytest.raises(NotImplementedError, match="does not declare DRY_RUN"):
         reproduce.make_config("whitening", "paper", dry_run=True)
 
@@ -210,5 +213,7 @@ def test_main_dry_run_writes_its_own_report_never_report_md(tmp_path, monkeypatc
     res = common.read_results(out / "hessian_tracker")
     assert res["config"]["dry_run"] is True and res["measurements"]["dry_run"]["step_time_s"] > 0
     assert "[hessian_tracker] dry run: step" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        reproduce.main(["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--report", "REPORT.md"])
+    # REPORT.md is never a dry run's report: refused (status 2) before anything runs.
+    assert reproduce.main(["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--report",
+                           str(reproduce.COMMITTED_REPORT)]) == 2
+    assert "--dry-run never writes" in capsys.readouterr().err

@@ -200,8 +200,10 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
                                                    nan_ok=True)
     # The rule, recomputed from the stored rows; the claim is the paper's (the tracker resolves lambda_min).
     again = hessian_tracker.decide({**m, "summary": hessian_tracker.summary(rows)}, cfg)
-    assert again["verdict"] == r["verdict"] and "resolves lambda_min" in hessian_tracker.CLAIM
-    assert r["paper"] == hessian_tracker.PAPER_SPEARMAN
+    (rec,) = r["claims"]
+    assert again["claims"][0]["verdict"] == rec["verdict"] and "resolves lambda_min" in hessian_tracker.CLAIM
+    assert rec["id"] == "tracker-power-iteration" and rec["deciding"]["valid_checkpoints"] == len(rows)
+    assert r["paper"] == hessian_tracker.PAPER_SPEARMAN and "verdict" not in cfg
     for name in ("lambda_min_tracker.png", "underestimate_ratio.png"):
         assert (out / "hessian_tracker" / name).exists()
     text = hessian_tracker.report(r, "fig")
@@ -217,12 +219,15 @@ def _summary_of(rel, sign=False, valid=True, n=5):
 
 def test_hessian_tracker_verdict_rule_thresholds():
     cfg = tracker_config.get_config("tiny")
-    decide = lambda m: hessian_tracker.decide(m, cfg)["verdict"]
+    decide = lambda m: hessian_tracker.decide(m, cfg)["claims"][0]["verdict"]
+    t = hessian_tracker.THRESHOLDS  # the registry's
     assert decide(_summary_of(0.01)) == "supported"           # the tracker resolves lambda_min
+    assert decide(_summary_of(t["rel_error"])) == "supported"  # at the threshold
     assert decide(_summary_of(0.5)) == "not supported"        # 50% relative error
     assert decide(_summary_of(0.01, sign=True)) == "not supported"  # right size, wrong sign
     assert decide(_summary_of(0.01, valid=False)) == "inconclusive"
-    assert decide(_summary_of(0.01, n=cfg.verdict.min_valid_checkpoints - 1)) == "inconclusive"
+    assert decide(_summary_of(0.01, n=t["min_valid_checkpoints"] - 1)) == "inconclusive"
+    assert decide(_summary_of(0.01, n=t["min_valid_checkpoints"])) == "supported"
 
 
 def test_hessian_tracker_paper_config_is_the_authors_recipe():

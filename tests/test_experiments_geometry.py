@@ -34,24 +34,19 @@ def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
     assert _finite_numbers(r["headline"])
     cfg = ml_collections.ConfigDict(r["config"])
     m = r["measurements"]
-    v, stats = metric_adaptation.verdict(m["curvature"], m["isotropy_fits"], cfg)
-    assert v == r["verdict"] and stats["depth_gain"] == pytest.approx(r["headline"]["depth_gain"])
-    # The rule, recomputed independently from the stored rows.
+    recs = {c["id"]: c for c in r["claims"]}
+    assert set(recs) == {"thm3.2-depth", "prop3.3-barrier"} and "verdict" not in cfg
+    again = metric_adaptation.decide(m, cfg)
+    assert [c["verdict"] for c in again["claims"]] == [recs[c["id"]]["verdict"] for c in again["claims"]]
+    # Matched sizes: every counted head within param_match of the depth-2 head; the affine control exactly it.
+    ref = m["reference_params"]
+    assert ref == metric_adaptation.head_params(cfg.model.d, cfg.model.k, 2, cfg.model.width)
+    for f in m["isotropy_fits"]:
+        assert f["matched"] == (abs(f["params"] - ref) <= 0.1 * ref)
+    affine = [f for f in m["isotropy_fits"] if f["head"] == "linear" and f["matched"]]
+    assert len(affine) == 1 and affine[0]["params"] == ref and affine[0]["depth"] == 2
     ctrl = next(c for c in m["curvature"] if c["loss"] == "mse")
     others = [c for c in m["curvature"] if c["loss"] != "mse" and c["definite_points"] > 0]
-    eps_lin = min(f["eps_max"] for f in m["isotropy_fits"] if f["depth"] == 1)
-    eps_mlp = min(f["eps_max"] for f in m["isotropy_fits"] if f["depth"] >= 2)
-    falsified = any(c["max_abs_scalar_curvature"] > cfg.verdict.curvature_tol and c["constant_W_residual"] <= cfg.verdict.flat_residual_tol
-                    for c in others)
-    if falsified:
-        expected = "not supported"
-    elif not others:
-        expected = "premise violated"
-    elif eps_mlp <= cfg.verdict.eps_target and eps_mlp * cfg.verdict.depth_factor <= eps_lin:
-        expected = "supported"
-    else:
-        expected = "inconclusive"
-    assert r["verdict"] == expected
     # Flat control: constant metric 2I -> curvature exactly 0, a constant W whitens it to rounding.
     assert ctrl["max_abs_scalar_curvature"] < 1e-12 and ctrl["max_abs_sectional_curvature"] < 1e-12
     assert ctrl["constant_W_residual"] < 1e-12 and ctrl["metric_cv"] < 1e-12
@@ -67,12 +62,77 @@ def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
             assert row["cv_JtJ"] < 1e-12
         else:
             assert row["cv_JtJ"] > 1e-3
-    affine = next(f for f in m["isotropy_fits"] if f["depth"] == 1)
-    assert affine["cv_JtJ_along_curve"] < 1e-12
+    for f in m["isotropy_fits"]:  # both affine heads (plain and two linear layers): a constant Jacobian
+        if f["head"] == "linear":
+            assert f["cv_JtJ_along_curve"] < 1e-12
     assert (out / "metric_adaptation" / "metric_adaptation.png").exists()
     text = metric_adaptation.report(r, "figs")
     assert "| loss | domain |" in text and "| activation | depth |" in text
     assert "](figs/metric_adaptation.png)" in text
+
+
+def _fit(activation, depth, eps, params=132, matched=True):
+    head = "linear" if activation in ("identity", "affine") else activation
+    return {"activation": activation, "depth": depth, "head": head, "params": params, "matched": matched,
+            "eps_max": eps}
+
+
+AFFINE_PLAIN, AFFINE_MATCHED = _fit("affine", 1, 5.0, params=16, matched=False), _fit("identity", 2, 0.8)
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.05), _fit("tanh", 3, 0.2, params=140)], "supported"),
+    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.15)], "inconclusive"),   # not epsilon-isotropic
+    ([AFFINE_PLAIN, _fit("identity", 2, 0.12), _fit("tanh", 2, 0.05)], "inconclusive"),  # < 3x below the affine
+    # A fit at an unmatched size counts for nothing, however good (nor does the plain affine head, however bad).
+    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 3, 0.01, params=400, matched=False), _fit("tanh", 2, 0.5)],
+     "inconclusive"),
+    ([_fit("affine", 1, 0.3, params=16, matched=False), _fit("identity", 2, 0.3), _fit("swish", 2, 0.09)],
+     "supported"),
+])
+def test_depth_rule_comes_out_each_way_at_matched_sizes(rows, expected):
+    item = metric_adaptation.decide_depth(rows, 132)
+    assert item["id"] == "thm3.2-depth" and item["verdict"] == expected, item["reason"]
+
+
+def _curv(loss, curvature, residual, definite=4):
+    return {"loss": loss, "definite_points": definite, "max_abs_scalar_curvature": curvature,
+            "max_abs_sectional_curvature": curvature, "constant_W_residual": residual}
+
+
+FLAT = _curv("mse", 0.0, 1e-15)
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 0.1)], "supported"),
+    ([_curv("mse", 1e-3, 1e-15), _curv("byol", 0.5, 0.3)], "not supported"),   # flat control curved: broken
+    ([_curv("mse", 0.0, 1e-3), _curv("byol", 0.5, 0.3)], "not supported"),     # flat control not whitened
+    ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 1e-9)], "not supported"),  # a curved loss whitened
+    ([FLAT, _curv("byol", 0.5, 0.3, definite=0)], "premise violated"),         # no definite curved metric
+    ([FLAT, _curv("byol", 1e-12, 1e-9)], "premise violated"),                   # no curved loss at all
+])
+def test_barrier_rule_comes_out_each_way(rows, expected):
+    item = metric_adaptation.decide_barrier(rows)
+    assert item["id"] == "prop3.3-barrier" and item["verdict"] == expected, item["reason"]
+
+
+def test_widths_match_the_parameter_count_and_unmatchable_configs_are_refused():
+    from experiments.configs import metric_adaptation as ma_config
+
+    for variant in ("smoke", "paper"):
+        c = ma_config.get_config(variant)
+        ref = metric_adaptation.head_params(c.model.d, c.model.k, 2, c.model.width)
+        hs = metric_adaptation.widths(c)
+        assert {h["depth"] for h in hs if h["matched"]} == {2, 3}
+        assert all(abs(h["params"] - ref) <= 0.1 * ref for h in hs if h["depth"] >= 2)
+        assert [h for h in hs if h["activation"] == "identity" and h["depth"] == 2][0]["params"] == ref
+    # The formula against a built head: (d + 1) w + (w + 1) w + (w + 1) k for depth 3.
+    assert metric_adaptation.head_params(3, 4, 3, 8) == 4 * 8 + 9 * 8 + 9 * 4 == 140
+    assert metric_adaptation.matched_width(3, 4, 3, 132) == 8
+    c = ma_config.get_config("tiny")
+    c.model.depths = [1, 2, 3]  # d = k = 3, width 8: the depth-2 head has 59 parameters, depth 3 only 51 or 68
+    with pytest.raises(ValueError, match="config.model.width = 8: no width gives depth 3"):
+        metric_adaptation.measure(c)
 
 
 def test_riemann_contractions_match_closed_forms():

@@ -1,4 +1,4 @@
-"""Numerical edge cases of the losses and of ``ssl_geometry.ops`` (issue 13), over the loss registry.
+"""Numerical edge cases of the losses and of ``ssl_geometry.ops``, over the loss registry.
 
 Each case has the behaviour a user would expect: the right number at extreme scales, half
 precision computed in float32, and a loud error (also under ``jit``) where no right number exists.

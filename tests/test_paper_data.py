@@ -29,10 +29,17 @@ def test_headline_matches_the_papers_printed_values(results):
     assert h["orbit_spread_ratio_cifar10_vit_tiny"] > 1000.0  # not printed by the paper; the released head barely moves
     assert round(h["curvature_ratio_cifar10_resnet18"], 2) == 1.93
     assert round(h["curvature_ratio_cifar10_vit_tiny"], 2) == 2.59
-    assert res["verdict"] == "supported" and h["printed_values_matched"] == f"{len(paper_data.PRINTED)}/{len(paper_data.PRINTED)}"
+    # Counted apart: 6 values recomputed from arrays decide; the 18 probe accuracies are read back.
+    assert (h["recomputed"], h["recomputed_matching"], h["read_back"], h["read_back_matching"]) == (6, 6, 18, 18)
+    assert set(paper_data.READ_BACK) == {k for k in paper_data.PRINTED if k.startswith("probe_")}
+    (rec,) = res["claims"]
+    assert rec["id"] == "released-arrays" and rec["verdict"] == "supported" and rec["scale"] == "paper"
+    assert set(paper_data.RECOMPUTED) <= set(rec["deciding"]) and not set(paper_data.READ_BACK) & set(rec["deciding"])
+    assert res["paper"] == {k: paper_data.PRINTED[k][0] for k in paper_data.RECOMPUTED}
     assert (out / "tracker.png").exists()
     text = paper_data.report(res, "x")
     assert "0.3387" in text and "21.85" in text
+    assert "6 are recomputed" in text and "18 (every probe accuracy)" in text and "read back (stored number)" in text
 
 
 def _ranks(x):
@@ -94,13 +101,36 @@ def test_released_tracker_and_collapse_facts(results):
     assert rows[("resnet18", "cifar10", "swish_bn_False_lr_base")]["timescale_ratio_paper"] > 1.0
 
 
+def _decide(m):
+    (item,) = paper_data.decide(m, paper_data_config.get_config("tiny"))["claims"]
+    return item
+
+
 def test_decide_can_refute(results):
     res, _ = results
-    config = paper_data_config.get_config("tiny")
     m = copy.deepcopy(res["measurements"])
     m["tracker"]["normal_swish"]["spearman_paper"] = 0.3396  # rounds to 0.340, not the printed 0.339
-    out = paper_data.decide(m, config)
-    assert out["verdict"] == "not supported" and "spearman_normal_swish" in out["verdict_reason"]
+    out = _decide(m)
+    assert out["verdict"] == "not supported" and "spearman_normal_swish" in out["reason"]
+
+
+def test_read_back_values_decide_nothing(results):
+    res, _ = results
+    m = copy.deepcopy(res["measurements"])
+    m["geometry"]["cifar10_resnet18"]["probes"]["backbone_linear"] = 12.0  # a read-back value off by 40 points
+    out = _decide(m)
+    assert out["verdict"] == "supported" and paper_data.decide(m, None)["headline"]["read_back_matching"] == 17
+
+
+def test_nothing_recomputed_is_inconclusive(results):
+    res, _ = results
+    m = copy.deepcopy(res["measurements"])
+    for run in paper_data.analysis.TRACKER_RUNS:
+        m["tracker"][run]["spearman_paper"] = float("nan")
+    for name in ("cifar10_resnet18", "cifar10_vit_tiny"):
+        m["geometry"][name]["curvature_ratio_paper"] = float("nan")
+    m["geometry"]["cifar10_resnet18"]["orbits"]["compression_paper"] = float("nan")
+    assert _decide(m)["verdict"] == "inconclusive"
 
 
 def test_bad_root_names_the_field():

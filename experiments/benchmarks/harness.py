@@ -19,7 +19,8 @@ Usage in a benchmark script::
     load0 = harness.load_average()
     times = harness.interleave({"ours": run_ours, "paper": run_paper}, repeats=5)
     stats = harness.ratio_stats(times["ours"], times["paper"])
-    harness.write_table("docs/bench_x.md", title, body, load_before=load0, force=args.force)
+    harness.write_table("docs/bench_x.md", title, body, command=harness.command_line("experiments.bench_x"),
+                        load_before=load0, force=args.force)
 """
 from __future__ import annotations
 
@@ -149,7 +150,11 @@ def _version(dist: str) -> str | None:
 
 def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "torch", "flax", "optax",
                                            "diffrax")) -> dict:
-    """Library versions, Python, platform, CPU count and the JAX device (kind, platform)."""
+    """Library versions, Python, platform, CPU count, the JAX device (``platform:kind``) and whether x64 is on.
+
+    The one environment record: benchmark tables print it (:func:`environment_line`) and every
+    experiment's ``results.json`` stores it (:func:`experiments.common.write_results`).
+    """
     env = {"python": platform.python_version(), "machine": platform.machine(),
            "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
            "versions": {p: v for p in packages if (v := _version(p)) is not None}}
@@ -159,6 +164,7 @@ def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "t
         dev = jax.devices()[0]
         env["device"] = f"{dev.platform}:{dev.device_kind}"
         env["device_count"] = jax.device_count()
+        env["x64"] = bool(jax.config.read("jax_enable_x64"))
     except Exception as err:  # noqa: BLE001 - the record must not fail the benchmark
         env["device"] = f"unknown ({type(err).__name__})"
     threads = os.environ.get("OMP_NUM_THREADS")

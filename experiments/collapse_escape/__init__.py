@@ -20,7 +20,6 @@ outputs at ``t = 0`` (the "escape at t = 0" artefact, never counted: escape is r
 """
 from __future__ import annotations
 
-import sys
 import time
 
 import jax
@@ -37,7 +36,7 @@ from ssl_geometry import dynamics
 from ssl_geometry import metrics
 from ssl_geometry import heads
 
-__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "TITLE", "CLAIM", "RULE", "measure", "decide", "report", "figures"]
 
 NAME = "collapse_escape"
 TITLE = "Collapse escape: predicted against measured rates (Thm 4.1)"
@@ -125,13 +124,6 @@ def _problems(cfg):
 
 def measure(config) -> dict:
     """Every (representation, objective, head, seed) case: rows of numbers and thinned curves."""
-    if config.variant == "paper":
-        try:
-            from experiments import collapse_escape_paper
-        except ImportError as e:  # pragma: no cover - c2's module absent on this branch
-            raise ImportError("the 'paper' variant of collapse_escape is experiments/collapse_escape_paper.py "
-                              "(branch c2), which is not present here.") from e
-        return collapse_escape_paper.measure(config)
     common.require_x64(NAME)
     from threadpoolctl import threadpool_limits
 
@@ -156,11 +148,5 @@ def _measure(config) -> dict:
     out = {"rows": rows, "curves": curves, "cases": cases}
     if config.dry_run:
         wall = time.perf_counter() - t0
-        out["dry_run"] = {"step_time_s": wall, "projected_wall_time_s": wall * len(problems) * config.seeds,
-                          "device": str(jax.devices()[0])}
+        out["dry_run"] = common.dry_run_record(wall, len(problems) * config.seeds)  # a "step": one case
     return out
-
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: :func:`experiments.common.run_experiment` on this module."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

@@ -1,6 +1,6 @@
 """Experiment 4's runs: predicted rates at the equilibrium, gradient flow and SGD from a perturbation.
 
-Bookkeeping (issue 11): each case has one horizon ``T`` chosen from the predicted rates,
+Bookkeeping: each case has one horizon ``T`` chosen from the predicted rates,
 ``T = margin * log(threshold / s0) / max(r_min, rate_floor)`` (``r_min`` the smallest predicted
 escape rate among its dynamics; ``s0`` the initial spread), capped at ``horizon_max`` -- so a
 run that grows at its predicted rate crosses the threshold and one that does not grow is

@@ -2,9 +2,9 @@
 
 Sections: ``model`` (objectives, heads, representation, sizes of the toy problem), ``dynamics``
 (flow solver, SGD, perturbation, horizon rule, escape monitor) and ``verdict`` (how close a
-measured rate must be to its prediction). Variants: ``tiny`` (seconds, tests), ``smoke``
-(default, minutes on 2 CPU cores) and ``paper`` (SimSiam ResNet-18 CIFAR-10 through the trainer,
-delegated to ``experiments/configs/collapse_escape_paper.py``).
+measured rate must be to its prediction). Variants: ``tiny`` (seconds, tests) and ``smoke``
+(default, minutes on 2 CPU cores). The authors' SimSiam ResNet-18 CIFAR-10 runs are an experiment of
+their own, ``experiments/collapse_escape_paper.py`` (config ``experiments/configs/collapse_escape_paper.py``).
 """
 import ml_collections
 
@@ -66,12 +66,4 @@ VARIANTS = {
 
 
 def get_config(arg=None) -> ml_collections.ConfigDict:
-    if arg == "paper":
-        try:
-            from experiments.configs.collapse_escape_paper import get_config as g
-        except ImportError as e:  # pragma: no cover - c2's module absent on this branch
-            raise ImportError("the 'paper' variant of collapse_escape lives in "
-                              "experiments/configs/collapse_escape_paper.py (branch c2), which is not "
-                              "present here.") from e
-        return g()
     return configs.build(base(), VARIANTS, arg)

@@ -1,4 +1,4 @@
-"""Config: experiment 4's ``paper`` variant, the authors' collapse-escape runs (``experiments.py``, Experiment 1).
+"""Config: experiment 4b, the authors' collapse-escape runs (``experiments.py``, Experiment 1).
 
 SimSiam through the one trainer (:mod:`experiments.paper_simsiam`, recipe
 ``experiments/configs/simsiam_cifar10.py``): ResNet-18 (CIFAR stem) on CIFAR-10, projector

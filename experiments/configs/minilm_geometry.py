@@ -16,7 +16,8 @@ def base() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "seed": 0,
         "data": {"n_train": 256, "n_eval": 64, "max_length": 48},  # tokens incl. [CLS]/[SEP]; fixed padding
-        # Smooth MLP head so that the interaction term M of H_eff is not zero (DESIGN.md s.2).
+        # Smooth MLP head so that the interaction term M of H_eff is not zero
+        # (docs/theory.md, section "Linear, ReLU and smooth heads").
         "model": {"head_hidden": 512, "head_out": 128, "head_activation": "gelu", "head_batch_norm": False},
         "augment": {"deletion": 0.1, "span": 0.0, "crop": 1.0, "masking": 0.0, "shuffle_window": 0.0},
         "train": {

@@ -8,7 +8,8 @@ beside them. Every variant is the same computation (seconds on one CPU core); ``
 ``smoke`` and ``paper`` exist so that ``reproduce --variant ...`` finds them. Deviations from
 the authors' code: none in the estimators (each is the paper's formula, see
 ``ssl_geometry.paper``); the project's escape criterion and growth-rate fit are the project's,
-labelled as such.
+labelled as such. The rule and its tolerance are the registry's (``experiments/claims.py``:
+``released-arrays``).
 """
 import ml_collections
 
@@ -31,11 +32,6 @@ def base() -> ml_collections.ConfigDict:
             # Growth rate: least-squares slope of log(std) per epoch from this epoch on (epoch 0 is the
             # average over the first epoch, which starts from the un-collapsed initialisation).
             "growth_first_epoch": 1,
-        },
-        "verdict": {
-            # A recomputed number matches a printed one when |ours - printed| <= tol_units * 10^-decimals
-            # (0.5: rounds to the printed digits; the small slack absorbs float32 storage).
-            "tol_units": 0.5,
         },
     })
 

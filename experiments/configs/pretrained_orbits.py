@@ -8,7 +8,7 @@ file (``<dir>/<file>`` or ``<dir>/<name>/<file>``) or as our converted ``<dir>/<
 labelled pipeline control, never a checkpoint result), in place of an absent checkpoint or next to a
 present one as its untrained baseline. No checkpoint can be downloaded in this environment.
 
-Orbits (DESIGN.md s.3, the paper's ``pretrained.ipynb``): rotation [0, 45 deg], hue [-0.4, 0.4]
+Orbits (the paper's ``pretrained.ipynb``): rotation [0, 45 deg], hue [-0.4, 0.4]
 (turns), saturation [0, 2], Gaussian blur sigma [0.1, 3] (pixels at ``image_size``),
 ``orbit_steps`` steps each, on CIFAR-10 test images resized to ``image_size`` (the embedded "shapes"
 set when CIFAR-10 is not prepared for tfds) and ImageNet-normalised.

@@ -43,7 +43,7 @@ from .tables import figures as figures
 from .tables import report as report
 
 __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "CONTROLS", "PAPER_NUMBERS", "measure", "decide",
-           "report", "figures", "run"]
+           "report", "figures"]
 
 NAME = "guillotine"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
@@ -183,11 +183,11 @@ def measure(config) -> dict:
         train_proj = sum(r["step_time_s"] for r in trained) * t.steps * t.batch_size / t.dry_run_batch
         full = _sizes(_full(cfg))
         scale = max(full[k] / max(sz[k], 1) for k in ("curvature", "degeneracy", "probe_train"))
-        out["dry_run"] = {"step_time_s": main["step_time_s"], "projected_wall_time_s": train_proj
-                          + (t_end - t_analysis) * scale, "device": jax.devices()[0].device_kind,
-                          "wall_time_s": t_end - t_start,
-                          "projection": "training: measured step time x steps x depths x batch/dry batch; "
-                                        "analysis: measured dry analysis time x the largest image-count ratio"}
+        out["dry_run"] = common.dry_run_record(
+            main["step_time_s"], projected_wall_time_s=train_proj + (t_end - t_analysis) * scale,
+            wall_time_s=t_end - t_start,
+            projection="training: measured step time x steps x depths x batch/dry batch; "
+                       "analysis: measured dry analysis time x the largest image-count ratio")
     return out
 
 
@@ -245,8 +245,3 @@ def decide(m: dict, config) -> dict:
     paper = PAPER_NUMBERS.get((cfg.data.name, cfg.model.backbone), PAPER_NUMBERS[("cifar10", "resnet18_cifar")])
     return {"verdict": verdict, "verdict_reason": why, "headline": h,
             "paper": {k: v for k, v in paper.items() if k in h}}
-
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: the shared runner does measure, decide, write, figures."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

@@ -8,9 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ssl_geometry import geometry, heads
-from ssl_geometry import as_function
-from ssl_geometry import fit
+from ssl_geometry import as_function, fit, geometry, heads, param_count
 
 
 def softmax_dot_loss(u, keys, tau):
@@ -98,13 +96,29 @@ def _fit_program(d, depth, width, k, activation):
     return model, objective, evaluate
 
 
-def isotropy_fit(cfg, keys, activation, depth, key):
-    """Fit one head (best of ``fit_restarts``); returns the row and its eps(t) curve."""
+def head_params(d: int, k: int, depth: int, width: int) -> int:
+    """Parameter count of a biased MLP head ``R^d -> R^k`` with ``depth - 1`` hidden layers of ``width``:
+    ``d k + k`` for ``depth = 1``, else ``(d + 1) w + (depth - 2)(w + 1) w + (w + 1) k``."""
+    if depth == 1:
+        return d * k + k
+    return (d + 1) * width + (depth - 2) * (width + 1) * width + (width + 1) * k
+
+
+def matched_width(d: int, k: int, depth: int, target: int) -> int:
+    """The width whose depth-``depth`` head's parameter count is nearest ``target`` (ties: the smaller width)."""
+    if depth < 2:
+        raise ValueError(f"`depth` must be >= 2 (a depth-1 head has no width); got {depth}.")
+    return min(range(1, target + 1), key=lambda w: (abs(head_params(d, k, depth, w) - target), w))
+
+
+def isotropy_fit(cfg, keys, activation, depth, key, width=None):
+    """Fit one head (best of ``fit_restarts``; ``width`` default ``model.width``); returns the row and its eps(t) curve."""
+    width = cfg.model.width if width is None else width
     t_fit = jnp.linspace(0.0, 1.0, cfg.data.n_curve)
     t_eval = jnp.linspace(0.0, 1.0, 4 * (cfg.data.n_curve - 1) + 1)
     z_fit = helix(t_fit, cfg.model.d, cfg.data.radius, cfg.data.turns, cfg.data.pitch)
     z_eval = helix(t_eval, cfg.model.d, cfg.data.radius, cfg.data.turns, cfg.data.pitch)
-    model, objective, evaluate = _fit_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, activation)
+    model, objective, evaluate = _fit_program(cfg.model.d, depth, width, cfg.model.k, activation)
     best = None
     steps, restarts = (2, 1) if cfg.dry_run else (cfg.train.fit_steps, cfg.train.fit_restarts)
     for r in range(restarts):
@@ -120,18 +134,23 @@ def isotropy_fit(cfg, keys, activation, depth, key):
     head_fn = as_function(model, {"params": params})
     pm = geometry.pullback_metric(head_fn, z_eval)
     kind = "linear" if depth == 1 or activation in ("identity", "linear") else activation
+    n_params = param_count({"params": params})
+    if n_params != head_params(cfg.model.d, cfg.model.k, depth, width):  # the widths were chosen by this formula
+        raise RuntimeError(f"head_params({cfg.model.d}, {cfg.model.k}, {depth}, {width}) = "
+                           f"{head_params(cfg.model.d, cfg.model.k, depth, width)} but the head has {n_params}.")
     return {"activation": activation if depth > 1 else "affine", "depth": depth, "head": kind,
-            "width": cfg.model.width if depth > 1 else 0, "params": int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+            "width": width if depth > 1 else 0, "params": n_params,
             "eps_max": float(eps_t.max()), "eps_mean": float(eps_t.mean()), "final_objective": float(vals[-1]),
             "cv_JtJ_along_curve": coefficient_of_variation(pm.euclidean)}, eps_t, np.asarray(t_eval)
 
 
-def fit_step_time(cfg, keys, activation, depth, key) -> float:
+def fit_step_time(cfg, keys, activation, depth, key, width) -> float:
     """Wall time of one step of the isotropy fit (value and gradient of the objective) on this device."""
     from experiments import common
 
-    model, objective, _ = _fit_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, activation)
+    model, objective, _ = _fit_program(cfg.model.d, depth, width, cfg.model.k, activation)
     z_fit = helix(jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns,
                   cfg.data.pitch)
     grad = jax.jit(jax.value_and_grad(objective))
-    return common.time_call(grad, model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau)))
+    params, data = model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau))
+    return common.step_time(lambda: grad(params, data))

@@ -36,7 +36,7 @@ from .core import CONTROLS as CONTROLS
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "CONTROLS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "CONTROLS", "measure", "decide", "report", "figures"]
 
 NAME = "minilm_geometry"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
@@ -125,9 +125,9 @@ def measure(config) -> dict:
         train_s = sum(t * n for t, n in zip(C._STEP_TIMES, steps))
         rest = timings["total_s"] - sum(C._STEP_TIMES[i] * cfg.train[k] for i, k in enumerate(("frozen_steps", "finetune_steps"))
                                         if i < len(C._STEP_TIMES))
-        dry = {"dry_run": {"step_time_s": C._STEP_TIMES[0], "device": jax.devices()[0].device_kind,
-                           "projected_wall_time_s": train_s + rest * full.data.n_eval / cfg.data.n_eval,
-                           "projection": "measured step time x full steps per phase + the rest x n_eval ratio"}}
+        dry = {"dry_run": common.dry_run_record(
+            C._STEP_TIMES[0], projected_wall_time_s=train_s + rest * full.data.n_eval / cfg.data.n_eval,
+            projection="measured step time x full steps per phase + the rest x n_eval ratio")}
     return {**dry, "corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
             "model": {"name": pm.model.name, "head": head.name}, "settings": settings, "effective_hessian": hess,
             "loss_curves": {"frozen": loss_frozen.tolist(), "finetuned": np.asarray(loss_ft).tolist()},
@@ -166,8 +166,3 @@ def decide(m: dict, config) -> dict:
                    "solved at once, so the run shows the geometry of a head that separates distinct sentences, not of "
                    "one shaped by invariance pressure")
     return {"verdict": verdict, "verdict_reason": reason, "headline": h, "paper": {}}  # no text numbers in the paper
-
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: the shared runner does measure, decide, write, figures."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

@@ -236,6 +236,14 @@ print([str(p) for p in paths])
 print(f"total {time.time() - t_start:.1f}s")
 
 # %% [markdown]
+# The figures the cell above wrote (the committed run, full config):
+#
+# ![loss](figures/flow_vs_optimisers_loss.png)
+# ![lambda_min of H_eff](figures/flow_vs_optimisers_lambda_min.png)
+# ![effective rank (RankMe)](figures/flow_vs_optimisers_rank_rankme.png)
+# ![effective rank (squared singular values)](figures/flow_vs_optimisers_rank_squared.png)
+
+# %% [markdown]
 # ## Predicted against measured escape from a certified collapsed equilibrium
 #
 # Experiment 4's machinery (`experiments/collapse_escape`): the representation `z` is trained
@@ -289,6 +297,9 @@ summary_path.write_text(json.dumps(stored, indent=1, default=float))
 for name, e in escape.items():
     print(name, {k: f"pred {v['predicted']:.4g} / meas {v['measured']:.4g}" for k, v in e.items()})
 print(f"total {time.time() - t_start:.1f}s")
+
+# %% [markdown]
+# ![predicted against measured escape](figures/flow_vs_optimisers_escape.png)
 
 # %% [markdown]
 # ## Reading

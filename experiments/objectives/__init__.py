@@ -293,10 +293,3 @@ def report(results, rel_dir) -> str:
         "",
         f"![objectives]({rel_dir}/objectives.png)",
     ])
-
-
-def run(config, out_dir) -> dict:
-    """The old entry point, for the transition: :func:`experiments.common.run_experiment` on this module."""
-    import sys
-
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

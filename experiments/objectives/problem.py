@@ -156,7 +156,7 @@ def step_time(step_loss, params, state, key) -> float:
     from experiments import common
 
     vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
-    return common.time_call(vg, params, state, {"i": jnp.asarray(0), "key": key})
+    return common.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}))
 
 
 def scale_projector(params, target, alpha):

@@ -41,7 +41,6 @@ Control numbers are never presented as checkpoint results; verdicts use real che
 from __future__ import annotations
 
 import pathlib
-import sys
 import time
 
 import jax
@@ -57,7 +56,7 @@ from .pipeline import find_checkpoint, load_checkpoint
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measure", "decide", "report", "figures", "run"]
+__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "RULE", "AUGMENTATIONS", "measure", "decide", "report", "figures"]
 
 NAME = "pretrained_orbits"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
@@ -149,9 +148,9 @@ def measure(config) -> dict:
         done = [r for r in rows if r["status"] != STATUS_ABSENT]
         sec = {r["status"]: "data" if r["status"] == STATUS_PRESENT else "control" for r in done}
         proj = sum(r["seconds"] * _points(full, sec[r["status"]]) / _points(config, sec[r["status"]]) for r in done)
-        out["dry_run"] = {"step_time_s": float(sum(r["seconds"] for r in done) / max(len(done), 1)),
-                          "projected_wall_time_s": float(proj), "device": jax.devices()[0].device_kind,
-                          "projection": "seconds per analysed checkpoint x (full / dry orbit points)"}
+        out["dry_run"] = common.dry_run_record(
+            float(sum(r["seconds"] for r in done) / max(len(done), 1)), projected_wall_time_s=float(proj),
+            projection="seconds per analysed checkpoint x (full / dry orbit points)")
     return out
 
 
@@ -182,8 +181,3 @@ def decide(m: dict, config) -> dict:
         headline[f"{r['checkpoint']}_D_trained"] = r["D_trained"]
         headline[f"{r['checkpoint']}_spread_ratio_trained"] = r["spread_ratio_trained"]
     return {"verdict": verdict, "verdict_reason": reason, "headline": headline, "paper": {}}
-
-
-def run(config, out_dir) -> dict:
-    """The old reproduce contract: the shared runner does measure, decide, write, figures."""
-    return common.run_experiment(sys.modules[__name__], config, out_dir)

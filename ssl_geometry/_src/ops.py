@@ -103,7 +103,7 @@ def l2_normalize(x: Float[ArrayIn, "*batch k"], eps: ScalarLike = 1e-12) -> Floa
 def check_positive_traced(value, name: str, *, strict: bool = True):
     """Return ``value``; if it is traced, with an :func:`equinox.error_if` that it is finite and > 0.
 
-    Concrete values are checked eagerly by :func:`ssl_geometry._src.checks.check_positive`
+    Concrete values are checked eagerly by ``check_positive`` of ``ssl_geometry/_src/checks.py``
     (which raises ``ValueError``); this covers a hyper-parameter passed *into* ``jit``.
     The returned value must be used for the check to run.
     """

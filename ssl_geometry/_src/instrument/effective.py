@@ -1,7 +1,7 @@
 """The effective Hessian of a projection head: dense pieces, pullback metric, matrix-free products.
 
 For a head ``h: z -> u`` and a loss ``L: u -> R`` the Hessian of ``L(h(z))`` with
-respect to the representation splits exactly (chain rule, DESIGN.md section 2)::
+respect to the representation splits exactly (chain rule, docs/theory.md, section "The effective Hessian")::
 
     H_eff(z) = J^T H_L J  +  sum_i rho_i hess_z h_i(z)  =  G(z) + M(z)
 
@@ -103,7 +103,7 @@ def effective_hessian(
 ) -> EffectiveHessian:
     """Dense effective Hessian ``H_eff = G + M`` of ``L(h(z))`` with respect to ``z``.
 
-    ``H_eff = J^T H_L J + sum_i rho_i hess_z h_i(z)`` (DESIGN.md section 2). The
+    ``H_eff = J^T H_L J + sum_i rho_i hess_z h_i(z)`` (docs/theory.md, section "The effective Hessian"). The
     three matrices are computed independently:
 
     * ``full`` = ``jax.hessian(z -> L(h(z)))``;

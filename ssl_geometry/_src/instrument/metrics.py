@@ -53,7 +53,7 @@ def effective_rank(z: Array, method: str, *, eps: float = 1e-7, center: bool = F
     ``r`` equal non-zero singular values both give ``r`` (with ``eps = 0``); otherwise
     ``"squared" <= "rankme"``.
 
-    ``method`` is required: the two definitions differ (DESIGN.md section 4).
+    ``method`` is required: the two definitions differ (docs/theory.md, section "Effective rank").
     ``center`` (default ``False``, RankMe's convention) subtracts the row mean first, as the
     paper's ``pretrained.ipynb`` does (``traj - mean(traj, 0)``): it drops the direction of
     the mean, so on a trajectory far from the origin the centred rank counts how many
@@ -282,7 +282,7 @@ def orbit_statistics(reps: Array) -> OrbitStatistics:
     """Orbit spread, intra-orbit distance, inter-class distance and their ratio.
 
     Args:
-      reps: ``(classes, images, orbit_steps, d)`` (DESIGN.md section 3: 5 x 3 x 12 x d),
+      reps: ``(classes, images, orbit_steps, d)`` (the paper's orbits: 5 x 3 x 12 x d),
         needing at least 2 classes and 2 orbit steps. Definitions: see
         :class:`OrbitStatistics`.
 

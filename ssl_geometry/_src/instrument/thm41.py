@@ -1,6 +1,7 @@
 """Thm 4.1 (instability of collapse): its premises, its conclusion, and their composition.
 
-Theorem (paraphrased, DESIGN.md section 2): at a collapsed *equilibrium* with residual
+Theorem (paraphrased; docs/theory.md, section "Thm 4.1 (instability of collapse)"):
+at a collapsed *equilibrium* with residual
 ``rho = grad_u L != 0``, ``H_L >= 0``, a C^2 loss and head, and the head adapting faster than
 the backbone, a linear head gives ``H_eff = G >= 0`` (no second-order escape direction) while a
 smooth MLP head generically gives ``lambda_min(H_eff) < 0`` (strict instability); ReLU heads

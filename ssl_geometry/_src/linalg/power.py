@@ -1,6 +1,7 @@
 """The paper's estimator: the "20-step shifted power iteration" for ``lambda_min`` (the baseline).
 
-Kept as the baseline whose weakness the project measures (DESIGN.md s.4): power iteration
+Kept as the baseline whose weakness the project measures (docs/theory.md, section
+"The smallest eigenvalue: power iteration against Lanczos"): power iteration
 finds the eigenvalue of largest magnitude and does not converge in 20 steps when the top
 eigenvalues are close.
 """
@@ -68,7 +69,7 @@ def paper_power_iteration(matvec: Callable, dim: int, *, steps: int = 20, key=No
     power iteration finds the eigenvalue of largest *magnitude* (so
     ``lambda_max`` comes out negative when ``|lambda_min| > lambda_max``), and 20
     steps do not converge when the top eigenvalues are close, underestimating
-    ``|lambda_min|`` (DESIGN.md s.4). Uses ``2 * steps`` matvecs.
+    ``|lambda_min|``. Uses ``2 * steps`` matvecs.
     """
     check_callable(matvec, "matvec")
     dim, steps = check_int(dim, "dim"), check_int(steps, "steps")

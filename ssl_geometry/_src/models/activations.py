@@ -51,7 +51,7 @@ ACTIVATIONS: dict[str, Callable] = {
 }
 
 #: Activations whose second derivative is zero almost everywhere (the head's
-#: interaction term M vanishes away from kinks; DESIGN.md section 2).
+#: interaction term M vanishes away from kinks; docs/theory.md, section "Linear, ReLU and smooth heads").
 PIECEWISE_LINEAR = frozenset({"identity", "linear", "relu", "leaky_relu"})
 
 

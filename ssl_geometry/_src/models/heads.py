@@ -254,7 +254,7 @@ def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale
 
 def simsiam_projector(in_dim: int = 512, width: int = 2048, *, activation="relu", batch_norm: bool = True,
                       scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
-    """The paper's SimSiam projector ``in_dim -> width -> width``, bias-free (DESIGN.md s.3)."""
+    """The paper's SimSiam projector ``in_dim -> width -> width``, bias-free."""
     return mlp(in_dim, (width,), width, activation=activation, batch_norm=batch_norm,
                final_batch_norm=batch_norm, bias=False, scale=scale, dtype=dtype)
 

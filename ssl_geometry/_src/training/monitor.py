@@ -27,7 +27,8 @@ __all__ = ["representation_metrics", "make_eval_metrics", "evaluate", "MetricLog
 
 
 def representation_metrics(z) -> dict:
-    """Collapse diagnostics of a batch of outputs ``z`` (n, k),
+    """Collapse diagnostics of a batch of outputs ``z`` (n, k)
+    (docs/theory.md, section "Collapse monitor and timescale ratio"),
     computed by :mod:`ssl_geometry.metrics`:
 
     * ``std_norm``: ``mean_j std_i (z_i / |z_i|)_j`` (``ddof=1``; collapse -> 0, uniform

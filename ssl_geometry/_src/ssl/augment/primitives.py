@@ -286,7 +286,7 @@ def resample_matrix(out_size: int, in_size: int, start, length, antialias: bool,
 def crop_and_resize(image, top, left, height, width, size: Sequence[int], *, antialias: bool = True):
     """Resample the window ``[top, top+height) x [left, left+width)`` to ``size``.
 
-    Separable bilinear resampling ``y = R_y x R_x^T`` (see :func:`resample_matrix`;
+    Separable bilinear resampling ``y = R_y x R_x^T`` (see ``resample_matrix``;
     the same weights as ``jax.image.scale_and_translate(..., method="linear")``),
     antialiased when downscaling. The window may be traced (per-sample crops under
     ``vmap``); a window equal to the image and ``size`` equal to its size is the

@@ -163,7 +163,7 @@ def mse(u1: Float[ArrayIn, "n k"], u2: Float[ArrayIn, "n k"]) -> Float[Array, ""
     """Plain alignment ``L = (1/n) sum_i |u1_i - u2_i|^2`` (sum over features, mean over samples).
 
     A quadratic loss with constant Hessian ``hess L = (2/n) [[I, -I], [-I, I]]``:
-    the flat-metric negative control of DESIGN.md (Prop. 3.3). Limit: ``L`` is of
+    the flat-metric control of Prop. 3.3 (docs/theory.md, section "prop3.3-barrier"). Limit: ``L`` is of
     degree 2 in the input scale; when its value exceeds the dtype's range
     (float32 differences ``>~ 1e19``) a ``FloatingPointError`` (under ``jit``: a
     run-time error) says so instead of returning ``inf``.

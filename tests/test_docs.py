@@ -1,0 +1,304 @@
+"""The documentation site cannot rot: its how-to pages run, its API pages cover the public API once each,
+and README.md is an excerpt of what REPORT.md and the pages say.
+
+* Every runnable block of ``docs/howto/*.md`` runs and prints the output the page shows
+  (``tests/docs_snippets.py`` says how blocks are found and compared).
+* The site builds with ``mkdocs build --strict``; every namespace of ``ssl_geometry.NAMESPACES`` and
+  the package itself has an API page, and every name of every ``__all__`` is a heading (under its
+  public path) on its namespace's page and on no other page.
+* README.md: at most about 120 lines; its theorem example is the first block of
+  ``docs/howto/theorem.md`` with the same output (so running that page runs README's example); its
+  headline table is a faithful excerpt of REPORT.md's claim table (same rows in the same order,
+  columns taken from REPORT's with equal cells, deciding numbers a subset of REPORT's).
+  ``python tests/test_docs.py`` prints the excerpt for the REPORT.md in the working tree.
+"""
+from __future__ import annotations
+
+import collections
+import html
+import html.parser
+import importlib
+import pathlib
+import re
+
+import pytest
+
+import docs_snippets as S
+import ssl_geometry
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HOWTO = sorted((ROOT / "docs" / "howto").glob("*.md"))
+README = ROOT / "README.md"
+REPORT = ROOT / "REPORT.md"
+README_MAX_LINES = 125
+#: README's headline table follows this heading; REPORT's claim table follows its own.
+README_TABLE_HEADING = "## What the suite finds"
+REPORT_TABLE_HEADING = "## Claims and verdicts"
+#: REPORT columns the README excerpt carries (``claim`` only where it holds claim ids).
+EXCERPT_COLUMNS = ("claim", "experiment", "verdict", "deciding numbers (ours)")
+NUMBERS = "deciding numbers (ours)"
+EXCERPT_NUMBERS = 3
+
+
+# ----------------------------------------------------------------------------- how-to pages
+
+
+def _check_page(page: pathlib.Path, slow: bool) -> int:
+    blocks = S.snippets(page)
+    namespace: dict = {"__name__": "__docs__"}
+    ran = 0
+    for s in blocks:
+        if s.slow != slow:
+            continue
+        assert s.output is not None, f"{s.where}: a python block must be followed by the Output it prints"
+        got = S.run(s, namespace)
+        why = S.mismatch(s.output, got, rtol=s.rtol, atol=s.atol)
+        assert why is None, f"{s.where}: {why}\n--- page shows:\n{s.output}\n--- printed:\n{got}"
+        ran += 1
+    return ran
+
+
+@pytest.mark.parametrize("page", HOWTO, ids=[p.stem for p in HOWTO])
+def test_howto_page_runs_and_prints_what_it_shows(page):
+    assert _check_page(page, slow=False) >= 1, f"{page.name} has no runnable block"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in HOWTO if any(s.slow for s in S.snippets(p))],
+                         ids=lambda p: p.stem)
+def test_howto_slow_blocks_run_and_print_what_they_show(page):
+    assert _check_page(page, slow=True) >= 1
+
+
+def test_every_howto_page_is_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in HOWTO:
+        assert f"howto/{page.name}" in nav, f"{page.name} is not in mkdocs.yml's nav"
+
+
+def test_snippet_comparison_tolerates_what_it_should_and_nothing_else():
+    assert S.mismatch("x = 1.2346e-05", "x = 1.23456789e-05") is None
+    assert S.mismatch("x = 1.2346e-05", "x = 1.2400e-05") is not None      # beyond rtol 1e-3
+    assert S.mismatch("x = 1.24e-05", "x = 1.2400e-05", rtol=1e-2) is None
+    assert S.mismatch("took ... s\nok", "took 12.5 s\nok") is None
+    assert S.mismatch("True no escape", "False no escape") is not None   # text is compared exactly
+    assert S.mismatch("a 1 b", "a  1\n b ") is None                       # whitespace runs are equal
+    assert S.mismatch("[-1.3e-05]", "[-1.3e-05] extra") is not None
+
+
+def test_snippets_are_found_with_their_options(tmp_path):
+    (tmp_path / "p.md").write_text(
+        "```python\nprint(1)\n```\n\n<!-- output: rtol=0.1 -->\n```text title=\"Output\"\n1\n```\n\n"
+        "```bash\npip install x\n```\n\n```bash\necho hi\n```\n\n<!-- output: slow -->\n"
+        "```text title=\"Output\"\nhi\n```\n\n```python title=\"a listing\"\nx = 1\n```\n")
+    found = S.snippets(tmp_path / "p.md")
+    assert [(s.language, s.output, s.rtol, s.slow) for s in found] == [
+        ("python", "1\n", 0.1, False), ("bash", "hi\n", 1e-3, True)]
+
+
+# ----------------------------------------------------------------------------- the site and its API pages
+
+
+class _Headings(html.parser.HTMLParser):
+    """Ids of the mkdocstrings object headings of a page (``<hN id=... class="doc doc-heading">``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: list[str] = []
+        self.text: list[str] = []
+        self._in = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if re.fullmatch(r"h[1-6]", tag) and "doc-heading" in (a.get("class") or "") and a.get("id"):
+            self.ids.append(a["id"])
+            self._in = True
+
+    def handle_endtag(self, tag):
+        if re.fullmatch(r"h[1-6]", tag):
+            self._in = False
+
+    def handle_data(self, data):
+        if self._in:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return S.build_site(tmp_path_factory.mktemp("site"))
+
+
+def _public_names():
+    """``{namespace: [public path of each name in its __all__]}``, the package itself included."""
+    out = {"ssl_geometry": [f"ssl_geometry.{n}" for n in ssl_geometry.__all__ if not n.startswith("__")]}
+    for ns in ssl_geometry.NAMESPACES:
+        mod = importlib.import_module(f"ssl_geometry.{ns}")
+        out[f"ssl_geometry.{ns}"] = [f"ssl_geometry.{ns}.{n}" for n in mod.__all__]
+    return out
+
+
+def _api_page(namespace: str) -> str:
+    return "api/index" if namespace == "ssl_geometry" else f"api/{namespace.split('.', 1)[1]}"
+
+
+def test_every_namespace_has_an_api_page_in_the_nav():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for namespace in _public_names():
+        page = ROOT / "docs" / f"{_api_page(namespace)}.md"
+        assert page.exists(), f"no API page for {namespace}"
+        assert re.search(rf"^:::\s+{re.escape(namespace)}\s*$", page.read_text(), re.M), \
+            f"{page.name} does not render {namespace}"
+        assert f"{_api_page(namespace)}.md" in nav, f"{page.name} is not in mkdocs.yml's nav"
+    extra = {p.stem for p in (ROOT / "docs" / "api").glob("*.md")} - {
+        _api_page(n).split("/")[1] for n in _public_names()}
+    assert not extra, f"API pages for no public namespace: {sorted(extra)}"
+
+
+def test_each_public_name_is_on_exactly_one_api_page_under_its_public_path(site):
+    where = collections.defaultdict(list)
+    for path in site.rglob("*.html"):
+        parser = _Headings()
+        parser.feed(path.read_text())
+        rel = str(path.relative_to(site).with_suffix(""))
+        for i in parser.ids:
+            where[i].append(rel)
+        shown = " ".join(parser.text)
+        assert "_src" not in shown, f"{rel} shows an implementation path in a heading"
+    for namespace, names in _public_names().items():
+        page = _api_page(namespace)
+        assert f'id="{namespace}"' in (site / f"{page}.html").read_text(), f"{page} has no anchor {namespace}"
+        for name in names:
+            assert where.get(name) == [page], f"{name}: rendered on {where.get(name) or 'no page'}, expected {page}"
+
+
+def test_api_signatures_show_the_jaxtyping_shapes(site):
+    text = (site / "api" / "heads.html").read_text()
+    start = text.index("doc-signature", text.index('id="ssl_geometry.heads.batchnorm"'))
+    signature = html.unescape(re.sub(r"<[^>]+>", "", text[start:text.index("</code>", start)]))
+    assert 'x: Float[ArrayIn, "*n c"]' in signature and 'Float[Array, "*n c"]' in signature, signature
+
+
+def test_report_pages_carry_their_figures(site):
+    for page, figures in (("REPORT.md", "results/"), ("experiments/notebooks/flow_vs_optimisers.ipynb", "figures/")):
+        built = site / pathlib.Path(page).with_suffix(".html")
+        text = built.read_text()
+        srcs = re.findall(r'<img[^>]+src="([^"]+)"', text)
+        assert any(figures in s for s in srcs), f"{built.name} shows no figure"
+        for src in srcs:
+            if src.startswith("data:"):
+                continue
+            assert (built.parent / src).resolve().exists(), f"{built.name}: broken image {src}"
+
+
+def test_rendered_notebook_is_its_paired_script_with_outputs():
+    """The site renders the .ipynb's stored outputs; its cells must be the jupytext script's, every code
+    cell executed (``cd experiments/notebooks && PYTHONPATH=../.. jupyter nbconvert --to notebook
+    --execute --inplace flow_vs_optimisers.ipynb`` after ``jupytext --update --to ipynb`` of the script)."""
+    jupytext = pytest.importorskip("jupytext")
+    nb_dir = ROOT / "experiments" / "notebooks"
+    script = jupytext.read(nb_dir / "flow_vs_optimisers.py")
+    stored = jupytext.read(nb_dir / "flow_vs_optimisers.ipynb")
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    assert cells(stored) == cells(script), "flow_vs_optimisers.ipynb differs from its paired script"
+    code = [c for c in stored.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "a code cell of the stored notebook was not executed"
+    assert sum(bool(c.get("outputs")) for c in code) >= 4, "the stored notebook shows no outputs"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+# ----------------------------------------------------------------------------- README
+
+
+def _table_after(text: str, heading: str) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the first markdown table after the line ``heading``."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith(heading)), None)
+    assert start is not None, f"no {heading!r} heading"
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+        elif rows:
+            break
+    assert len(rows) >= 3, f"no table after {heading!r}"
+    return rows[0], [r for r in rows[2:]]
+
+
+def _items(cell: str) -> list[str]:
+    return [x.strip() for x in cell.split(";") if x.strip()]
+
+
+def excerpt(report_text: str) -> str:
+    """README's headline table for ``report_text``: REPORT's claim table, columns EXCERPT_COLUMNS."""
+    header, rows = _table_after(report_text, REPORT_TABLE_HEADING)
+    cols = [c for c in EXCERPT_COLUMNS if c in header and (c != "claim" or "statement" in header)]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in rows:
+        cells = dict(zip(header, row))
+        cells[NUMBERS] = "; ".join(_items(cells.get(NUMBERS, ""))[:EXCERPT_NUMBERS])
+        out.append("| " + " | ".join(cells[c] for c in cols) + " |")
+    return "\n".join(out)
+
+
+def readme_mismatches(readme_text: str, report_text: str) -> list[str]:
+    """Why README's headline table is not a faithful excerpt of REPORT's claim table (empty: it is)."""
+    r_head, r_rows = _table_after(readme_text, README_TABLE_HEADING)
+    p_head, p_rows = _table_after(report_text, REPORT_TABLE_HEADING)
+    bad = [f"README column {c!r} is not a column of REPORT's claim table" for c in r_head if c not in p_head]
+    if "verdict" not in r_head:
+        bad.append("README's table has no verdict column")
+    if len(r_rows) != len(p_rows):
+        bad.append(f"README's table has {len(r_rows)} rows, REPORT's {len(p_rows)}")
+    for i, (r, p) in enumerate(zip(r_rows, p_rows)):
+        rc, pc = dict(zip(r_head, r)), dict(zip(p_head, p))
+        for col in r_head:
+            if col not in pc:
+                continue
+            if col == NUMBERS:
+                missing = [x for x in _items(rc[col]) if x not in _items(pc[col])]
+                if missing:
+                    bad.append(f"row {i + 1}: {missing} not among REPORT's deciding numbers")
+            elif rc[col] != pc[col]:
+                bad.append(f"row {i + 1}, {col}: README {rc[col]!r}, REPORT {pc[col]!r}")
+    return bad
+
+
+def test_readme_headline_table_is_an_excerpt_of_the_report():
+    bad = readme_mismatches(README.read_text(), REPORT.read_text())
+    assert not bad, ("README.md's headline table does not match REPORT.md's claim table:\n" + "\n".join(bad)
+                     + "\n\nThe excerpt of the current REPORT.md (python tests/test_docs.py):\n"
+                     + excerpt(REPORT.read_text()))
+
+
+def test_readme_table_check_fails_on_a_changed_verdict_or_number():
+    report = REPORT.read_text()
+    readme = f"{README_TABLE_HEADING}\n\n{excerpt(report)}\n"
+    assert readme_mismatches(readme, report) == []
+    header, rows = _table_after(readme, README_TABLE_HEADING)
+    v, n = header.index("verdict"), header.index(NUMBERS)
+    flipped = "**supported**" if rows[0][v] != "**supported**" else "**not supported**"
+    for cells in ([*rows[0][:v], flipped, *rows[0][v + 1:]],
+                  [*rows[0][:n], _items(rows[0][n])[0].rsplit("=", 1)[0] + "= 12345", *rows[0][n + 1:]]):
+        lines = readme.splitlines()
+        lines[4] = "| " + " | ".join(cells) + " |"
+        assert readme_mismatches("\n".join(lines), report), cells
+    assert readme_mismatches("\n".join(readme.splitlines()[:-1]), report)  # a row dropped
+
+
+def test_readme_fits_one_screen_and_links_the_site():
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    assert "mkdocs serve" in text
+    assert 'python -m experiments.reproduce' in text and 'python -m pytest -n 2 -q -m "not slow"' in text
+
+
+def test_readme_theorem_example_is_the_howto_page_example():
+    readme = [s for s in S.snippets(README) if s.language == "python"]
+    page = [s for s in S.snippets(ROOT / "docs" / "howto" / "theorem.md") if s.language == "python"]
+    assert len(readme) == 1, "README.md has one python example, followed by its Output block"
+    assert (readme[0].code, readme[0].output) == (page[0].code, page[0].output), \
+        "README's theorem example must be the first example of docs/howto/theorem.md (which the tests run)"
+
+
+if __name__ == "__main__":
+    print(excerpt(REPORT.read_text()))

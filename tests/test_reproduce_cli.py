@@ -1,0 +1,126 @@
+"""``python -m experiments.reproduce`` as a user runs it: exit status, the named argument or path, where it writes.
+
+Exit status is the contract: 0 success, 2 bad input or a refused run, 1 a failure during the run, each
+with one line naming the problem and what to do, never a traceback. A partial or non-default run never
+writes the committed ``results/`` or ``REPORT.md``.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments import reproduce
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(*args, cwd=ROOT, code=None, timeout=600):
+    """Run the CLI (or ``python -c code``) in a subprocess; returns ``(rc, stdout, stderr)``."""
+    cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "experiments.reproduce", *args]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--only", ""], "--only: no experiment named"),
+    (["--only", " , "], "--only: no experiment named"),
+    (["--only", "whitening,nope"], "'nope'"),
+    (["--variant", "huge"], "--variant"),
+    (["--seed", "x"], "--seed"),
+])
+def test_bad_arguments_exit_2_naming_the_argument(args, named):
+    rc, out, err = _run(*args)
+    assert rc == 2 and named in _one_line_error(err)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--only", "whitening", "--variant", "tiny", "--out", "results"], "--out results"),
+    (["--variant", "tiny", "--out", "results"], "--out results"),
+    (["--variant", "tiny", "--out", "results/tiny"], "--out results/tiny"),
+    (["--only", "paper_data", "--report", "REPORT.md"], "--report REPORT.md"),
+    (["--seed", "3", "--out", "results"], "--out results"),
+    (["--dry-run", "--variant", "tiny", "--out", "results"], "--dry-run never writes"),
+    (["--dry-run", "--variant", "tiny", "--only", "paper_data", "--report", "REPORT.md"], "--dry-run never writes"),
+])
+def test_a_partial_or_non_default_run_is_refused_the_committed_results(args, flag):
+    before = {p: p.stat().st_mtime_ns for p in [ROOT / "REPORT.md", *(ROOT / "results").glob("*/results.json")]}
+    rc, out, err = _run(*args)
+    line = _one_line_error(err)
+    assert rc == 2 and flag in line, line
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_unwritable_out_or_report_is_refused_before_any_experiment_runs(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")  # a path below a regular file cannot be created, whoever runs the test
+    rc, _, err = _run("--only", "whitening", "--variant", "tiny", "--out", str(tmp_path / "o"),
+                      "--report", str(blocker / "R.md"))
+    line = _one_line_error(err)
+    assert rc == 2 and line.startswith("python -m experiments.reproduce: error: --report") and "R.md" in line
+    assert not (tmp_path / "o" / "whitening").exists()  # refused before anything ran
+    rc, _, err = _run("--only", "whitening", "--variant", "tiny", "--out", str(blocker / "out"))
+    line = _one_line_error(err)
+    assert rc == 2 and "--out" in line and "a_file/out" in line
+
+
+def test_help_exits_0():
+    rc, out, _ = _run("--help")
+    assert rc == 0 and "runs/<variant>" in out
+
+
+def test_a_failure_during_the_run_exits_1_in_one_line_with_the_traceback_logged(tmp_path):
+    """An experiment that raises: the others' results and the report are still written, status 1."""
+    code = ("import sys\nfrom experiments import paper_data, reproduce\n"
+            "def boom(config):\n    raise ValueError('config.data.root: broken on purpose')\n"
+            "paper_data.measure = boom\n"
+            f"sys.exit(reproduce.main(['--only', 'paper_data', '--variant', 'tiny', '--out', {str(tmp_path)!r}]))\n")
+    rc, out, err = _run(code=code)
+    assert rc == 1 and "Traceback" not in out + err
+    assert "[paper_data] FAILED: ValueError: config.data.root: broken on purpose" in out + err
+    assert "1 experiment(s) failed: ['paper_data']" in err
+    log = (tmp_path / reproduce.ERROR_LOG).read_text()
+    assert "Traceback" in log and "broken on purpose" in log
+    assert (tmp_path / "REPORT.md").exists() and (tmp_path / reproduce.MARKER).exists()  # the next run resumes
+
+
+def test_partial_run_in_a_clean_clone_writes_runs_and_leaves_git_status_clean(tmp_path):
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    rc, out, err = _run("--only", "whitening", "--variant", "tiny", cwd=clone)
+    assert rc == 0, err[-2000:]
+    assert "writing runs/tiny/ and runs/tiny/REPORT.md" in out
+    assert (clone / "runs" / "tiny" / "whitening" / "results.json").exists()
+    assert (clone / "runs" / "tiny" / "REPORT.md").exists()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True, check=True)
+    assert status.stdout == ""
+
+
+def test_paths_of_each_kind_of_run(monkeypatch, tmp_path):
+    """Where each run writes (no subprocess: the path logic of ``main``)."""
+    paths = lambda *a: reproduce._paths(*reproduce._parse(list(a)))
+    assert paths() == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
+    assert paths("--only", ",".join(reproduce.NAMES)) == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
+    out, report, committed = paths("--only", "whitening")
+    assert out == reproduce.RUNS_DIR / "smoke" and report == out / "REPORT.md" and not committed
+    out, report, _ = paths("--variant", "tiny")
+    assert out == reproduce.RUNS_DIR / "tiny"
+    monkeypatch.chdir(reproduce.ROOT)
+    out, report, _ = paths("--only", "whitening", "--out", "results", "--force")  # the lead's explicit choice
+    assert out.resolve() == reproduce.COMMITTED_OUT and report == reproduce.COMMITTED_REPORT
+    out, report, _ = paths("--dry-run", "--variant", "paper")
+    assert out == reproduce.DRY_RUN_DIR / "paper" and report == out / "DRY_RUN.md"
+    with pytest.raises(reproduce.Refused, match="--report"):
+        paths("--variant", "tiny", "--report", str(reproduce.COMMITTED_REPORT))
