@@ -189,3 +189,13 @@ def test_a_metrics_line_with_a_non_integer_step_is_named(tmp_path):
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": "ten", "loss": 0.4}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl line 2: expected .*integer \"step\""):
         trainer.truncate_metrics(path, 1)
+
+
+@pytest.mark.parametrize("name", ["digits", "shapes"])
+def test_num_train_and_num_test_are_honoured_by_every_embedded_set(name):
+    d = _shipped("tiny")
+    d["data"].update(name=name, image_size=8, num_train=100, num_test=50)
+    cfg = ml_collections.ConfigDict(d)
+    trainer.validate_config(cfg)
+    assert len(trainer.load_split(cfg.data, "train").labels) == 100
+    assert len(trainer.load_split(cfg.data, "test").labels) == 50
