@@ -112,9 +112,9 @@ FIELDS = {
     "train.steps": _int(1), "train.log_every": _int(1), "train.metrics_every": _int(0),
     "train.checkpoint_every": _int(1), "train.keep_checkpoints": _int(1), "train.progress": _bool,
     "train.tensorboard": _bool, "train.stop_after": _int(0), "train.allow_config_change": _bool,
-    "eval.final_probes": _bool, "eval.max_train": _int(1), "eval.max_test": _int(1), "eval.knn_k": _int(1),
+    "eval.final_probes": _bool, "eval.max_train": _int(1), "eval.max_test": _int(1), "eval.knn_k": _int(0),
     "eval.ridge_l2": _num(0), "eval.rotation": _bool, "eval.rotation_epochs": _int(1),
-    "eval.metrics_images": _int(1),
+    "eval.metrics_images": _int(0),
     "mesh.data": _int(1, also=(-1,)), "mesh.model": _int(1), "mesh.min_model_dim": _int(1),
     "distributed.initialize": _bool, "distributed.coordinator_address": _address,
     "distributed.num_processes": _int(0), "distributed.process_id": _int(0, also=(-1,)),
@@ -139,7 +139,8 @@ def validate_config(config) -> None:
     """Raise ``ValueError`` naming the dotted field for any value the run cannot train with.
 
     Each field is checked by its :data:`FIELDS` entry (type and range; no 0-means-default for a
-    dimension), then the checks across fields: the batch divides over the mesh's data axis,
+    dimension), then the checks across fields: ``eval.knn_k`` >= 1 when ``eval.final_probes`` is on,
+    ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, the batch divides over the mesh's data axis,
     ``data.num_train`` (when set) holds a batch, ``data.shapes_max_angle_deg`` only for
     ``"shapes"``, ``data.data_dir`` / ``data.stream`` only for tfds sets, ``float64`` only
     under x64. Called by :func:`ssl_geometry.trainer.train` before anything is built.
@@ -178,6 +179,12 @@ def _check_across(config) -> None:
         data_axis = len(jax.devices()) // max(mesh.get("model", 1), 1)
     if data_axis >= 1 and b % data_axis:
         raise ValueError(f"`data.batch_size`: {b} must divide by the mesh data axis size {data_axis}.")
+    ev, tr = config.get("eval", {}), config.train
+    if ev.get("final_probes", True) and ev.get("knn_k", 20) < 1:
+        raise ValueError(f"eval.knn_k: expected an integer >= 1 with eval.final_probes on, got {ev.knn_k!r}.")
+    if tr.get("metrics_every", 0) and ev.get("metrics_images", 512) < 1:
+        raise ValueError(f"eval.metrics_images: expected an integer >= 1 with train.metrics_every = "
+                         f"{tr.metrics_every} (tracked metrics on), got {ev.metrics_images!r}.")
     n = data.get("num_train", 0)
     if n and n < b:
         raise ValueError(f"`data.num_train`: {n} examples cannot fill one batch of `data.batch_size` = {b}; "
