@@ -126,15 +126,16 @@ def _print_summary(summary) -> None:
         print(f"  {k}: {v:.4f}" if isinstance(v, float) else f"  {k}: {v}")
 
 
-#: Errors of bad input or a refused run (exit status 2); any other exception is a failure during the run (1).
-_REFUSED = (ValueError, TypeError, KeyError, OSError, _wd.WorkdirLockedError)
+#: Errors of bad input or a refused run (exit status 2: a bad config, missing data, an unusable, locked or
+#: mismatched workdir); any other exception (a diverged loss, unreadable checkpoints, a full disk, peers
+#: that never connected) is a failure during the run (1).
+_REFUSED = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+            _wd.WorkdirLockedError)
 
 
 def _one_line(err: BaseException) -> str:
     """``err``'s message on one line (its type named when the message alone does not say what failed)."""
     msg = " ".join(str(err).split())
-    if isinstance(err, KeyError) and err.args:
-        msg = f"unknown config field {err.args[0]!r}"
     if not msg:
         msg = type(err).__name__
     elif isinstance(err, (FloatingPointError, RuntimeError, OSError)) and not isinstance(err, _wd.WorkdirLockedError):
@@ -162,8 +163,6 @@ def main(argv=None) -> int:
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     try:
         summary = train(config, workdir)
-    except TimeoutError as err:  # peers that never connected: a failure of the run's set-up, not of its input
-        return _fail(err, 1)
     except _REFUSED as err:
         return _fail(err, 2)
     except Exception as err:  # a failure during the run
