@@ -4,7 +4,7 @@
 weights x 0.1) for 14 ``(activation, BatchNorm, lr)`` settings x 3 seeds and tracks, per step and
 averaged per epoch, the std of the L2-normalised projector outputs, their clamped covariance
 condition number and the relative update sizes of projector and backbone. This module runs those
-settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's step
+settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's run loop
 (:mod:`experiments.paper_simsiam`) and tracks the same numbers plus the std of the backbone
 features (z-collapse). The registry claim ``paper-collapse-ablation`` (experiments/claims.py) is
 decided on the runs; the same rule applied to the authors' released per-seed series
@@ -86,55 +86,51 @@ def escaped(series, threshold) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _head_functions(projector, predictor):
-    """``(first_view_loss, hvp, block_hvp)`` with the heads in train mode (BatchNorm on batch statistics)."""
+def _first_view_loss(projector, predictor):
+    """``L(z1, hp, u2, bs) = 1/2 D(q(g(z1)), u2)`` with the heads in train mode (BatchNorm on batch statistics)."""
     def first_view_loss(z1, hp, u2, bs):
         u, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, z1, train=True)
         p, _ = predictor.apply({"params": hp["predictor"], **bs["predictor"]}, u, train=True)
         return 0.5 * losses.negative_cosine(p, u2)
 
-    def hvp(v, zf, hp, u2, bs):
-        g = jax.grad(lambda x: first_view_loss(x.reshape(u2.shape[0], -1), hp, u2, bs))
-        return jax.jvp(g, (zf,), (v.astype(zf.dtype),))[1]
-
-    def block_hvp(V, zf, hp, u2, bs):
-        return hvp(V.reshape(-1), zf, hp, u2, bs).reshape(V.shape)
-
-    return first_view_loss, hvp, block_hvp
+    return first_view_loss
 
 
-def head_curvature(run, state, images, cfg, key) -> dict:
-    """``lambda_min``/``lambda_max`` of ``hess_{z1} L`` at ``state`` on ``images`` (module docstring), the solver used
-    (``coupled`` Lanczos or ``blockwise``), the block coupling and the worst true residual."""
-    f, hvp, block_hvp = _head_functions(run.projector, run.predictor)
+def float64_heads(tc, feature_dim: int) -> tuple:
+    """``(projector, predictor)`` of trainer config ``tc`` computing in float64 (the analysis' copies of the
+    trained heads: a head built for float32 computes in float32 whatever its inputs)."""
+    projector = _trainer.build_head(tc.model.projector, feature_dim, jnp.float64)
+    return projector, _trainer.build_head(tc.model.predictor, projector.out_dim, jnp.float64)
+
+
+def head_curvature(run, heads64, state, images, cfg, key) -> dict:
+    """``lambda_min``/``lambda_max`` of ``hess_{z1} L`` at ``state`` on ``images`` (module docstring) in float64
+    (``heads64``: :func:`float64_heads`), by :func:`ssl_geometry.curvature.hessian_extremes`: ``blockwise`` where
+    the measured block coupling is at most ``analysis.block_coupling_tol``, Lanczos on the ``coupled`` operator
+    otherwise; with the coupling and the worst residual bound."""
+    projector, predictor = heads64
+    f = _first_view_loss(projector, predictor)
     z1, z2 = run.features(state, images)
     cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
     hp = cast({k: state["params"][k] for k in ("projector", "predictor")})
     bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
     z1 = jnp.asarray(z1, jnp.float64)
-    u2, _ = run.projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64),
-                                train=True)
+    u2, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64), train=True)
     n, d = z1.shape
     a = cfg.analysis
-    coupling = curvature.block_coupling(f, z1, hp, u2, bs, key=key)
-    args = (z1.reshape(-1), hp, u2, bs)
-    if coupling <= a.block_coupling_tol:
-        res = curvature.blockwise_extreme_eigenvalues(block_hvp, n, d, k=1, num_steps=min(d, a.lanczos_steps),
-                                                      key=key, args=args, tol=a.lanczos_tol, return_vectors=True,
-                                                      dtype=jnp.float64)
-        sm, lg = np.asarray(res.smallest)[:, 0], np.asarray(res.largest)[:, 0]
-        lmin, lmax, solver = float(sm.min()), float(lg.max()), "blockwise"
-    else:
-        res = curvature.extreme_eigenvalues(hvp, n * d, k=1, num_steps=min(n * d, a.lanczos_steps), key=key,
-                                            args=args, tol=a.lanczos_tol, return_vectors=True, dtype=jnp.float64)
-        lmin, lmax, solver = float(res.smallest[0]), float(res.largest[0]), "coupled"
-    resid = float(max(np.max(np.asarray(res.smallest_true_residuals)), np.max(np.asarray(res.largest_true_residuals))))
-    return {"lambda_min": lmin, "lambda_max": lmax, "solver": solver, "block_coupling": float(coupling),
-            "true_residual": resid, "converged": bool(np.all(np.asarray(res.converged)))}
+    coupling = float(curvature.block_coupling(f, z1, hp, u2, bs, key=key))
+    blockwise = coupling <= a.block_coupling_tol
+    res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key,
+                                     method="blockwise" if blockwise else "full",
+                                     num_steps=min(d if blockwise else n * d, a.lanczos_steps))
+    resid = float(max(np.max(res.smallest_residuals), np.max(res.largest_residuals)))
+    return {"lambda_min": float(res.smallest[0]), "lambda_max": float(res.largest[0]),
+            "solver": "blockwise" if blockwise else "coupled", "block_coupling": coupling,
+            "residual": resid, "converged": bool(res.converged)}
 
 
-def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
-    """One run; returns its per-epoch series, escape statistics, curvature at the start and the end, and timing."""
+def train_one(cfg, activation, bn, lr_name, seed, images) -> dict:
+    """One run (on the training split ``images`` was loaded from); returns its per-epoch series, escape statistics, curvature at the start and the end, and timing."""
     if lr_name not in cfg.lrs:
         raise ValueError(f"`runs`: lr name {lr_name!r} is not one of {sorted(cfg.lrs)}.")
     batch, epochs, spe = _plan(cfg, len(images))
@@ -142,23 +138,30 @@ def train_one(cfg, activation, bn, lr_name, seed, images, labels) -> dict:
     tc = paper_simsiam.trainer_config(activation=activation, batch_norm=bn, lr=cfg.lrs[lr_name], batch_size=batch,
                                       projector_scale=m.collapse_scale, backbone=m.backbone,
                                       backbone_kwargs=m.backbone_kwargs, hidden=m.hidden, out_dim=m.out_dim,
-                                      pred_hidden=m.pred_hidden, steps=epochs * spe)
-    run = paper_simsiam.build(tc, images.shape[1:], epochs * spe)
-    state = _trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(seed), int(labels.max()) + 1)
-    first = jnp.asarray(images[_trainer.batch_indices(seed, int(state["step"]), len(images), batch)])
+                                      pred_hidden=m.pred_hidden, epochs=epochs, steps_per_epoch=spe, seed=seed,
+                                      data=cfg.data)
+    run = paper_simsiam.build(tc, images.shape[1:])
     k_curv = jax.random.PRNGKey(seed + 20_000)
-    curv_start = head_curvature(run, state, first, cfg, k_curv)
-    rec = paper_simsiam.train_run(run, state, images, labels, seed=seed, epochs=epochs, steps_per_epoch=spe,
-                                  batch_size=batch)
+    heads64 = float64_heads(tc, run.backbone.out_dim)
+    start = {}
+
+    def before_step(epoch, i, state, batch):  # the state before the first update and its batch
+        if epoch == 0 and i == 0 and not start:
+            start["first"] = jnp.asarray(batch["images"])
+            start["curvature"] = head_curvature(run, heads64, state, start["first"], cfg, k_curv)
+
+    rec = paper_simsiam.train_run(run, tc, before_step=before_step,
+                                  dry_examples=cfg.dry.examples if cfg.dry_run else 0)
+    curv_start, first = start["curvature"], start["first"]
     thr = escape_threshold(m.out_dim)
     std = rec["epochs"].get("std_head", [])
     above = [i for i, v in enumerate(std) if v > thr]
     ratio = [p / b if b > 0 else float("nan") for p, b in zip(rec["epochs"].get("rel_update_projector", []),
                                                              rec["epochs"].get("rel_update_backbone", []))]
     diverged = rec["diverged_at_step"] is not None
-    curv_end = (head_curvature(run, rec["state"], first, cfg, k_curv) if not diverged else
+    curv_end = (head_curvature(run, heads64, rec["state"], first, cfg, k_curv) if not diverged else
                 {"lambda_min": float("nan"), "lambda_max": float("nan"), "solver": "-",
-                 "block_coupling": float("nan"), "true_residual": float("nan"), "converged": False})
+                 "block_coupling": float("nan"), "residual": float("nan"), "converged": False})
     return {"activation": activation, "batch_norm": bn and activation != "linear", "lr_name": lr_name,
             "lr": cfg.lrs[lr_name], "seed": seed, "epochs": rec["epochs"], "diverged_at_step": rec["diverged_at_step"],
             "escape_threshold": thr, "escaped": escaped(std, thr), "escape_epoch": above[0] if above else float("nan"),
@@ -185,9 +188,9 @@ def released_runs(threshold: float) -> list[dict]:
 
 def measure(config) -> dict:
     """Train every run (see :func:`_runs`); numbers only, with the released runs' rule outcome as ``paper``."""
-    images, labels = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
-                                               dry_examples=config.dry.examples)
-    rows = [train_one(config, a, bn, lr, s, images, labels) for a, bn, lr, s in _runs(config)]
+    images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
+                                          dry_examples=config.dry.examples)
+    rows = [train_one(config, a, bn, lr, s, images) for a, bn, lr, s in _runs(config)]
     thr = escape_threshold(PAPER_OUT_DIM)
     verdict, reason, deciding = apply_rule(released_runs(thr))
     out = {"rows": rows, "paper": {**deciding, "rule_outcome": verdict, "rule_reason": reason,
@@ -294,7 +297,7 @@ def report(results, rel_dir) -> str:
                      "lmin start / end": f"{cs['lambda_min']:.3g} / {ce['lambda_min']:.3g}",
                      "lmax start / end": f"{cs['lambda_max']:.3g} / {ce['lambda_max']:.3g}",
                      "solver": cs["solver"], "block coupling": cs["block_coupling"],
-                     "max true residual": max(cs["true_residual"], ce["true_residual"])})
+                     "max residual bound": max(cs["residual"], ce["residual"])})
     p = m["paper"]
     d = results["claims"][0]["deciding"]
     groups = [{"group": g, "ours: escaped / runs": f"{d[f'{g}_escaped']} / {d[f'{g}_runs']}",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from experiments import claims, common, rules, stationary_heads
 from ssl_geometry import geometry, heads, losses

@@ -37,7 +37,6 @@ from experiments import claims, common, paper_simsiam
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
 from ssl_geometry import curvature, metrics
 from ssl_geometry import losses
-from ssl_geometry import trainer as _trainer
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
@@ -177,18 +176,18 @@ def _plan(cfg, n_images):
     return cfg.train.batch_size, cfg.train.epochs, spe, cfg.analysis.tracker_batches
 
 
-def train_and_track(cfg, activation, init, images, labels, seed):
+def train_and_track(cfg, activation, init, images, seed):
     """One run: returns ``(checkpoint rows, training record, step time, checkpoint time)``."""
     batch, epochs, spe, n_track = _plan(cfg, len(images))
     m = cfg.model
     tc = paper_simsiam.trainer_config(activation=activation, batch_norm=False, lr=cfg.train.lr, batch_size=batch,
                                       projector_scale=m.collapse_scale if init == "collapsed" else 1.0,
                                       backbone=m.backbone, backbone_kwargs=m.backbone_kwargs, hidden=m.hidden,
-                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, steps=epochs * spe)
+                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, epochs=epochs,
+                                      steps_per_epoch=spe, seed=seed, data=cfg.data)
     if init not in ("normal", "collapsed"):
         raise ValueError(f"`runs`: init must be 'normal' or 'collapsed'; got {init!r}.")
-    run = paper_simsiam.build(tc, images.shape[1:], epochs * spe)
-    state = _trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(seed), int(labels.max()) + 1)
+    run = paper_simsiam.build(tc, images.shape[1:])
     rows, ck_times, coupling = [], [], []
     k_track = jax.random.PRNGKey(seed + 10_000)
 
@@ -208,8 +207,8 @@ def train_and_track(cfg, activation, init, images, labels, seed):
         row.update({"activation": activation, "init": init, "seed": seed, "epoch": ep, "batch": i})
         rows.append(row)
 
-    rec = paper_simsiam.train_run(run, state, images, labels, seed=seed, epochs=epochs, steps_per_epoch=spe,
-                                  batch_size=batch, before_step=before_step, label=f"{init}_{activation}")
+    rec = paper_simsiam.train_run(run, tc, before_step=before_step, label=f"{init}_{activation}",
+                                  dry_examples=cfg.dry.examples if cfg.dry_run else 0)
     if rec["diverged_at_step"] is not None:
         raise FloatingPointError(f"hessian_tracker run {init}/{activation}: non-finite SimSiam loss at step "
                                  f"{rec['diverged_at_step']} (lr {cfg.train.lr}).")
@@ -252,14 +251,14 @@ def _nanmax(values) -> float:
 def measure(config) -> dict:
     """Train every run of ``config.runs`` and track; numbers only (see the module docstring)."""
     common.require_x64(NAME)
-    images, labels = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
+    images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
                                                dry_examples=config.dry.examples)
     rows, training, spear, step_t, ck_t = [], [], {}, [], []
     # A dry run executes the first run only: every run takes the same code path (no-BN heads, one
     # activation function each), and the projection multiplies its times by the number of runs.
     runs = config.runs[:1] if config.dry_run else config.runs
     for i, (act, init) in enumerate(runs):
-        r, t, st, ct = train_and_track(config, act, init, images, labels, config.seed + i)
+        r, t, st, ct = train_and_track(config, act, init, images, config.seed + i)
         rows += r
         training.append(t)
         step_t.append(st)

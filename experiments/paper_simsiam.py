@@ -1,13 +1,13 @@
-"""The authors' SimSiam runs (collapse escape, Hessian tracker) through the one trainer, with per-step tracking.
+"""The authors' SimSiam runs (collapse escape, Hessian tracker) through the one run loop, with per-step tracking.
 
-Shared by :mod:`experiments.collapse_escape_paper` and :mod:`experiments.hessian_tracker`. The model,
-objective, augmentation and optimiser are built by the trainer (:func:`ssl_geometry.trainer.build_objective`,
-:func:`ssl_geometry.trainer.make_optimizer`) from a config of the shape of
-``experiments/configs/simsiam_cifar10.py`` (the paper's recipe); one update is the trainer's
-:func:`~ssl_geometry.trainer.make_train_step` and the batch order its
-:func:`~ssl_geometry.trainer.batch_indices`. What this module adds is what the authors'
-scripts track at every step, computed on the *same* two views the step trains on (the trainer draws
-them from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identically), before the update:
+Shared by :mod:`experiments.collapse_escape_paper` and :mod:`experiments.hessian_tracker`. A run is
+:func:`ssl_geometry.trainer.train` of a trainer config of the shape of
+``experiments/configs/simsiam_cifar10.py`` (the paper's recipe; :func:`trainer_config`): the loop
+builds the model, objective, augmentation and optimiser, trains with the trainer's step in the order
+:func:`~ssl_geometry.trainer.batch_indices`, and checkpoints into a workdir. What this module adds is
+what the authors' scripts track at every step, computed inside the trainer's jitted step (its
+``observe`` hook, :func:`build`) on the *same* two views the step trains on (the trainer draws them
+from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identically), before the update:
 
 * ``std_head`` / ``std_backbone``: ``mean_j std_i (u_i / |u_i|)_j`` over the ``2n`` rows of
   ``cat(u1, u2)`` (projector outputs) / ``cat(z1, z2)`` (backbone features), ``ddof = 1``
@@ -22,13 +22,15 @@ them from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identic
   to the trainer's actual ``|Delta theta| / |theta|`` per group.
 
 The tracked step is the trainer's step plus one forward pass of backbone and projector on the two
-views (the trainer's step returns no head outputs).
+views (the trainer's step returns no head outputs). :class:`EpochMeans`, a hook of the run loop,
+averages the numbers per epoch without a host sync per step.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-import time
+import tempfile
 from typing import Callable, NamedTuple
 
 import jax
@@ -38,25 +40,35 @@ import numpy as np
 import optax
 
 from experiments.configs import simsiam_cifar10
+from ssl_geometry import data as _data
 from ssl_geometry import metrics as _metrics
 from ssl_geometry import trainer as _trainer
 
-__all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run"]
+__all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run",
+           "EpochMeans", "Diverged", "OBSERVED"]
 
 #: The authors' floor on the smallest covariance eigenvalue (``torch.clamp(eigenvalues[0], min=1e-7)``).
 PAPER_EIG_FLOOR = 1e-7
+#: The tracked numbers the ``observe`` hook of :func:`build` adds to the trainer's metrics.
+OBSERVED = ("std_head", "cond_head", "std_backbone", "cond_backbone", "rel_update_projector", "rel_update_backbone")
 
 
 def trainer_config(*, activation: str, batch_norm: bool, lr: float, batch_size: int, projector_scale: float,
                    backbone: str = "resnet18_cifar", backbone_kwargs=None, hidden: int = 2048, out_dim: int = 2048,
-                   pred_hidden: int = 512, steps: int = 1) -> ml_collections.ConfigDict:
+                   pred_hidden: int = 512, epochs: int = 1, steps_per_epoch: int = 1, seed: int = 0,
+                   data=None) -> ml_collections.ConfigDict:
     """The trainer config of one run: ``simsiam_cifar10.get_config(activation)`` with these fields set.
 
     ``batch_norm`` switches BatchNorm on every layer of projector and predictor (the authors'
     ``ProjectionHead(use_bn=...)``); their ``linear`` head never has BatchNorm (nor an activation).
+    ``epochs`` x ``steps_per_epoch`` steps; an epoch is one log record (``train.log_every``), one
+    checkpoint at the end, no tracked metrics, no final probes (the experiments measure their own).
+    ``data``: the experiment's ``data`` section (``name``, ``image_size``, ``data_dir``, ``num_train``);
+    ``None`` keeps the recipe's CIFAR-10.
     """
     c = simsiam_cifar10.get_config(activation)
     bn = bool(batch_norm) and activation != "linear"
+    c.seed = int(seed)
     c.model.backbone = backbone
     c.model.backbone_kwargs = dict(backbone_kwargs or {})
     c.model.projector.update({"hidden": (hidden,), "out_dim": out_dim, "batch_norm": bn, "final_batch_norm": bn,
@@ -64,12 +76,19 @@ def trainer_config(*, activation: str, batch_norm: bool, lr: float, batch_size: 
     c.model.predictor.update({"hidden": (pred_hidden,), "out_dim": out_dim, "batch_norm": bn, "final_batch_norm": bn})
     c.optimizer.lr = float(lr)
     c.data.batch_size = int(batch_size)
-    c.train.steps = int(steps)
+    if data is not None:
+        c.data.update({"name": data.name, "image_size": data.image_size, "data_dir": data.data_dir,
+                       "num_train": data.num_train})
+    steps = int(epochs) * int(steps_per_epoch)
+    c.train.update({"steps": steps, "log_every": int(steps_per_epoch), "metrics_every": 0, "checkpoint_every": steps,
+                    "keep_checkpoints": 1, "progress": False})
+    with c.unlocked():
+        c.eval.final_probes = False
     return c
 
 
 class Run(NamedTuple):
-    """The trainer's pieces for one trainer config plus the jitted tracked step."""
+    """The models of one trainer config, the ``observe`` hook of its tracked step and a feature function."""
 
     objective: object
     backbone: object
@@ -77,7 +96,7 @@ class Run(NamedTuple):
     predictor: object
     augment: Callable
     tx: object
-    step: Callable          # jitted: (state, batch) -> (state, trainer metrics, tracked observations)
+    observe: Callable       # traced into the trainer's step: (state, batch, new_state) -> {name in OBSERVED: scalar}
     features: Callable      # jitted: (state, images) -> (z1, z2) backbone features of the step's views
     lr: float
 
@@ -86,23 +105,21 @@ def _config_key(tc) -> str:
     return json.dumps(tc.to_dict(), sort_keys=True, default=str)
 
 
-def build(tc, image_shape, total_steps: int) -> Run:
-    """Build (cached per config) the objective, optimiser and the tracked step for trainer config ``tc``."""
-    return _build(_config_key(tc), tuple(image_shape), int(total_steps))
+def build(tc, image_shape) -> Run:
+    """Build (cached per config) the models, optimiser and the ``observe`` hook for trainer config ``tc``."""
+    return _build(_config_key(tc), tuple(image_shape))
 
 
 @functools.lru_cache(maxsize=8)
-def _build(key: str, image_shape, total_steps):
+def _build(key: str, image_shape):
     tc = ml_collections.ConfigDict(json.loads(key))
     dtype = _trainer.DTYPES[tc.dtype]
-    objective = _trainer.build_objective(tc, image_shape, total_steps)
+    objective = _trainer.build_objective(tc, image_shape, int(tc.train.steps))
     backbone = _trainer.build_backbone(tc.model, image_shape, dtype)
     projector = _trainer.build_head(tc.model.projector, backbone.out_dim, dtype)
     predictor = _trainer.build_head(tc.model.predictor, projector.out_dim, dtype)
     augment = _trainer.build_augment(tc.augment, image_shape)
-    tx, sched = _trainer.make_optimizer(tc.optimizer, total_steps, int(tc.data.batch_size),
-                                        probe_lr=float(tc.optimizer.probe_lr))
-    train_step = _trainer.make_train_step(objective, tx, sched)
+    tx, _ = _trainer.build_optimizer(tc)
     lr = float(tc.optimizer.lr)
 
     def online(params, obj_state, x):
@@ -118,7 +135,7 @@ def _build(key: str, image_shape, total_steps):
 
     momentum = float(tc.optimizer.momentum)
 
-    def observe(state, batch):
+    def statistics(state, batch):
         x1, x2 = step_views(state, batch["images"])
         params, obj_state = state["params"], state["obj_state"]
         z1, u1 = online(params, obj_state, x1)
@@ -146,19 +163,15 @@ def _build(key: str, image_shape, total_steps):
             out[f"rel_update_{g}"] = lr * gn / (wn + 1e-7)
         return out
 
-    @jax.jit
-    def step(state, batch):
-        obs = observe(state, batch)
-        new_state, m = train_step(state, batch)
-        obs.update(paper_update_sizes(state, new_state))
-        return new_state, m, obs
+    def observe(state, batch, new_state):
+        return {**statistics(state, batch), **paper_update_sizes(state, new_state)}
 
     @jax.jit
     def features(state, images):
         x1, x2 = step_views(state, images)
         return online(state["params"], state["obj_state"], x1)[0], online(state["params"], state["obj_state"], x2)[0]
 
-    return Run(objective, backbone, projector, predictor, augment, tx, step, features, lr)
+    return Run(objective, backbone, projector, predictor, augment, tx, observe, features, lr)
 
 
 def paper_condition_number(zn):
@@ -193,63 +206,112 @@ def views(augment, state, images, dtype):
     return augment(jax.random.fold_in(state["rng"], state["step"]), x)
 
 
+def _mock(data_name: str, dry_examples: int):
+    """tfds mock data (``dry_examples`` random images of the set's real shape per split) for a tfds set
+    when ``dry_examples`` > 0; else nothing (embedded sets are generated)."""
+    if dry_examples and _data.DATASETS[data_name].source != "embedded":
+        import tensorflow_datasets as tfds
+
+        return tfds.testing.mock_data(num_examples=int(dry_examples))
+    return contextlib.nullcontext()
+
+
 def load_images(data_cfg, *, seed: int, dry_run: bool, dry_examples: int):
-    """``(images uint8 NHWC, labels)`` of the training split named by ``data_cfg``.
+    """``(images uint8 NHWC, labels)`` of the training split named by ``data_cfg`` (the split a run of
+    :func:`trainer_config` with ``data=data_cfg`` trains on; the experiments plan their epochs from it).
 
     tfds sets (``cifar10``...) are read from ``data_cfg.data_dir``; under ``dry_run`` they come from
     ``tfds.testing.mock_data`` (random images of the data set's real shape, ``dry_examples`` of them),
     so the paper's path runs without the data.
     """
-    from ssl_geometry import data as _data
-
-    kw = {"image_size": data_cfg.image_size or None, "data_dir": data_cfg.data_dir or None}
-    if dry_run and _data.DATASETS[data_cfg.name].source != "embedded":
-        import tensorflow_datasets as tfds
-
-        with tfds.testing.mock_data(num_examples=int(dry_examples)):
-            ds = _data.load(data_cfg.name, "train", seed=seed, **kw)
-    else:
-        ds = _data.load(data_cfg.name, "train", seed=seed, num_examples=data_cfg.num_train or None, **kw)
+    kw = {"image_size": data_cfg.image_size or None, "data_dir": data_cfg.data_dir or None,
+          "num_examples": data_cfg.num_train or None}
+    with _mock(data_cfg.name, dry_examples if dry_run else 0):
+        ds = _data.load(data_cfg.name, "train", seed=seed, **kw)
     return np.asarray(ds.images), np.asarray(ds.labels, np.int32)
 
 
-def train_run(run: Run, state, images, labels, *, seed: int, epochs: int, steps_per_epoch: int, batch_size: int,
-              before_step: Callable | None = None, label: str = "", timed_steps: int = 4) -> dict:
-    """Train ``epochs`` x ``steps_per_epoch`` trainer steps; return per-epoch means of the tracked numbers.
+class Diverged(FloatingPointError):
+    """A run's loss became non-finite; ``step`` is the first non-finite update (0-based)."""
 
-    ``before_step(epoch, i, state, batch)`` is called before step ``i`` of each epoch (the Hessian
-    tracker measures there). The tracked numbers stay on the device until the end of each epoch (no
-    host sync per step, so the next batch is prepared while the device works). A non-finite loss
-    stops the run at the end of its epoch: ``diverged_at_step`` names the first non-finite step and
-    the series hold the epochs completed before it -- never NaN-filled series (``state`` is then the
-    last, non-finite state). ``step_time_s``: median wall time of steps 2..``timed_steps`` (each
-    timed to completion; the first includes compilation and is left out).
+    def __init__(self, step: int):
+        super().__init__(f"non-finite SimSiam loss at update {step}")
+        self.step = step
+
+
+class EpochMeans:
+    """Run-loop hook (``after_step``): per-epoch means of every update's tracked numbers.
+
+    Each update's ``loss``, the trainer's ``rel_update/backbone`` and ``rel_update/head`` (kept as
+    ``rel_update_trainer_backbone`` / ``rel_update_trainer_head``) and the ``names`` of the ``observe``
+    hook stay on the device until the end of each epoch of ``steps_per_epoch`` updates (no host sync
+    per step, so the next batch is prepared while the device works); then ``series[name]`` gains the
+    epoch's float64 mean. A non-finite loss ends the run at the end of its epoch: ``diverged_at_step``
+    names the first non-finite update and :class:`Diverged` is raised, so the series hold only the
+    epochs completed before it -- never NaN-filled series.
+    """
+
+    def __init__(self, steps_per_epoch: int, names=OBSERVED):
+        self.steps_per_epoch, self.names = int(steps_per_epoch), tuple(names)
+        self.series: dict[str, list] = {}
+        self.diverged_at_step = None
+        self._epoch: list[dict] = []
+
+    def after_step(self, step, state, metrics) -> None:
+        del state
+        self._epoch.append({"loss": metrics["loss"], "rel_update_trainer_backbone": metrics["rel_update/backbone"],
+                            "rel_update_trainer_head": metrics["rel_update/head"],
+                            **{k: metrics[k] for k in self.names}})
+        if int(step) % self.steps_per_epoch:
+            return
+        first, per = int(step) - len(self._epoch), self._epoch
+        self._epoch = []
+        per = {k: np.asarray(v, np.float64) for k, v in jax.device_get(
+            {k: jnp.stack([r[k] for r in per]) for k in per[0]}).items()}
+        if not np.all(np.isfinite(per["loss"])):
+            self.diverged_at_step = first + int(np.argmin(np.isfinite(per["loss"])))
+            raise Diverged(self.diverged_at_step)
+        for k, v in per.items():
+            self.series.setdefault(k, []).append(float(np.mean(v)))
+
+
+class _BeforeStep:
+    """Run-loop hook calling ``fn(epoch, i, state, batch)`` before update ``i`` of each epoch."""
+
+    def __init__(self, fn: Callable, steps_per_epoch: int):
+        self.fn, self.steps_per_epoch = fn, int(steps_per_epoch)
+
+    def before_step(self, step, state, batch) -> None:
+        self.fn(*divmod(int(step), self.steps_per_epoch), state, batch)
+
+
+def train_run(run: Run, tc, *, before_step: Callable | None = None, label: str = "", dry_examples: int = 0,
+              workdir=None) -> dict:
+    """Train trainer config ``tc`` (:func:`trainer_config`) with :func:`ssl_geometry.trainer.train`, its step
+    observed by ``run.observe``; return per-epoch means of the tracked numbers (:class:`EpochMeans`).
+
+    An epoch is ``tc.train.log_every`` updates. ``before_step(epoch, i, state, batch)`` is called before
+    update ``i`` of each epoch (the Hessian tracker measures there). ``dry_examples`` > 0: tfds sets come
+    from ``tfds.testing.mock_data`` with that many examples. ``workdir``: where the run's checkpoints and
+    ``metrics.jsonl`` go (a rerun there resumes; the epoch series then cover this invocation's epochs);
+    ``None``: a temporary directory. A diverged run (non-finite loss) stops at the end of its epoch:
+    ``diverged_at_step`` names the first non-finite update, the series hold the epochs completed before
+    it and ``state`` and ``step_time_s`` are ``None`` / NaN. ``step_time_s``: the loop's median time of
+    the updates after the first (each timed to completion; the first compiles).
     Returns ``{"epochs": {name: [per-epoch mean]}, "diverged_at_step", "state", "label", "step_time_s"}``.
     """
-    n = len(images)
-    series: dict[str, list] = {}
-    times, diverged, step_no = [], None, int(state["step"])
-    for ep in range(epochs):
-        per, first = [], step_no
-        for i in range(steps_per_epoch):
-            idx = _trainer.batch_indices(seed, step_no, n, batch_size)
-            batch = {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx])}
-            if before_step is not None:
-                before_step(ep, i, state, batch)
-            t0 = time.perf_counter()
-            state, m, obs = run.step(state, batch)
-            if len(times) < timed_steps:
-                jax.block_until_ready(m["loss"])
-                times.append(time.perf_counter() - t0)
-            per.append({"loss": m["loss"], "rel_update_trainer_backbone": m["rel_update/backbone"],
-                        "rel_update_trainer_head": m["rel_update/head"], **obs})
-            step_no += 1
-        per = {k: np.asarray(v, np.float64) for k, v in jax.device_get(
-            {k: jnp.stack([r[k] for r in per]) for k in per[0]}).items()} if per else {}
-        if per and not np.all(np.isfinite(per["loss"])):
-            diverged = first + int(np.argmin(np.isfinite(per["loss"])))
-            break
-        for k, v in per.items():
-            series.setdefault(k, []).append(float(np.mean(v)))
-    return {"epochs": series, "diverged_at_step": diverged, "state": state, "label": label,
-            "step_time_s": float(np.median(times[1:])) if len(times) > 1 else float("nan")}
+    spe = int(tc.train.log_every)
+    means = EpochMeans(spe)
+    hooks = [means] + ([_BeforeStep(before_step, spe)] if before_step is not None else [])
+    out = None
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="paper_simsiam-"))
+        stack.enter_context(_mock(tc.data.name, dry_examples))
+        try:
+            out = _trainer.train(tc, workdir, verbose=False, observe=run.observe, hooks=hooks)
+        except Diverged:
+            pass
+    return {"epochs": means.series, "diverged_at_step": means.diverged_at_step, "label": label,
+            "state": None if out is None else out["state"],
+            "step_time_s": float("nan") if out is None else out["step_time_s"]}

@@ -1,4 +1,30 @@
-"""The SSL trainer: one jitted, sharded update step for every objective.
+"""The SSL trainer: one run loop and one jitted, sharded update step for every objective.
+
+What a run is made of, each idea in one module of ``ssl_geometry/_src/training/``:
+
+* the run (``run.py``): :func:`train` takes a config to its step count in a guarded workdir --
+  resume, checkpoints, batch order, metrics, ``stop_after``, the workdir lock -- with per-step
+  hooks for callers that measure along the way; ``python -m ssl_geometry.train`` (:mod:`ssl_geometry.train`)
+  and the experiments that train call it;
+* the builders (``builders.py``): config sections to objects -- :func:`load_split` /
+  :func:`load_dataset`, :func:`build_augment` / :func:`augment_config`, :func:`build_backbone`,
+  :func:`build_head`, :func:`build_objective`, :func:`build_optimizer` -- the name tables
+  :data:`BACKBONES`, :data:`AUGMENTS`, :data:`DTYPES`;
+* the check of the whole config before anything is built (``validate.py``): :func:`validate_config`;
+* the optimiser (``optimizer.py``): :func:`make_schedule`, :func:`make_optimizer`;
+* the update (``step.py``): :func:`make_train_step` (with the online probe inside it) and
+  :func:`jit_train_step`;
+* the state and its sharding (``state.py``): :func:`init_train_state`, :func:`init_probe`,
+  :func:`make_mesh`, :func:`state_shardings`, :func:`batch_sharding`, :func:`place_state`,
+  :func:`place_batch`, :func:`unalias`;
+* the data order (``data_order.py``): :func:`batch_indices`, :func:`host_slice`; the input feeds
+  (``feed.py``): :class:`MemoryFeed`, :class:`StreamFeed`, :func:`make_feed`;
+* metrics and logging into the workdir (``monitor.py``): :func:`representation_metrics`,
+  :func:`make_eval_metrics`, :func:`evaluate`, :class:`MetricLogger`, :func:`read_metrics`;
+* process set-up (``distributed.py``): :func:`init_distributed` (bounded by ``distributed.timeout_s``)
+  and :func:`check_same_config` (every process started with the same config);
+* the guarded workdir (``workdir.py``): :func:`prepare`, :class:`Lock`, :func:`config_record`,
+  :func:`state_signature`, :func:`check_resume`, :func:`truncate_metrics`.
 
 Training state (a plain dict pytree, checkpointed whole)::
 
@@ -44,57 +70,54 @@ indices from ``(seed, step)`` and feeds its own contiguous slice with
 ``jax.make_array_from_process_local_data``; the mesh spans ``jax.devices()`` (all
 processes). Only process 0 writes ``metrics.jsonl``; orbax coordinates the
 checkpoint writes of all processes. Streaming input (``data.stream``, tfds per-host
-shards) is :mod:`ssl_geometry.trainer`; launching: ``docs/multihost.md``.
+shards) is :class:`StreamFeed`; launching: ``docs/multihost.md``.
 
 Data order and resumption. The batch at step ``s`` is a pure function of
 ``(seed, s)`` (a per-epoch permutation from ``numpy.random.default_rng([seed,
 epoch])``), and the step RNG is ``fold_in(rng, s)``; the checkpoint stores the
 state (with ``rng`` and ``step``) and the data position, so a resumed run
 reproduces the uninterrupted one bit for bit.
-
-Besides the step, this namespace holds what a run is built from and where it lives: the
-config-to-object builders (:func:`build_backbone`, :func:`build_head`, :func:`build_objective`,
-:func:`build_augment`, :func:`load_dataset`, :func:`validate_config`), the run itself
-(:func:`train`: resume, checkpoints, batch order, metrics, ``stop_after``), the input feeds
-(:class:`MemoryFeed`, :class:`StreamFeed`) and the guarded workdir (:func:`prepare`, :class:`Lock`,
-:func:`config_record`, :func:`check_resume`).
 """
-from ssl_geometry._src.training.trainer import OPTIMIZERS as OPTIMIZERS
-from ssl_geometry._src.training.trainer import SCHEDULES as SCHEDULES
-from ssl_geometry._src.training.trainer import make_schedule as make_schedule
-from ssl_geometry._src.training.trainer import make_optimizer as make_optimizer
-from ssl_geometry._src.training.trainer import make_mesh as make_mesh
-from ssl_geometry._src.training.trainer import state_shardings as state_shardings
-from ssl_geometry._src.training.trainer import batch_sharding as batch_sharding
-from ssl_geometry._src.training.trainer import init_probe as init_probe
-from ssl_geometry._src.training.trainer import init_train_state as init_train_state
-from ssl_geometry._src.training.trainer import make_train_step as make_train_step
-from ssl_geometry._src.training.trainer import jit_train_step as jit_train_step
-from ssl_geometry._src.training.trainer import unalias as unalias
-from ssl_geometry._src.training.trainer import place_state as place_state
-from ssl_geometry._src.training.trainer import place_batch as place_batch
-from ssl_geometry._src.training.trainer import representation_metrics as representation_metrics
-from ssl_geometry._src.training.trainer import make_eval_metrics as make_eval_metrics
-from ssl_geometry._src.training.trainer import batch_indices as batch_indices
-from ssl_geometry._src.training.trainer import host_slice as host_slice
-from ssl_geometry._src.training.trainer import MetricLogger as MetricLogger
-from ssl_geometry._src.training.trainer import read_metrics as read_metrics
-from ssl_geometry._src.training.cli import BACKBONES as BACKBONES
-from ssl_geometry._src.training.cli import AUGMENTS as AUGMENTS
-from ssl_geometry._src.training.cli import DTYPES as DTYPES
-from ssl_geometry._src.training.cli import load_dataset as load_dataset
-from ssl_geometry._src.training.cli import build_augment as build_augment
-from ssl_geometry._src.training.cli import augment_config as augment_config
-from ssl_geometry._src.training.cli import build_backbone as build_backbone
-from ssl_geometry._src.training.cli import build_head as build_head
-from ssl_geometry._src.training.cli import build_objective as build_objective
-from ssl_geometry._src.training.cli import validate_config as validate_config
-from ssl_geometry._src.training.cli import evaluate as evaluate
-from ssl_geometry._src.training.cli import init_distributed as init_distributed
-from ssl_geometry._src.training.cli import train as train
+from ssl_geometry._src.training.distributed import init_distributed as init_distributed
+from ssl_geometry._src.training.distributed import check_same_config as check_same_config
+from ssl_geometry._src.training.distributed import PER_PROCESS_FIELDS as PER_PROCESS_FIELDS
+from ssl_geometry._src.training.run import train as train
+from ssl_geometry._src.training.builders import BACKBONES as BACKBONES
+from ssl_geometry._src.training.builders import AUGMENTS as AUGMENTS
+from ssl_geometry._src.training.builders import DTYPES as DTYPES
+from ssl_geometry._src.training.builders import load_dataset as load_dataset
+from ssl_geometry._src.training.builders import load_split as load_split
+from ssl_geometry._src.training.builders import build_augment as build_augment
+from ssl_geometry._src.training.builders import augment_config as augment_config
+from ssl_geometry._src.training.builders import build_backbone as build_backbone
+from ssl_geometry._src.training.builders import build_head as build_head
+from ssl_geometry._src.training.builders import build_objective as build_objective
+from ssl_geometry._src.training.builders import build_optimizer as build_optimizer
+from ssl_geometry._src.training.validate import validate_config as validate_config
+from ssl_geometry._src.training.optimizer import OPTIMIZERS as OPTIMIZERS
+from ssl_geometry._src.training.optimizer import SCHEDULES as SCHEDULES
+from ssl_geometry._src.training.optimizer import make_schedule as make_schedule
+from ssl_geometry._src.training.optimizer import make_optimizer as make_optimizer
+from ssl_geometry._src.training.step import make_train_step as make_train_step
+from ssl_geometry._src.training.step import jit_train_step as jit_train_step
+from ssl_geometry._src.training.state import make_mesh as make_mesh
+from ssl_geometry._src.training.state import state_shardings as state_shardings
+from ssl_geometry._src.training.state import batch_sharding as batch_sharding
+from ssl_geometry._src.training.state import init_probe as init_probe
+from ssl_geometry._src.training.state import init_train_state as init_train_state
+from ssl_geometry._src.training.state import unalias as unalias
+from ssl_geometry._src.training.state import place_state as place_state
+from ssl_geometry._src.training.state import place_batch as place_batch
+from ssl_geometry._src.training.data_order import batch_indices as batch_indices
+from ssl_geometry._src.training.data_order import host_slice as host_slice
 from ssl_geometry._src.training.feed import MemoryFeed as MemoryFeed
 from ssl_geometry._src.training.feed import StreamFeed as StreamFeed
 from ssl_geometry._src.training.feed import make_feed as make_feed
+from ssl_geometry._src.training.monitor import representation_metrics as representation_metrics
+from ssl_geometry._src.training.monitor import make_eval_metrics as make_eval_metrics
+from ssl_geometry._src.training.monitor import evaluate as evaluate
+from ssl_geometry._src.training.monitor import MetricLogger as MetricLogger
+from ssl_geometry._src.training.monitor import read_metrics as read_metrics
 from ssl_geometry._src.training.workdir import RUNTIME_FIELDS as RUNTIME_FIELDS
 from ssl_geometry._src.training.workdir import WorkdirLockedError as WorkdirLockedError
 from ssl_geometry._src.training.workdir import ConfigMismatchError as ConfigMismatchError
@@ -108,12 +131,12 @@ from ssl_geometry._src.training.workdir import check_resume as check_resume
 from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
 
 __all__ = [
-    "OPTIMIZERS", "SCHEDULES", "make_schedule", "make_optimizer", "make_mesh", "state_shardings",
-    "batch_sharding", "init_probe", "init_train_state", "make_train_step", "jit_train_step", "unalias",
-    "place_state", "place_batch", "representation_metrics", "make_eval_metrics", "batch_indices",
-    "host_slice", "MetricLogger", "read_metrics", "BACKBONES", "AUGMENTS", "DTYPES", "load_dataset",
-    "build_augment", "augment_config", "build_backbone", "build_head", "build_objective", "validate_config",
-    "evaluate", "init_distributed", "train", "MemoryFeed", "StreamFeed", "make_feed", "RUNTIME_FIELDS",
-    "WorkdirLockedError", "ConfigMismatchError", "prepare", "Lock", "flatten_config", "config_record",
-    "state_signature", "digest", "check_resume", "truncate_metrics",
+    "init_distributed", "check_same_config", "PER_PROCESS_FIELDS", "train", "BACKBONES", "AUGMENTS", "DTYPES",
+    "load_dataset", "load_split", "build_augment", "augment_config", "build_backbone", "build_head",
+    "build_objective", "build_optimizer", "validate_config", "OPTIMIZERS", "SCHEDULES", "make_schedule",
+    "make_optimizer", "make_train_step", "jit_train_step", "make_mesh", "state_shardings", "batch_sharding",
+    "init_probe", "init_train_state", "unalias", "place_state", "place_batch", "batch_indices", "host_slice",
+    "MemoryFeed", "StreamFeed", "make_feed", "representation_metrics", "make_eval_metrics", "evaluate",
+    "MetricLogger", "read_metrics", "RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare",
+    "Lock", "flatten_config", "config_record", "state_signature", "digest", "check_resume", "truncate_metrics",
 ]

@@ -47,21 +47,22 @@ def test_head_curvature_matches_the_dense_hessian_and_picks_the_coupled_operator
     m = cfg.model
     tc = paper_simsiam.trainer_config(activation="swish", batch_norm=bn, lr=0.05, batch_size=8, projector_scale=0.1,
                                       backbone=m.backbone, backbone_kwargs=m.backbone_kwargs, hidden=m.hidden,
-                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, steps=1)
+                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, data=cfg.data)
     images, labels = paper_simsiam.load_images(cfg.data, seed=0, dry_run=True, dry_examples=8)
-    run = paper_simsiam.build(tc, images.shape[1:], 1)
+    run = paper_simsiam.build(tc, images.shape[1:])
+    heads64 = cep.float64_heads(tc, run.backbone.out_dim)
     state = trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(0), int(labels.max()) + 1)
     batch = jnp.asarray(images[:8])
-    out = cep.head_curvature(run, state, batch, cfg, jax.random.PRNGKey(1))
+    out = cep.head_curvature(run, heads64, state, batch, cfg, jax.random.PRNGKey(1))
     assert out["solver"] == ("coupled" if bn else "blockwise") and (out["block_coupling"] > 1e-3) == bn
     # The reference: the dense Hessian of the same first-view loss in z1, eigendecomposed.
-    f = cep._head_functions(run.projector, run.predictor)[0]
+    f = cep._first_view_loss(*heads64)
     z1, z2 = run.features(state, batch)
     cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
     hp = cast({k: state["params"][k] for k in ("projector", "predictor")})
     bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
     z1 = jnp.asarray(z1, jnp.float64)
-    u2 = run.projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64), train=True)[0]
+    u2 = heads64[0].apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64), train=True)[0]
     n, d = z1.shape
     H = np.asarray(jax.hessian(lambda x: f(x.reshape(n, d), hp, u2, bs))(z1.reshape(-1)))
     ev = np.linalg.eigvalsh(0.5 * (H + H.T))

@@ -84,13 +84,20 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
 
     tc = paper_simsiam.trainer_config(activation="swish", batch_norm=True, lr=0.05, batch_size=8, projector_scale=0.1,
                                       backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
-                                      pred_hidden=4, steps=2)
+                                      pred_hidden=4, epochs=1, steps_per_epoch=2)
     assert tc.optimizer.weight_decay == 0.0 and tc.model.predictor.final_batch_norm
-    run = paper_simsiam.build(tc, (8, 8, 3), 2)
+    run = paper_simsiam.build(tc, (8, 8, 3))
     state = trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(0), 10)
     images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (8, 8, 8, 3)), jnp.uint8)
     batch = {"images": images, "labels": jnp.zeros(8, jnp.int32)}
-    new_state, m, obs = run.step(state, batch)
+    # The step the run loop jits: the trainer's step with run.observe traced into it.
+    tracked = jax.jit(trainer.make_train_step(run.objective, run.tx, trainer.build_optimizer(tc)[1], observe=run.observe))
+
+    def run_step(st, b):
+        new, metrics = tracked(st, b)
+        return new, metrics, {k: metrics[k] for k in paper_simsiam.OBSERVED}
+
+    new_state, m, obs = run_step(state, batch)
     # Recompute the SimSiam loss from paper_simsiam.views and the models in train mode.
     p, s = state["params"], state["obj_state"]
     x1, x2 = paper_simsiam.views(run.augment, state, images, jnp.float32)
@@ -113,7 +120,7 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     # The authors' relative update size lr |g| / (|theta| + 1e-7), g read off the momentum buffer: against
     # jax.grad of the SSL loss, at the second step (non-zero buffer from the first).
     state2 = new_state
-    _, _, obs2 = run.step(state2, batch)
+    _, _, obs2 = run_step(state2, batch)
     rng = jax.random.fold_in(state2["rng"], state2["step"])
     g = jax.grad(lambda q: run.objective.loss_fn(q, state2["obj_state"], rng, batch)[0])(state2["params"])
     norm = lambda t: float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(t))))
@@ -144,19 +151,37 @@ def test_train_run_reports_divergence_and_keeps_only_finished_epochs():
 
     from experiments import paper_simsiam
 
-    def step(state, batch):  # a stand-in trainer step whose loss turns NaN at step 5 (epoch 2 of 3 x 3 steps)
-        s = state["step"]
+    def metrics(s):  # a stand-in trainer step's metrics whose loss turns NaN at update 5 (epoch 2 of 3 x 3 steps)
         loss = jnp.where(s == 5, jnp.nan, 1.0 / (1.0 + s))
-        m = {"loss": loss, "rel_update/backbone": jnp.float32(0.1), "rel_update/head": jnp.float32(0.2)}
-        return {"step": s + 1}, m, {"std_head": jnp.float32(s)}
+        return {"loss": loss, "rel_update/backbone": jnp.float32(0.1), "rel_update/head": jnp.float32(0.2),
+                "std_head": jnp.float32(s)}
 
-    run = paper_simsiam.Run(*([None] * 6), step=step, features=None, lr=0.1)
-    images, labels = np.zeros((8, 2, 2, 3), np.uint8), np.zeros(8, np.int32)
-    out = paper_simsiam.train_run(run, {"step": jnp.int32(0)}, images, labels, seed=0, epochs=3, steps_per_epoch=3,
-                                  batch_size=2)
-    assert out["diverged_at_step"] == 5
-    assert out["epochs"]["std_head"] == [1.0]  # epoch 0 (steps 0, 1, 2) only; epoch 1 held the NaN
-    assert out["epochs"]["loss"] == pytest.approx([np.mean([1.0, 0.5, 1 / 3])])
+    # The hook train_run gives the run loop, called as the loop calls it: after update s with the step count s + 1.
+    out = paper_simsiam.EpochMeans(3, names=("std_head",))
+    with pytest.raises(paper_simsiam.Diverged):
+        for s in range(9):
+            out.after_step(s + 1, None, metrics(s))
+    assert out.diverged_at_step == 5
+    assert out.series["std_head"] == [1.0]  # epoch 0 (steps 0, 1, 2) only; epoch 1 held the NaN
+    assert out.series["loss"] == pytest.approx([np.mean([1.0, 0.5, 1 / 3])])
+
+
+def test_train_run_stops_a_diverging_run_of_the_run_loop_at_its_epoch():
+    """Through trainer.train: lr 1e8 makes the loss non-finite within a few updates; the run ends at the end of
+    that epoch with only the finished epochs (all finite) in the series."""
+    import ml_collections
+    import numpy as np
+
+    from experiments import paper_simsiam
+
+    data = ml_collections.ConfigDict({"name": "digits", "image_size": 8, "data_dir": "", "num_train": 0})
+    tc = paper_simsiam.trainer_config(activation="linear", batch_norm=False, lr=1e8, batch_size=16, projector_scale=1.0,
+                                      backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
+                                      pred_hidden=4, epochs=4, steps_per_epoch=1, data=data)
+    rec = paper_simsiam.train_run(paper_simsiam.build(tc, (8, 8, 3)), tc)
+    d = rec["diverged_at_step"]
+    assert d is not None and 0 < d < 4 and rec["state"] is None
+    assert len(rec["epochs"]["loss"]) == d and np.all(np.isfinite(rec["epochs"]["std_head"]))
 
 
 def test_power_law_projection_recovers_a_known_exponent_from_synthetic_timings():

@@ -13,7 +13,6 @@ from experiments.collapse_escape import runs as ce_runs
 from experiments.collapse_escape import verdict as ce_verdict
 from experiments.configs import collapse_escape as ce_config
 from experiments.configs import hessian_tracker as tracker_config
-from ssl_geometry import geometry
 from ssl_geometry import dynamics
 
 

@@ -282,9 +282,9 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="augmentation"):
         G.augmentation_fn(cfg, "shear")
     bad = gconfig.get_config("tiny")
-    bad.train.batch_size = 128
-    with pytest.raises(ValueError, match="batch size 128 exceeds the 64"):
-        T.train_simclr(bad, 2, np.zeros((64, 8, 8, 3), np.uint8), np.zeros(64, np.int32), jax.random.PRNGKey(0))
+    bad.train.batch_size, bad.data.n_train = 128, 64
+    with pytest.raises(ValueError, match=r"data\.num_train`: 64 examples cannot fill one batch of `data\.batch_size` = 128"):
+        T.train_simclr(bad, 2)
     bad = gconfig.get_config("tiny")
     bad.model.backbone = "alexnet"
     with pytest.raises(ValueError, match="backbone"):
@@ -354,16 +354,15 @@ def test_train_simclr_is_the_trainers_step():
     from ssl_geometry import trainer
 
     c = gconfig.get_config("tiny")
-    c.train.steps, c.train.batch_size = 2, 8
-    rng = np.random.default_rng(0)
-    images, labels = rng.integers(0, 256, (16, 8, 8, 3)).astype(np.uint8), rng.integers(0, 3, 16).astype(np.int32)
-    key = jax.random.PRNGKey(3)
-    run = T.train_simclr(c, 2, images, labels, key)
+    c.train.steps, c.train.batch_size, c.data.n_train = 2, 8, 16
+    train_ds, _ = T.load_data(c)
+    images, labels = train_ds.images, train_ds.labels
+    run = T.train_simclr(c, 2)
     tc = T.trainer_config(c, 2)
     obj = trainer.build_objective(tc, images.shape[1:], 2)
     tx, sched = trainer.make_optimizer(tc.optimizer, 2, 8, probe_lr=float(tc.optimizer.probe_lr))
     step = jax.jit(trainer.make_train_step(obj, tx, sched))
-    state = trainer.init_train_state(obj, tx, key, 3)
+    state = trainer.init_train_state(obj, tx, jax.random.PRNGKey(c.seed), int(labels.max()) + 1)
     np.testing.assert_array_equal(jax.tree_util.tree_leaves(run["init_params"])[0],
                                   jax.tree_util.tree_leaves(state["params"])[0])
     losses = []
@@ -377,33 +376,60 @@ def test_train_simclr_is_the_trainers_step():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def _bitwise_equal(a, b):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(x, y)
+                                      for x, y in zip(la, lb))
+
+
 def test_train_simclr_checkpoints_resume_and_never_mix_runs(tmp_path):
     """An interrupted run resumes from its newest checkpoint to the same numbers; another run's directory is refused."""
     import shutil
 
     c = gconfig.get_config("tiny")
-    c.train.steps, c.train.batch_size = 3, 8
+    c.train.steps, c.train.batch_size, c.data.n_train = 3, 8, 16
     c.train.checkpoint_every, c.train.checkpoint_dir = 1, str(tmp_path)
-    rng = np.random.default_rng(1)
-    images, labels = rng.integers(0, 256, (16, 8, 8, 3)).astype(np.uint8), rng.integers(0, 3, 16).astype(np.int32)
-    key = jax.random.PRNGKey(5)
-    full = T.train_simclr(c, 2, images, labels, key)
+    full = T.train_simclr(c, 2)
     assert full["resumed_from"] is None and len(full["losses"]) == 3
     run_dir = tmp_path / f"depth2_{c.model.head_activation}"
-    shutil.rmtree(run_dir / "3")  # interrupted after step 2
-    again = T.train_simclr(c, 2, images, labels, key)
+    shutil.rmtree(run_dir / "checkpoints" / "3")  # interrupted after step 2
+    again = T.train_simclr(c, 2)
     assert again["resumed_from"] == 2
     np.testing.assert_allclose(again["losses"], full["losses"], rtol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(again["params"]), jax.tree_util.tree_leaves(full["params"])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     other = gconfig.get_config("tiny")
-    other.train.steps, other.train.batch_size, other.train.lr = 3, 8, 5e-4
+    other.train.steps, other.train.batch_size, other.train.lr, other.data.n_train = 3, 8, 5e-4, 16
     other.train.checkpoint_every, other.train.checkpoint_dir = 1, str(tmp_path)
     with pytest.raises(ValueError, match="another run"):
-        T.train_simclr(other, 2, images, labels, key)
+        T.train_simclr(other, 2)
     other.train.checkpoint_dir = ""
     with pytest.raises(ValueError, match="checkpoint_dir"):
-        T.train_simclr(other, 2, images, labels, key)
+        T.train_simclr(other, 2)
+
+
+def test_guillotine_run_stopped_and_resumed_by_the_shared_loop_is_bitwise_the_uninterrupted_one(tmp_path):
+    """The guillotine's trainer config through trainer.train: stop_after 2, rerun to 4 == 4 steps at once, bit for bit
+    (state and every step's loss), and the losses train_simclr reads are the loop's logged ones."""
+    from ssl_geometry import trainer
+
+    c = gconfig.get_config("tiny")
+    c.train.steps, c.train.batch_size, c.data.n_train = 4, 8, 16
+    tc = T.trainer_config(c, 2)
+    assert tc.train.log_every == 1 and tc.seed == c.seed and tc.data.shapes_max_angle_deg == c.data.shapes_max_angle_deg
+    whole = trainer.train(tc, tmp_path / "whole", verbose=False)
+    tc.train.stop_after = 2
+    first = trainer.train(tc, tmp_path / "split", verbose=False)
+    assert (first["status"], first["step"], first["resumed_from"]) == ("stopped", 2, None)
+    tc.train.stop_after = 0  # a runtime field: the resume accepts the change
+    second = trainer.train(tc, tmp_path / "split", verbose=False)
+    assert (second["status"], second["step"], second["resumed_from"]) == ("finished", 4, 2)
+    assert _bitwise_equal(whole["state"], second["state"])
+    loss = lambda wd: [r["loss"] for r in trainer.read_metrics(wd) if "event" not in r]  # noqa: E731
+    assert loss(tmp_path / "whole") == loss(tmp_path / "split") and len(loss(tmp_path / "whole")) == 4
+    c.train.checkpoint_every, c.train.checkpoint_dir = 2, str(tmp_path / "ckpt")
+    run = T.train_simclr(c, 2)
+    assert run["losses"].tolist() == loss(tmp_path / "whole") and _bitwise_equal(run["params"], whole["state"]["params"])
 
 
 def test_dry_run_sizes_keep_every_step_small():

@@ -147,3 +147,52 @@ def test_two_processes_stream_their_own_tfds_shards(tmp_path):
     meta = json.loads((tmp_path / "w" / "checkpoints" / "4" / "meta" / "metadata").read_text())
     # 20 examples per process, per-process batch 8: 2 batches per epoch, so 4 steps = 2 epochs
     assert meta["data_position"] in ({"epoch": 2, "step": 0}, {"epoch": 1, "step": 2})
+
+
+def _cli_processes(tmp_path, per_process, *, n=2, timeout_s=60, wait=240):
+    """``n`` processes of ``python -m ssl_geometry.train`` on tiny.py, process ``i`` with ``per_process[i]``
+    extra arguments; returns ``[(returncode, stderr)]`` and the wall time until all ended."""
+    import time  # noqa: PLC0415
+
+    port = _port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    tiny = str(ROOT / "experiments" / "configs" / "tiny.py")
+    t0, procs = time.perf_counter(), []
+    for i, extra in enumerate(per_process):
+        argv = ["--config", tiny, "--workdir", str(tmp_path / "w"), "--config.train.progress=False",
+                "--config.distributed.initialize=True", f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+                f"--config.distributed.num_processes={n}", f"--config.distributed.process_id={i}",
+                f"--config.distributed.timeout_s={timeout_s}", *extra]
+        procs.append(subprocess.Popen([sys.executable, "-m", "ssl_geometry.train", *argv], cwd=ROOT, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    for p in procs:
+        try:
+            out.append((p.wait(timeout=wait), p.stderr.read()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    return out, time.perf_counter() - t0
+
+
+def test_processes_started_with_different_configs_all_refuse_naming_the_field(tmp_path):
+    out, _ = _cli_processes(tmp_path, [["--config.optimizer.lr=0.05"], ["--config.optimizer.lr=0.1"]])
+    for i, (rc, err) in enumerate(out):
+        assert rc == 2, (i, err[-2000:])
+        assert "optimizer.lr" in err and "process(es) [1]" in err and "Traceback" not in err, (i, err[-2000:])
+    assert not (tmp_path / "w" / "checkpoints").exists()  # refused before anything was built
+
+
+def test_a_missing_peer_is_named_within_distributed_timeout_s(tmp_path):
+    """jax's coordination client aborts (SIGABRT) a process whose peer never connects; the line printed
+    before the wait names the coordinator and the missing process, and the abort comes within timeout_s."""
+    out, wall = _cli_processes(tmp_path, [[]], n=2, timeout_s=5, wait=120)
+    (rc, err), = out
+    assert rc != 0, err[-2000:]
+    line = [x for x in err.splitlines() if x.startswith("ssl_geometry: jax.distributed.initialize")]
+    assert len(line) == 1, err[-2000:]
+    assert "coordinator 127.0.0.1:" in line[0] and "process 0 of 2" in line[0] and "process(es) [1]" in line[0]
+    assert "distributed.timeout_s = 5 s" in line[0]
+    assert wall < 90, wall

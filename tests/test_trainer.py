@@ -387,3 +387,68 @@ def test_sigkill_resume_is_bitwise_identical(tmp_path):
     recs = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in recs if r.get("event") == "final"]
     assert final and 0.0 <= final[0]["backbone/ridge_acc"] <= 1.0
+
+
+# ----------------------------------------------------------------------------- run-loop hooks
+
+
+class _Recorder:
+    """A caller's hook: records the steps it is called at and checks what the loop passes."""
+
+    def __init__(self, fail_at=None):
+        self.before, self.after, self.fail_at = [], [], fail_at
+
+    def before_step(self, step, state, batch):
+        assert int(state["step"]) == step and batch["images"].shape[0] == 16
+        self.before.append(step)
+
+    def after_step(self, step, state, metrics):
+        assert int(state["step"]) == step
+        assert int(metrics["observed_step"]) == step - 1  # observe saw the state the update started from
+        self.after.append(step)
+        if step == self.fail_at:
+            raise KeyboardInterrupt(f"stop at {step}")
+
+
+def _hook_config(steps):
+    cfg = train_cli.parse_args(["prog", f"--config={TINY}", "--workdir=x"])[0]
+    with cfg.unlocked():
+        cfg.model.backbone = "mlp"
+        cfg.model.backbone_kwargs = {"hidden": (16,), "out_dim": 8}
+        cfg.data.batch_size = 16
+        cfg.train.update(steps=steps, log_every=2, metrics_every=0, checkpoint_every=2, progress=False)
+        cfg.eval.final_probes = False
+    return cfg
+
+
+def test_run_loop_calls_hooks_at_the_documented_steps(tmp_path):
+    """before_step(s) before every update s of the invocation, after_step(s + 1) after it, with the state's
+    step; a resumed run from the restored step on; a complete workdir not at all; a raising hook ends the run
+    with the lock released, and the run resumes from its last checkpoint."""
+    cfg = _hook_config(6)
+    observe = lambda state, batch, new: {"observed_step": state["step"]}  # noqa: E731
+    cfg.train.stop_after = 4
+    rec = _Recorder()
+    assert trainer.train(cfg, tmp_path / "a", verbose=False, observe=observe, hooks=[rec])["status"] == "stopped"
+    assert (rec.before, rec.after) == ([0, 1, 2, 3], [1, 2, 3, 4])
+    cfg.train.stop_after = 0
+    rec = _Recorder()
+    out = trainer.train(cfg, tmp_path / "a", verbose=False, observe=observe, hooks=[rec])
+    assert (out["status"], out["resumed_from"]) == ("finished", 4)
+    assert (rec.before, rec.after) == ([4, 5], [5, 6])
+    assert [r["observed_step"] for r in trainer.read_metrics(tmp_path / "a") if "event" not in r] == [1, 3, 5]
+    rec = _Recorder()
+    assert trainer.train(cfg, tmp_path / "a", verbose=False, hooks=[rec])["status"] == "already_complete"
+    assert rec.before == rec.after == []
+    rec = _Recorder(fail_at=3)
+    with pytest.raises(KeyboardInterrupt, match="stop at 3"):
+        trainer.train(cfg, tmp_path / "b", verbose=False, observe=observe, hooks=[rec])
+    assert not (tmp_path / "b" / ".lock").exists()
+    rec = _Recorder()
+    out = trainer.train(cfg, tmp_path / "b", verbose=False, observe=observe, hooks=[rec])
+    assert out["resumed_from"] == 2 and rec.before == [2, 3, 4, 5]
+
+
+def test_observe_may_not_reuse_a_metric_name(tmp_path):
+    with pytest.raises(ValueError, match=r"\['loss'\]"):
+        trainer.train(_hook_config(2), tmp_path, verbose=False, observe=lambda s, b, n: {"loss": s["step"]})

@@ -1,10 +1,10 @@
 """Config: experiment 6, the guillotine (Sec. 5) -- probes, trajectory curvature, orbits, metric degeneracy.
 
-A backbone + ReLU/BN MLP head is trained with a SimCLR loss (tau 0.1, Adam 1e-3; ``objective``) through
-the one trainer: the objective, optimiser and step that ``python -m ssl_geometry.train`` builds from
-``experiments.guillotine.training.trainer_config`` (``augment.name = "simclr_custom"``, an
-``ssl_geometry.augment.AugmentConfig`` with the authors' views); the trained pair is then measured
-(``experiments/guillotine/``). Views are the authors' guillotine
+A backbone + ReLU/BN MLP head is trained with a SimCLR loss (tau 0.1, Adam 1e-3; ``objective``) by the
+one run loop, ``ssl_geometry.trainer.train`` (what ``python -m ssl_geometry.train`` runs), on the
+guillotine's own trainer config ``experiments.guillotine.training.trainer_config``
+(``augment.name = "simclr_custom"``, an ``ssl_geometry.augment.AugmentConfig`` with the authors'
+views); the trained pair is then measured (``experiments/guillotine/``). Views are the authors' guillotine
 recipe (``experiments.py: run_guillotine_experiment``) in every variant: RandomResizedCrop(32,
 scale (0.08, 1)), flip, RandomRotation(45), ColorJitter(0.4, 0.4, 0.4, 0.1) with p 0.8; no
 grayscale, no blur.
@@ -52,13 +52,16 @@ Deviations of the ``paper`` variants from the authors' code (``experiments.py``:
   runs only the linear one). Class probes (linear, MLP) are the project's addition.
 * Orbits: the authors' choice of classes (``linspace(0, num_classes - 1, 5)``) and 3 images per
   class drawn without replacement, here from ``default_rng(seed)`` (the authors' ``random.sample``).
-* Training runs through the trainer (``experiments/guillotine/training.py``) on the images it
-  loaded: the smoke variant's ``shapes`` set is rendered with nuisance rotations
-  (``data.shapes_max_angle_deg``). The trainer's online linear probe trains on ``stop_gradient``
-  of the backbone features (its own Adam): it cannot change the backbone or head.
+* Training is the trainer's run loop (``ssl_geometry.trainer.train``) with its data feed, which
+  renders the smoke variant's ``shapes`` set with the nuisance rotations ``data.shapes_max_angle_deg``
+  (the trainer's ``data.shapes_max_angle_deg``) from ``seed``. The step includes the trainer's online
+  linear probe on ``stop_gradient`` of the backbone features (its own Adam): it cannot change the
+  backbone or head. Each training run checkpoints every epoch (``train.checkpoint_every``) and resumes
+  after an interruption (``reproduce`` puts each run's workdir under ``DIR/<run>/checkpoints``).
 * Initialisation: PyTorch's default initialisers in ``ssl_geometry.backbones``/``heads`` with a JAX
-  RNG, and the trainer's per-epoch data order: same distributions, not the same draws (the same
-  holds for the probes' rotation draws, the orbit images and every seed).
+  RNG (``PRNGKey(seed)``, as every run of the trainer), and the trainer's per-epoch data order
+  ``trainer.batch_indices``: same distributions, not the same draws (the same holds for the probes'
+  rotation draws, the orbit images and every seed).
 * Curvature and orbits are computed twice: the paper's way (L2-normalised, undivided second
   differences on 10 angles in [0, 45] deg; orbits of 12 rotations 0..330 deg with the head applied
   to the *normalised* z, as ``run_orbit_visualization_experiment`` does) and the project's way
@@ -108,8 +111,9 @@ def base() -> ml_collections.ConfigDict:
         "train": {
             "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
             "dry_run_batch": 8,
-            # Checkpoints (the trainer's orbax format) every this many steps and at the end; 0: off. A rerun
-            # resumes the same run; reproduce sets checkpoint_dir to DIR/<run>/checkpoints.
+            # Checkpoints of the run loop every this many steps and at the end, in the workdir
+            # checkpoint_dir/depth<d>_<activation>; a rerun resumes the same run. 0: a temporary workdir,
+            # nothing kept. reproduce sets checkpoint_dir to DIR/<run>/checkpoints.
             "checkpoint_every": 0, "checkpoint_dir": "",
         },
         # Rotation probes: "random" = one rotation k * 90 deg per image, k drawn uniformly (the authors'); "all":

@@ -37,6 +37,9 @@ _EPOCHS = 50
 _BATCH = 512
 _TRAIN_SIZE = 50_000
 
+#: The head activations ``get_config`` accepts after ``:`` (``python -m ssl_geometry.train`` refuses others).
+VARIANTS = ("relu", "linear", "gelu", "swish")
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     act = arg or "relu"
@@ -73,6 +76,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh = ml_collections.ConfigDict({"data": -1, "model": 1, "min_model_dim": 1024})
     c.distributed = ml_collections.ConfigDict({"initialize": False, "coordinator_address": "",
                                                "num_processes": 0, "process_id": -1,
-                                               "cpu_collectives": "gloo"})
+                                               "cpu_collectives": "gloo", "timeout_s": 300})
     c.expected_runtime = "about 1 h on one A100/H100-class GPU (50 epochs x 97 steps at batch 512); not measured here"
     return c

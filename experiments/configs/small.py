@@ -9,6 +9,9 @@ import pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import tiny  # noqa: E402
 
+#: The variants ``get_config`` accepts after ``:`` on the command line (``python -m ssl_geometry.train`` refuses others).
+VARIANTS = ()
+
 
 def get_config(arg=None):
     del arg

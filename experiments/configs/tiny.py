@@ -4,6 +4,9 @@
 """
 import ml_collections
 
+#: The variants ``get_config`` accepts after ``:`` on the command line (``python -m ssl_geometry.train`` refuses others).
+VARIANTS = ()
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The tiny config; ``arg`` is unused (kept for the ``path.py:arg`` syntax)."""
@@ -47,5 +50,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh = ml_collections.ConfigDict({"data": -1, "model": 1, "min_model_dim": 1024})
     c.distributed = ml_collections.ConfigDict({"initialize": False, "coordinator_address": "",
                                                "num_processes": 0, "process_id": -1,
-                                               "cpu_collectives": "gloo"})
+                                               "cpu_collectives": "gloo", "timeout_s": 300})
     return c

@@ -110,19 +110,19 @@ def _ablation_config(cfg):
     return configs.apply_overrides(ml_collections.ConfigDict(cfg.to_dict()), over)
 
 
-def _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe):
+def _train_all(cfg, train_ds, test_ds, sz, k_probe):
     sets = probing.probe_sets(cfg, train_ds, test_ds, sz)
     m, ab = cfg.model, _ablation_config(cfg)
     same = (ab.train.batch_size, ab.train.steps) == (cfg.train.batch_size, cfg.train.steps)
     # The main run (head_depth, head_activation) first; then the ablation depths with ablation.activation (the
-    # main run is reused at its depth when activation, batch and steps agree). Same key: same backbone init.
+    # main run is reused at its depth when activation, batch and steps agree). Same seed: same backbone init.
     plan = [("main", cfg, m.head_depth, m.head_activation)]
     plan += [(d, ab, d, cfg.ablation.activation) for d in cfg.ablation.depths
              if not (d == m.head_depth and cfg.ablation.activation == m.head_activation and same)]
     runs, probe_res = {}, {}
     t0 = time.perf_counter()
     for name, c, d, act in plan:
-        runs[name] = T.train_simclr(c, d, train_ds.images, train_ds.labels, k_train, act)
+        runs[name] = T.train_simclr(c, d, act)
         runs[name]["batch_size"], runs[name]["steps"] = int(c.train.batch_size), int(c.train.steps)
         _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
         probe_res[name] = probing.probe_suite(cfg, runs[name], *sets, k_probe, class_probes=(name == "main"),
@@ -160,10 +160,10 @@ def measure(config) -> dict:
     _check(cfg, trained)
     t_start = time.perf_counter()
     adt = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
-    k_train, k_probe, k_deg = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    _, k_probe, k_deg = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)  # training starts from PRNGKey(seed)
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
-    runs, probe_res, sets = _train_all(cfg, train_ds, test_ds, sz, k_train, k_probe)
+    runs, probe_res, sets = _train_all(cfg, train_ds, test_ds, sz, k_probe)
     main, cls_test = runs["main"], sets[3]
     t_analysis = time.perf_counter()
     fz, fh = T.feature_fns(main)

@@ -1,46 +1,47 @@
-"""Experiment 6, training: data, models and SimCLR through the CLI trainer's step, probes."""
+"""Experiment 6, training: data, models and SimCLR through the one run loop (``ssl_geometry.trainer.train``)."""
 from __future__ import annotations
 
-import math
+import contextlib
 import pathlib
-import time
+import tempfile
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments.configs import simsiam_cifar10
-from ssl_geometry import augment, data, probes, trainer
-from ssl_geometry import checkpoint as ckpt
+from ssl_geometry import augment, data, trainer
 
 __all__ = ["load_data", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
-           "rotation_probe_subset", "probe_suite", "trained_augmentations"]
+           "rotation_probe_subset", "trained_augmentations"]
 
 
-def _first(ds, n):
-    """The first ``n`` examples (``data.subset`` cannot be used: ``Dataset.__len__`` breaks ``_replace``)."""
-    return type(ds)(ds.images[:n], ds.labels[:n], {k: v[:n] for k, v in ds.factors.items()}, ds.num_classes, ds.name)
+def _data_section(cfg) -> dict:
+    """The trainer's ``data`` section: the guillotine's data set (``shapes`` with its nuisance rotations
+    ``data.shapes_max_angle_deg``), rendered from ``seed``; under ``dry_run`` ``dry_run_examples`` per split."""
+    d, t = cfg.data, cfg.train
+    counts = (d.dry_run_examples,) * 2 if cfg.dry_run else (d.n_train, d.n_test)
+    return {"name": d.name, "image_size": d.image_size, "data_dir": d.data_dir, "num_train": int(counts[0]),
+            "num_test": int(counts[1]), "seed": int(cfg.seed),
+            "shapes_max_angle_deg": float(d.shapes_max_angle_deg) if d.name == "shapes" else None,
+            "batch_size": int(t.dry_run_batch if cfg.dry_run else t.batch_size), "stream": False}
+
+
+def _data_context(cfg):
+    """tfds mock data (``dry_run_examples`` per split) under ``dry_run`` for a tfds set; else nothing."""
+    if cfg.dry_run and data.info(cfg.data.name).source != "embedded":
+        import tensorflow_datasets as tfds
+
+        return tfds.testing.mock_data(num_examples=cfg.data.dry_run_examples)
+    return contextlib.nullcontext()
 
 
 def load_data(cfg):
-    """``(train, test)`` :class:`ssl_geometry.data.Dataset`; under ``cfg.dry_run`` a few generated/mock images."""
-    d = cfg.data
-    kwargs = {"seed": cfg.seed, "image_size": d.image_size}
-    test_split = "test" if "test" in data.info(d.name).splits else "validation"
-    counts = (d.dry_run_examples,) * 2 if cfg.dry_run else (d.n_train, d.n_test)
-    if d.name == "shapes":
-        a = math.radians(d.shapes_max_angle_deg)
-        return tuple(data.load(d.name, s, num_examples=n, config=data.ShapesConfig(angle=(-a, a)), **kwargs)
-                     for s, n in zip(("train", test_split), counts))
-    if d.data_dir:
-        kwargs["data_dir"] = d.data_dir
-    if cfg.dry_run:
-        import tensorflow_datasets as tfds
-
-        with tfds.testing.mock_data(num_examples=d.dry_run_examples):
-            return tuple(_first(data.load(d.name, s, **kwargs), n) for s, n in zip(("train", test_split), counts))
-    return tuple(_first(data.load(d.name, s, **kwargs), n) for s, n in zip(("train", test_split), counts))
+    """``(train, test)`` :class:`ssl_geometry.data.Dataset`: the very images the run loop trains on
+    (:func:`ssl_geometry.trainer.load_split` of the trainer's ``data`` section); under ``cfg.dry_run``
+    a few generated/mock images."""
+    section = ml_collections.ConfigDict(_data_section(cfg))
+    with _data_context(cfg):
+        return tuple(trainer.load_split(section, s) for s in ("train", data.info(cfg.data.name).splits[1]))
 
 
 def _backbone_section(cfg) -> dict:
@@ -64,27 +65,35 @@ def _head_section(cfg, depth: int, activation: str | None) -> dict:
 
 
 def trainer_config(cfg, depth: int, activation: str | None = None) -> ml_collections.ConfigDict:
-    """The trainer config (the shape of ``experiments/configs/simsiam_cifar10.py``) of one guillotine SimCLR run.
+    """The trainer config of one guillotine SimCLR run (every field :func:`ssl_geometry.trainer.train` reads).
 
-    SimCLR's NT-Xent at ``train.temperature``, Adam(``train.lr``) at a constant rate without weight decay,
-    the views of the ``augment`` section as ``augment.name = "simclr_custom"``
-    (:class:`ssl_geometry.augment.AugmentConfig`), the backbone of ``model.backbone`` and the BN MLP
-    projector with ``depth`` affine layers; under ``dry_run`` batch ``train.dry_run_batch`` and 2 steps.
+    The objective ``objective.name`` (SimCLR's NT-Xent, or the authors' one-way cross-entropy
+    ``simclr_one_way``) at ``train.temperature``, Adam(``train.lr``, betas 0.9/0.999) at a constant rate
+    without weight decay, the online probe's Adam at 1e-3, the views of the ``augment`` section as
+    ``augment.name = "simclr_custom"`` (:class:`ssl_geometry.augment.AugmentConfig`), the backbone of
+    ``model.backbone`` and the BN MLP projector with ``depth`` affine layers, float32, the data of
+    :func:`load_data`. Every step's loss is logged (``train.log_every = 1``: the loss curve); checkpoints
+    every ``train.checkpoint_every`` steps (0: only at the end, in a temporary workdir); no tracked
+    metrics and no final probes (the experiment runs its own). Under ``dry_run`` batch
+    ``train.dry_run_batch`` and 2 steps.
     """
     t = cfg.train
-    c = simsiam_cifar10.get_config("relu")
-    c.seed = int(cfg.seed)
-    c.data.update({"name": cfg.data.name, "image_size": cfg.data.image_size, "data_dir": cfg.data.data_dir,
-                   "batch_size": int(t.dry_run_batch if cfg.dry_run else t.batch_size)})
-    c.augment = ml_collections.ConfigDict({"name": "simclr_custom", "size": cfg.data.image_size,
-                                           **cfg.augment.to_dict()})
-    c.model.update(_backbone_section(cfg))
-    c.model.projector = ml_collections.ConfigDict(_head_section(cfg, depth, activation))
-    c.objective = ml_collections.ConfigDict({"name": "simclr", "temperature": float(t.temperature)})
-    c.optimizer.update({"name": "adam", "lr": float(t.lr), "momentum": 0.0, "weight_decay": 0.0,
-                        "schedule": "constant"})
-    c.train.steps = 2 if cfg.dry_run else int(t.steps)
-    return c
+    steps = 2 if cfg.dry_run else int(t.steps)
+    every = _checkpoint_every(cfg)
+    return ml_collections.ConfigDict({
+        "seed": int(cfg.seed), "dtype": "float32",
+        "data": _data_section(cfg),
+        "augment": {"name": "simclr_custom", "size": cfg.data.image_size, **cfg.augment.to_dict()},
+        "model": {**_backbone_section(cfg), "projector": _head_section(cfg, depth, activation)},
+        "objective": {"name": cfg.objective.name, "temperature": float(t.temperature)},
+        "optimizer": {"name": "adam", "lr": float(t.lr), "b1": 0.9, "b2": 0.999, "weight_decay": 0.0,
+                      "schedule": "constant", "warmup_steps": 0, "lr_batch_scaling": False, "probe_lr": 1e-3},
+        "train": {"steps": steps, "log_every": 1, "metrics_every": 0, "checkpoint_every": min(every, steps) or steps,
+                  "keep_checkpoints": 2, "progress": False, "tensorboard": False, "stop_after": 0,
+                  "allow_config_change": False},
+        "eval": {"final_probes": False, "metrics_images": 0},
+        "mesh": {"data": -1, "model": 1, "min_model_dim": 1024},
+    })
 
 
 def make_backbone(cfg, dtype):
@@ -109,92 +118,59 @@ def trained_augmentations(cfg) -> dict:
             "blur": bool(a.blur_prob > 0)}
 
 
-def _checkpointing(cfg, depth: int, activation: str | None):
-    """``(manager, every)`` of one run's checkpoints, or ``(None, 0)`` when ``train.checkpoint_every`` is 0.
-
-    The run's directory is ``train.checkpoint_dir/depth<d>_<activation>``.
-    """
-    t = cfg.train
-    every = int(t.get("checkpoint_every", 0))
+def _checkpoint_every(cfg) -> int:
+    every = int(cfg.train.get("checkpoint_every", 0))
     if every < 0:
         raise ValueError(f"`train.checkpoint_every` must be >= 0 (0: off); got {every}.")
-    if not every:
-        return None, 0
-    if not t.get("checkpoint_dir"):
+    return every
+
+
+def _workdir(cfg, depth: int, activation: str | None) -> pathlib.Path | None:
+    """The run's workdir ``train.checkpoint_dir/depth<d>_<activation>``, or ``None`` (a temporary one) when
+    ``train.checkpoint_every`` is 0."""
+    if not _checkpoint_every(cfg):
+        return None
+    if not cfg.train.get("checkpoint_dir"):
         raise ValueError("`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to "
                          "DIR/<run>/checkpoints).")
-    act = activation or cfg.model.head_activation
-    return ckpt.manager(pathlib.Path(t.checkpoint_dir) / f"depth{depth}_{act}", max_to_keep=2), every
+    return pathlib.Path(cfg.train.checkpoint_dir) / f"depth{depth}_{activation or cfg.model.head_activation}"
 
 
-def train_simclr(cfg, depth: int, images, labels, key, activation: str | None = None) -> dict:
-    """SimCLR through the trainer's step on ``images`` (uint8 NHWC) and ``labels``, float32.
+def train_simclr(cfg, depth: int, activation: str | None = None) -> dict:
+    """One SimCLR run of :func:`trainer_config` through the run loop, :func:`ssl_geometry.trainer.train`.
 
-    The objective, optimiser and step are the CLI trainer's (:func:`ssl_geometry.trainer.build_objective`,
-    :func:`~ssl_geometry.trainer.make_optimizer`, :func:`~ssl_geometry.trainer.make_train_step`)
-    for :func:`trainer_config`; the state starts from :func:`~ssl_geometry.trainer.init_train_state`
-    with ``key``, the batch at step ``s`` is :func:`~ssl_geometry.trainer.batch_indices` ``(seed, s)``
-    and the views are drawn on device from ``fold_in(state.rng, s)``, as in ``python -m ssl_geometry.train``.
-    The trainer's online probe (on ``stop_gradient`` of the backbone features) trains alongside and cannot
-    change the backbone or head. With ``train.checkpoint_every > 0`` the state (and the losses so far) is
-    saved every that many steps and at the end (:mod:`ssl_geometry.checkpoint`), and a rerun resumes
-    from the newest good checkpoint of the same run (another run's checkpoints raise :class:`~ssl_geometry.trainer.ConfigMismatchError`, a
-    ``ValueError`` naming the differing fields). A
-    non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params", "state",
-    "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
-    (``step_time_s``: median wall time per step after the first of this call, compile excluded).
+    The loop builds the objective, optimiser and step from the trainer config, starts from
+    :func:`~ssl_geometry.trainer.init_train_state` with ``PRNGKey(seed)``, trains on the images of
+    :func:`load_data` in the order :func:`~ssl_geometry.trainer.batch_indices` ``(seed, s)`` with views
+    drawn on device from ``fold_in(state.rng, s)``, exactly as ``python -m ssl_geometry.train``. The
+    trainer's online probe (on ``stop_gradient`` of the backbone features) trains alongside and cannot
+    change the backbone or head. With ``train.checkpoint_every > 0`` the workdir
+    ``train.checkpoint_dir/depth<d>_<activation>`` keeps the checkpoints and ``metrics.jsonl``, and a rerun
+    resumes from the newest good checkpoint of the same run (another run's workdir raises
+    :class:`~ssl_geometry.trainer.ConfigMismatchError`, a ``ValueError`` naming the differing fields). A
+    non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params",
+    "state", "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
+    (``losses``: every step's, read from ``metrics.jsonl``; ``step_time_s``: the loop's median step time
+    of this call, compile excluded).
     """
     tc = trainer_config(cfg, depth, activation)
-    steps, bs = int(tc.train.steps), int(tc.data.batch_size)
-    n = images.shape[0]
-    if bs > n:
-        raise ValueError(f"batch size {bs} exceeds the {n} training images.")
-    objective = trainer.build_objective(tc, images.shape[1:], steps)
-    tx, sched = trainer.make_optimizer(tc.optimizer, steps, bs, probe_lr=float(tc.optimizer.probe_lr))
-    step_fn = jax.jit(trainer.make_train_step(objective, tx, sched), donate_argnums=(0,))
-    state = trainer.init_train_state(objective, tx, key, int(np.max(labels)) + 1)
-    # copies: the step donates the state's buffers
-    init_params, init_state = jax.tree_util.tree_map(jnp.copy, (state["params"], state["obj_state"]))
-    mngr, every = _checkpointing(cfg, depth, activation)
-    # what the trainer's checkpoints record, so a directory of another run is refused, never mixed
-    meta = {"config": trainer.config_record(tc), "state_signature": trainer.state_signature(state)}
-    losses, times, start = [], [], 0
-    if mngr is not None:
-        restored = ckpt.restore_latest(mngr, state)
-        if restored is not None:
-            try:
-                trainer.check_resume(restored.meta, tc, state)
-            except trainer.ConfigMismatchError as err:
-                raise trainer.ConfigMismatchError(f"{mngr.directory} holds checkpoints of another run: {err}") from err
-            state, start, losses = restored.state, restored.step, list(restored.meta["losses"])
-    for s in range(start, steps):
-        idx = trainer.batch_indices(cfg.seed, s, n, bs)
-        batch = {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx], jnp.int32)}
-        t0 = time.perf_counter()
-        state, m = step_fn(state, batch)
-        losses.append(m["loss"])
-        if s - start < 5 or s == steps - 1:  # time a few steps to completion; the rest run asynchronously
-            jax.block_until_ready(m["loss"])
-            times.append(time.perf_counter() - t0)
-        if mngr is not None and ((s + 1) % every == 0 or s + 1 == steps):
-            losses = [float(v) for v in jax.device_get(losses)]
-            _check_finite(losses, depth)
-            ckpt.save(mngr, s + 1, state, {**meta, "losses": losses})
-    if mngr is not None:
-        mngr.wait_until_finished()
-        mngr.close()
-    losses = np.asarray(jax.device_get(losses), np.float64)
-    _check_finite(losses, depth)
-    return {"objective": objective, "params": state["params"], "state": state["obj_state"],
-            "init_params": init_params, "init_state": init_state, "losses": losses, "trainer_config": tc.to_dict(),
-            "resumed_from": start or None,
-            "step_time_s": float(np.median(times[1:] or times)) if times else float("nan")}  # nan: no step ran
-
-
-def _check_finite(losses, depth: int) -> None:
-    ok = np.isfinite(np.asarray(losses, np.float64))
-    if not np.all(ok):
-        raise FloatingPointError(f"SimCLR (depth {depth}): non-finite loss at step {int(np.argmin(ok))}.")
+    workdir = _workdir(cfg, depth, activation)
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="guillotine-"))
+        stack.enter_context(_data_context(cfg))
+        try:
+            out = trainer.train(tc, workdir, verbose=False)
+        except trainer.ConfigMismatchError as err:
+            raise trainer.ConfigMismatchError(f"{workdir} holds checkpoints of another run: {err}") from err
+        losses = [r["loss"] for r in trainer.read_metrics(workdir) if "event" not in r]
+    state = out["state"]
+    # The state train() started from (init_train_state is a pure function of the key): the untrained head.
+    init = trainer.init_train_state(out["objective"], trainer.build_optimizer(tc)[0], jax.random.PRNGKey(tc.seed),
+                                    int(state["params"]["probe"]["b"].shape[0]))
+    return {"objective": out["objective"], "params": state["params"], "state": state["obj_state"],
+            "init_params": init["params"], "init_state": init["obj_state"], "losses": np.asarray(losses, np.float64),
+            "trainer_config": tc.to_dict(), "resumed_from": out["resumed_from"], "step_time_s": out["step_time_s"]}
 
 
 def feature_fns(run):
@@ -216,22 +192,3 @@ def rotation_probe_subset(cfg, ds, n):
     if keep.size < 2:
         raise ValueError(f"only {keep.size} images of classes {classes} in the data set.")
     return augment.to_float(ds.images[keep[:n]])
-
-
-def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, class_probes: bool = True) -> dict:
-    """Rotation probes (linear, MLP) and optionally class probes, on ``z`` and on ``h(z)`` (test accuracies)."""
-    fz, fh = feature_fns(run)
-    epochs = 1 if cfg.dry_run else cfg.probes.epochs
-    out = {"rotation": {}, "class": {}}
-    for i, (name, fn) in enumerate((("backbone", fz), ("head", fh))):
-        r = probes.rotation_probe(fn, rot_train, rot_test, epochs=epochs, hidden=cfg.probes.hidden,
-                                  key=jax.random.fold_in(key, i))
-        out["rotation"][name] = {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}
-        if class_probes:
-            (xtr, ytr), (xte, yte) = cls_train, cls_test
-            ftr, fte = probes.features_in_batches(fn, xtr), probes.features_in_batches(fn, xte)
-            k = jax.random.fold_in(key, 10 + i)
-            lin = probes.logistic_probe(ftr, ytr, fte, yte, epochs=epochs, key=k)
-            mlp = probes.mlp_probe(ftr, ytr, fte, yte, hidden=cfg.probes.hidden, epochs=epochs, key=k)
-            out["class"][name] = {"linear": lin["acc"], "mlp": mlp["acc"]}
-    return out

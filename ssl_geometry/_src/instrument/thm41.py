@@ -28,7 +28,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float
 
-from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
+from ssl_geometry._src.checks import check_finite, check_positive, check_rank
 from ssl_geometry._src.instrument.effective import flat_problem, effective_hessian, effective_hvp_operator
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.linalg.hessians import apply_linear, linearize_gradient

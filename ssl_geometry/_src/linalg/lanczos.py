@@ -34,7 +34,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_finite, check_int, check_positive
-from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, apply_matvec, capacity, coefficients,
+from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, capacity, coefficients,
                                                    ensure_capacity, lanczos_init, ritz_batch, round_rows,
                                                    scaled_norm)
 from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec

@@ -428,8 +428,9 @@ def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | No
 
     ``"shapes"``: :func:`make_shapes` with ``num_examples`` (default 10000 train / 2000
     test) rendered from seed stream ``(seed, split)``, so train and test differ;
-    ``"digits"``: :func:`make_digits`; tfds names: :func:`load_tfds` (``data_dir``).
-    Extra ``kwargs`` go to the maker (e.g. ``num_classes`` for shapes).
+    ``"digits"``: :func:`make_digits`; tfds names: :func:`load_tfds` (``data_dir``); of these two
+    the first ``num_examples`` (all when fewer). Extra ``kwargs`` go to the maker (e.g.
+    ``num_classes`` for shapes).
     """
     check_choice(name, "dataset name", tuple(DATASETS))
     _check_split(name, split)
@@ -440,8 +441,9 @@ def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | No
         stream = int(np.random.SeedSequence(split_seed).generate_state(1)[0])
         return make_shapes(n, image_size=size, seed=stream, **kwargs)
     if name == "digits":
-        return make_digits(split, image_size=size, **kwargs)
-    data = load_tfds(name, split, data_dir=data_dir, image_size=image_size, **kwargs)
+        data = make_digits(split, image_size=size, **kwargs)
+    else:
+        data = load_tfds(name, split, data_dir=data_dir, image_size=image_size, **kwargs)
     if num_examples is not None:
         data = subset(data, np.arange(min(num_examples, data.num_examples)))
     return data

@@ -7,7 +7,8 @@ tracked metrics), ``attach(mesh)``, ``seek(step, position)`` (resume),
 this process's share only) and ``position(done)`` (what the checkpoint stores as the
 data position after ``done`` steps).
 
-* :class:`MemoryFeed` (``data.stream = False``, the default): the training split is
+* :class:`MemoryFeed` (``data.stream = False``, the default): the splits named by the ``data``
+  section (:func:`ssl_geometry.trainer.load_split`, e.g. the nuisance rotation range of ``"shapes"``) are
   held in host memory and the global batch of step ``s`` is
   :func:`ssl_geometry.trainer.batch_indices` ``(seed, s)``; each process
   gathers only its contiguous slice of it (:func:`~ssl_geometry.trainer.host_slice`).
@@ -34,7 +35,9 @@ import jax
 import numpy as np
 
 from ssl_geometry._src.ssl import data as _data
-from ssl_geometry._src.training import trainer as _tr
+from ssl_geometry._src.training.builders import load_split
+from ssl_geometry._src.training.data_order import batch_indices, host_slice
+from ssl_geometry._src.training.state import place_batch
 
 __all__ = ["MemoryFeed", "StreamFeed", "make_feed"]
 
@@ -44,8 +47,7 @@ def _sizes(config):
 
 
 def _load(config, split):
-    n = config.data.get("num_train" if split == "train" else "num_test") or None
-    ds = _data.load(config.data.name, split, num_examples=n, **_sizes(config))
+    ds = load_split(config.data, split)
     return np.asarray(ds.images), np.asarray(ds.labels, np.int32)
 
 
@@ -55,7 +57,7 @@ class MemoryFeed:
     def __init__(self, config):
         self.seed, self.batch_size = int(config.seed), int(config.data.batch_size)
         self.train = _load(config, "train")
-        self.test = _load(config, "test")
+        self.test = _load(config, _data.info(config.data.name).splits[1])  # "test" (or "validation")
         self.eval_train = self.train
         self.image_shape = self.train[0].shape[1:]
         self.num_classes = int(max(self.train[1].max(), self.test[1].max())) + 1
@@ -73,8 +75,8 @@ class MemoryFeed:
 
     def batch(self, step: int) -> dict:
         xtr, ytr = self.train
-        idx = _tr.host_slice(_tr.batch_indices(self.seed, step, len(xtr), self.batch_size))
-        return _tr.place_batch({"images": xtr[idx], "labels": ytr[idx]}, self.mesh)
+        idx = host_slice(batch_indices(self.seed, step, len(xtr), self.batch_size))
+        return place_batch({"images": xtr[idx], "labels": ytr[idx]}, self.mesh)
 
 
 def _take(it, limit: int):
@@ -141,7 +143,7 @@ class StreamFeed:
     def batch(self, step: int) -> dict:
         del step
         b = next(self.it)
-        return _tr.place_batch({"images": b["image"], "labels": b["label"]}, self.mesh)
+        return place_batch({"images": b["image"], "labels": b["label"]}, self.mesh)
 
 
 def make_feed(config):

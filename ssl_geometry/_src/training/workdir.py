@@ -4,7 +4,8 @@
   writable directory, with an error naming the path and the problem.
 * :class:`Lock`: ``<workdir>/.lock`` holds ``{"pid", "host", "since"}`` of the run
   that owns the workdir. A second run refuses to start; a lock whose process is gone
-  (same host, ``os.kill(pid, 0)`` fails) is stale and taken over with a warning.
+  (same host, ``os.kill(pid, 0)`` fails) is stale and taken over with a warning, and so is an
+  empty lock file older than :data:`EMPTY_LOCK_GRACE_S` (a run killed between creating and writing it).
 * :func:`config_record` / :func:`state_signature`: what each checkpoint stores so a
   resume can tell whether it continues *the same* run. :func:`check_resume` compares
   them and refuses a mismatch, naming the differing fields (``RUNTIME_FIELDS`` never
@@ -38,6 +39,10 @@ RUNTIME_FIELDS = ("train.progress", "train.tensorboard", "train.log_every", "tra
                   "train.allow_config_change", "eval.", "distributed.", "data.data_dir")
 
 
+#: Seconds after which an empty ``.lock`` (its writer killed between create and write) counts as stale.
+EMPTY_LOCK_GRACE_S = 10.0
+
+
 class WorkdirLockedError(RuntimeError):
     """Another live run holds the workdir's lock."""
 
@@ -48,7 +53,8 @@ class ConfigMismatchError(ValueError):
 
 def prepare(workdir) -> pathlib.Path:
     """The absolute ``workdir``, created if missing; raises ``NotADirectoryError`` /
-    ``PermissionError`` naming it when it is a file or not writable."""
+    ``PermissionError`` naming it when it is a file or not writable, and ``NotADirectoryError``
+    naming the entry when its ``metrics.jsonl`` or ``.lock`` is a directory or ``checkpoints`` a file."""
     path = pathlib.Path(workdir).expanduser().absolute()
     for parent in (path, *path.parents):
         if parent.exists():
@@ -59,6 +65,12 @@ def prepare(workdir) -> pathlib.Path:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise PermissionError(f"--workdir {str(path)!r} cannot be created: {err.strerror or err}.") from err
+    for name, want_dir in (("metrics.jsonl", False), ("checkpoints", True), (".lock", False)):
+        entry = path / name
+        if entry.exists() and entry.is_dir() != want_dir:
+            kind = "a directory" if want_dir else "a file"
+            raise NotADirectoryError(f"--workdir {str(path)!r}: {str(entry)!r} must be {kind}; move it away or use "
+                                     "a fresh --workdir.")
     probe = path / f".write_test.{os.getpid()}"
     try:
         probe.write_bytes(b"")
@@ -97,6 +109,14 @@ class Lock:
         except (OSError, ValueError):
             return {}
 
+    def _empty_for(self, seconds: float) -> bool:
+        """Whether the lock file is empty and was last written more than ``seconds`` ago."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return False
+        return st.st_size == 0 and time.time() - st.st_mtime > seconds
+
     def acquire(self) -> None:
         if not self.enabled:
             return
@@ -109,6 +129,11 @@ class Lock:
                 pid, host = other.get("pid"), other.get("host")
                 if isinstance(pid, int) and host == me["host"] and not _alive(pid):
                     warnings.warn(f"removing stale lock {self.path} of pid {pid} (no such process).", stacklevel=2)
+                    self.path.unlink(missing_ok=True)
+                    continue
+                if not other and self._empty_for(EMPTY_LOCK_GRACE_S):
+                    warnings.warn(f"removing stale empty lock {self.path} (its run died before writing it).",
+                                  stacklevel=2)
                     self.path.unlink(missing_ok=True)
                     continue
                 raise WorkdirLockedError(
@@ -210,7 +235,7 @@ def truncate_metrics(path, step: int) -> int:
     if not path.exists():
         return 0
     keep, dropped = [], 0
-    for line in path.read_text().splitlines():
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -218,7 +243,11 @@ def truncate_metrics(path, step: int) -> int:
         except ValueError:  # a half-written last line of a killed run
             dropped += 1
             continue
-        if int(rec.get("step", 0)) <= step:
+        s = rec.get("step", 0) if isinstance(rec, dict) else None
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise ValueError(f"{path} line {lineno}: expected a JSON object with an integer \"step\", got "
+                             f"{line[:80]!r}; this is not a metrics file this trainer wrote (move it away).")
+        if s <= step:
             keep.append(line)
         else:
             dropped += 1
