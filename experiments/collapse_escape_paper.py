@@ -120,9 +120,15 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     a = cfg.analysis
     coupling = float(curvature.block_coupling(f, z1, hp, u2, bs, key=key))
     blockwise = coupling <= a.block_coupling_tol
-    res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key,
-                                     method="blockwise" if blockwise else "full",
-                                     num_steps=min(d if blockwise else n * d, a.lanczos_steps))
+    full = dict(method="full", num_steps=min(n * d, a.lanczos_steps))
+    opts = dict(method="blockwise", num_steps=min(d, a.lanczos_steps)) if blockwise else full
+    try:
+        res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, **opts)
+    except ValueError as err:  # a block whose own scale is far below the coupling's: the coupled operator decides
+        if not blockwise or "not block-diagonal" not in str(err):
+            raise
+        blockwise = False
+        res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, **full)
     resid = float(max(np.max(res.smallest_residuals), np.max(res.largest_residuals)))
     return {"lambda_min": float(res.smallest[0]), "lambda_max": float(res.largest[0]),
             "solver": "blockwise" if blockwise else "coupled", "block_coupling": coupling,

@@ -223,6 +223,7 @@ def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
                            "--config.eval.max_test=32", "--config.eval.knn_k=5", "--config.eval.rotation=False",
                            "--config.model.backbone_kwargs.hidden=(16,)", "--config.model.projector.hidden=(16,)", *x]
     meta = lambda wd, s: json.loads((wd / "checkpoints" / str(s) / "meta" / "metadata").read_text())  # noqa: E731
+    (tmp_path / "tfds").mkdir()  # data.data_dir must exist (the mock reads nothing from it)
     with tfds.testing.mock_data(as_dataset_fn=_random_as_dataset(40)):  # 2 batches of 16 per epoch
         assert train.main(argv(tmp_path / "full")) == 0
         assert train.main(argv(tmp_path / "cut", "--config.train.stop_after=4")) == 0

@@ -333,7 +333,7 @@ def test_training_goes_through_the_cli_trainer_with_the_authors_views():
 
     c = gconfig.get_config("paper")
     tc = T.trainer_config(c, 3, "swish")
-    assert (tc.objective.name, tc.objective.temperature) == ("simclr", 0.1)
+    assert (tc.objective.name, tc.objective.temperature) == ("simclr_one_way", 0.1)  # the authors' one-way CE in the paper variant
     assert (tc.optimizer.name, tc.optimizer.lr, tc.optimizer.schedule, tc.optimizer.weight_decay) == (
         "adam", 1e-3, "constant", 0.0)
     assert tc.data.batch_size == 256 and tc.train.steps == c.train.steps and tc.model.backbone == "resnet18_cifar"

@@ -141,6 +141,7 @@ def test_two_processes_stream_their_own_tfds_shards(tmp_path):
               f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.data.batch_size=16",
               "--config.data.shuffle_buffer=64", "--config.eval.max_train=40", "--config.eval.max_test=40",
               "--config.eval.knn_k=5", "--config.train.metrics_every=0"]
+    (tmp_path / "tfds").mkdir()  # data.data_dir must exist (the mock reads nothing from it)
     logs, params = _launch(2, tmp_path / "w", tmp_path, *stream, env_extra={"MOCK_TFDS": "40"})
     for k in params[0]:
         np.testing.assert_array_equal(params[0][k], params[1][k], err_msg=k)

@@ -316,7 +316,7 @@ def effective_hvp_operator(
 
     The form :func:`ssl_geometry.curvature.extreme_eigenvalues` takes
     (``extreme_eigenvalues(matvec, z.size, args=args)``). The point enters through its
-    linearisation (:func:`ssl_geometry._src.linalg.hessians.linearize`, one forward and one backward
+    linearisation (``linalg.hessians.linearize``, one forward and one backward
     pass at ``z``, compiled once per computation), so each product evaluates only tangent maps:
 
     * ``"full"``: ``args = (lin,)``, ``lin`` the derivative of ``grad_z L(h(z))``;

@@ -125,7 +125,7 @@ def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) ->
     product is not redone. ``v`` must have ``x``'s shape and dtype.
 
     Compiled once per *computation*: ``grad f`` is looked up by the program it traces to
-    (:func:`ssl_geometry._src.linalg.canonical.canonical`), so ``f`` written as a fresh closure
+    (``linalg.canonical.canonical``), so ``f`` written as a fresh closure
     on every call (``lambda z: loss(z, params, batch)``) does not recompile, and arrays it closes
     over are arguments of the compiled code, not constants.
 
@@ -178,7 +178,7 @@ def linearize(fn: Callable, x, args=(), *, remember: bool = True) -> tuple:
     """``(fn(x, *args), lin)`` with ``lin(v)`` the derivative of ``fn`` at ``x`` applied to ``v``.
 
     ``jax.linearize`` under ``jit``, looked up by the program ``fn`` traces to
-    (:func:`ssl_geometry._src.linalg.canonical.canonical`): one compilation per computation,
+    (``linalg.canonical.canonical``): one compilation per computation,
     whatever closure ``fn`` is; ``lin`` is a :class:`jax.tree_util.Partial` to pass to solvers.
     ``remember=False`` for a closure made afresh on every call (see ``canonical``).
     """

@@ -307,7 +307,7 @@ def extreme_eigenvalues(
     Compilation: the product is compiled once per *computation* of ``matvec`` and shapes of
     ``args``. A fresh closure on every call (``lambda v: A @ v`` in a loop) that traces to the
     same program reuses it, and arrays it closes over are passed to the compiled code as
-    arguments, not baked into it (:func:`ssl_geometry._src.linalg.canonical.canonical`). The one
+    arguments, not baked into it (``linalg.canonical.canonical``). The one
     exception: a matvec holding host callbacks of its own (``jax.pure_callback``, an
     ``equinox.error_if`` of the caller's) is keyed by the callbacks' identity and recompiles
     when they are created afresh. For a Hessian, :func:`ssl_geometry.curvature.hessian_extremes`

@@ -71,7 +71,7 @@ def prepare_matvec(batched_matvec, v_shape, dtype, args, *, name: str = "matvec"
     """``(canon, args')``: the batched matvec keyed by its computation, and the arguments it takes.
 
     ``canon(V, *args') == batched_matvec(V, *args)``, where ``canon`` is one object per traced
-    program (:func:`ssl_geometry._src.linalg.canonical.canonical`) and ``args' = (consts, leaves)``
+    program (``linalg.canonical.canonical``) and ``args' = (consts, leaves)``
     holds the arrays the matvec closes over and the leaves of ``args``. Raises ``ValueError``
     unless the matvec returns ``V``'s shape as a float (traced abstractly: no FLOPs). ``single`` reports the shapes of the user's
     single-vector matvec (``(dim,)``) instead of the internal ``(1, dim)``.

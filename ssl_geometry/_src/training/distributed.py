@@ -76,7 +76,7 @@ def _field_digests(config) -> tuple[list[str], np.ndarray]:
 def check_same_config(config) -> None:
     """Refuse, in every process, a multi-process run whose processes were started with different configs.
 
-    Each process's per-field digests (:func:`_field_digests`) are gathered from all processes
+    Each process's per-field digests (``_field_digests``) are gathered from all processes
     (``multihost_utils.process_allgather``, one collective of a fixed size, so every process
     reaches the same verdict at the same point); any difference raises ``ValueError`` naming the
     differing fields and the processes that hold other values than process 0. One process: no-op.

@@ -1,7 +1,7 @@
 """The one check of a whole training config, before anything is built.
 
 Implementation of :func:`ssl_geometry.trainer.validate_config`. Every field the trainer reads has one
-entry in :data:`FIELDS` (dotted name -> check); a field of the config that no entry names, other
+entry in ``FIELDS`` (dotted name -> check); a field of the config that no entry names, other
 than the objective constants of :func:`ssl_geometry.objectives.make_objective` and the fields of an
 ``augment`` section of ``name = "simclr_custom"``, is refused, so no input is silently ignored.
 ``model.backbone_kwargs`` is handed whole to the backbone's constructor (its fields depend on the
@@ -138,7 +138,7 @@ def _leaves(config, prefix=""):
 def validate_config(config) -> None:
     """Raise ``ValueError`` naming the dotted field for any value the run cannot train with.
 
-    Each field is checked by its :data:`FIELDS` entry (type and range; no 0-means-default for a
+    Each field is checked by its ``FIELDS`` entry (type and range; no 0-means-default for a
     dimension), then the checks across fields: ``eval.knn_k`` >= 1 when ``eval.final_probes`` is on,
     ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, the batch divides over the mesh's data axis,
     ``data.num_train`` (when set) holds a batch, ``data.shapes_max_angle_deg`` only for
