@@ -35,9 +35,9 @@ README_MAX_LINES = 125
 README_TABLE_HEADING = "## What the suite finds"
 REPORT_TABLE_HEADING = "## Claims and verdicts"
 #: REPORT columns the README excerpt carries (``claim`` only where it holds claim ids).
-EXCERPT_COLUMNS = ("claim", "experiment", "verdict", "deciding numbers (ours)")
+EXCERPT_COLUMNS = ("claim", "experiment", "subject", "verdict", "deciding numbers (ours)")
 NUMBERS = "deciding numbers (ours)"
-EXCERPT_NUMBERS = 3
+EXCERPT_NUMBERS = 2
 
 
 # ----------------------------------------------------------------------------- how-to pages
