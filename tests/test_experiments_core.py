@@ -15,6 +15,7 @@ def tiny_runs(tmp_path_factory):
     return out, res
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_collapse_hessians_tiny_schema_rule_and_closed_forms(tiny_runs):
     import jax
 
@@ -117,6 +118,7 @@ def test_collapse_hessians_residuals_match_their_formulas(objective, state):
         np.testing.assert_allclose(rho, np.tile(2.0 / n * (us @ us - 1.0) * us, (n, 1)), atol=1e-12)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_resume_skips_finished_experiment_and_seed_changes_numbers(tiny_runs, tmp_path):
     out, res = tiny_runs
     path = out / "whitening" / "results.json"
@@ -129,6 +131,7 @@ def test_resume_skips_finished_experiment_and_seed_changes_numbers(tiny_runs, tm
     assert first(other) != first(res["whitening"])
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_report_assembly_lists_verdicts_and_figures(tiny_runs, tmp_path):
     out, res = tiny_runs
     report_path = tmp_path / "REPORT.md"

@@ -27,6 +27,7 @@ def _finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
     out, res = tiny_runs
     r = res["collapse_escape"]
@@ -201,6 +202,7 @@ def test_collapse_escape_rules_each_way():
     assert np.isnan(ce_verdict.rate_ratio({**sm4, "predicted_rate_window": 0.0}))
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
     out, res = tiny_runs
     r = res["hessian_tracker"]

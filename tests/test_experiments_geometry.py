@@ -27,6 +27,7 @@ def _finite_numbers(d):
 # ------------------------------------------------------------------ experiment 2
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
     out, res = tiny_runs
     r = res["metric_adaptation"]
@@ -179,6 +180,7 @@ def test_constant_whitener_and_cv():
 # ------------------------------------------------------------------ experiment 7
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_objectives_schema_rules_and_exact_relations(tiny_runs):
     out, res = tiny_runs
     r = res["objectives"]

@@ -25,6 +25,7 @@ def _finite(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_schema_finiteness_and_figures(tiny):
     out, r = tiny
     common.check_verdict(r)
@@ -50,6 +51,7 @@ def test_schema_finiteness_and_figures(tiny):
     assert m["setting"]["rotation_probe_test_images"] <= cfg.probes.test_images
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_stored_ratios_recomputed_independently(tiny):
     """D from the stored per-image gains by hand, the rule's inputs as stored, and the verdict of the shared rule."""
     _, r = tiny
@@ -143,6 +145,7 @@ def test_config_checks_are_in_measure_not_decide():
     assert "verdict" not in gconfig.get_config("smoke")
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_scale_free_and_paper_numbers_are_consistent(tiny):
     _, r = tiny
     m = r["measurements"]
@@ -164,6 +167,7 @@ def test_scale_free_and_paper_numbers_are_consistent(tiny):
     assert r["headline"]["spread_shrink_paper"] == pytest.approx(pb / ph, rel=1e-12)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_fd_curvature_converges_to_exact_on_the_stored_run(tiny):
     _, r = tiny
     conv = r["measurements"]["curvature"]["convergence"]
@@ -265,6 +269,7 @@ def test_paper_orbit_reps_apply_the_head_to_normalised_z(smooth_geometry):
     np.testing.assert_allclose(np.asarray(hp), h / np.linalg.norm(h, axis=-1, keepdims=True), rtol=1e-12)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_report_has_tables_and_figure_links(tiny):
     _, r = tiny
     text = guillotine.report(r, "figs")

@@ -36,6 +36,7 @@ def executed(tmp_path_factory):
     return nb, fig_dir
 
 
+@pytest.mark.slow  # executes the whole notebook (the slow tier of .ci/run)
 def test_notebook_runs_and_writes_figures(executed):
     nb, fig_dir = executed
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
@@ -46,6 +47,7 @@ def test_notebook_runs_and_writes_figures(executed):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # reads the executed notebook (the slow tier of .ci/run)
 def test_notebook_numbers(executed):
     _, fig_dir = executed
     out = json.loads((fig_dir / "flow_vs_optimisers_summary.json").read_text())
@@ -66,6 +68,7 @@ def test_notebook_numbers(executed):
         assert abs(row["rank rankme GD (end)"] - row["rank rankme flow (end)"]) < 0.02, head
 
 
+@pytest.mark.slow  # reads the executed notebook (the slow tier of .ci/run)
 def test_notebook_predicted_against_measured_escape(executed):
     _, fig_dir = executed
     escape = json.loads((fig_dir / "flow_vs_optimisers_summary.json").read_text())["escape"]

@@ -225,6 +225,7 @@ def test_augmentations_keep_shapes_and_masks(toks):
 # ----------------------------------------------------------------------------- training
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_train_steps_decrease_loss(small):
     enc, v = small
     v32 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), v)

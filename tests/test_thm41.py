@@ -166,6 +166,7 @@ def test_head_kind_is_read_from_the_models_activations_not_its_name():
     np.testing.assert_array_equal(stated.apply(v, _collapsed())[0], model.apply(v, _collapsed())[0])
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_dense_and_lanczos_spectra_agree_where_both_apply():
     """Below MATRIX_FREE_ABOVE the dense path is exact; forced Lanczos (max_dense_dim=1) matches it within its residuals."""
     m = heads.simsiam_projector(4, 6, activation="swish", batch_norm=True, dtype=jnp.float64)  # train-mode BN couples rows
@@ -190,6 +191,7 @@ def test_dense_and_lanczos_spectra_agree_where_both_apply():
                                [pd.lambda_min_loss_hessian, pd.lambda_max_loss_hessian], rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_above_the_threshold_no_dense_eigensolve_whatever_max_dense_dim_says():
     assert geometry.MATRIX_FREE_ABOVE == 2048
     m = heads.mlp(1040, (4,), 3, activation="swish", dtype=jnp.float64)
