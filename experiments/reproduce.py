@@ -230,9 +230,11 @@ def _parse(argv):
     parser.add_argument("--report", default=None, help="where to write the report (default: REPORT.md for the full "
                                                         "default run, DIR/REPORT.md otherwise, DIR/DRY_RUN.md with --dry-run)")
     args = parser.parse_args(argv)
+    if args.seed is not None and args.seed < 0:
+        parser.error(f"--seed: expected an integer >= 0, got {args.seed}")
     if args.only is None:
         return args, list(NAMES)
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))  # each once, in order
     if not names:
         parser.error(f"--only: no experiment named; expected comma-separated names from {NAMES}")
     for n in names:

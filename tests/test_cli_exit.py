@@ -199,3 +199,11 @@ def test_num_train_and_num_test_are_honoured_by_every_embedded_set(name):
     trainer.validate_config(cfg)
     assert len(trainer.load_split(cfg.data, "train").labels) == 100
     assert len(trainer.load_split(cfg.data, "test").labels) == 50
+
+
+def test_num_train_beyond_the_split_is_refused_naming_the_field():
+    d = _shipped("tiny")
+    d["data"].update(num_train=100_000)
+    cfg = ml_collections.ConfigDict(d)
+    with pytest.raises(ValueError, match=r"`data.num_train` = 100000, but the 'digits' 'train' split has only"):
+        trainer.load_split(cfg.data, "train")

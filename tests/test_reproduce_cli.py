@@ -38,6 +38,7 @@ def _one_line_error(stderr: str) -> str:
     (["--only", "whitening,nope"], "'nope'"),
     (["--variant", "huge"], "--variant"),
     (["--seed", "x"], "--seed"),
+    (["--seed", "-1"], "--seed: expected an integer >= 0"),
 ])
 def test_bad_arguments_exit_2_naming_the_argument(args, named):
     rc, out, err = _run(*args)

@@ -58,7 +58,7 @@ def load_split(data, split: str):
 
     :func:`ssl_geometry.data.load` of ``data.name`` with ``image_size`` (0: the set's default),
     ``data_dir`` ("": tfds' default), the first ``num_train`` (``split == "train"``) or ``num_test``
-    (any other split) examples (0: all), ``seed`` (the rendering seed of a generated set; absent: 0)
+    (any other split) examples (0: all; more than the split holds is refused), ``seed`` (the rendering seed of a generated set; absent: 0)
     and, for ``"shapes"``, ``shapes_max_angle_deg``: nuisance rotation angles uniform in
     ``[-a, a]`` degrees (absent or ``None``: the set's default range).
     """
@@ -68,8 +68,13 @@ def load_split(data, split: str):
     if angle is not None:
         a = math.radians(float(angle))
         kwargs["config"] = ShapesConfig(angle=(-a, a))
-    return _data.load(data.name, split, seed=int(data.get("seed", 0)), image_size=data.get("image_size") or None,
-                      data_dir=data.get("data_dir") or None, num_examples=count, **kwargs)
+    ds = _data.load(data.name, split, seed=int(data.get("seed", 0)), image_size=data.get("image_size") or None,
+                    data_dir=data.get("data_dir") or None, num_examples=count, **kwargs)
+    if count is not None and ds.num_examples < count:
+        field = "num_train" if split == "train" else "num_test"
+        raise ValueError(f"`data.{field}` = {count}, but the {data.name!r} {split!r} split has only "
+                         f"{ds.num_examples} examples; use at most that (0: the whole split).")
+    return ds
 
 
 # ----------------------------------------------------------------------------- augmentation
