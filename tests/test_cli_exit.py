@@ -201,6 +201,13 @@ def test_num_train_and_num_test_are_honoured_by_every_embedded_set(name):
     assert len(trainer.load_split(cfg.data, "test").labels) == 50
 
 
+def test_a_stray_positional_argument_is_refused(tmp_path, capsys):
+    from ssl_geometry import train
+
+    rc = train.main(["train", "--config", str(ROOT / "experiments/configs/tiny.py"), "--workdir", str(tmp_path), "extra"])
+    assert rc == 2 and "unexpected argument(s) ['extra']" in capsys.readouterr().err
+
+
 def test_num_train_beyond_the_split_is_refused_naming_the_field():
     d = _shipped("tiny")
     d["data"].update(num_train=100_000)

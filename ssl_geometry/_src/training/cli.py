@@ -54,13 +54,16 @@ def parse_args(argv):
                                     lock_config=True, sys_argv=list(argv))
     flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and checkpoints.", flag_values=fv)
     try:
-        fv(list(argv))
+        rest = fv(list(argv))[1:]  # absl returns the program name and the arguments it did not parse
     except (flags.Error, AttributeError, KeyError) as err:  # an unknown field: AttributeError(KeyError)
         field = _unknown_override(argv, err)
         if field is None:
             raise
         raise ValueError(f"unknown config field {field!r} (in --{field}=...): the config file defines no such "
                          "field; see --help for the fields.") from None
+    if rest:
+        raise flags.IllegalFlagValueError(f"unexpected argument(s) {rest}: every setting is a flag "
+                                          "(--config, --workdir, --config.a.b=value).")
     if fv["config"].value is None:
         raise flags.IllegalFlagValueError("--config is required (a path to a config file with get_config()).")
     if not fv["workdir"].value:
