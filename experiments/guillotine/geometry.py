@@ -183,8 +183,13 @@ def orbit_images(cfg, ds, classes: int, per_class: int):
     """``(classes, per_class, H, W, 3)`` uint8 test images, chosen as the authors'
     ``run_orbit_visualization_experiment`` does: ``classes`` evenly spaced class indices
     ``linspace(0, num_classes - 1, classes)`` and ``per_class`` images of each drawn without
-    replacement (here from ``default_rng(seed)``, in index order)."""
+    replacement (here from ``default_rng(seed)``, in index order). Under ``cfg.dry_run`` (a few mock
+    images, not every class present) the classes are spaced the same way over the classes present."""
     chosen = np.linspace(0, ds.num_classes - 1, classes).astype(int)
+    if cfg.get("dry_run", False):
+        present = np.unique(ds.labels)
+        chosen = present[np.linspace(0, present.size - 1, min(classes, present.size)).astype(int)]
+        classes = len(chosen)
     if len(set(chosen.tolist())) < classes:
         raise ValueError(f"`analysis.orbit_classes` = {classes} exceeds the {ds.num_classes} classes of the data set.")
     rng = np.random.default_rng(cfg.seed)
