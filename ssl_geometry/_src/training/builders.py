@@ -56,7 +56,7 @@ def load_dataset(name: str, split: str, *, image_size: int | None = None, num_ex
 def load_split(data, split: str):
     """The ``split`` of the data set a config's ``data`` section names (a :class:`ssl_geometry.data.Dataset`).
 
-    :func:`ssl_geometry.data.load` of ``data.name`` with ``image_size`` (0: the set's default),
+    :func:`ssl_geometry.data.load` of ``data.name`` with ``image_size`` (>= 1; validated),
     ``data_dir`` ("": tfds' default), the first ``num_train`` (``split == "train"``) or ``num_test``
     (any other split) examples (0: all; more than the split holds is refused), ``seed`` (the rendering seed of a generated set; absent: 0)
     and, for ``"shapes"``, ``shapes_max_angle_deg``: nuisance rotation angles uniform in
@@ -68,7 +68,7 @@ def load_split(data, split: str):
     if angle is not None:
         a = math.radians(float(angle))
         kwargs["config"] = ShapesConfig(angle=(-a, a))
-    ds = _data.load(data.name, split, seed=int(data.get("seed", 0)), image_size=data.get("image_size") or None,
+    ds = _data.load(data.name, split, seed=int(data.get("seed", 0)), image_size=int(data.image_size) if data.get("image_size") else None,
                     data_dir=data.get("data_dir") or None, num_examples=count, **kwargs)
     if count is not None and ds.num_examples < count:
         field = "num_train" if split == "train" else "num_test"

@@ -96,7 +96,7 @@ _UNIT = _num(0, 1)
 #: Every config field the trainer reads: dotted name -> ``check(field, value)`` raising ``ValueError``.
 FIELDS = {
     "seed": _int(0), "dtype": _choice(DTYPES), "expected_runtime": _text,
-    "data.name": _choice(_data.DATASETS), "data.image_size": _int(0), "data.batch_size": _int(2),
+    "data.name": _choice(_data.DATASETS), "data.image_size": _int(1), "data.batch_size": _int(2),
     "data.data_dir": _data_dir, "data.num_train": _int(0), "data.num_test": _int(0), "data.stream": _bool,
     "data.shuffle_buffer": _int(1), "data.seed": _int(0),
     "data.shapes_max_angle_deg": lambda f, v: None if v is None else _num(0)(f, v),
