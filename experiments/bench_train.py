@@ -7,7 +7,8 @@ hidden layer), two views per image (the batch and its horizontal flip, made on d
 implementations so that data augmentation does not enter the comparison), SimSiam negative
 cosine with stop-gradient, SGD momentum 0.9, weight decay 5e-4, float32. The JAX step is
 ``ssl_geometry.trainer.make_train_step`` jitted on a one-device mesh (it also trains the online
-linear probe, a 512 x 10 matmul); the PyTorch step is the same model written below, eager.
+linear probe, a 512 x 10 matmul); the PyTorch step is the same model in plain torch.nn, eager
+(``experiments/benchmarks/torch_simsiam.py``).
 
 Images/s counts images (each giving two views) per second, over ``--steps`` timed steps after
 ``--warmup`` untimed ones (JAX compilation happens in the warm-up). On an accelerator the script
@@ -41,11 +42,10 @@ import time
 
 import numpy as np
 
-# Dense peak TFLOP/s (no sparsity, vendor data sheets; SXM parts) by jax device_kind substring.
-# JAX's default matmul/conv precision for float32 on NVIDIA Ampere+ GPUs is TF32, so the TF32
-# peak is the relevant denominator there; the FP32 (non-tensor-core) figure is also reported.
-# H200 / H100 SXM: FP32 67, TF32 494.7, BF16 989.5 dense TFLOP/s (NVIDIA H200 / H100 data sheets; the
-# sparsity figures are twice these); A100 SXM: FP32 19.5, TF32 156, BF16 312.
+from experiments.benchmarks.torch_simsiam import torch_runner
+
+#: Dense peak TFLOP/s by jax device_kind substring (NVIDIA data sheets, SXM parts; sparsity figures are twice these).
+#: JAX's float32 matmul/conv precision on Ampere+ GPUs is TF32, so TF32 is the denominator; FP32 is reported too.
 PEAK_TFLOPS = {"H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
                "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
                "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}}
@@ -179,86 +179,6 @@ def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
             "flops_per_step": r.flops_per_step, "loss": r.loss()}
 
 
-def torch_runner(batch: int, seed: int = 0, threads: int | None = None):
-    """PyTorch eager SimSiam ResNet-18 step (per-view passes); ``.run(n)`` runs ``n`` steps."""
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    torch.manual_seed(seed)
-    if threads:
-        torch.set_num_threads(threads)
-
-    class Block(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            out = F.relu(self.bn1(self.conv1(x)))
-            out = self.bn2(self.conv2(out))
-            return F.relu(out + (x if self.down is None else self.down(x)))
-
-    class ResNet18Cifar(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
-            layers, cin = [], 64
-            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-                layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
-                cin = cout
-            self.layers = nn.Sequential(*layers)
-
-        def forward(self, x):
-            return torch.flatten(F.adaptive_avg_pool2d(self.layers(F.relu(self.bn1(self.conv1(x)))), 1), 1)
-
-    projector = nn.Sequential(nn.Linear(512, 2048, bias=False), nn.BatchNorm1d(2048), nn.ReLU(),
-                              nn.Linear(2048, 2048, bias=False), nn.BatchNorm1d(2048))
-    predictor = nn.Sequential(nn.Linear(2048, 512, bias=False), nn.BatchNorm1d(512), nn.ReLU(),
-                              nn.Linear(512, 2048, bias=False))
-    backbone = ResNet18Cifar()
-    model = nn.ModuleList([backbone, projector, predictor])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-    rng = np.random.default_rng(seed)
-    x = torch.from_numpy(rng.uniform(0, 1, (batch, 3, 32, 32)).astype(np.float32))
-
-    def step():
-        x1, x2 = x, torch.flip(x, dims=(3,))
-        z1 = projector(backbone(x1))
-        z2 = projector(backbone(x2))
-        p1, p2 = predictor(z1), predictor(z2)
-        loss = -0.5 * (F.cosine_similarity(p1, z2.detach(), dim=-1).mean()
-                       + F.cosine_similarity(p2, z1.detach(), dim=-1).mean())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
-    model.train()
-
-    class Runner:
-        impl, platform, device = f"pytorch {torch.__version__} eager", "cpu", "cpu"
-        compile_s, flops_per_step = 0.0, float("nan")
-
-        def run(self, n):
-            for _ in range(n):
-                self.last = step()
-
-        def loss(self):
-            return float(self.last.detach())
-
-    r = Runner()
-    r.threads = torch.get_num_threads()
-    return r
-
-
 VARIANTS = {"trainer": jax_trainer, "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True), "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
             "torch": None}
 
@@ -322,16 +242,12 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     h = jnp.ones((batch, 512), jnp.float32)
     stats = {c: v for c, v in vb.items() if c != "params"}
 
-    def bb_fwd(p, x):
-        return bb.apply({"params": p, **stats}, x, train=True)[0]
-
-    def bb_loss(p, x):
-        return jnp.sum(bb_fwd(p, x) ** 2)
+    bb_fwd = lambda p, x: bb.apply({"params": p, **stats}, x, train=True)[0]  # noqa: E731
+    bb_loss = lambda p, x: jnp.sum(bb_fwd(p, x) ** 2)  # noqa: E731
 
     def heads_loss(pp, pq, h):
-        z1 = proj.apply({"params": pp, **{c: v for c, v in vp.items() if c != "params"}}, h, train=True)[0]
-        z2 = proj.apply({"params": pp, **{c: v for c, v in vp.items() if c != "params"}}, h[::-1], train=True)[0]
-        sq = {c: v for c, v in vq.items() if c != "params"}
+        sp, sq = ({c: v for c, v in vs.items() if c != "params"} for vs in (vp, vq))
+        z1, z2 = (proj.apply({"params": pp, **sp}, hv, train=True)[0] for hv in (h, h[::-1]))
         p1 = pred.apply({"params": pq, **sq}, z1, train=True)[0]
         p2 = pred.apply({"params": pq, **sq}, z2, train=True)[0]
         return losses.simsiam(p1, p2, z1, z2)
@@ -341,8 +257,8 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     probe = {"w": jnp.zeros((512, 10)), "b": jnp.zeros(10)}
     labels = jnp.asarray(_host_batch(batch, seed)["labels"])
 
-    def probe_loss(pr, h):
-        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
+    probe_loss = lambda pr, h: jnp.mean(  # noqa: E731
+        optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
 
     def update(p, g, o):
         u, o = tx.update(g, o, p)
@@ -398,16 +314,12 @@ def main(argv=None) -> dict:
     if min(batches) < 2 or args.steps < 1 or args.warmup < 1:
         ap.error("batch sizes must be >= 2 (BatchNorm), --steps >= 1, --warmup >= 1 (JAX compiles in the warm-up)")
     variants = [v for v in args.variants.split(",") if v and not (args.no_torch and v == "torch")]
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
+    if unknown := set(variants) - set(VARIANTS):
         ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
     load0 = harness.load_average()
     out = {"batches": {}}
     if args.profile:
-        rows = []
-        for b in batches:
-            rows += [{"batch": b, **r} for r in profile(b, repeats=args.repeats)]
-        out["profile"] = rows
+        out["profile"] = rows = [{"batch": b, **r} for b in batches for r in profile(b, repeats=args.repeats)]
         body = markdown_table(rows, floatfmt=".4g")
     else:
         rows = []

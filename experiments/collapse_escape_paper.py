@@ -6,7 +6,7 @@ averaged per epoch, the std of the L2-normalised projector outputs, their clampe
 condition number and the relative update sizes of projector and backbone. This module runs those
 settings (:mod:`experiments.configs.collapse_escape_paper`) through the trainer's run loop
 (:mod:`experiments.paper_simsiam`) and tracks the same numbers plus the std of the backbone
-features (z-collapse). The registry claim ``paper-collapse-ablation`` (experiments/claims.py) is
+features (z-collapse). The registry claim ``paper-collapse-ablation`` (experiments/claims/) is
 decided on the runs; the same rule applied to the authors' released per-seed series
 (``experiments/paper_results``, cifar10/resnet18) is stored as ``measurements["paper"]``.
 
@@ -28,14 +28,14 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import claims, common, paper_simsiam
+from experiments import claims, common, paper_simsiam, projection
 from experiments.paper_data import analysis as released
 from ssl_geometry import curvature, losses
 from ssl_geometry import trainer as _trainer
 
 NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("paper-collapse-ablation",)
 CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
          "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
@@ -105,9 +105,9 @@ def float64_heads(tc, feature_dim: int) -> tuple:
 
 def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     """``lambda_min``/``lambda_max`` of ``hess_{z1} L`` at ``state`` on ``images`` (module docstring) in float64
-    (``heads64``: :func:`float64_heads`), by :func:`ssl_geometry.curvature.hessian_extremes`: ``blockwise`` where
-    the measured block coupling is at most ``analysis.block_coupling_tol``, Lanczos on the ``coupled`` operator
-    otherwise; with the coupling and the worst residual bound."""
+    (``heads64``: :func:`float64_heads`), by :func:`ssl_geometry.curvature.hessian_extremes` in ``auto`` mode:
+    ``blockwise`` where the measured block coupling is at most ``analysis.block_coupling_tol`` and the blocks alone
+    are symmetric, Lanczos on the ``coupled`` operator otherwise; with the coupling and the worst residual bound."""
     projector, predictor = heads64
     f = _first_view_loss(projector, predictor)
     z1, z2 = run.features(state, images)
@@ -116,22 +116,13 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
     z1 = jnp.asarray(z1, jnp.float64)
     u2, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64), train=True)
-    n, d = z1.shape
     a = cfg.analysis
-    coupling = float(curvature.block_coupling(f, z1, hp, u2, bs, key=key))
-    blockwise = coupling <= a.block_coupling_tol
-    full = dict(method="full", num_steps=min(n * d, a.lanczos_steps))
-    opts = dict(method="blockwise", num_steps=min(d, a.lanczos_steps)) if blockwise else full
-    try:
-        res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, **opts)
-    except ValueError as err:  # a block whose own scale is far below the coupling's: the coupled operator decides
-        if not blockwise or "not block-diagonal" not in str(err):
-            raise
-        blockwise = False
-        res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, **full)
+    res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, method="auto",
+                                     coupling_tol=a.block_coupling_tol, num_steps=a.lanczos_steps)
     resid = float(max(np.max(res.smallest_residuals), np.max(res.largest_residuals)))
     return {"lambda_min": float(res.smallest[0]), "lambda_max": float(res.largest[0]),
-            "solver": "blockwise" if blockwise else "coupled", "block_coupling": coupling,
+            "solver": "blockwise" if res.method == "blockwise" else "coupled",
+            "block_coupling": float(res.coupling),
             "residual": resid, "converged": bool(res.converged)}
 
 
@@ -219,7 +210,7 @@ def _projection(config, n_images, rows) -> dict:
     total = 0.0
     for a, bn, _ in config.runs:
         total += config.seeds * config.train.epochs * spe * per_graph[_path(a, bool(bn))] * scale
-    return common.dry_run_record(float(np.nanmean(list(per_graph.values()))), projected_wall_time_s=total,
+    return projection.dry_run_record(float(np.nanmean(list(per_graph.values()))), projected_wall_time_s=total,
                                  batch=config.dry.batch_size, paths_run=sorted(per_graph))
 
 

@@ -21,7 +21,7 @@ the views it trains on), ``lambda_min`` / ``lambda_max`` come from
 The paper's Spearman(variance, condition number) is recomputed the paper's way: per-epoch means of
 the std of L2-normalised ``cat(z1, z2)`` and of its clamped condition number, epochs 1..end.
 
-The claim ``tracker-power-iteration`` is decided by the registry's rule (``experiments/claims.py``),
+The claim ``tracker-power-iteration`` is decided by the registry's rule (``experiments/claims/``),
 whose ``converged_residual`` also certifies the Lanczos references here.
 """
 from __future__ import annotations
@@ -33,14 +33,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import claims, common, paper_simsiam
+from experiments import claims, common, paper_simsiam, projection
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
 from ssl_geometry import curvature, metrics
 from ssl_geometry import losses
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("tracker-power-iteration",)
 CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
          "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
@@ -288,7 +288,7 @@ def _projection(config, n_images, step_times, ck_times) -> dict:
     runs, ep = len(config.runs), config.train.epochs
     step, ck = float(np.nanmean(step_times)), float(np.nanmean(ck_times))
     projected = runs * ep * (spe * step + config.analysis.tracker_batches * ck) * scale
-    return common.dry_run_record(step, projected_wall_time_s=projected, checkpoint_time_s=ck,
+    return projection.dry_run_record(step, projected_wall_time_s=projected, checkpoint_time_s=ck,
                                  batch=config.dry.batch_size)
 
 

@@ -137,7 +137,7 @@ def dry_run_table(entries: list[Entry], skipped: dict | None = None) -> str:
     """The dry-run summary: measured step time and projected wall time of each full paper variant.
 
     Where the experiment timed its units at two reduced sizes (``training`` / ``analysis`` records of
-    :func:`experiments.common.power_law_projection`), each part is shown with its fitted exponent and
+    :func:`experiments.projection.power_law_projection`), each part is shown with its fitted exponent and
     measured points; otherwise ``-``.
     """
     lines = ["| experiment | status | step time (s) | projected full run | training | analysis | device | "
@@ -169,7 +169,7 @@ def _verdicts_and_rules(res: dict) -> str:
     if res.get("verdict_rule"):  # a decide not yet on the registry: the rule it applied, not the registry's
         return "\n".join(lines + ["", f"*Rule applied (the experiment's own, pre-registry):* {res['verdict_rule']}"])
     ids = [cid for cid in dict.fromkeys(r["id"] for r in recs) if cid in _claims.CLAIMS]
-    lines += ["", "*Rules* (`experiments/claims.py`):", ""]
+    lines += ["", "*Rules* (`experiments/claims/`):", ""]
     lines += [f"- `{cid}`: {_claims.rule_text(cid)}" for cid in ids]
     return "\n".join(lines)
 
@@ -197,7 +197,7 @@ VERDICT_WORDS = (
     "premises, so it says nothing there; what happened is reported), *inconclusive* (the numbers do not decide it "
     "at this scale). Each verdict carries its scale: *toy* (the `tiny` variants), *smoke* (reduced models and data, "
     "minutes on a CPU) or *paper* (the authors' settings); \"supported (smoke)\" is a smoke-scale verdict, never "
-    "the paper's. Claims, rules and controls: `experiments/claims.py`; their reading of the paper: "
+    "the paper's. Claims, rules and controls: `experiments/claims/`; their reading of the paper: "
     "`docs/theory.md`.")
 
 

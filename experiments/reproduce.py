@@ -18,12 +18,12 @@ was written. 2: bad input or a refused run, with one line naming the argument or
 ``DIR/.reproduce_errors.log``); the other experiments still run, the report is still written, and
 the next run on ``DIR`` resumes. 130: interrupted (Ctrl-C); the same command resumes.
 
-**Which module runs what.** :data:`EXPERIMENTS` lists the suite: each experiment is one module
+**Which module runs what.** :data:`experiments.suite.EXPERIMENTS` lists the suite: each experiment is one module
 ``experiments/<name>`` with its config ``experiments/configs/<name>.py``, and ``--variant V`` runs
 variant ``V`` of every config that defines it (an experiment without it is listed as skipped).
 ``--variant paper`` also runs each sibling ``paper_*`` variant a config defines (the guillotine's
-``paper_vit_tiny``, ``paper_cifar100``) in ``DIR/<name>-<variant>/`` (:func:`variants_of`,
-:func:`run_dir`). ``--data-dir DIR`` sets ``data.data_dir`` in every config that has the field (the
+``paper_vit_tiny``, ``paper_cifar100``) in ``DIR/<name>-<variant>/`` (:func:`experiments.suite.variants_of`,
+:func:`~experiments.suite.run_dir`). ``--data-dir DIR`` sets ``data.data_dir`` in every config that has the field (the
 paper variants read prepared tfds CIFAR from it). ``--dry-run`` runs each variant end to end with
 ``config.dry_run = True`` (the paper's models and image shapes, mock or generated data, a reduced
 batch, 2 steps per training phase plus every analysis step) and reports the measured step time and
@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib
 import json
 import os
 import pathlib
-import shutil
 import sys
 import tempfile
 import traceback
@@ -53,23 +51,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax  # noqa: E402
 
-from experiments import common, report_md  # noqa: E402
+from experiments import common, report_md, suite  # noqa: E402
 
-#: The suite, in report order: (module name under experiments/, label in REPORT.md).
-EXPERIMENTS = [
-    ("paper_data", "0. The paper's released results, re-analysed"),
-    ("whitening", "1. Whitening (Thm 3.1)"),
-    ("metric_adaptation", "2. Local metric adaptation and depth (Thm 3.2, Prop 3.3)"),
-    ("collapse_hessians", "3. Collapse Hessians (Thm 4.1)"),
-    ("collapse_escape", "4. Collapse escape dynamics"),
-    ("collapse_escape_paper", "4b. Collapse escape: the authors' SimSiam runs"),
-    ("hessian_tracker", "5. Hessian tracker parity"),
-    ("guillotine", "6. Guillotine and information-invariance (Sec. 5)"),
-    ("objectives", "7. Objectives"),
-    ("minilm_geometry", "8. Foundation model: MiniLM (Sec. 5 on text)"),
-    ("pretrained_orbits", "9. Foundation models: released vision checkpoints"),
-]
-NAMES = [n for n, _ in EXPERIMENTS]
 #: The variant of the committed run.
 DEFAULT_VARIANT = "smoke"
 #: The repository whose code runs; the committed results and report are its ``results/`` and ``REPORT.md``.
@@ -87,112 +70,17 @@ class Refused(Exception):
     """Bad input or a refused run (exit status 2): the message names the argument or path and what to do."""
 
 
-def is_paper_variant(variant: str | None) -> bool:
-    """``paper`` and its named siblings (``paper_vit_tiny``, ``paper_cifar100``, ...)."""
-    return variant is not None and (variant == "paper" or variant.startswith("paper_"))
-
-
-def load(name: str):
-    """``(experiments.<name>, experiments.configs.<name>)``; ``ValueError`` naming the suite for an unknown name."""
-    if name not in NAMES:
-        raise ValueError(f"Unknown experiment {name!r}; expected one of {NAMES}.")
-    return importlib.import_module(f"experiments.{name}"), importlib.import_module(f"experiments.configs.{name}")
-
-
-def variants_of(name: str, variant: str) -> list[str]:
-    """The variants ``--variant VARIANT`` runs for ``name``: ``[variant]`` if its config defines it (else
-    ``[]``), and for ``paper`` also every ``paper_*`` variant the config defines."""
-    defined = getattr(load(name)[1], "VARIANTS", {})
-    out = [variant] if variant in defined else []
-    if variant == "paper":
-        out += [v for v in defined if is_paper_variant(v) and v != "paper"]
-    return out
-
-
-def run_dir(name: str, variant: str) -> str:
-    """Directory (under the output root) of ``name`` in ``variant``: ``name``, or ``name-paper_x`` for a sibling
-    paper variant, so that the sibling runs never overwrite (or resume from) each other."""
-    return f"{name}-{variant}" if is_paper_variant(variant) and variant != "paper" else name
-
-
-def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: str | None = None,
-                dry_run: bool = False):
-    """The config of ``name`` in ``variant`` with the command-line overrides applied.
-
-    ``data_dir`` goes to ``config.data.data_dir`` (or a top-level ``data_dir``) where the config has
-    the field; ``dry_run`` sets ``config.dry_run = True`` and raises ``NotImplementedError`` when the
-    module does not declare ``DRY_RUN = True`` or the config has no ``dry_run`` field (such an
-    experiment would ignore the flag and run its full variant).
-    """
-    module, cfg_module = load(name)
-    if dry_run and not getattr(module, "DRY_RUN", False):
-        raise NotImplementedError(f"{name}: module {module.__name__} does not declare DRY_RUN = True (it does not "
-                                  "honour config.dry_run), so a dry run would run its full variant.")
-    config = cfg_module.get_config(variant)
-    if seed is not None and "seed" in config:
-        config.seed = seed
-    if data_dir:
-        if "data" in config and hasattr(config.data, "keys") and "data_dir" in config.data:
-            config.data.data_dir = data_dir
-        elif "data_dir" in config:
-            config.data_dir = data_dir
-    if dry_run:
-        if "dry_run" not in config:
-            raise NotImplementedError(f"{name}: its {variant!r} config has no `dry_run` field, so it cannot dry-run.")
-        config.dry_run = True
-    return config
-
-
-def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
-    """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints
-    (``train.checkpoint_every > 0``); ``fresh`` (a forced or new run) removes old checkpoints there first,
-    so only a resumed reproduce run continues from them."""
-    if not config.get("train", {}).get("checkpoint_every", 0):
-        return
-    path = out_dir / "checkpoints"
-    if fresh and path.exists():
-        shutil.rmtree(path)
-    config.train.checkpoint_dir = str(path)
-
-
-def is_done(out_dir: pathlib.Path, config) -> bool:
-    """True when ``out_dir/results.json`` exists and was produced by ``config``."""
-    path = out_dir / "results.json"
-    if not path.exists():
-        return False
-    try:
-        stored = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return False
-    return json.dumps(stored.get("config"), sort_keys=True) == json.dumps(common.to_jsonable(config), sort_keys=True)
-
-
-def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False, seed: int | None = None,
-            data_dir: str | None = None, dry_run: bool = False) -> dict:
-    """Run (or reuse) one experiment; returns its results dict (see :func:`make_config` for the options)."""
-    module, _ = load(name)
-    config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
-    out_dir = pathlib.Path(out_root) / run_dir(name, variant)
-    _checkpoint_dir(config, out_dir, fresh=force)
-    if not force and is_done(out_dir, config):
-        return common.read_results(out_dir)
-    results = common.run_experiment(module, config, out_dir, variant=variant)
-    if dry_run and "dry_run" not in results.get("measurements", {}):
-        raise RuntimeError(f"{name}: declares DRY_RUN but its measurements carry no `dry_run` timing record.")
-    return results
-
-
 def collect(out_root: pathlib.Path, names=None) -> list[report_md.Entry]:
     """Every stored results file under ``out_root`` (of ``names``, default all), in suite order."""
     entries = []
-    for name, label in EXPERIMENTS:
+    for name, label in suite.EXPERIMENTS:
         if names is not None and name not in names:
             continue
         for out_dir in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))]:
             if (out_dir / "results.json").exists():
                 res = common.read_results(out_dir)
                 label_v = label if out_dir.name == name else f"{label} [{res.get('variant')}]"
-                entries.append(report_md.Entry(name, label_v, res, load(name)[0], out_dir))
+                entries.append(report_md.Entry(name, label_v, res, suite.load(name)[0], out_dir))
     return entries
 
 
@@ -215,7 +103,7 @@ def _parse(argv):
     parser = _Parser(prog="python -m experiments.reproduce", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=None, help="output directory (default: results for the full default run, "
                                                     "runs/<variant> for any other, dry_run/<variant> with --dry-run)")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {NAMES}")
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {suite.NAMES}")
     parser.add_argument("--variant", default=DEFAULT_VARIANT, choices=["tiny", "smoke", "paper"])
     parser.add_argument("--force", action="store_true", help="rerun every experiment, even when resuming; with "
                                                              "--out results, let a partial run write results/")
@@ -233,13 +121,13 @@ def _parse(argv):
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed: expected an integer >= 0, got {args.seed}")
     if args.only is None:
-        return args, list(NAMES)
+        return args, list(suite.NAMES)
     names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))  # each once, in order
     if not names:
-        parser.error(f"--only: no experiment named; expected comma-separated names from {NAMES}")
+        parser.error(f"--only: no experiment named; expected comma-separated names from {suite.NAMES}")
     for n in names:
-        if n not in NAMES:
-            parser.error(f"--only: unknown experiment {n!r}; expected names from {NAMES}")
+        if n not in suite.NAMES:
+            parser.error(f"--only: unknown experiment {n!r}; expected names from {suite.NAMES}")
     return args, names
 
 
@@ -266,7 +154,7 @@ def _paths(args, names) -> tuple[pathlib.Path, pathlib.Path, bool]:
             raise Refused(f"--dry-run never writes {_shown(COMMITTED_OUT)}/ or {_shown(COMMITTED_REPORT)}; choose "
                           "another --out/--report (or leave them out: dry_run/<variant>/)")
         return out_root, report_path, False
-    committed_run = set(names) == set(NAMES) and args.variant == DEFAULT_VARIANT and args.seed is None
+    committed_run = set(names) == set(suite.NAMES) and args.variant == DEFAULT_VARIANT and args.seed is None
     default_out = COMMITTED_OUT if committed_run else RUNS_DIR / args.variant
     out_root = pathlib.Path(args.out) if args.out else default_out
     report_path = pathlib.Path(args.report) if args.report else (
@@ -315,17 +203,17 @@ def _run_all(args, names, out_root: pathlib.Path, resuming: bool) -> tuple[dict,
     log.unlink(missing_ok=True)
     jobs = []
     for name in names:
-        vs = variants_of(name, args.variant)
+        vs = suite.variants_of(name, args.variant)
         if not vs:
             skipped[name] = f"skipped: experiments/configs/{name}.py defines no {args.variant!r} variant"
             tqdm.write(f"[{name}] {skipped[name]}")
         jobs += [(name, v) for v in vs]
     bar = tqdm(jobs, desc="reproduce" + (" --dry-run" if args.dry_run else ""), unit="run")
     for name, variant in bar:
-        tag = run_dir(name, variant)
+        tag = suite.run_dir(name, variant)
         bar.set_postfix_str(tag)
         try:
-            res = run_one(name, variant, out_root, force=not resuming, seed=args.seed, data_dir=args.data_dir,
+            res = suite.run_one(name, variant, out_root, force=not resuming, seed=args.seed, data_dir=args.data_dir,
                           dry_run=args.dry_run)
             if args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is the result
                 tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")

@@ -1,6 +1,6 @@
 """Head-stationary collapsed states: the head driven to stationarity at a collapsed batch, and rho there.
 
-The measurement behind the registry claim ``stationarity-forces-rho-zero`` (experiments/claims.py),
+The measurement behind the registry claim ``stationarity-forces-rho-zero`` (experiments/claims/),
 decided by experiment 3 (:mod:`experiments.collapse_hessians`) and experiment 7
 (:mod:`experiments.objectives`) with :func:`experiments.rules.decide_rho_zero`.
 

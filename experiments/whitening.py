@@ -14,7 +14,7 @@ Twins and VICReg, which do, are the registry's positive control (:data:`POSITIVE
 shared (cross-view) covariance Sigma, ``C = W^T Sigma W``; the decorrelation error is
 ``max_i |lambda_i(R) - 1|`` for the correlation matrix ``R`` of ``C``, at initialisation and after
 training. W-MSE (whitening inside the loss) and spectral contrastive are reported beside them.
-Rules and thresholds: ``experiments/claims.py``.
+Rules and thresholds: ``experiments/claims/``.
 """
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments import claims, common
+from experiments import claims, common, projection
 from ssl_geometry import fit, geometry, heads, losses
 
 NAME = "whitening"
 TITLE = "Whitening (Thm 3.1)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("thm3.1-construction", "linear-heads-whiten")
 CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for every r-dimensional subspace S "
          "of the representation space the linear head W = U_r Lambda_r^(-1/2) B^T gives v^T H_eff v = |v|^2 on S "
@@ -136,7 +136,7 @@ def step_time(cfg, loss_name, sigma_sqrt, key) -> float:
     model, objective = _objective(cfg, loss_name, cfg.data.view_noise)
     grad = jax.jit(jax.value_and_grad(objective))
     params = model.init(key)["params"]
-    return common.step_time(lambda: grad(params, key, sigma_sqrt))
+    return projection.step_time(lambda: grad(params, key, sigma_sqrt))
 
 
 def _kind(name):
@@ -152,7 +152,7 @@ def check_config(config) -> None:
     missing = [n for n in (SUBJECT, *POSITIVE_CONTROL) if n not in config.train.losses]
     if missing:
         raise ValueError(f"config.train.losses must include {missing}: linear-heads-whiten is decided on {SUBJECT!r} "
-                         f"with {list(POSITIVE_CONTROL)} as its positive control (experiments/claims.py); got "
+                         f"with {list(POSITIVE_CONTROL)} as its positive control (experiments/claims/); got "
                          f"{list(config.train.losses)}.")
 
 
@@ -185,7 +185,7 @@ def measure(config) -> dict:
     out = {"construction": A, "trained": rows, "curves": curves, "view_noise": config.data.view_noise, "paper": {}}
     if config.dry_run:
         t = max(step_time(config, name, jnp.asarray(sigma_sqrt), kB) for name, _ in runs)
-        out["dry_run"] = common.dry_run_record(t, len(runs) * config.train.steps, losses_timed=len(runs))
+        out["dry_run"] = projection.dry_run_record(t, len(runs) * config.train.steps, losses_timed=len(runs))
     return out
 
 

@@ -11,10 +11,10 @@ import string
 
 import pytest
 
-from experiments import claims, common, reproduce
+from experiments import claims, common, suite
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODULES = sorted(reproduce.NAMES)
+MODULES = sorted(suite.NAMES)
 
 
 def _module(mod):

@@ -52,7 +52,7 @@ def test_decide_each_claim_each_way():
 
 def test_dino_residual_scale_is_bounded_by_the_simplex():
     cfg = cfg_module.get_config("tiny")
-    model = collapse_hessians._online(cfg, "swish", False, 1.0, False)
+    model = collapse_hessians.online_head(cfg, "swish", False, 1.0, False)
     variables = model.init(jax.random.PRNGKey(0))
     c = jax.random.normal(jax.random.PRNGKey(1), (cfg.data.d,), jnp.float64)
     with pytest.raises(ValueError, match="residual_scale.*< 2"):

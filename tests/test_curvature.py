@@ -603,6 +603,25 @@ def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian(
         cv.hessian_extremes(lambda y, W: jnp.sum(jnp.sqrt(y - 10.0)), x, W)
 
 
+def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_coupling():
+    """Block 0 has scale 1e6, block 1 scale 1e-6, and they couple by 1e-9: the relative coupling, 1e-15, is below
+    the default tolerance (100 eps), yet block 1 alone is not symmetric at its own scale. ``auto`` then solves the
+    full operator (and matches the dense eigenvalues); a forced ``blockwise`` raises."""
+    def loss(x, s):
+        return 0.5 * (1e6 * jnp.sum(x[0] ** 2) + s * jnp.sum(x[1] * jnp.array([1.0, -2.0]) * x[1])) \
+            + 1e-9 * x[0, 0] * x[1, 0]
+    x = jnp.ones((2, 2))
+    ev = np.linalg.eigvalsh(np.asarray(jax.hessian(loss)(x, 1e-6)).reshape(4, 4))
+    r = cv.hessian_extremes(loss, x, 1e-6, num_steps=50)  # a budget above the dimension is clamped to it
+    assert r.method == "full" and 0 < r.coupling <= 100 * np.finfo(np.float64).eps and r.converged
+    assert r.num_steps <= 4
+    # the guarantee: within tol * max|theta| = 1e-8 * 1e6 of an eigenvalue; the small end keeps its sign
+    np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-12, atol=r.tol * 1e6)
+    assert r.smallest[0] < 0
+    with pytest.raises(ValueError, match="not block-diagonal over the rows of `x`"):
+        cv.hessian_extremes(loss, x, 1e-6, method="blockwise")
+
+
 def test_hessian_extremes_compiles_once_whatever_closure_the_caller_writes():
     n, d = 5, 4
     rng = np.random.default_rng(32)

@@ -205,6 +205,7 @@ def _random_as_dataset(n):
     return as_dataset
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
     """data.stream=True: the trainer reads batches from tf.data (not memory); a run stopped
     mid-epoch and resumed from the stored stream position ends bitwise equal to one run."""

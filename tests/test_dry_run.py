@@ -12,35 +12,38 @@ import math
 import numpy as np
 import pytest
 
-from experiments import claims, reproduce
+from experiments import claims, projection, suite
 
 
-#: Every paper variant's dry run builds the paper's models (ResNet-18, ViT-T, ResNet-50, paper widths) on the
-#: CPU: minutes in all, so the whole parametrisation is the slow tier (``.ci/run`` runs it after the suite).
+#: Every paper variant's dry run builds the paper's models (ResNet-18, ViT-T, ResNet-50, paper widths): on a
+#: 2-core CPU each takes 2 to 15 minutes (about an hour and a half in all), more than CI's 90 minutes leave after
+#: the suite and the slow tier. They are the ``paper`` tier (marked ``slow`` and ``paper``, so neither the suite
+#: nor ``.ci/run``'s slow tier runs them): ``python -m pytest -n 2 -q -m paper``, by hand or on an accelerator.
 
 
 #: Every (experiment, paper variant) pair ``reproduce --variant paper`` runs.
-PAPER_RUNS = [(name, v) for name in reproduce.NAMES for v in reproduce.variants_of(name, "paper")]
+PAPER_RUNS = [(name, v) for name in suite.NAMES for v in suite.variants_of(name, "paper")]
 
 
 def test_every_paper_variant_is_run_by_reproduce():
     """``--variant paper`` covers the guillotine's ViT-T and CIFAR-100 variants, each in a directory of its own."""
     assert ("guillotine", "paper_vit_tiny") in PAPER_RUNS and ("guillotine", "paper_cifar100") in PAPER_RUNS
-    dirs = [reproduce.run_dir(n, v) for n, v in PAPER_RUNS]
+    dirs = [suite.run_dir(n, v) for n, v in PAPER_RUNS]
     assert len(set(dirs)) == len(dirs) and "guillotine-paper_vit_tiny" in dirs
     assert ("collapse_escape_paper", "paper") in PAPER_RUNS and not any(n == "collapse_escape" for n, _ in PAPER_RUNS)
-    assert reproduce.variants_of("guillotine", "smoke") == ["smoke"]
+    assert suite.variants_of("guillotine", "smoke") == ["smoke"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,variant", PAPER_RUNS, ids=[reproduce.run_dir(n, v) for n, v in PAPER_RUNS])
+@pytest.mark.paper
+@pytest.mark.parametrize("name,variant", PAPER_RUNS, ids=[suite.run_dir(n, v) for n, v in PAPER_RUNS])
 def test_paper_variant_dry_run(name, variant, tmp_path):
-    module, cfg_module = reproduce.load(name)
+    module, cfg_module = suite.load(name)
     assert getattr(module, "DRY_RUN", False) and "dry_run" in cfg_module.get_config(variant), (
         f"{name}: every paper path must dry-run ({module.__name__} does not declare DRY_RUN = True)")
-    res = reproduce.run_one(name, variant, tmp_path, force=True, dry_run=True)
+    res = suite.run_one(name, variant, tmp_path, force=True, dry_run=True)
     assert res["config"]["dry_run"] is True and res["variant"] == variant
-    assert (tmp_path / reproduce.run_dir(name, variant) / "results.json").exists()
+    assert (tmp_path / suite.run_dir(name, variant) / "results.json").exists()
     d = res["measurements"]["dry_run"]
     assert d["step_time_s"] > 0 and math.isfinite(d["step_time_s"])
     # The full variant takes many steps: its projection must exceed the 2 measured steps.
@@ -50,6 +53,7 @@ def test_paper_variant_dry_run(name, variant, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.paper
 def test_simsiam_cifar10_recipe_trains_two_steps_on_mock_cifar(tmp_path):
     """The trainer config of the paper's SimSiam (``configs/simsiam_cifar10.py``) through ``trainer.train``."""
     import tensorflow_datasets as tfds
@@ -186,37 +190,31 @@ def test_train_run_stops_a_diverging_run_of_the_run_loop_at_its_epoch():
 
 def test_power_law_projection_recovers_a_known_exponent_from_synthetic_timings():
     """Times ``t(n) = 3e-4 n^1.7`` at n = 32 and 64 project n = 512 exactly; 10 units cost 10 times one."""
-    from experiments import common
-
     t = lambda n: 3e-4 * n ** 1.7  # noqa: E731
-    rec = common.power_law_projection([[32, t(32)], [64, t(64)]], full_size=512, count=10)
+    rec = projection.power_law_projection([[32, t(32)], [64, t(64)]], full_size=512, count=10)
     assert rec["exponent"] == pytest.approx(1.7, rel=1e-12)
     assert rec["unit_time_s"] == pytest.approx(t(512), rel=1e-12)
     assert rec["projected_s"] == pytest.approx(10 * t(512), rel=1e-12)
     assert rec["points"] == [[32.0, t(32)], [64.0, t(64)]] and rec["full_size"] == 512.0 and "note" not in rec
     # Three noisy points: the least-squares exponent, not the first pair's.
     noisy = [[16, t(16) * 1.1], [32, t(32) / 1.1], [64, t(64) * 1.1]]
-    assert common.power_law_projection(noisy, 512)["exponent"] == pytest.approx(
+    assert projection.power_law_projection(noisy, 512)["exponent"] == pytest.approx(
         float(np.polyfit(np.log([16, 32, 64]), np.log([p[1] for p in noisy]), 1)[0]), rel=1e-12)
 
 
 def test_power_law_projection_names_bad_points_and_flags_a_negative_exponent():
-    from experiments import common
-
     for bad in ([[32, 1.0]], [[32, 1.0], [32, 2.0]], [[32, 1.0], [64, float("nan")]], [[0, 1.0], [64, 2.0]]):
         with pytest.raises(ValueError, match="`points`"):
-            common.power_law_projection(bad, 512)
+            projection.power_law_projection(bad, 512)
     with pytest.raises(ValueError, match="`full_size`"):
-        common.power_law_projection([[32, 1.0], [64, 2.0]], 0)
-    rec = common.power_law_projection([[32, 2.0], [64, 1.0]], 512, count=3)
+        projection.power_law_projection([[32, 1.0], [64, 2.0]], 0)
+    rec = projection.power_law_projection([[32, 2.0], [64, 1.0]], 512, count=3)
     assert rec["exponent"] == pytest.approx(-1.0) and "noise" in rec["note"] and rec["projected_s"] == 3.0
 
 
 def test_time_at_sizes_excludes_the_first_call():
     """The first call of each size sleeps 0.2 s (a compilation); the timed calls sleep 0.01 * n / 8 s."""
     import time
-
-    from experiments import common
 
     def make_step(n):
         calls = []
@@ -225,22 +223,22 @@ def test_time_at_sizes_excludes_the_first_call():
             time.sleep(0.2 if not calls else 0.01 * n / 8)
             calls.append(n)
         return step
-    (n1, t1), (n2, t2) = common.time_at_sizes(make_step, (8, 16), repeats=1)
+    (n1, t1), (n2, t2) = projection.time_at_sizes(make_step, (8, 16), repeats=1)
     assert (n1, n2) == (8, 16) and 0.01 <= t1 < 0.1 and 0.02 <= t2 < 0.15
 
 
 def test_dry_run_record_projects_training_and_analysis_apart():
-    from experiments import common, report_md
+    from experiments import report_md
 
-    train = common.power_law_projection([[32, 0.1], [64, 0.2]], 256, count=36000)   # p = 1: 0.8 s a step
-    ana = common.power_law_projection([[32, 1.0], [64, 4.0]], 256, count=5)         # p = 2: 64 s a case
-    rec = common.dry_run_record(0.2, training=train, analysis=ana)
+    train = projection.power_law_projection([[32, 0.1], [64, 0.2]], 256, count=36000)   # p = 1: 0.8 s a step
+    ana = projection.power_law_projection([[32, 1.0], [64, 4.0]], 256, count=5)         # p = 2: 64 s a case
+    rec = projection.dry_run_record(0.2, training=train, analysis=ana)
     assert rec["training_s"] == pytest.approx(36000 * 0.8) and rec["analysis_s"] == pytest.approx(5 * 64)
     assert rec["projected_wall_time_s"] == pytest.approx(36000 * 0.8 + 320)
     assert rec["training_device_hours"] == pytest.approx(8.0)
     with pytest.raises(ValueError, match="exactly one"):
-        common.dry_run_record(0.2, 10, analysis=ana)
-    assert "analysis_s" not in common.dry_run_record(0.2, 10)
+        projection.dry_run_record(0.2, 10, analysis=ana)
+    assert "analysis_s" not in projection.dry_run_record(0.2, 10)
 
     class E:
         label, results = "x", {"measurements": {"dry_run": rec}, "wall_time_s": 1.0}

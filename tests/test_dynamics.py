@@ -81,6 +81,7 @@ def net_problem():
     return _regression(32, 16)
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_every_registered_solver_agrees_with_tsit5():
     """Parametrised over the registry: a solver added to ``dynamics.SOLVERS`` is tested here."""
     loss, p0, data = _regression(8, 4)  # 4 -> 4 -> 4 -> 1: 45 parameters (Kvaerno5 forms Jacobians)

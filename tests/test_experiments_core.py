@@ -4,14 +4,14 @@ import json
 import numpy as np
 import pytest
 
-from experiments import claims, collapse_hessians, common, reproduce
+from experiments import claims, collapse_hessians, common, reproduce, suite
 from experiments.configs import collapse_hessians as collapse_hessians_config
 
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("suite")
-    res = {name: reproduce.run_one(name, "tiny", out) for name in ("collapse_hessians", "whitening")}
+    res = {name: suite.run_one(name, "tiny", out) for name in ("collapse_hessians", "whitening")}
     return out, res
 
 
@@ -38,12 +38,12 @@ def test_collapse_hessians_tiny_schema_rule_and_closed_forms(tiny_runs):
         assert sorted({c["residual_scale"] for c in eq if c["objective"] == obj}) == sorted(scales)
     # Closed form: a linear head on MSE has H_eff = G = (2/n) blockdiag(J^T J), so lambda_min = (2/n) sigma_min(J)^2,
     # J = W2 W1 of the head the case built (run_case's key: fold_in(PRNGKey(seed), case index)).
-    cases = list(collapse_hessians._cases(config))
+    cases = list(collapse_hessians.all_cases(config))
     for i, (obj, act, bn, state, s) in enumerate(cases):
         if (obj, act, state) != ("mse_target", "identity", "equilibrium"):
             continue
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed), i)
-        w = [np.asarray(l["w"]) for l in collapse_hessians._online(config, act, False, 1.0, False).init(key)
+        w = [np.asarray(l["w"]) for l in collapse_hessians.online_head(config, act, False, 1.0, False).init(key)
              ["params"]["layers"]]
         J = (w[0] @ w[1]).T  # heads apply x @ w
         expect = 2.0 / config.data.n * np.linalg.svd(J, compute_uv=False)[-1] ** 2
@@ -123,10 +123,10 @@ def test_resume_skips_finished_experiment_and_seed_changes_numbers(tiny_runs, tm
     out, res = tiny_runs
     path = out / "whitening" / "results.json"
     before = path.stat().st_mtime_ns
-    again = reproduce.run_one("whitening", "tiny", out)
+    again = suite.run_one("whitening", "tiny", out)
     assert path.stat().st_mtime_ns == before  # reused, not rerun
     assert again["headline"] == res["whitening"]["headline"]
-    other = reproduce.run_one("whitening", "tiny", tmp_path, seed=1)
+    other = suite.run_one("whitening", "tiny", tmp_path, seed=1)
     first = lambda r: r["measurements"]["trained"][0]["decorrelation_error_trained"]
     assert first(other) != first(res["whitening"])
 
@@ -156,9 +156,10 @@ def test_write_results_rejects_bad_verdict_and_keeps_nonfinite_visible(tmp_path)
 
 def test_unknown_experiment_name_is_a_clear_error():
     with pytest.raises(ValueError, match="Unknown experiment"):
-        reproduce.load("nope")
+        suite.load("nope")
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_main_recomputes_unless_an_interrupted_run_is_marked(tmp_path):
     out = tmp_path / "suite"
     argv = ["--only", "whitening", "--variant", "tiny", "--out", str(out)]
@@ -187,17 +188,17 @@ def test_require_x64_names_the_experiment_and_the_fix():
 
 
 def test_make_config_passes_data_dir_and_dry_run(tmp_path):
-    c = reproduce.make_config("hessian_tracker", "paper", data_dir=str(tmp_path), dry_run=True, seed=3)
+    c = suite.make_config("hessian_tracker", "paper", data_dir=str(tmp_path), dry_run=True, seed=3)
     assert c.data.data_dir == str(tmp_path) and c.dry_run is True and c.seed == 3
-    assert reproduce.make_config("hessian_tracker", "paper").dry_run is False
+    assert suite.make_config("hessian_tracker", "paper").dry_run is False
     # One module per experiment: the authors' SimSiam runs of experiment 4 are experiment 4b, whose config
     # holds the paper variant; the toy problem of experiment 4 has none, so --variant paper skips it.
-    mod, cfg = reproduce.load("collapse_escape_paper")
+    mod, cfg = suite.load("collapse_escape_paper")
     assert mod.__name__ == "experiments.collapse_escape_paper" and cfg.get_config("paper").seeds == 3
-    assert reproduce.variants_of("collapse_escape", "paper") == []
-    assert reproduce.variants_of("collapse_escape_paper", "paper") == ["paper"]
+    assert suite.variants_of("collapse_escape", "paper") == []
+    assert suite.variants_of("collapse_escape_paper", "paper") == ["paper"]
     with pytest.raises(ValueError, match="unknown variant 'paper'"):
-        reproduce.make_config("collapse_escape", "paper")
+        suite.make_config("collapse_escape", "paper")
 
 
 def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
@@ -212,15 +213,16 @@ def test_dry_run_of_an_unconverted_config_is_a_clear_skip(monkeypatch):
         __name__ = "fake"
         DRY_RUN = True
 
-    monkeypatch.setattr(reproduce, "load", lambda name: (Declares, FakeCfg))
+    monkeypatch.setattr(suite, "load", lambda name: (Declares, FakeCfg))
     with pytest.raises(NotImplementedError, match="no `dry_run` field"):
-        reproduce.make_config("whitening", "paper", dry_run=True)
+        suite.make_config("whitening", "paper", dry_run=True)
     # A module that does not declare DRY_RUN would ignore the flag and run its full variant: refused.
-    monkeypatch.setattr(reproduce, "load", lambda name: (type("M", (), {"__name__": "m"}), FakeCfg))
+    monkeypatch.setattr(suite, "load", lambda name: (type("M", (), {"__name__": "m"}), FakeCfg))
     with pytest.raises(NotImplementedError, match="does not declare DRY_RUN"):
-        reproduce.make_config("whitening", "paper", dry_run=True)
+        suite.make_config("whitening", "paper", dry_run=True)
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_main_dry_run_writes_its_own_report_never_report_md(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "dry"

@@ -7,7 +7,7 @@ import scipy.stats
 
 import jax
 
-from experiments import claims, collapse_escape, common, hessian_tracker, reproduce
+from experiments import claims, collapse_escape, common, hessian_tracker, suite
 from experiments.collapse_escape import problem as ce_problem
 from experiments.collapse_escape import runs as ce_runs
 from experiments.collapse_escape import verdict as ce_verdict
@@ -19,7 +19,7 @@ from ssl_geometry import dynamics
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("dynamics")
-    res = {name: reproduce.run_one(name, "tiny", out) for name in ("collapse_escape", "hessian_tracker")}
+    res = {name: suite.run_one(name, "tiny", out) for name in ("collapse_escape", "hessian_tracker")}
     return out, res
 
 

@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import common, metric_adaptation, objectives, reproduce
+from experiments import common, metric_adaptation, objectives, suite
 from experiments.configs import objectives as objectives_config
 from ssl_geometry import paper, riemann
 
@@ -16,7 +16,7 @@ from ssl_geometry import paper, riemann
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("geometry_suite")
-    res = {name: reproduce.run_one(name, "tiny", out) for name in ("metric_adaptation", "objectives")}
+    res = {name: suite.run_one(name, "tiny", out) for name in ("metric_adaptation", "objectives")}
     return out, res
 
 

@@ -7,7 +7,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import claims, common, guillotine, reproduce, rules
+from experiments import claims, common, guillotine, rules, suite
 from experiments.guillotine import geometry as G
 from experiments.guillotine import training as T
 from experiments.configs import guillotine as gconfig
@@ -17,7 +17,7 @@ from ssl_geometry import backbones, heads
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = tmp_path_factory.mktemp("guillotine")
-    res = reproduce.run_one("guillotine", "tiny", out)
+    res = suite.run_one("guillotine", "tiny", out)
     return out / "guillotine", res
 
 
@@ -413,6 +413,7 @@ def test_train_simclr_checkpoints_resume_and_never_mix_runs(tmp_path):
         T.train_simclr(other, 2)
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_guillotine_run_stopped_and_resumed_by_the_shared_loop_is_bitwise_the_uninterrupted_one(tmp_path):
     """The guillotine's trainer config through trainer.train: stop_after 2, rerun to 4 == 4 steps at once, bit for bit
     (state and every step's loss), and the losses train_simclr reads are the loop's logged ones."""

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import claims, common, pretrained_orbits as PO, reproduce, rules
+from experiments import claims, common, pretrained_orbits as PO, rules, suite
 from experiments import pretrained_orbits as _PO
 from experiments.pretrained_orbits import pipeline as PP
 from experiments.configs import pretrained_orbits as cfg_module
@@ -40,7 +40,7 @@ def empty_run(tmp_path_factory, monkeypatch_module):
     ck = tmp_path_factory.mktemp("no_checkpoints")
     monkeypatch_module.setenv("SSL_GEOMETRY_CHECKPOINTS", str(ck))
     out = tmp_path_factory.mktemp("po_tiny")
-    return ck, out, reproduce.run_one("pretrained_orbits", "tiny", out)
+    return ck, out, suite.run_one("pretrained_orbits", "tiny", out)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from experiments import reproduce
+from experiments import reproduce, suite
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -95,6 +95,7 @@ def test_a_failure_during_the_run_exits_1_in_one_line_with_the_traceback_logged(
     assert (tmp_path / "REPORT.md").exists() and (tmp_path / reproduce.MARKER).exists()  # the next run resumes
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_partial_run_in_a_clean_clone_writes_runs_and_leaves_git_status_clean(tmp_path):
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and a git checkout")
@@ -113,7 +114,7 @@ def test_paths_of_each_kind_of_run(monkeypatch, tmp_path):
     """Where each run writes (no subprocess: the path logic of ``main``)."""
     paths = lambda *a: reproduce._paths(*reproduce._parse(list(a)))
     assert paths() == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
-    assert paths("--only", ",".join(reproduce.NAMES)) == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
+    assert paths("--only", ",".join(suite.NAMES)) == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
     out, report, committed = paths("--only", "whitening")
     assert out == reproduce.RUNS_DIR / "smoke" and report == out / "REPORT.md" and not committed
     out, report, _ = paths("--variant", "tiny")

@@ -238,6 +238,7 @@ def sharded(tmp_path_factory):
     return dict(np.load(path))
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_eight_devices_match_one_device(sharded):
     for tag in ("8", "4x2"):
         np.testing.assert_allclose(sharded[f"{tag}_loss"], sharded["1_loss"], rtol=0, atol=1e-5)
@@ -249,6 +250,7 @@ def test_eight_devices_match_one_device(sharded):
     assert str(sharded["8_wspec"]) == "()"
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_sharded_batchnorm_is_sync_batchnorm(sharded):
     x, w, b = sharded["bn_x"], sharded["bn_w"], sharded["bn_b"]
     a = x @ w + b
@@ -349,6 +351,7 @@ def _final_state(workdir):
                                      for p, v in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_sigkill_resume_is_bitwise_identical(tmp_path):
     cfg = tmp_path / "killcfg.py"
     cfg.write_text(_KILL_CONFIG.format(cfgdir=str(TINY.parent)))
@@ -421,6 +424,7 @@ def _hook_config(steps):
     return cfg
 
 
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
 def test_run_loop_calls_hooks_at_the_documented_steps(tmp_path):
     """before_step(s) before every update s of the invocation, after_step(s + 1) after it, with the state's
     step; a resumed run from the restored step on; a complete workdir not at all; a raising hook ends the run

@@ -10,7 +10,7 @@ collapsed equilibrium (all ``z_i = c``, stationary in every variable, ``rho != 0
 (:func:`ssl_geometry.geometry.thm41_premises` at the equilibrium; the timescale ratio of each run is
 measured at its start), one spectrum of ``H_eff``, ``G``, ``M`` and one perturbation of relative size
 ``dynamics.perturbation`` from which every run starts (:mod:`.runs`: the flows of the timescale sweep,
-head frozen included, and SGD). The registry claims it decides (experiments/claims.py):
+head frozen included, and SGD). The registry claims it decides (experiments/claims/):
 ``thm4.1-frozen-head-flow`` (Thm 4.1's ``H_eff`` statement in its own regime), the abstract's
 dynamical reading ``flow-linear-relu-no-escape`` / ``flow-smooth-escape`` over the sweep,
 ``finite-step-escape`` (SGD) and ``linearised-rate-prediction`` (:mod:`.verdict`).
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common
+from experiments import common, projection
 from experiments.collapse_escape import problem as P
 from experiments.collapse_escape import runs as R
 from experiments.collapse_escape.reporting import figures, report
@@ -41,7 +41,7 @@ __all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "report", "f
 
 NAME = "collapse_escape"
 TITLE = "Collapse escape: predicted against measured (Thm 4.1 and the abstract's dynamical reading)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("flow-linear-relu-no-escape", "thm4.1-frozen-head-flow", "flow-smooth-escape",
           "finite-step-escape", "linearised-rate-prediction")
 CLAIM = ("Thm 4.1 with the head frozen: from a collapsed equilibrium with non-zero residual and H_L PSD, the flow in z "
@@ -142,5 +142,5 @@ def _measure(config) -> dict:
     out = {"rows": rows, "curves": curves, "cases": cases}
     if config.dry_run:
         wall = time.perf_counter() - t0
-        out["dry_run"] = common.dry_run_record(wall, len(problems) * config.seeds)  # a "step": one case
+        out["dry_run"] = projection.dry_run_record(wall, len(problems) * config.seeds)  # a "step": one case
     return out

@@ -8,7 +8,7 @@ One certified equilibrium and one perturbation ``y0`` per state (:func:`run_stat
 * SGD with momentum at each lr of ``dynamics.lrs`` and head rate ``dynamics.sgd_head_rate``
   (``finite-step-escape``).
 
-Horizons (the rules of experiments/claims.py): with the head frozen ``T0 = horizon_decades ln 10 /
+Horizons (the rules of experiments/claims/): with the head frozen ``T0 = horizon_decades ln 10 /
 |lambda_min(H_eff)|``; a flow whose linearised rate ``r`` (leading eigenvalue of the field's
 Jacobian among the modes the spread sees) is positive runs to ``horizon_margin ln(escape_growth) / r``,
 any other to ``T0``; every horizon is capped at ``horizon_max``. SGD runs the horizon of the flow at

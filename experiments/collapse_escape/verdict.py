@@ -1,4 +1,4 @@
-"""Experiment 4's verdicts: the registry's five rules (experiments/claims.py) applied to the stored runs.
+"""Experiment 4's verdicts: the registry's five rules (experiments/claims/) applied to the stored runs.
 
 Thresholds come from :data:`experiments.claims.CLAIMS`; the one measured/predicted ratio
 (:func:`rate_ratio`) and the one agreement test (:func:`rate_agreement`) are shared with the report.

@@ -2,7 +2,7 @@
 
 Sections: ``model`` (objectives, heads, representation, sizes of the toy problem), ``dynamics``
 (the timescale sweep, flow solver, SGD, perturbation, save times) and ``analysis``. The thresholds
-and horizons the verdicts read are the registry's (experiments/claims.py: ``thm4.1-frozen-head-flow``,
+and horizons the verdicts read are the registry's (experiments/claims/: ``thm4.1-frozen-head-flow``,
 ``flow-linear-relu-no-escape``, ``flow-smooth-escape``, ``finite-step-escape``,
 ``linearised-rate-prediction``); ``dynamics.head_rates`` is the registry's sweep of the timescale
 ratio. Variants: ``tiny`` (seconds, tests) and ``smoke`` (default, minutes on 2 CPU cores); the

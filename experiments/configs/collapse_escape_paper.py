@@ -19,7 +19,7 @@ runs; CPU minutes) and ``tiny`` (tests). Under ``dry_run`` the first run of each
 mock CIFAR-10, and the full variant's wall time is projected from the measured step time of each
 run's path.
 
-The verdict is the registry's ``paper-collapse-ablation`` (experiments/claims.py; thresholds there,
+The verdict is the registry's ``paper-collapse-ablation`` (experiments/claims/; thresholds there,
 not here). ``smoke`` runs six of the settings -- one of each of the rule's four groups (smooth, linear,
 ReLU at lr 0.005 without BN, ReLU with BN or at lr 0.5) plus ReLU at the base lr with and without BN --
 so that every group the rule reads is present; ``paper`` runs all 14.

@@ -48,7 +48,7 @@ def base() -> ml_collections.ConfigDict:
         "model": {"backbone": "small_cnn", "backbone_kwargs": {"widths": (8, 16), "activation": "relu"},
                   "hidden": 32, "out_dim": 32, "pred_hidden": 8, "collapse_scale": 0.1},
         "train": {"lr": 0.05, "batch_size": 64, "epochs": 6, "steps_per_epoch": 20},  # 0: full epochs
-        # The Lanczos references are certified by the registry's converged_residual (experiments/claims.py).
+        # The Lanczos references are certified by the registry's converged_residual (experiments/claims/).
         "analysis": {"tracker_batches": 2, "power_steps": 20, "lanczos_steps": 200, "lanczos_tol": 1e-10,
                      "exact_blocks": True, "blockwise_lanczos": True, "block_lanczos_steps": 200,
                      "spearman_from_epoch": 1},

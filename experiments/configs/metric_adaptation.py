@@ -4,7 +4,7 @@ The paper states Thm 3.2 and Prop 3.3 without experiments, so there is no author
 ``paper`` variant is a larger computation of the same quantities (deviations: none possible).
 ``model.width`` is the depth-2 heads' width; deeper heads and the affine control take widths that
 match its parameter count (``experiments.metric_adaptation.widths``). The rules and thresholds are
-the registry's (``experiments/claims.py``: ``thm3.2-depth``, ``prop3.3-barrier``).
+the registry's (``experiments/claims/``: ``thm3.2-depth``, ``prop3.3-barrier``).
 """
 import ml_collections
 

@@ -8,7 +8,7 @@ beside them. Every variant is the same computation (seconds on one CPU core); ``
 ``smoke`` and ``paper`` exist so that ``reproduce --variant ...`` finds them. Deviations from
 the authors' code: none in the estimators (each is the paper's formula, see
 ``ssl_geometry.paper``); the project's escape criterion and growth-rate fit are the project's,
-labelled as such. The rule and its tolerance are the registry's (``experiments/claims.py``:
+labelled as such. The rule and its tolerance are the registry's (``experiments/claims/``:
 ``released-arrays``).
 """
 import ml_collections

@@ -5,7 +5,7 @@ The paper states Thm 3.1 without an experiment, so there is no authors' recipe t
 linear heads. Deviations from the authors' code: none possible (no code for this theorem).
 ``train.losses`` must include ``info_nce`` (the objective the training claim is decided on) and
 ``barlow_twins`` and ``vicreg`` (its positive control); the rules and thresholds are the registry's
-(``experiments/claims.py``: ``thm3.1-construction``, ``linear-heads-whiten``).
+(``experiments/claims/``: ``thm3.1-construction``, ``linear-heads-whiten``).
 """
 import ml_collections
 

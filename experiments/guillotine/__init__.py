@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import claims, common, configs, rules
+from experiments import claims, configs, projection, rules
 from ssl_geometry import augment, metrics, probes
 
 from . import geometry as G
@@ -53,7 +53,7 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "CONT
 NAME = "guillotine"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Guillotine and information-invariance (Sec. 5)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5, "guillotine-probe-gap")
 GAP = "guillotine-probe-gap"
 CLAIM = ("The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
@@ -213,7 +213,7 @@ def measure(config) -> dict:
         train_proj = sum(r["step_time_s"] * r["steps"] * r["batch_size"] / t.dry_run_batch for r in trained_runs)
         full = _sizes(_full(cfg))
         scale = max(full[k] / max(sz[k], 1) for k in ("curvature", "degeneracy", "probe_train"))
-        out["dry_run"] = common.dry_run_record(
+        out["dry_run"] = projection.dry_run_record(
             main["step_time_s"], projected_wall_time_s=train_proj + (t_end - t_analysis) * scale,
             wall_time_s=t_end - t_start,
             projection="training: measured step time x steps x batch/dry batch of each run; "

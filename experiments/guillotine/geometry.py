@@ -21,7 +21,7 @@ __all__ = ["AUGMENTATIONS", "CONTROLS", "analysis_variables", "augmentation_fn",
            "curvature_analysis", "fd_convergence", "orbit_images", "orbit_analysis", "degeneracy_analysis"]
 
 AUGMENTATIONS = ("rotation", "hue", "blur")
-#: The Sec. 5 controls of the registry (``experiments/claims.py``), in its order.
+#: The Sec. 5 controls of the registry (``experiments/claims/``), in its order.
 CONTROLS = rules.SEC5_RATIO_CONTROLS
 
 

@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import claims, common
+from experiments import claims, common, projection
 from experiments.metric_adaptation.barrier import (FLAT_CONTROL, SCALE_INVARIANT, best_constant_whitener, curvature_rows,
                                                    curved, make_per_sample_loss, scalar_from_riemann,
                                                    sectional_from_riemann)
@@ -70,7 +70,7 @@ __all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "decide_dept
 
 NAME = "metric_adaptation"
 TITLE = "Local metric adaptation and depth (Thm 3.2, Prop 3.3)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("thm3.2-depth", "prop3.3-barrier")
 CLAIM = ("An MLP head can make H_eff epsilon-isotropic along a smooth trajectory (depth buys local adaptation; "
          "an affine head of the same size cannot); a loss metric with non-zero Riemann curvature cannot be made "
@@ -134,7 +134,7 @@ def measure(config) -> dict:
         curv_rows, per_point = curvature_rows(small, kC)
         t_curv = (time.perf_counter() - t0) * config.data.n_points / small.data.n_points
         step = max(fit_step_time(config, fit_keys, h["activation"], h["depth"], kB, h["width"]) for h in heads)
-        out["dry_run"] = common.dry_run_record(step, len(heads) * config.train.fit_restarts * config.train.fit_steps,
+        out["dry_run"] = projection.dry_run_record(step, len(heads) * config.train.fit_restarts * config.train.fit_steps,
                                                other_s=t_curv, curvature_part_s=t_curv)
     else:
         curv_rows, per_point = curvature_rows(config, kC)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import projection
 from ssl_geometry import as_function, fit, geometry, heads, param_count
 
 
@@ -147,11 +148,9 @@ def isotropy_fit(cfg, keys, activation, depth, key, width=None):
 
 def fit_step_time(cfg, keys, activation, depth, key, width) -> float:
     """Wall time of one step of the isotropy fit (value and gradient of the objective) on this device."""
-    from experiments import common
-
     model, objective, _ = _fit_program(cfg.model.d, depth, width, cfg.model.k, activation)
     z_fit = helix(jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns,
                   cfg.data.pitch)
     grad = jax.jit(jax.value_and_grad(objective))
     params, data = model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau))
-    return common.step_time(lambda: grad(params, None, data))
+    return projection.step_time(lambda: grad(params, None, data))

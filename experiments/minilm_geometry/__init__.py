@@ -35,7 +35,7 @@ import numpy as np
 
 import ml_collections
 
-from experiments import claims, common, configs, rules
+from experiments import claims, configs, projection, rules
 from ssl_geometry import heads, text
 
 from . import core as C
@@ -48,7 +48,7 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "CONTROLS", "measure",
 NAME = "minilm_geometry"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation model: MiniLM sentence encoder with a trained SSL head (Sec. 5 on text)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5,)
 CLAIM = ("A trained projection head's pullback metric degenerates along the augmentation directions it was trained "
          "to be invariant to (|J_h v| small for v along view differences) more than along other directions, and "
@@ -144,7 +144,7 @@ def measure(config) -> dict:
         train_s = sum(t * n for t, n in zip(C._STEP_TIMES, steps))
         rest = timings["total_s"] - sum(C._STEP_TIMES[i] * cfg.train[k] for i, k in enumerate(("frozen_steps", "finetune_steps"))
                                         if i < len(C._STEP_TIMES))
-        dry = {"dry_run": common.dry_run_record(
+        dry = {"dry_run": projection.dry_run_record(
             C._STEP_TIMES[0], projected_wall_time_s=train_s + rest * full.data.n_eval / cfg.data.n_eval,
             projection="measured step time x full steps per phase + the rest x n_eval ratio")}
     return {**dry, "paper": {},  # the paper has no text experiment

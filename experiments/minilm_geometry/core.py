@@ -16,7 +16,7 @@ from ssl_geometry import paper as P
 __all__ = ["CONTROLS", "view_fn", "negative_view_fn", "views", "loss_fn", "train_frozen", "train_finetune",
            "head_geometry", "effective_hessian_at_data"]
 
-#: The Sec. 5 controls of the registry (``experiments/claims.py``): exact isotropic tangent directions,
+#: The Sec. 5 controls of the registry (``experiments/claims/``): exact isotropic tangent directions,
 #: directions to other sentences, Gaussian directions with the covariance of the evaluation embeddings
 #: (projected to the tangent space).
 CONTROLS = rules.SEC5_RATIO_CONTROLS

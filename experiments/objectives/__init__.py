@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common, rules, stationary_heads
+from experiments import common, projection, rules, stationary_heads
 from experiments.objectives import sec5
 from experiments.objectives.problem import (FAMILIES, PREDICTOR, TARGET, apply_heads, build_heads, scale_projector, step_time,  # noqa: F401
                                             first_view_problem, objective_loss, online_head, sample_views, train)
@@ -47,7 +47,7 @@ from ssl_geometry import geometry, metrics
 
 NAME = "objectives"
 TITLE = "Objectives"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("thm4.1-smooth-unstable", "thm4.1-linear-psd", "stationarity-forces-rho-zero",
           "sec5-metric-degeneracy")
 CLAIM = ("Across contrastive, decorrelation and distillation objectives: Thm 4.1 (a smooth head makes a collapsed "
@@ -196,7 +196,7 @@ def _projection(config, cfg, rows, total_s) -> dict:
         [a for a in config.analysis.thm41_activations if a != config.model.activation]))
     train_all = sum(r["train_time_s"] for r in rows)  # compilation included
     analysis_s = (total_s - train_all) * (config.data.n_geom / cfg.data.n_geom) ** 3 * config.seeds
-    return common.dry_run_record(per, trainings * config.train.steps, analysis_s,
+    return projection.dry_run_record(per, trainings * config.train.steps, analysis_s,
                                  analysis_dry_s=total_s - train_all, sizes_dry={k: int(cfg.data[k]) for k in DRY_RUN_SIZES})
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from experiments import projection
 from ssl_geometry import heads, losses
 from ssl_geometry import fit
 
@@ -156,10 +157,8 @@ def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
 def step_time(step_loss, params, state, key) -> float:
     """Median wall time of one compiled loss-and-gradient evaluation of ``step_loss`` (a training step without the
     Adam update, which is elementwise): the dry run's compile-free step time."""
-    from experiments import common
-
     vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
-    return common.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}, None))
+    return projection.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}, None))
 
 
 def scale_projector(params, target, alpha):

@@ -22,7 +22,7 @@ The claim ``released-arrays`` counts apart the printed values it recomputes from
 (:data:`RECOMPUTED`: the three Spearman correlations, the orbit compression and two curvature
 ratios) and those it can only read back as stored numbers (:data:`READ_BACK`: every probe
 accuracy); only the recomputed ones decide, each compared with the printed value at the printed
-precision (the registry's rule, ``experiments/claims.py``).
+precision (the registry's rule, ``experiments/claims/``).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from .analysis import our_values as our_values
 from .tables import figures as figures
 from .tables import report as report
 
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("released-arrays",)
 #: The released arrays are the paper's own runs: every variant reads them at the paper's scale.
 SCALE = "paper"

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.stats
 
-from experiments import claims, common
+from experiments import claims, projection
 from ssl_geometry import dynamics as _dyn
 from ssl_geometry import metrics
 from ssl_geometry import paper as P
@@ -195,7 +195,7 @@ def measure(config) -> dict:
     out["wall_time_s"] = wall
     if config.dry_run:  # nothing is trained: the dry run is the full run; a "step" is one released file read
         n_files = sum(1 for _ in root.rglob("*.npz"))
-        out["dry_run"] = common.dry_run_record(wall / n_files, n_files,
+        out["dry_run"] = projection.dry_run_record(wall / n_files, n_files,
                                                projection=f"the full run itself ({n_files} released files re-analysed)")
     return out
 

@@ -54,7 +54,7 @@ import jax
 
 import ml_collections
 
-from experiments import claims, common, configs, rules
+from experiments import claims, configs, projection, rules
 from ssl_geometry import pretrained
 
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
@@ -68,7 +68,7 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "meas
 NAME = "pretrained_orbits"
 DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
 TITLE = "Foundation models: released vision SSL checkpoints with their heads (Sec. 5)"
-#: The registry claims (experiments/claims.py) this experiment decides.
+#: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5,)
 CLAIM = ("In released SSL checkpoints (DINO ViT-S/16, DINO / VICReg / Barlow Twins ResNet-50) the head's "
          "metric degenerates along the tangents of the augmentations the release was trained with and "
@@ -150,7 +150,7 @@ def measure(config) -> dict:
         done = [r for r in rows if r["status"] != STATUS_ABSENT]
         sec = {r["status"]: "data" if r["status"] == STATUS_PRESENT else "control" for r in done}
         proj = sum(r["seconds"] * _points(full, sec[r["status"]]) / _points(config, sec[r["status"]]) for r in done)
-        out["dry_run"] = common.dry_run_record(
+        out["dry_run"] = projection.dry_run_record(
             float(sum(r["seconds"] for r in done) / max(len(done), 1)), projected_wall_time_s=float(proj),
             projection="seconds per analysed checkpoint x (full / dry orbit points)")
     return out

@@ -14,7 +14,7 @@ from ssl_geometry import paper as P
 __all__ = ["CONTROLS", "control_directions", "head_measure", "augmentation_geometry", "metric_spectrum",
            "orbit_geometry"]
 
-#: The Sec. 5 controls of the registry (``experiments/claims.py``).
+#: The Sec. 5 controls of the registry (``experiments/claims/``).
 CONTROLS = rules.SEC5_RATIO_CONTROLS
 
 

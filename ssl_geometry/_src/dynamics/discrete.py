@@ -37,6 +37,22 @@ def _observer(observe, scale: float):
     return obs
 
 
+def _check_discrete_args(params0, steps, observe_every, lr, has_state, state0) -> None:
+    """Validate :func:`discrete`'s arguments (``steps`` itself is checked by :func:`ssl_geometry.fit`)."""
+    if not isinstance(observe_every, (int, np.integer)) or observe_every < 1:
+        raise ValueError(f"`observe_every` must be a positive int; got {observe_every!r}.")
+    if isinstance(steps, (int, np.integer)) and steps % observe_every:
+        raise ValueError(f"`steps` ({steps}) must be a multiple of `observe_every` ({observe_every}).")
+    if lr is not None:
+        check_positive(lr, "lr")
+    if has_state and state0 is None:
+        raise ValueError("`has_state=True` needs the initial loss state `state0`.")
+    if not has_state and state0 is not None:
+        raise ValueError("`state0` was given but `has_state=False`; pass has_state=True for a stateful loss.")
+    if not jax.tree_util.tree_leaves(params0):
+        raise ValueError("`params0` has no leaves.")
+
+
 def discrete(
     loss_fn: Callable,
     params0: PyTree,
@@ -91,25 +107,13 @@ def discrete(
       >>> [round(float(t), 6) for t in tr.ts], [round(float(x), 6) for x in tr.observed]
       ([0.0, 0.5, 1.0], [1.0, 0.59049, 0.348678])
     """
-    if not isinstance(observe_every, (int, np.integer)) or observe_every < 1:
-        raise ValueError(f"`observe_every` must be a positive int; got {observe_every!r}.")
-    if isinstance(steps, (int, np.integer)) and steps % observe_every:
-        raise ValueError(f"`steps` ({steps}) must be a multiple of `observe_every` ({observe_every}).")
-    if lr is not None:
-        check_positive(lr, "lr")
-    if has_state and state0 is None:
-        raise ValueError("`has_state=True` needs the initial loss state `state0`.")
-    if not has_state and state0 is not None:
-        raise ValueError("`state0` was given but `has_state=False`; pass has_state=True for a stateful loss.")
-    if not jax.tree_util.tree_leaves(params0):
-        raise ValueError("`params0` has no leaves.")
+    _check_discrete_args(params0, steps, observe_every, lr, has_state, state0)
     scale = 1.0 if lr is None else float(lr)
     res = _loop.fit(loss_fn, params0, optimizer, steps=steps, batches=batches, args=args, state=state0,
                     chunk=int(observe_every), observe=_observer(observe, scale), throw=False)
     n_chunks = steps // observe_every
     observed, params, state = jax.device_get((res.observed, res.params, res.state))
-    ok = res.ok
-    first_bad = res.first_bad_step
+    ok, first_bad = res.ok, res.first_bad_step
     ts = np.arange(n_chunks + 1, dtype=np.float64) * observe_every * scale
     n_taken = res.n_steps
     saved = np.ones(ts.shape, bool) if ok else np.arange(n_chunks + 1) * observe_every <= first_bad

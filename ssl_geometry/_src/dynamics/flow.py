@@ -224,7 +224,9 @@ def _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dty
 
 
 def _grad_evals(count_evals, counted, n_stages, fsal, n_all):
-    """Vector-field evaluations: counted exactly, or from the tableau (``None`` for implicit solvers)."""
+    """Vector-field evaluations: counted exactly (``count_evals``, including diffrax's initial-step selection),
+    or from the tableau: Tsit5/Dopri5 (FSAL) ``1 + 6 * attempted steps``, which can miss the one or two
+    evaluations of the initial-step heuristic; RK4 ``4 * steps``, exact; ``None`` for implicit solvers."""
     if count_evals:
         return int(counted)
     if n_stages is None:
@@ -238,6 +240,63 @@ _FAILURE_HINTS = {
     "dt_min_reached": " The flow may be stiff or blow up; try solver='kvaerno5' or check the loss.",
     "non_finite": " Check the loss for overflow; reduce the step (rk4) or the time horizon.",
 }
+
+
+def _check_flow_args(params0, t0, t1, save_at, solver, max_steps, igr_lr):
+    """Validate :func:`gradient_flow`'s arguments; returns ``(t0, t1, save times, dtype of params0)``."""
+    check_choice(solver, "solver", SOLVERS)
+    check_positive(max_steps, "max_steps")
+    t0, t1 = float(t0), float(t1)
+    if not (np.isfinite(t1) and t1 > t0):
+        raise ValueError(f"`t1` must be finite and > t0 = {t0}; got {t1}.")
+    ts = _check_save_at(save_at, t0, t1)
+    if igr_lr is not None:
+        check_positive(igr_lr, "igr_lr")
+    leaves = jax.tree_util.tree_leaves(params0)
+    if not leaves:
+        raise ValueError("`params0` has no leaves.")
+    for leaf in leaves:
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise TypeError(f"`params0` leaves must be floating point; got {jnp.result_type(leaf)}.")
+    return t0, t1, ts, jnp.result_type(*leaves)
+
+
+def _flow_status(result, field_ok: bool, field_ok_last: bool, t_last: float, loss_last, params) -> tuple[str, str]:
+    """``(status, message)`` of a finished solve: diffrax's result, refined to ``"non_finite"`` when the field at
+    the start or at the last state, the state itself or the final loss is non-finite."""
+    name, message = _result_name(result)
+    if not field_ok:
+        return "non_finite", (f"the vector field -grad L is non-finite at the start t = {t_last:.6g} "
+                              f"(the loss there is {loss_last}), so no step can be taken.")
+    if name in ("max_steps_reached", "dt_min_reached") and not field_ok_last:
+        return "non_finite", (f"the vector field -grad L is non-finite at t = {t_last:.6g} (the loss there "
+                              f"is {loss_last}): every later step was rejected ({name}).")
+    if name == "event_occurred":
+        return "non_finite", f"the state became non-finite at t = {t_last:.6g}"
+    if name == "successful" and not bool(jax.device_get(tree_all_finite(params))):
+        return "non_finite", "the final state is non-finite"
+    if name == "successful" and not np.isfinite(loss_last):
+        return "non_finite", f"the loss at the final state t = {t_last:.6g} is non-finite ({loss_last})"
+    return name, message
+
+
+def _method_name(solver, fixed, rtol, atol, dt0, igr_lr) -> str:
+    """The trajectory's ``method`` label, e.g. ``"gradient flow (tsit5, rtol=1e-06, atol=1e-08)"``."""
+    return (f"gradient flow ({solver}" + ("" if fixed else f", rtol={rtol:g}, atol={atol:g}")
+            + (f", dt={dt0:g}" if fixed else "") + (f", IGR eta={igr_lr:g}" if igr_lr is not None else "") + ")")
+
+
+def _counted_solve(solve, operands, count_evals: bool):
+    """``(host copy of solve(*operands), vector-field evaluations counted at run time or None)``."""
+    if count_evals:
+        jax.effects_barrier()
+        _EVAL_COUNTER[0] = 0
+    with loop_reports_non_finite():  # a blow-up is reported as the flow's non-finite event
+        out = jax.device_get(solve(*operands))
+    if not count_evals:
+        return out, None
+    jax.effects_barrier()
+    return out, _EVAL_COUNTER[0]
 
 
 def gradient_flow(
@@ -262,20 +321,17 @@ def gradient_flow(
     """Integrate ``d theta/dt = -grad L(theta)`` from ``t0`` to ``t1`` with diffrax.
 
     Args:
-      loss_fn: ``loss_fn(params, batch, args) -> scalar``, called with ``batch=None`` (the
-        flow of the full-batch loss; the signature of :func:`discrete` and
-        :func:`ssl_geometry.fit`) and ``args`` as given (``None`` if not). Differentiable in
-        ``params``; data goes in ``args`` (passed to the jitted solve as an argument, never
-        closed over).
+      loss_fn: ``loss_fn(params, batch, args) -> scalar`` (the signature of :func:`discrete` and
+        :func:`ssl_geometry.fit`), called with ``batch=None`` (the full-batch loss's flow) and
+        ``args`` as given; data goes in ``args`` (an argument of the jitted solve, never closed over).
       params0: initial parameter pytree (float leaves; float64 for exact checks).
       t1: final time (> t0).
       save_at: 1-D non-decreasing array of times in ``[t0, t1]`` at which ``observe``
         is recorded (diffrax ``SaveAt(ts=..., fn=...)``: only the statistics are stored).
       observe: ``observe(params, t, args) -> pytree``; ``None`` records the parameters.
-      solver: ``"tsit5"`` (adaptive, default), ``"dopri5"`` (adaptive), ``"kvaerno5"``
-        (implicit, L-stable, for stiff small models: it forms Jacobians of the vector
-        field, i.e. dense Hessians) or ``"rk4"`` (classical RK4 with fixed step ``dt0``;
-        save times are inserted into the step grid so observations are exact nodes).
+      solver: ``"tsit5"`` (adaptive, default), ``"dopri5"`` (adaptive), ``"kvaerno5"`` (implicit,
+        L-stable, for stiff small models: it forms dense Hessians) or ``"rk4"`` (fixed step ``dt0``;
+        save times are inserted into the step grid, so observations are exact nodes).
       rtol, atol: tolerances of the adaptive PID step-size controller.
       max_steps: cap on solver steps (exceeding it is a failure, never a truncation).
       dt0: initial step (adaptive; ``None`` lets diffrax choose) or the fixed step (rk4,
@@ -291,11 +347,8 @@ def gradient_flow(
         flagged trajectory instead.
 
     Returns:
-      :class:`Trajectory`. ``n_grad_evals``: with ``count_evals=True`` the exact number
-      of vector-field evaluations (including diffrax's initial-step selection);
-      otherwise the tableau count for the explicit solvers (Tsit5/Dopri5, FSAL:
-      ``1 + 6 * attempted steps``, which can miss the one or two evaluations of the
-      initial-step heuristic; RK4: ``4 * steps``, exact) and ``None`` for Kvaerno5.
+      :class:`Trajectory`; ``n_grad_evals`` is exact with ``count_evals=True``, else the
+      tableau count (Tsit5/Dopri5 ``1 + 6 * steps``, RK4 ``4 * steps``, Kvaerno5 ``None``).
 
     Example:
       >>> import jax.numpy as jnp, numpy as np
@@ -304,68 +357,32 @@ def gradient_flow(
       >>> bool(np.allclose(tr.params, np.exp(-1.0), atol=1e-9)), tr.ok
       (True, True)
     """
-    check_choice(solver, "solver", SOLVERS)
-    check_positive(max_steps, "max_steps")
-    t0 = float(t0)
-    t1 = float(t1)
-    if not (np.isfinite(t1) and t1 > t0):
-        raise ValueError(f"`t1` must be finite and > t0 = {t0}; got {t1}.")
-    ts = _check_save_at(save_at, t0, t1)
-    if igr_lr is not None:
-        check_positive(igr_lr, "igr_lr")
-    leaves = jax.tree_util.tree_leaves(params0)
-    if not leaves:
-        raise ValueError("`params0` has no leaves.")
-    for leaf in leaves:
-        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
-            raise TypeError(f"`params0` leaves must be floating point; got {jnp.result_type(leaf)}.")
-    dtype = jnp.result_type(*leaves)
+    t0, t1, ts, dtype = _check_flow_args(params0, t0, t1, save_at, solver, max_steps, igr_lr)
     _, n_stages, fsal, adaptive = SOLVERS[solver]
     fixed = not adaptive
     grid, dt_arg = _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype)
     adaptive_cfg = (float(rtol), float(atol), None if dtmin is None else float(dtmin))
     solve = _flow_solver(loss_fn, observe, solver, adaptive_cfg, int(max_steps), igr_lr is not None, fixed,
                          bool(count_evals))
-    if count_evals:
-        jax.effects_barrier()
-        _EVAL_COUNTER[0] = 0
-    with loop_reports_non_finite():  # a blow-up is reported as the flow's non-finite event
-        out = solve(params0, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype), jnp.asarray(ts, dtype), dt_arg,
-                    jnp.asarray(grid, dtype), args, jnp.asarray(0.0 if igr_lr is None else igr_lr, dtype))
-    observed, t_last, params, last, loss_last, result, n_all, n_acc, n_rej, field_ok, field_ok_last = \
-        jax.device_get(out)
-    if count_evals:
-        jax.effects_barrier()
-        counted = _EVAL_COUNTER[0]
+    operands = (params0, jnp.asarray(t0, dtype), jnp.asarray(t1, dtype), jnp.asarray(ts, dtype), dt_arg,
+                jnp.asarray(grid, dtype), args, jnp.asarray(0.0 if igr_lr is None else igr_lr, dtype))
+    out, counted = _counted_solve(solve, operands, bool(count_evals))
+    observed, t_last, params, last, loss_last, result, n_all, n_acc, n_rej, field_ok, field_ok_last = out
     t_last = float(t_last)
-    name, message = _result_name(result)
+    name, message = _flow_status(result, bool(field_ok), bool(field_ok_last), t_last, loss_last, params)
     if not field_ok:
-        name, message = "non_finite", (f"the vector field -grad L is non-finite at the start t = {t_last:.6g} "
-                                       f"(the loss there is {loss_last}), so no step can be taken.")
         n_all = n_acc = n_rej = 0
-    elif name in ("max_steps_reached", "dt_min_reached") and not field_ok_last:
-        name, message = "non_finite", (f"the vector field -grad L is non-finite at t = {t_last:.6g} (the loss there "
-                                       f"is {loss_last}): every later step was rejected ({name}).")
-    elif name == "event_occurred":
-        name, message = "non_finite", f"the state became non-finite at t = {t_last:.6g}"
-    if name == "successful" and not bool(jax.device_get(tree_all_finite(params))):
-        name, message = "non_finite", "the final state is non-finite"
-    elif name == "successful" and not np.isfinite(loss_last):
-        name, message = "non_finite", f"the loss at the final state t = {t_last:.6g} is non-finite ({loss_last})"
     ok = name == "successful"
     saved = np.ones(ts.shape, bool) if ok else (ts <= t_last) & bool(field_ok)
     observed = nan_where_unsaved(observed, saved)
     n_all = int(n_all)
-    n_evals = _grad_evals(count_evals, counted if count_evals else None, n_stages, fsal, n_all)
-    method = f"gradient flow ({solver}" + ("" if fixed else f", rtol={rtol:g}, atol={atol:g}") + \
-        (f", dt={dt0:g}" if fixed else "") + (f", IGR eta={igr_lr:g}" if igr_lr is not None else "") + ")"
+    n_evals = _grad_evals(count_evals, counted, n_stages, fsal, n_all)
     traj = Trajectory(ts=ts, observed=observed, params=params, ok=ok, status=name, message=message,
                       t_final=t_last, n_steps=int(n_acc), n_rejected=int(n_rej), n_grad_evals=n_evals,
-                      saved=saved, last=last, method=method)
+                      saved=saved, last=last, method=_method_name(solver, fixed, rtol, atol, dt0, igr_lr))
     if not ok and throw:
-        hint = _FAILURE_HINTS.get(name, "")
         raise DynamicsError(
             f"gradient_flow failed ({name}): {message} Reached t = {t_last:.6g} of t1 = {t1:.6g} after "
-            f"{n_all} steps ({int(n_rej)} rejected); {int(saved.sum())} of {len(ts)} save times recorded.{hint}"
-            " Pass throw=False to get the flagged trajectory.", traj)
+            f"{n_all} steps ({int(n_rej)} rejected); {int(saved.sum())} of {len(ts)} save times recorded."
+            f"{_FAILURE_HINTS.get(name, '')} Pass throw=False to get the flagged trajectory.", traj)
     return traj

@@ -98,6 +98,19 @@ def _block_diag(blocks):
     return jnp.einsum("ij,iab->iajb", eye, blocks).reshape(n * a, n * b)
 
 
+def _per_sample_pieces(head_fn, z, u_shape, H_L, rho):
+    """``(J, G, M)`` of a sample-wise head at a batch ``z`` ``(n, d)``: ``n`` Jacobian blocks ``(k, d)`` and
+    interaction blocks ``hess_{z_i} rho_i . h(z_i)`` ``(d, d)`` through ``vmap``, returned block-diagonal, and
+    ``G = J^T H_L J`` contracted block-wise (``H_L`` may couple samples)."""
+    if len(u_shape) != 2:
+        raise ValueError(f"`per_sample=True` needs head outputs of shape (n, k); got {u_shape}.")
+    (n, d), k = z.shape, u_shape[1]
+    Jb = jax.vmap(jax.jacfwd(head_fn))(z)  # (n, k, d)
+    Mb = jax.vmap(lambda zi, ri: jax.hessian(lambda x: jnp.vdot(ri, head_fn(x)))(zi))(z, rho.reshape(n, k))
+    G = jnp.einsum("ipa,ipjq,jqb->iajb", Jb, H_L.reshape(n, k, n, k), Jb).reshape(n * d, n * d)
+    return _block_diag(Jb), G, _block_diag(Mb)
+
+
 def effective_hessian(
     head_fn: Callable[[Array], Array],
     loss_fn: Callable[[Array], Array],
@@ -156,20 +169,7 @@ def effective_hessian(
     H_L = jax.hessian(loss_flat)(uf)
     rho = jax.grad(loss_flat)(uf)
     if per_sample and z.ndim == 2:
-        if len(u_shape) != 2:
-            raise ValueError(f"`per_sample=True` needs head outputs of shape (n, k); got {u_shape}.")
-        n, d = z.shape
-        k = u_shape[1]
-        Jb = jax.vmap(jax.jacfwd(head_fn))(z)  # (n, k, d)
-        rho_b = rho.reshape(n, k)
-
-        def m_block(zi, ri):
-            return jax.hessian(lambda x: jnp.vdot(ri, head_fn(x)))(zi)
-
-        Mb = jax.vmap(m_block)(z, rho_b)  # (n, d, d)
-        J = _block_diag(Jb)
-        M = _block_diag(Mb)
-        G = jnp.einsum("ipa,ipjq,jqb->iajb", Jb, H_L.reshape(n, k, n, k), Jb).reshape(n * d, n * d)
+        J, G, M = _per_sample_pieces(head_fn, z, u_shape, H_L, rho)
     else:
         J = jax.jacfwd(head_flat)(zf)
         G = J.T @ H_L @ J

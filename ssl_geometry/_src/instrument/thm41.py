@@ -285,6 +285,31 @@ def _premise_notes(p: "Thm41Premises", timescale_ratio) -> list:
     return notes
 
 
+def _check_premise_args(z, timescale_ratio, min_timescale_ratio, max_dense_dim):
+    """Validate :func:`thm41_premises`'s arguments; returns ``z`` as an array."""
+    z = jnp.asarray(z)
+    check_rank(z, "z", (1, 2))
+    if timescale_ratio is not None:
+        check_positive(timescale_ratio, "timescale_ratio")
+    check_positive(min_timescale_ratio, "min_timescale_ratio", strict=False)
+    if not isinstance(max_dense_dim, int) or max_dense_dim < 1:
+        raise ValueError(f"`max_dense_dim` must be a positive int; got {max_dense_dim!r}.")
+    return z
+
+
+def _gradient_ratios(model, variables, loss_fn, loss_flat, head_flat, z, rho, r_norm, train):
+    """``((|g_z|, |J|_2 |rho|, ratio), (|g_theta|, |dh/dtheta|_2 |rho|, ratio))`` with ``g_z = J^T rho`` and
+    ``g_theta = (dh/dtheta)^T rho``; the head triple is ``(None, None, None)`` for a plain function."""
+    gz = jax.grad(lambda x: loss_flat(head_flat(x)))(z.reshape(-1))
+    check_finite(gz, "representation gradient grad_z L at the given `z`")
+    gz_norm = float(jnp.linalg.norm(gz))
+    gz_scale = operator_norm(head_flat, z.reshape(-1)) * r_norm
+    if not isinstance(model, Model):
+        return (gz_norm, gz_scale, _ratio(gz_norm, gz_scale)), (None, None, None)
+    gh_norm, gh_scale = _head_gradient(model, variables, loss_fn, z, rho, train)
+    return (gz_norm, gz_scale, _ratio(gz_norm, gz_scale)), (gh_norm, gh_scale, _ratio(gh_norm, gh_scale))
+
+
 def thm41_premises(
     model: Model | Callable[[Array], Array],
     variables: dict | None,
@@ -329,17 +354,10 @@ def thm41_premises(
       max_dense_dim: ``H_L`` dense up to this size ``n*k`` (never above :data:`MATRIX_FREE_ABOVE`),
         Lanczos with residuals beyond.
     """
-    z = jnp.asarray(z)
-    check_rank(z, "z", (1, 2))
-    if timescale_ratio is not None:
-        check_positive(timescale_ratio, "timescale_ratio")
-    check_positive(min_timescale_ratio, "min_timescale_ratio", strict=False)
-    if not isinstance(max_dense_dim, int) or max_dense_dim < 1:
-        raise ValueError(f"`max_dense_dim` must be a positive int; got {max_dense_dim!r}.")
+    z = _check_premise_args(z, timescale_ratio, min_timescale_ratio, max_dense_dim)
     head_fn, kind = _resolve_head(model, variables, activation, smooth, train)
-    dtype = z.dtype
+    dtype, key = z.dtype, (jax.random.PRNGKey(0) if key is None else key)
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    key = jax.random.PRNGKey(0) if key is None else key
     _, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
     rho = jax.grad(loss_flat)(uf)
     check_finite(rho, "residual rho = grad_u L at the given `z`")
@@ -348,22 +366,14 @@ def thm41_premises(
     r_tol = np.sqrt(eps) * max(1.0, abs(loss_val)) if residual_tol is None else float(residual_tol)
     lo, hi, p_tol_default, notes = _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps,
                                                           jax.random.fold_in(key, 7))
-    p_tol = p_tol_default if psd_tol is None else float(psd_tol)
-    s_tol = np.sqrt(eps) if stationary_tol is None else float(stationary_tol)
-    notes = list(notes)
+    p_tol, s_tol = (p_tol_default if psd_tol is None else float(psd_tol)), (
+        np.sqrt(eps) if stationary_tol is None else float(stationary_tol))
 
-    gz = jax.grad(lambda x: loss_flat(head_flat(x)))(z.reshape(-1))
-    check_finite(gz, "representation gradient grad_z L at the given `z`")
-    gz_norm = float(jnp.linalg.norm(gz))
-    gz_scale = operator_norm(head_flat, z.reshape(-1)) * r_norm
-    gz_ratio = _ratio(gz_norm, gz_scale)
-    gh_norm = gh_scale = gh_ratio = stat_head = None
-    if isinstance(model, Model):
-        gh_norm, gh_scale = _head_gradient(model, variables, loss_fn, z, rho, train)
-        gh_ratio = _ratio(gh_norm, gh_scale)
-        stat_head = bool(gh_ratio <= s_tol)
-    else:
-        notes.append("head stationarity not checked: pass a Model and its variables.")
+    (gz_norm, gz_scale, gz_ratio), (gh_norm, gh_scale, gh_ratio) = _gradient_ratios(
+        model, variables, loss_fn, loss_flat, head_flat, z, rho, r_norm, train)
+    stat_head = None if gh_ratio is None else bool(gh_ratio <= s_tol)
+    notes = list(notes) + ([] if gh_ratio is not None else
+                           ["head stationarity not checked: pass a Model and its variables."])
     c2 = {"linear": True, "smooth": True, "piecewise": False, "non_c2": False}.get(kind)
     ts = None if timescale_ratio is None else bool(float(timescale_ratio) > min_timescale_ratio)
     collapsed, spread, c_tol = _collapse_spread(z)
@@ -380,8 +390,7 @@ def thm41_premises(
         residual_tol=float(r_tol), psd_tol=float(p_tol), stationary_tol=float(s_tol),
         min_timescale_ratio=float(min_timescale_ratio), collapse_tol=c_tol, notes=(),
     )
-    notes += _premise_notes(out, timescale_ratio)
-    return out._replace(notes=tuple(notes))
+    return out._replace(notes=tuple(notes + _premise_notes(out, timescale_ratio)))
 
 
 class CollapseSpectrum(NamedTuple):

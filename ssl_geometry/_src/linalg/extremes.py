@@ -106,8 +106,9 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     :func:`ssl_geometry.curvature.block_coupling`) and runs blockwise Lanczos (``target="union"``
     for ``k = 1``: stops when the union's extremes are resolved) when it is
     ``<= coupling_tol`` (default ``100 eps`` of the dtype: exact zeros up to rounding), full
-    Lanczos otherwise; ``"blockwise"`` and ``"full"`` skip the measurement. Any other shape of
-    ``x`` runs full Lanczos.
+    Lanczos otherwise, and also when the diagonal blocks alone fail the symmetry check (a block
+    whose own scale is far below the measured coupling); ``"blockwise"`` and ``"full"`` skip the
+    measurement (``"blockwise"`` then raises on that check). Any other shape of ``x`` runs full Lanczos.
 
     Args:
       loss: scalar ``loss(x, *args)``.
@@ -115,7 +116,8 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
       k: eigenvalues wanted at each end.
       tol: relative residual tolerance (default ``1e-4`` float32, ``1e-8`` float64): each value
         is within ``tol * max|theta|`` of an eigenvalue of ``H``.
-      num_steps: Lanczos step budget (default ``min(dim, 200)``, ``dim`` the size of a block or of ``x``).
+      num_steps: Lanczos step budget, clamped to ``dim`` (default ``min(dim, 200)``; ``dim`` the size of a
+        block or of ``x``).
       key: PRNG key (start vectors, probes).
       return_vectors: also return eigenvector estimates shaped like ``x`` (``2 k`` more products).
       check_every: the most Lanczos steps between convergence checks.
@@ -137,44 +139,71 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     check_finite(x, "x")
     check_choice(method, "method", ("auto", "blockwise", "full"))
     k, num_probes = check_int(k, "k"), check_int(num_probes, "num_probes")
-    key = default_key(key)
-    k_probe, k_solve = jax.random.split(key)
+    k_probe, k_solve = jax.random.split(default_key(key))
     grad, lin = linearize_gradient(loss, x, args)
     check_finite(grad, "gradient of `loss` at `x`")
-    batched = x.ndim == 2 and x.shape[0] >= 2
-    coupling, probes = None, 0
-    if method == "blockwise" and not batched:
-        raise ValueError(f"`method='blockwise'` needs `x` of shape (n, d) with n >= 2; got {x.shape}.")
-    if method == "auto" and batched:
-        coupling, probes = off_block_response(lin, x.shape, dtype, k_probe, num_probes), num_probes
-        c_tol = 100 * float(jnp.finfo(dtype).eps) if coupling_tol is None else float(coupling_tol)
-        check_positive(c_tol, "coupling_tol", strict=False)
-        method = "blockwise" if coupling <= c_tol else "full"
-    elif method == "auto":
-        method = "full"
-    opts = dict(k=k, num_steps=num_steps, key=k_solve, tol=tol, check_every=check_every,
-                return_vectors=return_vectors, dtype=dtype)
+    requested = method
+    method, coupling, probes = _choose_method(method, lin, x.shape, dtype, k_probe, num_probes, coupling_tol)
+    opts = dict(k=k, key=k_solve, tol=tol, check_every=check_every, return_vectors=return_vectors, dtype=dtype)
     if method == "blockwise":
-        n, d = x.shape
         try:
-            res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,),
-                                                target="union" if k == 1 else "blocks", **opts)
+            res, ends = _blockwise(lin, x.shape, num_steps, opts)
         except ValueError as err:
             if "not symmetric" not in str(err):
                 raise
-            raise ValueError("`method='blockwise'`: the Hessian is not block-diagonal over the rows of `x` (its "
-                             "diagonal blocks alone do not act as a symmetric operator); use method='auto' or "
-                             "'full'.") from err
-        (lo, lo_r, lo_v), (hi, hi_r, hi_v) = _union_ends(res, k, x.shape, return_vectors)
-    else:
-        res = extreme_eigenvalues(LinearMatvec(x.shape), int(x.size), args=(lin,), **opts)
-        lo, lo_r, hi, hi_r = res.smallest, res.smallest_residuals, res.largest, res.largest_residuals
-        shape = (k,) + x.shape
-        lo_v = None if res.smallest_vectors is None else res.smallest_vectors.reshape(shape)
-        hi_v = None if res.largest_vectors is None else res.largest_vectors.reshape(shape)
+            if requested == "blockwise":
+                raise ValueError("`method='blockwise'`: the Hessian is not block-diagonal over the rows of `x` (its "
+                                 "diagonal blocks alone do not act as a symmetric operator); use method='auto' or "
+                                 "'full'.") from err
+            # auto: the probes measured a coupling below tolerance, but the diagonal blocks alone are not symmetric
+            # at their own scale (a block far smaller than the coupling): the full operator decides
+            method = "full"
+    if method == "full":
+        res, ends = _full(lin, x.shape, num_steps, opts)
+    (lo, lo_r, lo_v), (hi, hi_r, hi_v) = ends
     return HessianExtremes(
         smallest=np.asarray(lo), largest=np.asarray(hi), smallest_residuals=np.asarray(lo_r),
         largest_residuals=np.asarray(hi_r), smallest_vectors=lo_v, largest_vectors=hi_v,
         converged=bool(res.converged), tol=float(res.tol), method=method, coupling=coupling,
         num_hvps=int(res.num_steps + probes + (2 * k if return_vectors else 0)), num_steps=int(res.num_steps),
         lanczos=res, linearization=lin, gradient=grad)
+
+
+def _choose_method(method, lin, shape, dtype, key, num_probes, coupling_tol):
+    """``(method, coupling, probes used)``: ``"auto"`` resolved by the measured block coupling of an ``(n, d)``
+    point (:func:`off_block_response` with ``num_probes`` probes) against ``coupling_tol``."""
+    batched = len(shape) == 2 and shape[0] >= 2
+    if method == "blockwise" and not batched:
+        raise ValueError(f"`method='blockwise'` needs `x` of shape (n, d) with n >= 2; got {shape}.")
+    if method != "auto":
+        return method, None, 0
+    if not batched:
+        return "full", None, 0
+    coupling = off_block_response(lin, shape, dtype, key, num_probes)
+    c_tol = 100 * float(jnp.finfo(dtype).eps) if coupling_tol is None else float(coupling_tol)
+    check_positive(c_tol, "coupling_tol", strict=False)
+    return ("blockwise" if coupling <= c_tol else "full"), coupling, num_probes
+
+
+def _budget(num_steps, dim: int):
+    """The Lanczos budget on a ``dim``-dimensional operator: ``num_steps`` clamped to ``dim`` (the Krylov space is at
+    most ``dim``-dimensional, so a larger budget cannot take more steps); ``None`` keeps the default."""
+    return None if num_steps is None else min(check_int(num_steps, "num_steps"), dim)
+
+
+def _blockwise(lin, shape, num_steps, opts):
+    """Blockwise Lanczos over the rows of an ``(n, d)`` point: ``(result, (smallest, largest) ends)``."""
+    n, d = shape
+    res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,), num_steps=_budget(num_steps, d),
+                                        target="union" if opts["k"] == 1 else "blocks", **opts)
+    return res, _union_ends(res, opts["k"], shape, opts["return_vectors"])
+
+
+def _full(lin, shape, num_steps, opts):
+    """Lanczos on the whole operator: ``(result, ((values, residuals, vectors) at each end))``."""
+    size = int(np.prod(shape))
+    res = extreme_eigenvalues(LinearMatvec(shape), size, args=(lin,), num_steps=_budget(num_steps, size), **opts)
+    vshape = (opts["k"],) + tuple(shape)
+    vec = lambda v: None if v is None else v.reshape(vshape)  # noqa: E731
+    return res, ((res.smallest, res.smallest_residuals, vec(res.smallest_vectors)),
+                 (res.largest, res.largest_residuals, vec(res.largest_vectors)))

@@ -19,8 +19,17 @@ make that event probability zero.
 
 A matvec is compiled once per computation, not once per Python function: it is looked up by the
 program it traces to (:func:`ssl_geometry._src.linalg.operators.prepare_matvec`), so a matvec
-written as a fresh closure on every call reuses the compiled product, and the arrays it closes
-over are passed to the compiled code as arguments.
+written as a fresh closure on every call (``lambda v: A @ v`` in a loop) reuses the compiled
+product, and the arrays it closes over are passed to the compiled code as arguments, not baked
+into it. The one exception: a matvec holding host callbacks of its own (``jax.pure_callback``,
+an ``equinox.error_if`` of the caller's) is keyed by the callbacks' identity and recompiles when
+they are created afresh.
+
+Breakdown (``beta_j <= breakdown_tol * |A|_est``): the Krylov space is an invariant subspace, so
+its Ritz values are exact eigenvalues. The solver records it (``breakdown``, ``num_breakdowns``),
+sets the off-diagonal of ``T`` to zero and continues from a fresh random vector orthogonal to all
+previous Lanczos vectors, so the remaining spectrum can still be found; no division by ~0 takes
+place, so no NaN can arise from it.
 """
 from __future__ import annotations
 
@@ -304,21 +313,9 @@ def extreme_eigenvalues(
     spectral radius ``max|theta|``: an eigenvalue lies within ``tol * max|theta|`` of each
     converged Ritz value.
 
-    Compilation: the product is compiled once per *computation* of ``matvec`` and shapes of
-    ``args``. A fresh closure on every call (``lambda v: A @ v`` in a loop) that traces to the
-    same program reuses it, and arrays it closes over are passed to the compiled code as
-    arguments, not baked into it (``linalg.canonical.canonical``). The one
-    exception: a matvec holding host callbacks of its own (``jax.pure_callback``, an
-    ``equinox.error_if`` of the caller's) is keyed by the callbacks' identity and recompiles
-    when they are created afresh. For a Hessian, :func:`ssl_geometry.curvature.hessian_extremes`
-    needs no matvec at all.
-
-    Breakdown (``beta_j <= breakdown_tol * |A|_est``): the Krylov space is an
-    invariant subspace, so its Ritz values are exact eigenvalues. The solver
-    records it (``breakdown``, ``num_breakdowns``), sets the off-diagonal of ``T``
-    to zero and continues from a fresh random vector orthogonal to all previous
-    Lanczos vectors, so the remaining spectrum can still be found; no division
-    by ~0 takes place, so no NaN can arise from it.
+    Compilation (once per computation of ``matvec`` and shapes of ``args``) and breakdown
+    (recorded, then restarted orthogonally) are described in the module docstring. For a
+    Hessian, :func:`ssl_geometry.curvature.hessian_extremes` needs no matvec at all.
 
     Args:
       matvec: ``matvec(v, *args) -> A v`` for ``v`` of shape ``(dim,)``; ``A`` must be

@@ -179,6 +179,66 @@ def _init(name, models, queue_size, key):
     return params, state
 
 
+def _online(models, params, x, new_state):
+    """``(h, z, p)`` of the online branch in train mode (``p`` is ``None`` without a predictor); the new BN
+    statistics are written into ``new_state``."""
+    h, new_state["backbone"] = _run(models["backbone"], params["backbone"], new_state["backbone"], x, True)
+    z, new_state["projector"] = _run(models["projector"], params["projector"], new_state["projector"], h, True)
+    p = None
+    if "predictor" in models:
+        p, new_state["predictor"] = _run(models["predictor"], params["predictor"], new_state["predictor"], z, True)
+    return h, z, p
+
+
+def _target(models, target_params, x, stats):
+    """``sg t``: the EMA target's projector output in train mode; its new BN statistics go into ``stats``."""
+    h, stats["backbone"] = _run(models["backbone"], target_params["backbone"], stats["backbone"], x, True)
+    t, stats["projector"] = _run(models["projector"], target_params["projector"], stats["projector"], h, True)
+    return jax.lax.stop_gradient(t)
+
+
+def _loss_fn(name, consts, models, augment, params, state, rng, batch):
+    """:attr:`Objective.loss_fn`: two augmented views through the online (and target) branches, then the
+    method's loss (:func:`_method_loss`); ``aux`` holds ``z_std`` (mean per-dimension std of ``z1~``) and the
+    first view's features."""
+    x1, x2 = augment(rng, _as_float(batch["images"], params["backbone"]))
+    new_state = dict(state)
+    h1, z1, p1 = _online(models, params, x1, new_state)
+    _, z2, p2 = _online(models, params, x2, new_state)
+    targets = None
+    if name in EMA_METHODS:
+        tparams, tstats = state["target"]["params"], dict(state["target"]["stats"])
+        targets = (_target(models, tparams, x1, tstats), _target(models, tparams, x2, tstats))
+        new_state["target"] = {"params": tparams, "stats": tstats}
+    loss = _method_loss(name, consts, (z1, z2), (p1, p2), targets, state, new_state)
+    aux = {"z_std": jnp.mean(jnp.std(l2_normalize(z1), axis=0)), "features": h1}
+    return loss, (new_state, aux)
+
+
+def _update_state(uses_target: bool, total_steps: int, ema: float, new_params, state, step):
+    """:attr:`Objective.update_state`: ``target <- tau_k target + (1 - tau_k) online`` (:func:`ema_decay`) for
+    the EMA methods, the identity otherwise."""
+    if not uses_target:
+        return state
+    online_p = {k: new_params[k] for k in ("backbone", "projector")}
+    new_target = dict(state["target"])
+    new_target["params"] = _cosine.ema_update(state["target"]["params"], online_p,
+                                              ema_decay(step, total_steps, ema))
+    return {**state, "target": new_target}
+
+
+def _features(backbone, params, state, images):
+    """:attr:`Objective.features`: ``f(x)`` in eval mode."""
+    h, _ = _run(backbone, params["backbone"], state["backbone"], _as_float(images, params["backbone"]), False)
+    return h
+
+
+def _embed(backbone, projector, params, state, images):
+    """:attr:`Objective.embed`: ``g(f(x))`` in eval mode."""
+    z, _ = _run(projector, params["projector"], state["projector"], _features(backbone, params, state, images), False)
+    return z
+
+
 # --------------------------------------------------------------------------- builder
 
 
@@ -234,68 +294,15 @@ def make_objective(
       barlow_lambda, vicreg_coeffs, dino_temps, dino_center_momentum: method constants.
     """
     _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size)
-    uses_target = name in EMA_METHODS
     consts = {"temperature": temperature, "barlow_lambda": barlow_lambda, "vicreg_coeffs": vicreg_coeffs,
               "dino_temps": dino_temps, "dino_center_momentum": dino_center_momentum}
     models = {"backbone": backbone, "projector": projector}
     if predictor is not None:
         models["predictor"] = predictor
-
-    init = functools.partial(_init, name, models, queue_size)
-
-    def online(params, x, new_state):
-        h, new_state["backbone"] = _run(backbone, params["backbone"], new_state["backbone"], x, True)
-        z, new_state["projector"] = _run(projector, params["projector"], new_state["projector"], h, True)
-        p = None
-        if predictor is not None:
-            p, new_state["predictor"] = _run(predictor, params["predictor"], new_state["predictor"], z, True)
-        return h, z, p
-
-    def target(state, x, new_target_stats):
-        tp = state["target"]["params"]
-        h, new_target_stats["backbone"] = _run(backbone, tp["backbone"], new_target_stats["backbone"], x, True)
-        t, new_target_stats["projector"] = _run(projector, tp["projector"], new_target_stats["projector"], h, True)
-        return jax.lax.stop_gradient(t)
-
-    def loss_fn(params, state, rng, batch):
-        images = _as_float(batch["images"], params["backbone"])
-        x1, x2 = augment(rng, images)
-        new_state = dict(state)
-        h1, z1, p1 = online(params, x1, new_state)
-        h2, z2, p2 = online(params, x2, new_state)
-        aux = {}
-        if uses_target:
-            tstats = dict(state["target"]["stats"])
-            t1 = target(state, x1, tstats)
-            t2 = target({"target": {"params": state["target"]["params"], "stats": tstats}}, x2, tstats)
-            new_state["target"] = {"params": state["target"]["params"], "stats": tstats}
-        loss = _method_loss(name, consts, (z1, z2), (p1, p2), (t1, t2) if uses_target else None, state, new_state)
-        zn = l2_normalize(z1)
-        aux["z_std"] = jnp.mean(jnp.std(zn, axis=0))
-        aux["features"] = h1
-        return loss, (new_state, aux)
-
-    def update_state(new_params, state, step):
-        if not uses_target:
-            return state
-        tau = ema_decay(step, total_steps, ema)
-        online_p = {k: new_params[k] for k in ("backbone", "projector")}
-        new_target = dict(state["target"])
-        new_target["params"] = _cosine.ema_update(state["target"]["params"], online_p, tau)
-        return {**state, "target": new_target}
-
-    def features(params, state, images):
-        images = _as_float(images, params["backbone"])
-        h, _ = _run(backbone, params["backbone"], state["backbone"], images, False)
-        return h
-
-    def embed(params, state, images):
-        h = features(params, state, images)
-        z, _ = _run(projector, params["projector"], state["projector"], h, False)
-        return z
-
-    groups = {"backbone": "backbone", "projector": "head"}
-    if predictor is not None:
-        groups["predictor"] = "head"
-    return Objective(name=name, init=init, loss_fn=loss_fn, update_state=update_state, features=features,
-                     embed=embed, groups=groups, feature_dim=backbone.out_dim)
+    groups = {k: "backbone" if k == "backbone" else "head" for k in models}
+    return Objective(name=name, init=functools.partial(_init, name, models, queue_size),
+                     loss_fn=functools.partial(_loss_fn, name, consts, models, augment),
+                     update_state=functools.partial(_update_state, name in EMA_METHODS, total_steps, ema),
+                     features=functools.partial(_features, backbone),
+                     embed=functools.partial(_embed, backbone, projector),
+                     groups=groups, feature_dim=backbone.out_dim)

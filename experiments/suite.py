@@ -1,0 +1,126 @@
+"""The suite: which experiments it holds, in report order, the variants each runs and its config, and running one.
+
+Each experiment is one module ``experiments/<name>`` with its config ``experiments/configs/<name>.py``
+(:func:`load`); ``variant V`` runs variant ``V`` of every config that defines it, and ``paper`` also each
+sibling ``paper_*`` variant in a directory of its own (:func:`variants_of`, :func:`run_dir`).
+:func:`run_one` runs (or reuses) one of them; ``python -m experiments.reproduce`` runs them all.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import shutil
+
+from experiments import common
+
+#: The suite, in report order: (module name under experiments/, label in REPORT.md).
+EXPERIMENTS = [
+    ("paper_data", "0. The paper's released results, re-analysed"),
+    ("whitening", "1. Whitening (Thm 3.1)"),
+    ("metric_adaptation", "2. Local metric adaptation and depth (Thm 3.2, Prop 3.3)"),
+    ("collapse_hessians", "3. Collapse Hessians (Thm 4.1)"),
+    ("collapse_escape", "4. Collapse escape dynamics"),
+    ("collapse_escape_paper", "4b. Collapse escape: the authors' SimSiam runs"),
+    ("hessian_tracker", "5. Hessian tracker parity"),
+    ("guillotine", "6. Guillotine and information-invariance (Sec. 5)"),
+    ("objectives", "7. Objectives"),
+    ("minilm_geometry", "8. Foundation model: MiniLM (Sec. 5 on text)"),
+    ("pretrained_orbits", "9. Foundation models: released vision checkpoints"),
+]
+NAMES = [n for n, _ in EXPERIMENTS]
+
+
+def is_paper_variant(variant: str | None) -> bool:
+    """``paper`` and its named siblings (``paper_vit_tiny``, ``paper_cifar100``, ...)."""
+    return variant is not None and (variant == "paper" or variant.startswith("paper_"))
+
+
+def load(name: str):
+    """``(experiments.<name>, experiments.configs.<name>)``; ``ValueError`` naming the suite for an unknown name."""
+    if name not in NAMES:
+        raise ValueError(f"Unknown experiment {name!r}; expected one of {NAMES}.")
+    return importlib.import_module(f"experiments.{name}"), importlib.import_module(f"experiments.configs.{name}")
+
+
+def variants_of(name: str, variant: str) -> list[str]:
+    """The variants ``--variant VARIANT`` runs for ``name``: ``[variant]`` if its config defines it (else
+    ``[]``), and for ``paper`` also every ``paper_*`` variant the config defines."""
+    defined = getattr(load(name)[1], "VARIANTS", {})
+    out = [variant] if variant in defined else []
+    if variant == "paper":
+        out += [v for v in defined if is_paper_variant(v) and v != "paper"]
+    return out
+
+
+def run_dir(name: str, variant: str) -> str:
+    """Directory (under the output root) of ``name`` in ``variant``: ``name``, or ``name-paper_x`` for a sibling
+    paper variant, so that the sibling runs never overwrite (or resume from) each other."""
+    return f"{name}-{variant}" if is_paper_variant(variant) and variant != "paper" else name
+
+
+def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: str | None = None,
+                dry_run: bool = False):
+    """The config of ``name`` in ``variant`` with the command-line overrides applied.
+
+    ``data_dir`` goes to ``config.data.data_dir`` (or a top-level ``data_dir``) where the config has
+    the field; ``dry_run`` sets ``config.dry_run = True`` and raises ``NotImplementedError`` when the
+    module does not declare ``DRY_RUN = True`` or the config has no ``dry_run`` field (such an
+    experiment would ignore the flag and run its full variant).
+    """
+    module, cfg_module = load(name)
+    if dry_run and not getattr(module, "DRY_RUN", False):
+        raise NotImplementedError(f"{name}: module {module.__name__} does not declare DRY_RUN = True (it does not "
+                                  "honour config.dry_run), so a dry run would run its full variant.")
+    config = cfg_module.get_config(variant)
+    if seed is not None and "seed" in config:
+        config.seed = seed
+    if data_dir:
+        if "data" in config and hasattr(config.data, "keys") and "data_dir" in config.data:
+            config.data.data_dir = data_dir
+        elif "data_dir" in config:
+            config.data_dir = data_dir
+    if dry_run:
+        if "dry_run" not in config:
+            raise NotImplementedError(f"{name}: its {variant!r} config has no `dry_run` field, so it cannot dry-run.")
+        config.dry_run = True
+    return config
+
+
+def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
+    """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints
+    (``train.checkpoint_every > 0``); ``fresh`` (a forced or new run) removes old checkpoints there first,
+    so only a resumed reproduce run continues from them."""
+    if not config.get("train", {}).get("checkpoint_every", 0):
+        return
+    path = out_dir / "checkpoints"
+    if fresh and path.exists():
+        shutil.rmtree(path)
+    config.train.checkpoint_dir = str(path)
+
+
+def is_done(out_dir: pathlib.Path, config) -> bool:
+    """True when ``out_dir/results.json`` exists and was produced by ``config``."""
+    path = out_dir / "results.json"
+    if not path.exists():
+        return False
+    try:
+        stored = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+    return json.dumps(stored.get("config"), sort_keys=True) == json.dumps(common.to_jsonable(config), sort_keys=True)
+
+
+def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False, seed: int | None = None,
+            data_dir: str | None = None, dry_run: bool = False) -> dict:
+    """Run (or reuse) one experiment; returns its results dict (see :func:`make_config` for the options)."""
+    module, _ = load(name)
+    config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
+    out_dir = pathlib.Path(out_root) / run_dir(name, variant)
+    _checkpoint_dir(config, out_dir, fresh=force)
+    if not force and is_done(out_dir, config):
+        return common.read_results(out_dir)
+    results = common.run_experiment(module, config, out_dir, variant=variant)
+    if dry_run and "dry_run" not in results.get("measurements", {}):
+        raise RuntimeError(f"{name}: declares DRY_RUN but its measurements carry no `dry_run` timing record.")
+    return results
