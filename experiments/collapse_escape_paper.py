@@ -122,7 +122,7 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     resid = float(max(np.max(res.smallest_residuals), np.max(res.largest_residuals)))
     return {"lambda_min": float(res.smallest[0]), "lambda_max": float(res.largest[0]),
             "solver": "blockwise" if res.method == "blockwise" else "coupled",
-            "block_coupling": float(res.coupling),
+            "block_coupling": float("nan") if res.coupling is None else float(res.coupling),  # None: one row
             "residual": resid, "converged": bool(res.converged)}
 
 
