@@ -161,7 +161,9 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
     assert m["reference"]["lambda_min"] < 0 < m["reference"]["lambda_max"]
     text = bh.report(m, 1)
     assert "the paper's 20-step power iteration, PyTorch float32 (42 HVPs)" in text
-    assert "curvature.hessian_extremes (full Lanczos)" in text if batch_norm else "blockwise Lanczos (target union)" in text
+    assert rec["error_bound"] == "gap"   # the recommended path stops on the eigenvalue error bound
+    assert ("curvature.hessian_extremes (full Lanczos, error bound gap)" in text if batch_norm
+            else "blockwise Lanczos (target union)" in text)
     assert f"ratio_le_{bh.CRITERIA[m['problem']]}" in text and "reference: " in text
     # the PyTorch baseline sees the same loss as the JAX side
     paper = bh.TorchPaper(pb)

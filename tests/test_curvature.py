@@ -207,6 +207,34 @@ def test_residual_estimates_equal_true_residuals(indefinite):
     np.testing.assert_allclose(rc.largest_residuals, rc.largest_true_residuals, rtol=1e-2, atol=1e-12)
 
 
+def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(indefinite):
+    """``error_bound="gap"``: the Kato-Temple bound min(r, r^2/delta) holds against eigvalsh at every end, the
+    values meet ``tol`` in fewer steps than the residual criterion needs, and the residual run's bounds are
+    no larger than its residuals."""
+    A, ev = indefinite
+    res = cv.extreme_eigenvalues(dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1)
+    gap = cv.extreme_eigenvalues(dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1,
+                                 error_bound="gap")
+    assert res.converged and gap.converged and gap.error_bound == "gap" and res.error_bound == "residual"
+    assert gap.num_steps < res.num_steps
+    scale = max(abs(ev[0]), abs(ev[-1]))
+    for r in (res, gap):
+        err_lo, err_hi = np.abs(r.smallest - ev[:2]), np.abs(r.largest - ev[::-1][:2])
+        assert np.all(err_lo <= r.smallest_error_bounds * (1 + 1e-6) + 1e-13)
+        assert np.all(err_hi <= r.largest_error_bounds * (1 + 1e-6) + 1e-13)
+        assert np.all(r.smallest_error_bounds <= r.smallest_residuals) and np.all(
+            r.largest_error_bounds <= r.largest_residuals)
+    assert np.max(gap.smallest_error_bounds) <= 1e-8 * scale and np.max(gap.largest_error_bounds) <= 1e-8 * scale
+    # at the gap run's stop the residuals are still far above what the residual criterion asks
+    assert np.max(np.r_[gap.smallest_residuals, gap.largest_residuals]) > 1e-8 * scale
+    with pytest.raises(ValueError, match="Unknown error_bound 'kato'"):
+        cv.extreme_eigenvalues(dense_matvec, N, args=(jnp.asarray(A),), error_bound="kato")
+    h = cv.hessian_extremes(_bn_coupled_loss, jnp.asarray(np.random.default_rng(5).standard_normal((6, 5))),
+                            jnp.asarray(np.random.default_rng(6).standard_normal((5, 4))), error_bound="gap", tol=1e-6)
+    assert h.method == "full" and h.lanczos.error_bound == "gap" and h.converged
+    assert np.all(h.smallest_error_bounds <= h.smallest_residuals)
+
+
 def test_lanczos_float32(indefinite):
     A, ev = indefinite
     r = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=200, args=(jnp.asarray(A, jnp.float32),),

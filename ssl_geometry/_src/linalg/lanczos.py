@@ -42,10 +42,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ssl_geometry._src.checks import check_finite, check_int, check_positive
+from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
 from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, capacity, coefficients,
-                                                   ensure_capacity, lanczos_init, ritz_batch, round_rows,
-                                                   scaled_norm)
+                                                   ensure_capacity, gap_error_bounds, lanczos_init, ritz_batch,
+                                                   round_rows, scaled_norm)
 from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec
 
 __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalues"]
@@ -82,6 +82,12 @@ class LanczosResult(NamedTuple):
         symmetric operator in exact arithmetic; rounding level otherwise).
       num_checks: host-side convergence checks made.
       second_passes: steps whose reorthogonalisation needed the second Gram-Schmidt pass.
+      smallest_error_bounds, largest_error_bounds: ``(k,)`` bounds on the distance from each Ritz
+        value to its eigenvalue, ``min(r, r^2 / delta)`` (:func:`~ssl_geometry._src.linalg.lanczos_core.gap_error_bounds`;
+        ``delta`` the distance to the other Ritz values' residual intervals).
+      error_bound: what ``converged`` and ``tol`` were measured on: ``"residual"`` (the residual
+        ``r``, an eigenvalue within ``r`` whatever the rest of the spectrum) or ``"gap"`` (the
+        error bounds above).
     """
 
     smallest: np.ndarray
@@ -101,6 +107,9 @@ class LanczosResult(NamedTuple):
     asymmetry: float = 0.0
     num_checks: int = 0
     second_passes: int = 0
+    smallest_error_bounds: Any = None
+    largest_error_bounds: Any = None
+    error_bound: str = "residual"
 
 
 def _next_chunk(history, ratio, j, check_every):
@@ -205,8 +214,10 @@ def _combine(Q, C_small, C_large):
 
 
 def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, args, dtype,
-                 breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks"):
+                 breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks",
+                 error_bound="residual"):
     B, n = v0.shape
+    check_choice(error_bound, "error_bound", ("residual", "gap"))
     mv, args = prepare_matvec(batched_matvec, (B, n), dtype, tuple(args), name=name, single=single)
     eps = float(jnp.finfo(dtype).eps)
     btol = jnp.asarray(100 * eps if breakdown_tol is None else breakdown_tol, dtype)
@@ -229,7 +240,8 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
         asym = _check_symmetry(state, sym_tol, j, name)
         kk = min(k, j)
         theta, S, est = ritz_batch(alpha, beta, resid, broke)
-        converged, ratio = _convergence(theta, est, kk, tol, target)
+        err = gap_error_bounds(theta, est)
+        converged, ratio = _convergence(theta, err if error_bound == "gap" else est, kk, tol, target)
         converged = converged and kk == k
         if converged and early_stop:
             break
@@ -247,6 +259,7 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
         ritz_values=theta, num_steps=steps, converged=bool(converged),
         breakdown=bool(nbreak.sum() > 0), num_breakdowns=nbreak, tol=tol,
         asymmetry=asym, num_checks=checks, second_passes=int(state.second_passes),
+        smallest_error_bounds=err[:, :k], largest_error_bounds=err[:, ::-1][:, :k], error_bound=error_bound,
     )
 
 
@@ -302,6 +315,7 @@ def extreme_eigenvalues(
     dtype=None,
     breakdown_tol: float | None = None,
     symmetry_tol: float | None = None,
+    error_bound: str = "residual",
 ) -> LanczosResult:
     """``k`` smallest and ``k`` largest eigenvalues of a symmetric operator by Lanczos.
 
@@ -333,6 +347,12 @@ def extreme_eigenvalues(
       dtype: float32 or float64 (default: float64 when x64 is enabled).
       breakdown_tol: relative breakdown threshold (default ``100 * eps``).
       symmetry_tol: largest tolerated ``asymmetry`` (default ``sqrt(eps)`` of ``dtype``).
+      error_bound: ``"residual"`` (default): stop when each residual ``r <= tol * max|theta|``, so an
+        eigenvalue lies within ``r``; ``"gap"``: stop when each eigenvalue error bound
+        ``min(r, r^2 / delta)`` is (Kato-Temple, ``delta`` the distance to the other Ritz values'
+        intervals; see :class:`LanczosResult`). The eigenvalue error of a Ritz value is quadratic in
+        its residual, so ``"gap"`` stops several steps earlier for the same accuracy of the values
+        (not of the vectors).
 
     Returns:
       :class:`LanczosResult`.
@@ -355,7 +375,7 @@ def extreme_eigenvalues(
     res = _run_lanczos(SingleAsBatch(matvec), v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
                        key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
                        return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                       name="matvec", single=True)
+                       name="matvec", single=True, error_bound=error_bound)
     squeeze = lambda a: None if a is None else a[0]
     return res._replace(
         smallest=res.smallest[0], largest=res.largest[0],
@@ -363,6 +383,7 @@ def extreme_eigenvalues(
         smallest_vectors=squeeze(res.smallest_vectors), largest_vectors=squeeze(res.largest_vectors),
         smallest_true_residuals=squeeze(res.smallest_true_residuals),
         largest_true_residuals=squeeze(res.largest_true_residuals),
+        smallest_error_bounds=res.smallest_error_bounds[0], largest_error_bounds=res.largest_error_bounds[0],
         ritz_values=res.ritz_values[0], num_breakdowns=int(res.num_breakdowns[0]),
     )
 
@@ -385,6 +406,7 @@ def blockwise_extreme_eigenvalues(
     breakdown_tol: float | None = None,
     symmetry_tol: float | None = None,
     target: str = "blocks",
+    error_bound: str = "residual",
 ) -> LanczosResult:
     """Extreme eigenvalues of every block of a block-diagonal operator, all at once.
 
@@ -419,4 +441,4 @@ def blockwise_extreme_eigenvalues(
     return _run_lanczos(block_matvec, v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
                         key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
                         return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                        name="block_matvec", single=False, target=target)
+                        name="block_matvec", single=False, target=target, error_bound=error_bound)

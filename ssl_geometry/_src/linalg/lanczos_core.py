@@ -240,3 +240,34 @@ def coefficients(state: LanczosState, j: int):
     """``(alpha, beta, resid, broke)`` of the first ``j`` steps on the host, ``(B, j)`` float64 (``broke`` bool)."""
     alpha, beta, resid, broke = (np.asarray(a, np.float64)[:j].T for a in state[1:5])  # sliced on the host
     return alpha, beta, resid, broke.astype(bool)
+
+
+def gap_error_bounds(theta, est):
+    """Eigenvalue error bounds ``min(r_i, r_i^2 / delta_i)`` of Ritz values ``theta (B, m)`` (ascending).
+
+    ``est (B, m)`` are the residual norms ``r_i = |A y_i - theta_i y_i|`` (:func:`ritz_batch`). The
+    other Ritz values' intervals ``[theta_j - r_j, theta_j + r_j]`` each hold an eigenvalue; ``delta_i``
+    is the distance from ``theta_i`` to the nearest of them,
+    ``delta_i = min(min_{j > i} (theta_j - r_j) - theta_i, theta_i - max_{j < i} (theta_j + r_j))``
+    (``+inf`` past the ends). When no other eigenvalue lies within ``delta_i`` of ``theta_i`` and
+    ``r_i < delta_i``, the Kato-Temple inequality bounds the distance from ``theta_i`` (a Rayleigh
+    quotient) to its eigenvalue by ``r_i^2 / delta_i``; ``r_i`` bounds it always. So the bound is
+    ``r_i`` wherever ``delta_i <= r_i``. Like every Krylov estimate it relies on the other
+    intervals holding the neighbouring eigenvalues (an eigenvalue no Ritz value has approached
+    is invisible).
+
+    >>> import numpy as np
+    >>> gap_error_bounds(np.array([[0.0, 1.0, 3.0]]), np.array([[0.1, 0.5, 0.2]])).round(6).tolist()
+    [[0.02, 0.277778, 0.026667]]
+    >>> gap_error_bounds(np.array([[0.0, 1.0, 3.0]]), np.array([[0.1, 0.5, 2.5]])).round(6).tolist()  # 3's interval covers 1
+    [[0.02, 0.5, 2.5]]
+    """
+    theta, est = np.asarray(theta, np.float64), np.asarray(est, np.float64)
+    lower, upper = theta - est, theta + est
+    inf = np.full(theta.shape[:-1] + (1,), np.inf)
+    above = np.concatenate([np.minimum.accumulate(lower[..., :0:-1], axis=-1)[..., ::-1], inf], axis=-1)
+    below = np.concatenate([-inf, np.maximum.accumulate(upper[..., :-1], axis=-1)], axis=-1)
+    delta = np.minimum(above - theta, theta - below)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quad = np.where(delta > est, est ** 2 / np.where(delta > 0, delta, 1.0), np.inf)
+    return np.minimum(est, quad)
