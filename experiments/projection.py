@@ -64,6 +64,34 @@ def power_law_projection(points, full_size: float, count: float = 1.0) -> dict:
     return rec
 
 
+def reduced_sizes(full_size: int, fractions=(1 / 8, 1 / 4), minimum: int = 2) -> list[int]:
+    """The two (or more) reduced sizes a dry run times: ``max(minimum, round(f * full_size))`` for each
+    fraction ``f``, distinct and sorted (the paper's batch or width at 1/8 and 1/4 by default).
+
+    Raises:
+      ValueError: when the sizes are fewer than two distinct values (``full_size`` too small to fit an
+        exponent), naming ``full_size``.
+    """
+    sizes = sorted({max(int(minimum), int(round(f * int(full_size)))) for f in fractions})
+    if len(sizes) < 2:
+        raise ValueError(f"reduced_sizes: `full_size` = {full_size!r} gives the sizes {sizes} at fractions "
+                         f"{tuple(fractions)}: two distinct sizes are needed to fit an exponent.")
+    return sizes
+
+
+def project_at_sizes(make_unit: Callable[[int], Callable[[], object]], full_size: int, count: float, *,
+                     sizes=None, repeats: int = 2) -> dict:
+    """Time one unit (a training step, an analysis case) at reduced sizes and project ``count`` of them at
+    ``full_size``: :func:`time_at_sizes` then :func:`power_law_projection` (``t(n) = a n^p``).
+
+    ``sizes`` defaults to :func:`reduced_sizes` of ``full_size`` (1/8 and 1/4). The record holds both
+    measured points, the fitted exponent and the projection (``projected_s``); pass it to
+    :func:`dry_run_record` as ``training=`` or ``analysis=``.
+    """
+    sizes = reduced_sizes(full_size) if sizes is None else sorted({int(n) for n in sizes})
+    return power_law_projection(time_at_sizes(make_unit, sizes, repeats), full_size, count)
+
+
 def dry_run_record(step_time_s: float, n_steps: int | None = None, other_s: float = 0.0, *,
                    projected_wall_time_s: float | None = None, training: dict | None = None,
                    analysis: dict | None = None, **extra) -> dict:

@@ -244,3 +244,21 @@ def test_dry_run_record_projects_training_and_analysis_apart():
         label, results = "x", {"measurements": {"dry_run": rec}, "wall_time_s": 1.0}
     row = report_md.dry_run_table([E()]).splitlines()[2]
     assert "8 h (p = 1;" in row and "0.08889 h (p = 2; 32: 1 s, 64: 4 s; full 256)" in row
+
+
+def test_reduced_sizes_are_an_eighth_and_a_quarter_and_refuse_a_size_too_small_to_fit():
+    assert projection.reduced_sizes(512) == [64, 128] and projection.reduced_sizes(2048) == [256, 512]
+    assert projection.reduced_sizes(12) == [2, 3] and projection.reduced_sizes(100, minimum=16) == [16, 25]
+    with pytest.raises(ValueError, match="`full_size`"):
+        projection.reduced_sizes(8)
+
+
+def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared():
+    """A unit sleeping 1e-6 n^2 s (n = 64 and 128 of 512) projects 10 units at 512 to about 10 * 0.262 s."""
+    import time
+
+    def make_unit(n):
+        return lambda: time.sleep(1e-6 * n * n)
+    rec = projection.project_at_sizes(make_unit, 512, 10, repeats=1)
+    assert [p[0] for p in rec["points"]] == [64.0, 128.0] and rec["full_size"] == 512.0
+    assert 1.6 < rec["exponent"] < 2.2 and rec["projected_s"] == pytest.approx(10 * 0.262, rel=0.35)
