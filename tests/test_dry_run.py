@@ -49,6 +49,12 @@ def test_paper_variant_dry_run(name, variant, tmp_path):
     # The full variant takes many steps: its projection must exceed the 2 measured steps.
     assert d["projected_wall_time_s"] > 2 * d["step_time_s"] and math.isfinite(d["projected_wall_time_s"])
     assert isinstance(d["device"], str) and d["device"]
+    # Projected from measurements: training and/or analysis each timed at two reduced sizes, with a fitted exponent.
+    parts = {p: d[p] for p in ("training", "analysis") if p in d}
+    assert parts, f"{name}/{variant}: the dry run must project from units timed at two sizes (training=/analysis=)"
+    for part, r in parts.items():
+        assert len({n for n, _ in r["points"]}) >= 2 and math.isfinite(r["exponent"]) and r["projected_s"] > 0, part
+    assert d["projected_wall_time_s"] == pytest.approx(sum(r["projected_s"] for r in parts.values()))
     assert res["claims"] and all(c["verdict"] in claims.VERDICTS for c in res["claims"])
 
 

@@ -259,4 +259,46 @@ def test_dry_run_overrides_keep_the_papers_models():
     c = cfg_module.get_config("paper")
     d = configs.apply_overrides(cfg_module.get_config("paper"), _PO._DRY)
     assert (d.data.image_size, d.control.image_size, d.control.dino.out) == (c.data.image_size, 224, 65536)
-    assert _PO._points(d, "control") == 2 * 1 * 3 and _PO._points(c, "control") == 10 * 5 * 12
+    assert _PO.D.orbit_points(d, "control") == 2 * 1 * 3 and _PO.D.orbit_points(c, "control") == 10 * 5 * 12
+    # the dense cross-check is decided as at the paper's metric points: 4 x 2048 x 8192 > 2^24, so 1 x 2048 x 8192
+    # is over the dry run's threshold too
+    assert _PO._dry_config(c).analysis.max_dense_jacobian == 2 ** 24 // 4 < 2048 * 8192
+
+
+
+def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, monkeypatch):
+    """The dry run times the control's analysis at its own orbit size and at twice the images (the first, untimed
+    call is the dry run's analysis itself), fits t = a n^p and projects every analysis of the full variant. The
+    analysis is a stand-in taking a time linear in its orbit points (the real one runs in the paper variant's dry
+    run, ``tests/test_dry_run.py``)."""
+    import math
+    import time
+
+    calls = []
+
+    def analyse(name, status, backbone, head, variables, config, *, image_size, num_classes, images_per_class,
+                steps, key, image_cache):
+        assert status == PO.STATUS_CONTROL and config.analysis.control_directions == 2  # the full variant's
+        calls.append(num_classes * images_per_class * steps)
+        time.sleep(5e-3 * calls[-1])
+        return {"checkpoint": name, "status": status, "call": len(calls)}, [{"checkpoint": name, "call": len(calls)}]
+
+    monkeypatch.setattr(PO.D, "analyse", analyse)
+    c = cfg_module.get_config("tiny")
+    c.model.checkpoint_dir, c.control.images_per_class, c.dry_run = str(tmp_path), 4, True
+    m = PO.measure(c)
+    assert calls == [6, 6, 12, 12]  # untimed (the dry run's own analysis) and timed, at 6 and 12 points
+    d, a = m["dry_run"], m["dry_run"]["analysis"]
+    assert [p[0] for p in a["points"]] == [6.0, 12.0] and (a["full_size"], a["count"]) == (24.0, 1.0)
+    assert math.isfinite(a["exponent"]) and 0.6 < a["exponent"] < 1.3
+    assert a["projected_s"] == pytest.approx(5e-3 * 24, rel=0.4)
+    assert "training" not in d and d["projected_wall_time_s"] == d.get("training_s", 0.0) + d["analysis_s"]
+    assert d["step_time_s"] == a["points"][-1][1] and (d["unit"], d["orbit_points_full"]) == ("dino_vits16", 24)
+    (row,) = [r for r in m["checkpoints"] if r["status"] == PO.STATUS_CONTROL]
+    assert row["call"] == 1 and m["augmentations"] == [{"checkpoint": "dino_vits16", "call": 1}]
+    # the slowest control is the unit when the variant runs it; the count is every analysis of the full variant
+    paper = cfg_module.get_config("paper")
+    assert PO.D.unit_name(paper) == "vicreg_resnet50" and PO.D.n_analyses(paper, 2) == 6
+    c.control.enabled = False
+    with pytest.raises(ValueError, match="control.enabled"):
+        PO.D.unit_name(c)

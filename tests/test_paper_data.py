@@ -139,3 +139,27 @@ def test_bad_root_names_the_field():
         config.data.root = "/nonexistent/paper_results"
     with pytest.raises(FileNotFoundError, match="config.data.root"):
         paper_data.data_root(config)
+
+
+def test_dry_run_projects_the_orbit_analysis_from_two_widths():
+    """The dry run times one orbit file's re-analysis at h widths 256 and 512 (of 2048) and projects the five
+    orbit files from the fit; nothing is trained, so the projection is the analysis alone."""
+    import math
+
+    A = paper_data.analysis
+    root = paper_data.data_root(paper_data_config.get_config("tiny"))
+    rec = A.dry_measure(root, 1.5, repeats=1)
+    a = rec["analysis"]
+    assert [p[0] for p in a["points"]] == [256.0, 512.0] and (a["full_size"], a["count"]) == (2048.0, 5.0)
+    assert math.isfinite(a["exponent"]) and a["projected_s"] > 0 and all(t > 0 for _, t in a["points"])
+    assert "training" not in rec and rec["projected_wall_time_s"] == rec.get("training_s", 0.0) + rec["analysis_s"]
+    assert rec["analysis_s"] == a["projected_s"] and rec["step_time_s"] == a["points"][-1][1]
+    assert (rec["scaled"], rec["width_full"], rec["measured_full_run_s"]) == ("width", 2048, 1.5)
+    assert len(A.orbit_files(root)) == 5 and all(p.exists() for p in A.orbit_files(root))
+    # A reduced width is the re-analysis of the first coordinates of z (512 -> 64) and h (2048 -> 256).
+    d = A.npz(root / A.DRY_RUN_ORBITS)
+    cut = {**d, "orbits_z": d["orbits_z"][:, :64], "orbits_h": d["orbits_h"][:, :256]}
+    assert A._orbit_row(d, 1 / 8) == A._orbit_row(cut)
+    assert A._orbit_row(d, 1 / 8)["compression_paper"] != A._orbit_row(d)["compression_paper"]
+    with pytest.raises(ValueError, match="`fraction`"):
+        A._orbit_row(d, 0.0)

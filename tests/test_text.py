@@ -452,3 +452,79 @@ def test_experiment_negative_control_must_not_be_a_training_augmentation():
                                 {"analysis.negative.shuffle_window": 0.0})
     with pytest.raises(ValueError, match="negative"):
         minilm_geometry._check(c)
+
+
+
+def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkeypatch):
+    """The dry run's projections (``minilm_geometry.dry_run``), their units replaced by stand-ins that check the
+    reduced sizes they are given and take a time linear in them (the real units run in the paper variant's dry
+    run, ``tests/test_dry_run.py``): training from one step of each path at 1/8 and 1/4 of its batch, as the
+    schedule's mean step; analysis from one head's evaluation at 1/32 and 1/16 of the evaluation sentences;
+    the record sums the two."""
+    import math
+    import time
+    import types
+
+    import ml_collections
+
+    from experiments import configs
+    from experiments.configs import minilm_geometry as cfg_mod
+    from experiments.minilm_geometry import core as C
+    from experiments.minilm_geometry import dry_run as D
+
+    full = configs.apply_overrides(ml_collections.ConfigDict(cfg_mod.get_config("tiny").to_dict()), {
+        "data.n_eval": 64, "train.frozen_batch": 32, "train.finetune_batch": 16, "train.frozen_steps": 30,
+        "train.finetune_steps": 6, "analysis.n_views": 2, "analysis.n_between": 2, "analysis.n_hessian": 8})
+    cfg = configs.apply_overrides(ml_collections.ConfigDict(full.to_dict()), {
+        "data.n_eval": 4, "train.frozen_steps": 2, "train.finetune_steps": 2, "train.fit_steps": 1})
+    seen = {"frozen": [], "finetune": [], "geometry": [], "hessian": []}
+
+    def frozen(head, hv, bank, c, key):
+        assert c.train.frozen_steps == c.train.fit_steps == 1 and bank is BANK
+        seen["frozen"].append(c.train.frozen_batch)
+        time.sleep(2e-3 * c.train.frozen_batch)
+
+    def finetune(model, variables, head, hv, tokens, c, key):
+        assert c.train.finetune_steps == 1 and tokens is TOKENS
+        seen["finetune"].append(c.train.finetune_batch)
+        time.sleep(1e-2 * c.train.finetune_batch)
+
+    def geometry(head, hv, z, views, neg, c, key):
+        assert z.shape[0] == views.shape[1] == neg.shape[1] == c.data.n_eval and views.shape[0] == 2
+        seen["geometry"].append(z.shape[0])
+        time.sleep(1e-2 * z.shape[0])
+
+    def hessian(head, hv, z1, z2, c):
+        seen["hessian"].append(z1.shape[0])
+
+    monkeypatch.setattr(C, "train_frozen", frozen)
+    monkeypatch.setattr(C, "train_finetune", finetune)
+    monkeypatch.setattr(C, "head_geometry", geometry)
+    monkeypatch.setattr(C, "effective_hessian_at_data", hessian)
+    monkeypatch.setattr(text, "embed", lambda model, v, tok, batch_size: np.zeros((tok.input_ids.shape[0], 3)))
+    monkeypatch.setattr(C, "views", lambda view, v, tok, keys, eb: np.zeros((len(keys), tok.input_ids.shape[0], 3)))
+    BANK, TOKENS = object(), _small_tokens([4] * 6, 6)
+    pm = types.SimpleNamespace(model=None, variables=None)
+    training = D.training_projection(pm, None, None, BANK, TOKENS, full, cfg, jax.random.PRNGKey(0))
+    assert seen["frozen"] == [4] * 4 + [8] * 4 and seen["finetune"] == [2] * 3 + [4] * 3  # untimed call, then timed
+    assert [p[0] for p in training["points"]] == [2.0, 4.0] and training["full_size"] == 16.0
+    assert training["count"] == 36.0 and 0.6 < training["exponent"] < 1.3 and training["projected_s"] > 0
+    fr, ft = training["paths"]["frozen"], training["paths"]["finetune"]
+    assert [n for n, _ in fr["points"]] == [4, 8] and [n for n, _ in ft["points"]] == [2, 4]
+    for i in range(2):  # the unit is the schedule's mean step: (30 t_frozen + 6 t_finetune) / 36
+        assert training["points"][i][1] == pytest.approx((30 * fr["points"][i][1] + 6 * ft["points"][i][1]) / 36)
+    # 36 steps of about (30 * 2e-3 * 32 + 6 * 1e-2 * 16) / 36 s at the full batches
+    assert training["projected_s"] == pytest.approx(30 * 2e-3 * 32 + 6 * 1e-2 * 16, rel=0.4)
+    analysis = D.analysis_projection(pm, None, None, None, None, TOKENS, full, cfg, jax.random.PRNGKey(1), n_heads=3)
+    assert seen["geometry"] == [2] * 3 + [4] * 3 and seen["hessian"] == [2] * 6  # H_eff batch: at least 2
+    assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and (analysis["full_size"], analysis["count"]) == (64.0, 3.0)
+    assert math.isfinite(analysis["exponent"]) and analysis["projected_s"] == pytest.approx(3 * 0.64, rel=0.4)
+    rec = D.record(training, analysis, full)
+    assert rec["projected_wall_time_s"] == pytest.approx(rec["training_s"] + rec["analysis_s"], rel=1e-12)
+    assert rec["training_s"] == training["projected_s"] and rec["step_time_s"] == training["points"][-1][1]
+    assert (rec["batch_full"], rec["sentences_full"], rec["training_steps_full"]) == (16, 64, 36)
+    with pytest.raises(ValueError, match="`tokens`"):
+        D.analysis_projection(pm, None, None, None, None, _small_tokens([4] * 3, 6), full, cfg, None, 3)
+    # fit caches its compiled step per optimizer object: the units' repeated calls reuse one program
+    assert C._frozen_optimizer(1e-3) is C._frozen_optimizer(1e-3)
+    assert C._finetune_optimizer(1e-3, 2e-5) is C._finetune_optimizer(1e-3, 2e-5)

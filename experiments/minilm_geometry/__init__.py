@@ -35,10 +35,11 @@ import numpy as np
 
 import ml_collections
 
-from experiments import claims, configs, projection, rules
+from experiments import claims, configs, rules
 from ssl_geometry import heads, text
 
 from . import core as C
+from . import dry_run as D
 from .core import CONTROLS as CONTROLS
 from .tables import figures as figures
 from .tables import report as report
@@ -85,19 +86,22 @@ def _check(cfg) -> None:
 _NEUTRAL = {"deletion": 0.0, "span": 0.0, "crop": 1.0, "masking": 0.0, "shuffle_window": 0.0}
 
 
-#: Under ``dry_run``: the paper variant's models and token length, a handful of sentences, 2 steps per
-#: training phase (frozen head, fine-tuning), every measurement.
-_DRY = {"data.n_train": 16, "data.n_eval": 8, "train.view_bank": 2, "train.frozen_steps": 2, "train.frozen_batch": 4,
-        "train.finetune_steps": 2, "train.finetune_batch": 4, "train.fit_steps": 1, "train.embed_batch": 8,
-        "analysis.n_views": 2, "analysis.n_between": 2, "analysis.n_hessian": 2}
+#: Under ``dry_run``: the paper variant's models, token length and per-sentence analysis counts (``n_views``,
+#: ``n_between``), a handful of sentences, 2 steps per training phase (frozen head, fine-tuning), every
+#: measurement; then the projection (:mod:`.dry_run`). The batches and evaluation size are the paper variant's
+#: smaller reduced sizes there (16 and 8 of 128 and 64; 8 of 256 sentences), so its compiled programs are shared;
+#: 32 training sentences hold the larger frozen batch.
+_DRY = {"data.n_train": 32, "data.n_eval": 8, "train.view_bank": 2, "train.frozen_steps": 2, "train.frozen_batch": 16,
+        "train.finetune_steps": 2, "train.finetune_batch": 8, "train.fit_steps": 1, "train.embed_batch": 8,
+        "analysis.n_hessian": 2}
 
 
 def measure(config) -> dict:
-    """Train the frozen and fine-tuned heads, then measure init / frozen / fine-tuned geometry (numbers only)."""
+    """Train the frozen and fine-tuned heads, then measure init / frozen / fine-tuned geometry (numbers only); under
+    ``dry_run`` at the reduced sizes of :data:`_DRY`, then the projections of :mod:`.dry_run`."""
     full = config
     cfg = configs.apply_overrides(ml_collections.ConfigDict(config.to_dict()), _DRY) if config.dry_run else config
     _check(cfg)
-    C._STEP_TIMES.clear()
     t_start = time.perf_counter()
     k_head, k_bank, k_train, k_ft, k_eval, k_meas = jax.random.split(jax.random.PRNGKey(cfg.seed), 6)
     pm = text.load_minilm()
@@ -139,14 +143,12 @@ def measure(config) -> dict:
             np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l0, l1))) / np.sqrt(sum(float(jnp.sum(a ** 2)) for a in l0)))
     timings["total_s"] = time.perf_counter() - t_start
     dry = {}
-    if config.dry_run:
-        steps = [full.train.frozen_steps, full.train.finetune_steps]
-        train_s = sum(t * n for t, n in zip(C._STEP_TIMES, steps))
-        rest = timings["total_s"] - sum(C._STEP_TIMES[i] * cfg.train[k] for i, k in enumerate(("frozen_steps", "finetune_steps"))
-                                        if i < len(C._STEP_TIMES))
-        dry = {"dry_run": projection.dry_run_record(
-            C._STEP_TIMES[0], projected_wall_time_s=train_s + rest * full.data.n_eval / cfg.data.n_eval,
-            projection="measured step time x full steps per phase + the rest x n_eval ratio")}
+    if config.dry_run:  # the full variant's training and analysis, each timed at two reduced sizes
+        tok_all = text.tokenize(pm.tokenizer, sentences, max_length=cfg.data.max_length, pad_to=cfg.data.max_length)
+        training = D.training_projection(pm, head, head0, bank, tok["train"], full, cfg, k_train)
+        analysis = D.analysis_projection(pm, head, head0, view, neg_view, tok_all, full, cfg, k_meas,
+                                         n_heads=2 + (full.train.finetune_steps > 0))  # init, frozen[, fine-tuned]
+        dry = {"dry_run": D.record(training, analysis, full)}
     return {**dry, "paper": {},  # the paper has no text experiment
             "corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
             "model": {"name": pm.model.name, "head": head.name}, "settings": settings, "effective_hessian": hess,

@@ -96,20 +96,26 @@ def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
     per_call = min(per_call, steps)
     if steps % per_call:
         raise ValueError(f"steps ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
-    opt_state, out, times = None, [], []
+    opt_state, out = None, []
     for s0 in range(0, steps, per_call):
-        t0 = time.perf_counter()
         res = fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
                   opt_state=opt_state)
         params, state, opt_state = res.params, res.state, res.opt_state
         out.append(np.asarray(res.losses))  # blocks until the call is done
-        times.append((time.perf_counter() - t0) / per_call)
-    _STEP_TIMES.append(float(np.median(times[1:])) if len(times) > 1 else float(times[0]))
     return params, state, np.concatenate(out)
 
 
-#: Median wall time per step of each :func:`_fit_in_calls` run (calls after the first), for the dry run.
-_STEP_TIMES: list = []
+@functools.lru_cache(maxsize=None)
+def _frozen_optimizer(lr: float):
+    """Adam on the head (one object per learning rate: ``fit`` caches its compiled program per optimizer)."""
+    return optax.adam(lr)
+
+
+@functools.lru_cache(maxsize=None)
+def _finetune_optimizer(lr_head: float, lr_backbone: float):
+    """Adam on head and backbone at their own learning rates (one object per pair, as :func:`_frozen_optimizer`)."""
+    return optax.multi_transform({"head": optax.adam(lr_head), "backbone": optax.adam(lr_backbone)},
+                                 {"head": "head", "backbone": "backbone"})
 
 
 def train_frozen(head, head_vars, bank, cfg, key):
@@ -136,35 +142,32 @@ def train_frozen(head, head_vars, bank, cfg, key):
 
     state = {k: v for k, v in head_vars.items() if k != "params"}
     params, state, losses_ = _fit_in_calls(_frozen_loss(head, loss_fn(cfg)), head_vars["params"], state,
-                                           optax.adam(t.frozen_lr), t.frozen_steps, t.fit_steps, make_batches)
+                                           _frozen_optimizer(float(t.frozen_lr)), t.frozen_steps, t.fit_steps,
+                                           make_batches)
     return {**state, "params": params}, losses_
 
 
 def train_finetune(model, bb_vars, head, head_vars, tokens, cfg, key):
     """Joint Adam (head lr, small backbone lr) with live dropout + token-augmented views (``text.fit_two_view``).
 
-    One ``fit`` over all steps; under ``dry_run`` one call per step (so the second call times a compiled
-    step; the Adam state restarts at each call, which a 2-step timing run does not care about).
+    One ``fit`` over all steps; under ``dry_run`` one call per step (the one-step program the dry run's
+    projection times, compiled once; the Adam state restarts at each call, which a 2-step run does not care about).
     """
     t = cfg.train
-    opt = optax.multi_transform({"head": optax.adam(t.finetune_lr_head), "backbone": optax.adam(t.finetune_lr_backbone)},
-                                {"head": "head", "backbone": "backbone"})
+    opt = _finetune_optimizer(float(t.finetune_lr_head), float(t.finetune_lr_backbone))
     rng = np.random.default_rng(cfg.seed + 1)
     n, steps = tokens.input_ids.shape[0], t.finetune_steps
     idx = np.stack([np.sort(rng.choice(n, t.finetune_batch, replace=False)) for _ in range(steps)])
     ids, mask = np.asarray(tokens.input_ids)[idx], np.asarray(tokens.attention_mask)[idx]
     keys = jnp.stack([jax.random.fold_in(key, s) for s in range(steps)])
     calls = [(s, s + 1) for s in range(steps)] if cfg.dry_run else [(0, steps)]
-    losses_, times = [], []
+    losses_ = []
     for a, b in calls:
-        t0 = time.perf_counter()
         res = text.fit_two_view(model, head, loss_fn(cfg), opt, bb_vars, head_vars,
                                 tokens=text.Tokens(jnp.asarray(ids[a:b]), jnp.asarray(mask[a:b])), keys=keys[a:b],
                                 finetune=True, augment=dict(cfg.augment))
         bb_vars, head_vars = res.backbone, res.head
         losses_.append(np.asarray(res.losses))
-        times.append((time.perf_counter() - t0) / (b - a))
-    _STEP_TIMES.append(float(np.median(times[1:])) if len(times) > 1 else float(times[0]))
     return bb_vars, head_vars, np.concatenate(losses_)
 
 

@@ -17,10 +17,11 @@ from ssl_geometry import metrics
 from ssl_geometry import paper as P
 
 __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "PRINTED", "RECOMPUTED", "READ_BACK", "TRACKER_RUNS", "RUNS",
-           "data_root", "tracker", "geometry", "collapse", "measure", "our_values", "decide"]
+           "data_root", "tracker", "geometry", "collapse", "orbit_files", "dry_measure", "measure", "our_values",
+           "decide"]
 
 NAME = "paper_data"
-DRY_RUN = True  # nothing to reduce: the dry run re-analyses everything (seconds)
+DRY_RUN = True  # the dry run is the full re-analysis (seconds), plus its projection timed at two widths
 TITLE = "The paper's released results, re-analysed"
 CLAIM = ("The paper's reported numbers that its released arrays determine -- Spearman(std, condition number) "
          "0.339 / 0.609 / 0.669 in the Hessian tracker, 21.9x orbit spread compression by the head, curvature "
@@ -53,6 +54,9 @@ READ_BACK = tuple(k for k in PRINTED if k not in RECOMPUTED)
 assert all(k.startswith("probe_") for k in READ_BACK) and set(RECOMPUTED) <= set(PRINTED)
 TRACKER_RUNS = ("normal_swish", "collapsed_swish", "collapsed_relu")
 RUNS = (("cifar10", "resnet18"), ("cifar10", "vit_tiny"), ("cifar100", "resnet18"))
+#: A run's orbit file (under ``<dataset>/<arch>/``) and the head-depth ablation's files (``.format(depth)``).
+ORBITS = "orbit_visualization/arrays.npz"
+DEPTH_FILE = "cifar10/resnet18/head_depth_ablations/geometric_ablation_depth_{}.npz"
 
 
 def data_root(config) -> pathlib.Path:
@@ -105,8 +109,16 @@ def _orbit_ranks(orbits, center: bool):
     return jax.vmap(lambda o: P.effective_rank_squared(o, center=center))(orbits)
 
 
-def _orbit_row(d: dict) -> dict:
-    z, h, ids, lab, ang = d["orbits_z"], d["orbits_h"], d["orbit_ids"], d["orbit_labels"], d["orbit_angles"]
+def _orbit_row(d: dict, fraction: float = 1.0) -> dict:
+    """The orbit geometry of one released orbit file (its z and h rows), the paper's way and the project's.
+
+    ``fraction`` < 1 (the dry run's reduced widths) keeps the first ``max(1, round(fraction * width))``
+    coordinates of z and of h; 1 is the released widths.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"_orbit_row: `fraction` must lie in (0, 1]; got {fraction!r}.")
+    z, h = (x[:, :max(1, round(fraction * x.shape[1]))] for x in (d["orbits_z"], d["orbits_h"]))
+    ids, lab, ang = d["orbit_ids"], d["orbit_labels"], d["orbit_angles"]
     mz, mh = P.orbit_metrics(z, ids, lab), P.orbit_metrics(h, ids, lab)
     rz, rh = (P.orbits_by_class(x.astype(np.float64), ids, lab, ang) for x in (z, h))
     sz, sh = _orbit_statistics(rz), _orbit_statistics(rh)
@@ -137,11 +149,11 @@ def geometry(root) -> dict:
                "curvature_ratio_ratio_of_means": float(P.curvature_ratio(cur["curvatures_z_per_seed"], cur["curvatures_h_per_seed"])),
                "probes": {k: 100.0 * float(probes[f"{w}_acc_{p}"]) for w in ("backbone", "head") for p in ("linear", "mlp")
                           for k in [f"{w}_{p}"]}}
-        if (base / "orbit_visualization/arrays.npz").exists():
-            row["orbits"] = _orbit_row(npz(base / "orbit_visualization/arrays.npz"))
+        if (base / ORBITS).exists():
+            row["orbits"] = _orbit_row(npz(base / ORBITS))
         out[f"{ds}_{arch}"] = row
     for depth in (1, 2, 3):
-        d = npz(root / "cifar10/resnet18/head_depth_ablations" / f"geometric_ablation_depth_{depth}.npz")
+        d = npz(root / DEPTH_FILE.format(depth))
         out[f"depth_{depth}"] = {"probe_backbone": 100.0 * float(d["acc_z_linear"]), "probe_head": 100.0 * float(d["acc_h_linear"]),
                                  "curvature_ratio_paper": float(P.curvature_ratio(d["curvatures_z"], d["curvatures_h"])),
                                  "orbits": _orbit_row(d)}
@@ -185,18 +197,55 @@ def collapse(root, cfg) -> list:
     return rows
 
 
+#: The orbit file a dry run times (ResNet-18's widths, z 512 and h 2048: the widest of the five orbit files).
+DRY_RUN_ORBITS = f"cifar10/resnet18/{ORBITS}"
+
+
+def orbit_files(root) -> list[pathlib.Path]:
+    """The released orbit files :func:`geometry` re-analyses (one :func:`_orbit_row` each)."""
+    runs = [root / ds / arch / ORBITS for ds, arch in RUNS]
+    return [p for p in runs if p.exists()] + [root / DEPTH_FILE.format(depth) for depth in (1, 2, 3)]
+
+
+def dry_measure(root, full_run_s: float, repeats: int = 7) -> dict:
+    """The dry run's projection: the analysis timed at two reduced widths and projected (nothing is trained).
+
+    Unit: the re-analysis of one released orbit file (:func:`_orbit_row`: the paper's orbit metrics of z
+    and h, the project's orbit statistics, four effective ranks), on the file :data:`DRY_RUN_ORBITS`
+    (the widest: the ResNet-18 files, 4 of the 5, share its widths; ViT-T's z is narrower, so the
+    projection is an upper bound there). Scaled: the representation width, the head output h (2048)
+    at ``n`` = 1/8 and 1/4 of it (:func:`experiments.projection.reduced_sizes`), z cut by the same
+    fraction. ``t(n) = a n^p`` through the two points, total ``count * a * N^p`` with ``N`` = the
+    released h width and ``count`` = the orbit files of :func:`orbit_files`
+    (:func:`experiments.projection.project_at_sizes`; each unit is called once untimed first, so
+    compilation is excluded, then timed ``repeats`` times, the median kept: a unit takes tens of ms, so
+    a shared machine's noise is the largest error, and a negative ``p`` is projected as 0). Not projected: the per-epoch series (tracker, collapse, curvature,
+    probes: no width), which the measured full run ``full_run_s`` includes. Known bias: the fixed
+    per-unit costs (dispatch, the orbit loops on the host) lower ``p`` at small widths, so the fit
+    under-projects where they dominate.
+    """
+    d = npz(root / DRY_RUN_ORBITS)
+    full = int(d["orbits_h"].shape[1])
+    files = orbit_files(root)
+    analysis = projection.project_at_sizes(lambda n: functools.partial(_orbit_row, d, n / full), full, len(files),
+                                           repeats=repeats)
+    return projection.dry_run_record(
+        analysis["points"][-1][1], analysis=analysis, scaled="width", width_full=full, orbit_files=len(files),
+        measured_full_run_s=float(full_run_s),
+        projection=(f"one orbit file's re-analysis timed at h widths {[int(n) for n, _ in analysis['points']]} of "
+                    f"{full}, t = a n^p, x {len(files)} orbit files; the width-free series are not projected"))
+
+
 def measure(config) -> dict:
-    """All re-analyses of the released arrays (numbers only)."""
+    """All re-analyses of the released arrays (numbers only); under ``dry_run`` also :func:`dry_measure`."""
     t0 = time.perf_counter()
     root = data_root(config)
     out = {"tracker": tracker(root, config), "geometry": geometry(root), "collapse": collapse(root, config),
            "paper": {k: PRINTED[k][0] for k in RECOMPUTED}}
     wall = time.perf_counter() - t0
     out["wall_time_s"] = wall
-    if config.dry_run:  # nothing is trained: the dry run is the full run; a "step" is one released file read
-        n_files = sum(1 for _ in root.rglob("*.npz"))
-        out["dry_run"] = projection.dry_run_record(wall / n_files, n_files,
-                                               projection=f"the full run itself ({n_files} released files re-analysed)")
+    if config.dry_run:  # nothing is trained: the dry run is the full run, plus the projection at two widths
+        out["dry_run"] = dry_measure(root, wall)
     return out
 
 

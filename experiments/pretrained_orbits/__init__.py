@@ -54,12 +54,13 @@ import jax
 
 import ml_collections
 
-from experiments import claims, configs, projection, rules
+from experiments import claims, configs, rules
 from ssl_geometry import pretrained
 
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
 from .pipeline import STATUS_ABSENT, STATUS_CONTROL, STATUS_PRESENT, log, resnet50_backbone, analyse, control_models
 from .pipeline import find_checkpoint, load_checkpoint
+from . import dry_run as D
 from .tables import figures as figures
 from .tables import report as report
 
@@ -75,28 +76,35 @@ CLAIM = ("In released SSL checkpoints (DINO ViT-S/16, DINO / VICReg / Barlow Twi
          "their orbits compress from backbone to head (Sec. 5).")
 
 
-#: Under ``dry_run``: the paper's architectures, heads and 224 px images, 2 classes x 1 image, 3 orbit steps.
+#: Under ``dry_run``: the paper's architectures, heads, 224 px images and control directions per orbit point,
+#: 2 classes x 1 image, 3 orbit steps, one metric point (the dense cross-check decided as at the full variant's
+#: metric points, :func:`_dry_config`); then the projection (:func:`.dry_run.project`).
 _DRY = {"data.num_classes": 2, "data.images_per_class": 1, "analysis.orbit_steps": 3, "analysis.metric_points": 1,
-        "analysis.lanczos_k": 2, "analysis.lanczos_steps": 20, "analysis.control_directions": 2,
-        "analysis.batch_size": 6,
+        "analysis.lanczos_k": 2, "analysis.lanczos_steps": 20, "analysis.batch_size": 6,
         "control.num_classes": 2, "control.images_per_class": 1, "control.orbit_steps": 3}
 
 
-def _points(c, section) -> int:
-    return c[section].num_classes * c[section].images_per_class * (c.analysis.orbit_steps if section == "data"
-                                                                     else c.control.orbit_steps)
+def _dry_config(full) -> ml_collections.ConfigDict:
+    """``full`` with :data:`_DRY`, and ``max_dense_jacobian`` scaled by ``metric_points`` (dry / full), so that the
+    dense cross-check runs exactly where the full variant's would (``points * d * k <= max_dense_jacobian``)."""
+    cfg = configs.apply_overrides(ml_collections.ConfigDict(full.to_dict()), _DRY)
+    cfg.analysis.max_dense_jacobian = int(full.analysis.max_dense_jacobian * cfg.analysis.metric_points
+                                          / full.analysis.metric_points)
+    return cfg
 
 
 def measure(config) -> dict:
-    """Every checkpoint (present, or its absence) and the pipeline controls (numbers only)."""
-    full = config
+    """Every checkpoint (present, or its absence) and the pipeline controls (numbers only); under ``dry_run`` at
+    the sizes of :func:`_dry_config`, with the projection of :func:`.dry_run.project` (``measurements["dry_run"]``)."""
+    full, dry = config, None
     if config.dry_run:
-        config = configs.apply_overrides(ml_collections.ConfigDict(config.to_dict()), _DRY)
+        config = _dry_config(full)
     t_cpu = time.process_time()
     with jax.enable_x64(True):
         rows, aug_rows, image_cache = [], [], {}
         key = jax.random.PRNGKey(int(config.seed))
         ckdir = pathlib.Path(config.model.checkpoint_dir).expanduser()
+        unit = D.unit_name(config) if config.dry_run else None
         for i, name in enumerate(config.model.checkpoints):
             info = pretrained.CHECKPOINTS[name]
             k_i = jax.random.fold_in(key, i)
@@ -125,11 +133,16 @@ def measure(config) -> dict:
                 # In place of an absent checkpoint, or as the untrained baseline next to a present one.
                 log(f"{name}: pipeline control on the random initialisation")
                 backbone, head, variables = control_models(name, config, jax.random.fold_in(k_i, 1))
-                row, ar = analyse(name, STATUS_CONTROL, backbone, head, variables, config,
-                                  image_size=int(config.control.image_size),
-                                  num_classes=int(config.control.num_classes),
-                                  images_per_class=int(config.control.images_per_class),
-                                  steps=int(config.control.orbit_steps), key=k_i, image_cache=image_cache)
+                if name == unit:  # the dry run's analysis of it is the projection's first (untimed) unit
+                    present = sum(find_checkpoint(n, ckdir) is not None for n in full.model.checkpoints)
+                    row, ar, dry = D.project(name, (backbone, head, variables), config, full, k_i, image_cache,
+                                             present)
+                else:
+                    row, ar = analyse(name, STATUS_CONTROL, backbone, head, variables, config,
+                                      image_size=int(config.control.image_size),
+                                      num_classes=int(config.control.num_classes),
+                                      images_per_class=int(config.control.images_per_class),
+                                      steps=int(config.control.orbit_steps), key=k_i, image_cache=image_cache)
                 rows.append(row)
                 aug_rows += ar
     premises = {
@@ -146,13 +159,8 @@ def measure(config) -> dict:
     out = {"paper": {}, "checkpoints": rows, "augmentations": aug_rows, "premises": premises,
            "checkpoint_dir": str(pathlib.Path(config.model.checkpoint_dir).expanduser()),
            "cpu_time_s": time.process_time() - t_cpu}
-    if full.dry_run:  # no training: a "step" is one analysed checkpoint or control, scaled by its orbit points
-        done = [r for r in rows if r["status"] != STATUS_ABSENT]
-        sec = {r["status"]: "data" if r["status"] == STATUS_PRESENT else "control" for r in done}
-        proj = sum(r["seconds"] * _points(full, sec[r["status"]]) / _points(config, sec[r["status"]]) for r in done)
-        out["dry_run"] = projection.dry_run_record(
-            float(sum(r["seconds"] for r in done) / max(len(done), 1)), projected_wall_time_s=float(proj),
-            projection="seconds per analysed checkpoint x (full / dry orbit points)")
+    if dry is not None:  # no training: one analysis timed at two orbit sizes, projected to all (.dry_run.project)
+        out["dry_run"] = dry
     return out
 
 
