@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from experiments import claims, common, projection
+from experiments.configs import apply_overrides
 from ssl_geometry import fit, geometry, heads, losses
 
 NAME = "whitening"
@@ -35,7 +36,8 @@ CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for 
          "and H_eff = 0 off S. The abstract's 'linear heads whiten a subspace', read as a statement about "
          "training: a linear head trained with InfoNCE (which does not decorrelate by construction) whitens "
          "its outputs. (The paper has no experiment for either; this is the suite's computation.)")
-#: Honours ``config.dry_run`` (2 training steps per head, the slowest loss's step time projected).
+#: Honours ``config.dry_run``: 2 training steps per head at 1/4 of the batch, the construction at 1/4 of the head
+#: width, training and analysis each timed at two reduced sizes and projected apart (:func:`dry_run`).
 DRY_RUN = True
 #: The objective ``linear-heads-whiten`` is decided on, and its positive control (the registry's
 #: ``decorrelating-losses``: losses that decorrelate by construction, so they must pass).
@@ -51,7 +53,7 @@ def construction(cfg, key):
     u0 = jax.random.normal(k1, (m, q), jnp.float64)
     u2 = u0 + 0.3 * jax.random.normal(k2, (m, q), jnp.float64)
     loss_flat = lambda uf: losses.vicreg(uf.reshape(m, q), u2)
-    H = np.asarray(jax.hessian(loss_flat)(u0.reshape(-1)))
+    H = np.asarray(jax.jit(jax.hessian(loss_flat))(u0.reshape(-1)))
     evals = np.linalg.eigvalsh(H)
     tol = H.shape[0] * np.finfo(float).eps * np.max(np.abs(evals))
     r = int(min(cfg.model.r, np.sum(evals > tol)))
@@ -60,7 +62,15 @@ def construction(cfg, key):
     wh = geometry.whitening_head(H, B)
     # The head's own effective Hessian at z0 with h(z0) = u0 (bias = u0 - W z0 with z0 = 0).
     head_fn = lambda z: z @ wh.weight + u0.reshape(-1)
-    eh = geometry.effective_hessian(head_fn, loss_flat, jnp.zeros(D))
+    eh_jit = jax.jit(lambda z: geometry.effective_hessian(head_fn, loss_flat, z))  # one compilation, six points
+
+    def eh_at(z):  # under jit effective_hessian cannot check its pieces: the dense H_eff is checked here
+        eh = eh_jit(z)
+        if not np.all(np.isfinite(np.asarray(eh.full))):
+            raise FloatingPointError(f"construction: H_eff is non-finite at z = {np.asarray(z)[:3]}...")
+        return eh
+
+    eh = eh_at(jnp.zeros(D))
     chk = geometry.check_whitening(eh, B)
     H_eff = np.asarray(eh.full)
     off_S = float(np.linalg.norm(H_eff - H_eff @ B @ B.T, 2))  # |H_eff P|_2, P = I - B B^T: max |H_eff v| / |v| off S
@@ -68,7 +78,7 @@ def construction(cfg, key):
     off = []
     for i in range(5):
         z = jax.random.normal(jax.random.fold_in(key, 100 + i), (D,), jnp.float64)
-        off.append(geometry.check_whitening(geometry.effective_hessian(head_fn, loss_flat, z), B).max_rel_error)
+        off.append(geometry.check_whitening(eh_at(z), B).max_rel_error)
     return {
         "loss": "vicreg (batch-coupled, m=%d, q=%d)" % (m, q), "rank_H_L": int(wh.loss_hessian_rank), "r": r,
         "negative_eigenvalues_H_L": int(np.sum(evals < -tol)),
@@ -131,12 +141,58 @@ def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None, steps=None):
     return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(res.params["layers"][0]["w"]), res.losses
 
 
-def step_time(cfg, loss_name, sigma_sqrt, key) -> float:
-    """Wall time of one training step (value and gradient of the objective) on this device."""
-    model, objective = _objective(cfg, loss_name, cfg.data.view_noise)
+def training_step(cfg, loss_name, noise, sigma_sqrt, key):
+    """One step of :func:`train_head` at ``cfg.data.n``, as a thunk: the jitted value and gradient of the objective
+    on a fresh batch of two views (Adam's update, elementwise, is left out)."""
+    model, objective = _objective(cfg, loss_name, noise)
     grad = jax.jit(jax.value_and_grad(objective))
     params = model.init(key)["params"]
-    return projection.step_time(lambda: grad(params, key, sigma_sqrt))
+    return lambda: grad(params, key, sigma_sqrt)
+
+
+def _with(config, overrides: dict):
+    """A copy of ``config`` with the dotted ``overrides`` set (:func:`experiments.configs.apply_overrides`)."""
+    return apply_overrides(config.copy_and_resolve_references(), overrides)
+
+
+def dry_run(config, sigma_sqrt, sigma_shared, runs, key_a, key_b) -> tuple[dict, dict]:
+    """``(record, construction)``: the projection of the full variant (``config.dry_run``) from units timed at two
+    reduced sizes each (:func:`experiments.projection.project_at_sizes`), and the construction at the larger one.
+
+    * Training, scaled by the batch ``data.n`` (N = 2048 in ``paper``): the unit is one step of every run of
+      ``runs`` (:func:`training_step`, each loss at its view noise, summed), timed at n = N/8 and N/4;
+      ``t(n) = a n^p`` through the two points and the training is ``train.steps * a N^p``.
+    * Analysis, scaled by the head width ``model.k`` (K = 128): the unit is all of it, the construction
+      (:func:`construction`, whose ``H_L`` is ``2k x 2k``) and the two whitening errors of each trained head
+      (:func:`_whitening_error` of a ``d x k`` head), timed at k = K/8 and K/4 and projected once, ``a K^p``.
+
+    Known bias: fixed per-unit costs (dispatch, host transfers) lower ``p`` at small sizes and a reduced batch
+    underuses an accelerator, so both parts under-project where those dominate. The training unit excludes Adam's
+    update (elementwise) and the loop around the steps.
+    """
+    constructions = {}
+
+    def make_train(n):
+        cfg = _with(config, {"data.n": n})
+        steps = [training_step(cfg, name, noise, sigma_sqrt, jax.random.fold_in(key_b, i))
+                 for i, (name, noise) in enumerate(runs)]
+        return lambda: [step() for step in steps]
+
+    def make_analysis(k):
+        cfg = _with(config, {"model.k": k, "model.r": min(config.model.r, k)})
+        W = np.asarray(jax.random.normal(key_b, (config.data.d, k), jnp.float64))
+
+        def unit():
+            constructions[k] = construction(cfg, key_a)
+            return [_whitening_error(W, sigma_shared) for _ in range(2 * len(runs))]
+        return unit
+
+    training = projection.project_at_sizes(make_train, config.data.n, config.train.steps)
+    analysis = projection.project_at_sizes(make_analysis, config.model.k, 1, repeats=1)
+    rec = projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
+                                    scaled={"training": "data.n (batch)", "analysis": "model.k (head width)"},
+                                    runs=len(runs))
+    return rec, constructions[max(constructions)]
 
 
 def _kind(name):
@@ -157,10 +213,11 @@ def check_config(config) -> None:
 
 
 def measure(config) -> dict:
+    """Parts A and B (module docstring); with ``config.dry_run``, 2 steps per head at 1/4 of the batch, the
+    construction at 1/4 of the head width, and the projection of the full variant (:func:`dry_run`)."""
     check_config(config)
     key = jax.random.PRNGKey(config.seed)
     kA, kB, kS = jax.random.split(key, 3)
-    A = construction(config, kA)
     lo, hi = config.data.spectrum
     d = config.data.d
     eig = np.exp(np.linspace(np.log(lo), np.log(hi), d))
@@ -169,12 +226,17 @@ def measure(config) -> dict:
     # Cross-view covariance E[z1 z2^T] = Sigma (the view noise is independent): the shared signal
     # that the losses correlate across views.
     sigma_shared = Q @ np.diag(eig) @ Q.T
-    rows, curves = [], {}
     runs = [(name, config.data.view_noise) for name in config.train.losses]
     runs += [(name, config.data.high_noise) for name in config.train.high_noise_losses]
-    steps = 2 if config.dry_run else config.train.steps
+    cfg, steps = config, config.train.steps
+    if config.dry_run:
+        record, A = dry_run(config, jnp.asarray(sigma_sqrt), sigma_shared, runs, kA, kB)
+        cfg, steps = _with(config, {"data.n": projection.reduced_sizes(config.data.n)[-1]}), 2
+    else:
+        A = construction(config, kA)
+    rows, curves = [], {}
     for i, (name, noise) in enumerate(runs):
-        W0, W, vals = train_head(config, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise, steps)
+        W0, W, vals = train_head(cfg, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise, steps)
         d0, i0, c0 = _whitening_error(W0, sigma_shared)
         d1, i1, c1 = _whitening_error(W, sigma_shared)
         rows.append({"loss": name, "view_noise": noise, "kind": _kind(name),
@@ -184,8 +246,7 @@ def measure(config) -> dict:
         curves[f"{name} (noise {noise:g})"] = [float(v) for v in vals]
     out = {"construction": A, "trained": rows, "curves": curves, "view_noise": config.data.view_noise, "paper": {}}
     if config.dry_run:
-        t = max(step_time(config, name, jnp.asarray(sigma_sqrt), kB) for name, _ in runs)
-        out["dry_run"] = projection.dry_run_record(t, len(runs) * config.train.steps, losses_timed=len(runs))
+        out["dry_run"] = record
     return out
 
 

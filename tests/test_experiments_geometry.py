@@ -301,3 +301,85 @@ def test_first_view_problem_gives_the_objectives_z1_gradient(name):
     g_part = jax.jit(jax.grad(lambda a: loss_fn(model.apply(variables, a)[0])))(z1)
     assert np.allclose(g_part, g_full, atol=1e-12, rtol=1e-10)
     assert float(jnp.linalg.norm(g_full)) > 1e-6
+
+
+def test_metric_adaptation_dry_run_projects_fits_and_analysis_from_two_reduced_sizes_each():
+    """One fit step of each head timed at 1/8 and 1/4 of the curve points, parts A and C at 1/8 and 1/4 of their
+    sample counts; the steps of every restart and the one analysis projected from each fit (tiny, one head)."""
+    from experiments.configs import metric_adaptation as ma_config
+
+    c = ma_config.get_config("tiny")
+    c.dry_run, c.data.n_curve, c.data.n_points, c.data.n_samples = True, 17, 16, 32
+    c.data.curvature_losses = ["mse"]
+    keys = jax.random.normal(jax.random.PRNGKey(1), (c.data.n_keys, c.model.k), jnp.float64)
+    rec, variation, (curvature, per_point) = metric_adaptation.dry_run(
+        c, keys, metric_adaptation.widths(c)[:1], *jax.random.split(jax.random.PRNGKey(0), 3))
+    train, analysis = rec["training"], rec["analysis"]
+    assert [p[0] for p in train["points"]] == [2.0, 4.0] and train["full_size"] == 17
+    assert train["count"] == c.train.fit_restarts * c.train.fit_steps and analysis["count"] == 1
+    assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and analysis["full_size"] == 16
+    for part in (train, analysis):
+        assert math.isfinite(part["exponent"]) and part["projected_s"] > 0 and part["unit_time_s"] > 0
+    assert rec["projected_wall_time_s"] == rec["training_s"] + rec["analysis_s"]
+    assert rec["step_time_s"] == train["points"][-1][1] and rec["heads"] == 1
+    # The rows kept are the larger analysis unit's: 4 of 16 curvature points (part A at 32 * 4 / 16 samples).
+    assert [r["points"] for r in curvature] == [4] and len(per_point["mse"]) == 4
+    assert len(variation) == len(c.model.activations) * len(c.model.depths)
+
+
+def test_objectives_dry_run_projects_training_and_analysis_from_two_reduced_sizes_each(monkeypatch):
+    """The training unit (a step of the costliest objective) timed at 1/8 and 1/4 of the batch, the analysis unit (one
+    classification) at 1/8 and 1/4 of the geometry batch, every objective trained and measured once at 1/8. The
+    measurements are stand-ins (the real ones compile for minutes; the paper dry run runs them): the classification
+    takes 4 ms n_geom^2, so the fitted exponent must come out near 2."""
+    import time
+
+    from experiments.objectives import dry_run
+
+    calls = []
+
+    def analysis(cfg, name, key, data, row, trained, full):
+        calls.append(("analyse", name, cfg.data.n_geom, cfg.data.n_eval, full))
+        return {**row, "n_geom": cfg.data.n_geom}, [{"objective": name}]
+
+    def classification(cfg, name, params, target, center, z1, z2, key):
+        calls.append(("classify", name, cfg.data.n_geom, z1.shape[0]))
+        time.sleep(4e-3 * cfg.data.n_geom ** 2)
+        return {}
+
+    monkeypatch.setattr(dry_run, "analyse_objective", analysis)
+    monkeypatch.setattr(dry_run, "geometry_row", classification)
+    c = objectives_config.get_config("tiny")
+    c.dry_run, c.data.n, c.data.n_geom, c.train.objectives = True, 64, 32, ["byol"]
+    m = objectives.measure(c)
+    rec = m["dry_run"]
+    train, an = rec["training"], rec["analysis"]
+    extra = [a for a in c.analysis.thm41_activations if a != c.model.activation]
+    assert rec["timed_objective"] == "byol" and rec["trainings"] == c.seeds * (1 + len(extra))
+    assert [p[0] for p in train["points"]] == [8.0, 16.0] and train["full_size"] == 64
+    assert train["count"] == rec["trainings"] * c.train.steps
+    assert [p[0] for p in an["points"]] == [4.0, 8.0] and an["full_size"] == 32
+    # Two states of byol, and the equilibria of the other DINO head (trained in the full variant, not here).
+    scales = len(c.analysis.dino_residual_scales)
+    assert an["count"] == dry_run.classifications(c) == c.seeds * (2 + len(extra) * scales)
+    assert 1.5 < an["exponent"] < 2.5
+    for part in (train, an):
+        assert math.isfinite(part["exponent"]) and part["projected_s"] > 0
+    assert rec["projected_wall_time_s"] == rec["training_s"] + rec["analysis_s"]
+    assert rec["step_time_s"] == train["points"][-1][1]
+    # Each objective measured once at 1/8 (n_eval in proportion, at least the orbits), then the unit untimed and
+    # timed at each size.
+    assert calls == [("analyse", "byol", 4, 6, True)] + [("classify", "byol", g, g) for g in (4, 4, 8, 8)]
+    assert [r["objective"] for r in m["rows"]] == ["byol"] and m["rows"][0]["n_geom"] == 4
+    assert m["equilibria"] == [{"objective": "byol"}] and list(m["curves"]) == ["byol/swish/seed0"]
+
+
+def test_objectives_dry_run_times_moco_v3_and_counts_every_classification_of_the_paper_variant():
+    from experiments.objectives import dry_run
+
+    c = objectives_config.get_config("paper")
+    assert dry_run.costliest(c.train.objectives) == "moco_v3"
+    assert dry_run.costliest(["barlow_twins", "simsiam", "byol"]) == "byol"
+    assert dry_run.costliest(["barlow_twins", "simsiam"]) == "simsiam" and dry_run.costliest(["vicreg"]) == "vicreg"
+    # 2 seeds x (8 objectives x 2 states + 5 DINO heads x 2 residual scales).
+    assert dry_run.classifications(c) == 2 * (8 * 2 + 5 * 2) == 52

@@ -95,3 +95,29 @@ def test_config_overrides_must_name_defined_fields():
         cfg_whitening.get_config("big")
     c = cfg_whitening.get_config("tiny")
     assert c.variant == "tiny" and c.dry_run is False and c.data.d == 6
+
+
+def test_dry_run_projects_training_and_analysis_from_two_reduced_sizes_each():
+    """The dry run times one step of every run at 1/8 and 1/4 of the batch and the analysis at 1/8 and 1/4 of the
+    head width, and projects the variant's steps and its one analysis from each fit (tiny, head width 16)."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+
+    c = cfg_whitening.get_config("tiny")
+    c.dry_run, c.model.k = True, 16
+    runs = [("vicreg", c.data.view_noise)]
+    rec, A = whitening.dry_run(c, jnp.eye(c.data.d), np.eye(c.data.d), runs, jax.random.PRNGKey(0),
+                               jax.random.PRNGKey(1))
+    train, analysis = rec["training"], rec["analysis"]
+    assert [p[0] for p in train["points"]] == [8.0, 16.0] and train["full_size"] == c.data.n == 64
+    assert train["count"] == c.train.steps and analysis["count"] == 1
+    assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and analysis["full_size"] == 16
+    for part in (train, analysis):
+        assert math.isfinite(part["exponent"]) and part["projected_s"] > 0 and part["unit_time_s"] > 0
+    assert rec["projected_wall_time_s"] == rec["training_s"] + rec["analysis_s"]
+    assert rec["training_s"] == train["projected_s"] and rec["step_time_s"] == train["points"][-1][1]
+    assert set(rec["scaled"]) == {"training", "analysis"}
+    # The construction kept is the one of the larger width (k = 4: q = 2), exact there as at full size.
+    assert A["loss"].endswith("q=2)") and A["max_rel_error_on_S"] < 1e-10

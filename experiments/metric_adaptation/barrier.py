@@ -1,6 +1,8 @@
 """Experiment 2, part C: Prop 3.3, the curvature barrier of the loss metric against constant whiteners."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,6 +55,18 @@ def _chart(name, u0):
     return np.eye(k), "full"
 
 
+@jax.jit
+def _whitener_objective(wflat, g_j):
+    """Value and gradient of ``f(W) = mean_s |W^T g_s W - I|_F^2`` (``W`` flattened; one compilation per shape)."""
+    m = g_j.shape[-1]
+
+    def f(w):
+        W = w.reshape(m, m)
+        A = jnp.einsum("ai,sab,bj->sij", W, g_j, W) - jnp.eye(m, dtype=g_j.dtype)
+        return jnp.mean(jnp.sum(A**2, axis=(1, 2)))
+    return jax.value_and_grad(f)(wflat)
+
+
 def best_constant_whitener(gs):
     """Least-squares constant whitener: BFGS on ``f(W) = mean_s |W^T g_s W - I|_F^2`` from ``W0 = gbar^{-1/2}``.
 
@@ -65,15 +79,7 @@ def best_constant_whitener(gs):
     gbar = gs.mean(axis=0)
     lam, V = np.linalg.eigh(gbar)
     W0 = (V / np.sqrt(lam)) @ V.T
-    eye = jnp.eye(m)
-
-    @jax.jit
-    def fg(wflat, g_j):
-        def f(w):
-            W = w.reshape(m, m)
-            A = jnp.einsum("ai,sab,bj->sij", W, g_j, W) - eye
-            return jnp.mean(jnp.sum(A**2, axis=(1, 2)))
-        return jax.value_and_grad(f)(wflat)
+    fg = _whitener_objective
 
     def resid(W):
         A = np.einsum("ai,sab,bj->sij", W, gs, W) - np.eye(m)
@@ -99,22 +105,35 @@ def sectional_from_riemann(Rm, g, u, v) -> float:
     return float(num / ((u @ g @ u) * (v @ g @ v) - (u @ g @ v) ** 2))
 
 
-def curvature_rows(cfg, key):
-    """Part C: premises, scalar/sectional curvature and the constant-W residual per loss."""
-    k = cfg.model.k
-    k_t, k_k, k_u, k_x, k_p = jax.random.split(key, 5)
+@functools.lru_cache(maxsize=None)
+def _chart_metrics(key_words: tuple, k: int, n_keys: int, tau: float, base_offset: float, names: tuple) -> tuple:
+    """Per loss of ``names``: ``(name, domain, m, metric)``, the jitted metric ``x -> P^T g_L(u0 + P x) P`` on its
+    ``m``-dimensional chart (:func:`_chart`), target, keys and ``u0`` drawn from the key ``key_words`` (a
+    ``PRNGKey``'s words) as :func:`curvature_rows` splits it. Cached, so that calls differing only in the sampled
+    points (a dry run's two sizes) reuse one compilation per loss (:mod:`ssl_geometry.riemann` compiles once per
+    metric function)."""
+    k_t, k_k, k_u, _, _ = jax.random.split(jnp.asarray(key_words, jnp.uint32), 5)
     target = jax.random.normal(k_t, (k,), jnp.float64)
-    keys = jax.random.normal(k_k, (cfg.data.n_keys, k), jnp.float64)
+    keys = jax.random.normal(k_k, (n_keys, k), jnp.float64)
     keys = keys.at[0].set(target)  # the positive key points at the target
-    rows, per_point = [], {}
-    for li, name in enumerate(cfg.data.curvature_losses):
-        loss = make_per_sample_loss(name, target, keys, cfg.data.tau)
-        g_L = riemann.loss_metric(loss)
-        u0 = target + cfg.data.base_offset * jax.random.normal(jax.random.fold_in(k_u, li), (k,), jnp.float64)
+    out = []
+    for li, name in enumerate(names):
+        g_L = riemann.loss_metric(make_per_sample_loss(name, target, keys, tau))
+        u0 = target + base_offset * jax.random.normal(jax.random.fold_in(k_u, li), (k,), jnp.float64)
         P, domain = _chart(name, u0)
         P = jnp.asarray(P)
-        m = P.shape[1]
-        metric = jax.jit(lambda x, P=P, u0=u0, g_L=g_L: P.T @ g_L(u0 + P @ x) @ P)
+        out.append((name, domain, P.shape[1], jax.jit(lambda x, P=P, u0=u0, g_L=g_L: P.T @ g_L(u0 + P @ x) @ P)))
+    return tuple(out)
+
+
+def curvature_rows(cfg, key):
+    """Part C: premises, scalar/sectional curvature and the constant-W residual per loss, at ``data.n_points``
+    points ``x = spread * N(0, I)`` of each loss's chart."""
+    _, _, _, k_x, k_p = jax.random.split(key, 5)
+    charts = _chart_metrics(tuple(np.asarray(key).tolist()), cfg.model.k, cfg.data.n_keys, float(cfg.data.tau),
+                            float(cfg.data.base_offset), tuple(cfg.data.curvature_losses))
+    rows, per_point = [], {}
+    for li, (name, domain, m, metric) in enumerate(charts):
         xs = cfg.data.spread * jax.random.normal(jax.random.fold_in(k_x, li), (cfg.data.n_points, m), jnp.float64)
         gs = np.stack([np.asarray(metric(x)) for x in xs])
         eig = np.linalg.eigvalsh(gs)

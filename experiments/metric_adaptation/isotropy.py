@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments import projection
 from ssl_geometry import as_function, fit, geometry, heads, param_count
 
 
@@ -34,22 +33,35 @@ def _head(d, depth, width, k, activation, dtype=jnp.float64):
     return heads.mlp(d, (width,) * (depth - 1), k, activation=activation, bias=True, dtype=dtype)
 
 
+@functools.lru_cache(maxsize=None)
+def _variation_program(d, depth, width, k, activation):
+    """``(model, metrics)`` for one head shape: ``metrics(variables, z, keys, tau) -> (J^T J, J^T H_L J)`` per sample,
+    jitted (cached: one compilation per head shape and batch size)."""
+    model = _head(d, depth, width, k, activation)
+
+    @jax.jit
+    def metrics(variables, z, keys, tau):
+        head_fn = as_function(model, variables)
+        hess_L = jax.vmap(jax.hessian(lambda u: softmax_dot_loss(u, keys, tau)))
+        pm = geometry.pullback_metric(head_fn, z, hess_L(head_fn(z)))
+        return pm.euclidean, pm.loss
+
+    return model, metrics
+
+
 def sample_variation(cfg, keys, key):
-    """Part A rows: CV of ``J^T J`` and ``J^T H_L J`` over samples, heads at initialisation."""
+    """Part A rows: CV of ``J^T J`` and ``J^T H_L J`` over ``data.n_samples`` samples, heads at initialisation."""
     kz, kh = jax.random.split(key)
     z = jax.random.normal(kz, (cfg.data.n_samples, cfg.model.d), jnp.float64)
-    hess_L = jax.vmap(jax.hessian(lambda u: softmax_dot_loss(u, keys, cfg.data.tau)))
     rows = []
     i = 0
     for act in cfg.model.activations:
         for depth in cfg.model.depths:
-            model = _head(cfg.model.d, depth, cfg.model.width, cfg.model.k, act)
-            head_fn = as_function(model, model.init(jax.random.fold_in(kh, i)))
+            model, metrics = _variation_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, act)
+            euclid, loss = metrics(model.init(jax.random.fold_in(kh, i)), z, keys, cfg.data.tau)
             i += 1
-            u = head_fn(z)
-            pm = geometry.pullback_metric(head_fn, z, hess_L(u))
-            rows.append({"activation": act, "depth": depth, "cv_JtJ": coefficient_of_variation(pm.euclidean),
-                         "cv_JtHJ": coefficient_of_variation(pm.loss)})
+            rows.append({"activation": act, "depth": depth, "cv_JtJ": coefficient_of_variation(euclid),
+                         "cv_JtHJ": coefficient_of_variation(loss)})
     return rows
 
 
@@ -146,11 +158,12 @@ def isotropy_fit(cfg, keys, activation, depth, key, width=None):
             "cv_JtJ_along_curve": coefficient_of_variation(pm.euclidean)}, eps_t, np.asarray(t_eval)
 
 
-def fit_step_time(cfg, keys, activation, depth, key, width) -> float:
-    """Wall time of one step of the isotropy fit (value and gradient of the objective) on this device."""
+def fit_step(cfg, keys, activation, depth, key, width):
+    """One step of the isotropy fit of a head at ``cfg.data.n_curve`` curve points, as a thunk: the jitted value and
+    gradient of the objective (Adam's update, elementwise, is left out)."""
     model, objective, _ = _fit_program(cfg.model.d, depth, width, cfg.model.k, activation)
     z_fit = helix(jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns,
                   cfg.data.pitch)
     grad = jax.jit(jax.value_and_grad(objective))
     params, data = model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau))
-    return projection.step_time(lambda: grad(params, None, data))
+    return lambda: grad(params, None, data)

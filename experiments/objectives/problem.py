@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from experiments import projection
+from experiments.objectives import sec5
 from ssl_geometry import heads, losses
 from ssl_geometry import fit
 
-__all__ = ["FAMILIES", "PREDICTOR", "TARGET", "first_view_problem", "objective_loss", "online_head", "sample_views",
-           "train"]
+__all__ = ["FAMILIES", "PREDICTOR", "TARGET", "first_view_problem", "objective_loss", "online_head", "problem_data",
+           "sample_views", "train", "training_step"]
 
 FAMILIES = {
     "info_nce": "contrastive", "moco_v3": "contrastive", "spectral_contrastive": "contrastive",
@@ -124,16 +124,15 @@ def sample_views(cfg, key, n, sigma_sqrt, aug_basis, clean=None):
     return z, view(k1, k2), view(k3, k4)
 
 
-def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
-    """Adam on the head (and predictor) by :func:`fit`; the EMA target (BYOL's schedule) and the DINO
-    centre are the loss state, updated from the parameters before each step. Returns the state and
-    loss curve."""
+def _training_problem(cfg, name, key, sigma_sqrt, aug_basis, steps):
+    """``(models, params, (target, center), step_loss, k_data)``: the heads at initialisation, the loss state and
+    ``fit``'s stateful loss on fresh views of ``cfg.data.n`` samples (the EMA target, BYOL's schedule over
+    ``steps``, and the DINO centre updated from the parameters before each step)."""
     proj, pred = build_heads(cfg, name)
     k_p, k_q, k_d = jax.random.split(key, 3)
     params = {"proj": proj.init(k_p)["params"]}
     if pred is not None:
         params["pred"] = pred.init(k_q)["params"]
-    target = params["proj"]
     center = jnp.zeros((cfg.model.k,), jnp.float64)
     loss = objective_loss(cfg, name, proj, pred)
     tau = losses.byol_decay_schedule(steps, cfg.train.ema)
@@ -148,17 +147,40 @@ def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
             tgt = losses.ema_update(tgt, jax.lax.stop_gradient(p["proj"]), tau(batch["i"]))
         return val, (tgt, jax.lax.stop_gradient(c_new))
 
+    return (proj, pred), params, (params["proj"], center), step_loss, k_d
+
+
+def train(cfg, name, key, sigma_sqrt, aug_basis, steps):
+    """Adam on the head (and predictor) by :func:`fit`; the EMA target (BYOL's schedule) and the DINO
+    centre are the loss state, updated from the parameters before each step. Returns the state and
+    loss curve."""
+    models, params, (target, center), step_loss, k_d = _training_problem(cfg, name, key, sigma_sqrt, aug_basis, steps)
     batches = {"i": jnp.arange(steps), "key": jax.random.split(k_d, steps)}
     res = fit(step_loss, params, optax.adam(cfg.train.lr), steps=steps, batches=batches, state=(target, center))
     tgt, c = res.state
-    return (proj, pred), (params, target, center), (res.params, tgt, c), np.asarray(res.losses), step_loss
+    return models, (params, target, center), (res.params, tgt, c), np.asarray(res.losses), step_loss
 
 
-def step_time(step_loss, params, state, key) -> float:
-    """Median wall time of one compiled loss-and-gradient evaluation of ``step_loss`` (a training step without the
-    Adam update, which is elementwise): the dry run's compile-free step time."""
+def training_step(cfg, name, key, sigma_sqrt, aug_basis, steps):
+    """One step of :func:`train` at ``cfg.data.n``, as a thunk: the jitted loss and gradient of ``step_loss`` at
+    initialisation (the Adam update, elementwise, is left out)."""
+    _, params, state, step_loss, k_d = _training_problem(cfg, name, key, sigma_sqrt, aug_basis, steps)
     vg = jax.jit(jax.value_and_grad(step_loss, has_aux=True))
-    return projection.step_time(lambda: vg(params, state, {"i": jnp.asarray(0), "key": key}, None))
+    return lambda: vg(params, state, {"i": jnp.asarray(0), "key": k_d}, None)
+
+
+def problem_data(cfg):
+    """``(sigma_sqrt, A, B)``: the representation covariance's square root, the augmentation basis and the negative
+    control's basis (orthogonal to ``A``, :func:`experiments.objectives.sec5.negative_basis`), all from
+    ``cfg.seed``."""
+    k_s, k_a, k_n = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)
+    lo, hi = cfg.data.spectrum
+    d = cfg.data.d
+    eig = np.exp(np.linspace(np.log(lo), np.log(hi), d))
+    Q = np.linalg.qr(np.asarray(jax.random.normal(k_s, (d, d), jnp.float64)))[0]
+    sigma_sqrt = jnp.asarray((Q * np.sqrt(eig)) @ Q.T)
+    A = jnp.asarray(np.linalg.qr(np.asarray(jax.random.normal(k_a, (d, cfg.data.aug_dim), jnp.float64)))[0])
+    return sigma_sqrt, A, sec5.negative_basis(A, k_n)
 
 
 def scale_projector(params, target, alpha):
