@@ -83,7 +83,7 @@ class LanczosResult(NamedTuple):
       num_checks: host-side convergence checks made.
       second_passes: steps whose reorthogonalisation needed the second Gram-Schmidt pass.
       smallest_error_bounds, largest_error_bounds: ``(k,)`` bounds on the distance from each Ritz
-        value to its eigenvalue, ``min(r, r^2 / delta)`` (:func:`~ssl_geometry._src.linalg.lanczos_core.gap_error_bounds`;
+        value to its eigenvalue, ``min(r, r^2 / delta)`` (Kato-Temple, ``lanczos_core.gap_error_bounds``;
         ``delta`` the distance to the other Ritz values' residual intervals).
       error_bound: what ``converged`` and ``tol`` were measured on: ``"residual"`` (the residual
         ``r``, an eigenvalue within ``r`` whatever the rest of the spectrum) or ``"gap"`` (the
