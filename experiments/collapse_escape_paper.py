@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -40,20 +41,25 @@ CLAIMS = ("paper-collapse-ablation",)
 CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
          "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
          "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")
-#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
+#: Honours ``config.dry_run`` (each code path at a reduced batch, the costliest at two, ``dry.steps``, mock data;
+#: :func:`_projection`).
 DRY_RUN = True
 ABLATION = "paper-collapse-ablation"
 #: The authors' projector width (``ProjectionHead(output_dim=2048)``): the escape threshold of their released runs.
 PAPER_OUT_DIM = 2048
 
 
-def _plan(cfg, n_images):
+def _plan(cfg, n_images, batch=None):
+    """``(batch, epochs, steps per epoch)`` of a run (a dry run's: one epoch of ``dry.steps`` at ``batch``)."""
     if cfg.dry_run:
-        return cfg.dry.batch_size, 1, 2
+        return int(batch or paper_simsiam.dry_batches(cfg)[0]), 1, cfg.dry.steps
+    return cfg.train.batch_size, cfg.train.epochs, _steps_per_epoch(cfg, n_images)
+
+
+def _steps_per_epoch(cfg, n_images: int) -> int:
+    """Updates per epoch of a full run on ``n_images`` images (``drop_last``; ``train.steps_per_epoch`` caps it)."""
     spe = n_images // cfg.train.batch_size
-    if cfg.train.steps_per_epoch:
-        spe = min(spe, cfg.train.steps_per_epoch)
-    return cfg.train.batch_size, cfg.train.epochs, spe
+    return min(spe, cfg.train.steps_per_epoch) if cfg.train.steps_per_epoch else spe
 
 
 def _path(activation: str, bn: bool) -> str:
@@ -62,16 +68,31 @@ def _path(activation: str, bn: bool) -> str:
     return "linear" if activation == "linear" else ("bn" if bn else "plain")
 
 
+#: The code paths, costliest first (BatchNorm in both heads; a dry run's ``path_times_s`` check the order).
+PATHS = ("bn", "plain", "linear")
+
+
+def _timed_path(cfg) -> str:
+    """The costliest code path among the variant's runs (:data:`PATHS`): the one a dry run times at two batches."""
+    present = {_path(a, bool(bn)) for a, bn, _ in cfg.runs}
+    return next(p for p in PATHS if p in present)
+
+
 def _runs(cfg):
-    """``(activation, bn, lr name, seed)`` of every run executed (dry run: the first run of each code path)."""
-    out = [(a, bool(bn), lr, cfg.seed + s) for a, bn, lr in cfg.runs for s in range(cfg.seeds)]
+    """``(activation, bn, lr name, seed, batch)`` of every run executed (``batch`` ``None``: the variant's).
+
+    A dry run: the first run of each code path at the smaller batch of
+    :func:`experiments.paper_simsiam.dry_batches`, and the first of :func:`_timed_path` at the larger too."""
+    out = [(a, bool(bn), lr, cfg.seed + s, None) for a, bn, lr in cfg.runs for s in range(cfg.seeds)]
     if not cfg.dry_run:
         return out
-    seen, first = set(), []
-    for a, bn, lr, s in out:
+    batches, seen, first = paper_simsiam.dry_batches(cfg), set(), []
+    for a, bn, lr, s, _ in out:
         if _path(a, bn) not in seen:
             seen.add(_path(a, bn))
-            first.append((a, bn, lr, s))
+            first.append((a, bn, lr, s, batches[0]))
+            if _path(a, bn) == _timed_path(cfg):
+                first += [(a, bn, lr, s, b) for b in batches[1:]]
     return first
 
 
@@ -126,11 +147,13 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
             "residual": resid, "converged": bool(res.converged)}
 
 
-def train_one(cfg, activation, bn, lr_name, seed, images) -> dict:
-    """One run (on the training split ``images`` was loaded from); returns its per-epoch series, escape statistics, curvature at the start and the end, and timing."""
+def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
+    """One run (on the training split ``images`` was loaded from; a dry run's at ``batch``); returns its per-epoch
+    series, escape statistics, curvature at the start and the end, and timing: ``step_time_s`` the trainer's
+    (compilation excluded), ``curvature_time_s`` the end's curvature (the start's compiles)."""
     if lr_name not in cfg.lrs:
         raise ValueError(f"`runs`: lr name {lr_name!r} is not one of {sorted(cfg.lrs)}.")
-    batch, epochs, spe = _plan(cfg, len(images))
+    batch, epochs, spe = _plan(cfg, len(images), batch)
     m = cfg.model
     tc = paper_simsiam.trainer_config(activation=activation, batch_norm=bn, lr=cfg.lrs[lr_name], batch_size=batch,
                                       projector_scale=m.collapse_scale, backbone=m.backbone,
@@ -156,16 +179,19 @@ def train_one(cfg, activation, bn, lr_name, seed, images) -> dict:
     ratio = [p / b if b > 0 else float("nan") for p, b in zip(rec["epochs"].get("rel_update_projector", []),
                                                              rec["epochs"].get("rel_update_backbone", []))]
     diverged = rec["diverged_at_step"] is not None
+    t0 = time.perf_counter()
     curv_end = (head_curvature(run, heads64, rec["state"], first, cfg, k_curv) if not diverged else
                 {"lambda_min": float("nan"), "lambda_max": float("nan"), "solver": "-",
                  "block_coupling": float("nan"), "residual": float("nan"), "converged": False})
+    t_curv = time.perf_counter() - t0 if not diverged else float("nan")
     return {"activation": activation, "batch_norm": bn and activation != "linear", "lr_name": lr_name,
             "lr": cfg.lrs[lr_name], "seed": seed, "epochs": rec["epochs"], "diverged_at_step": rec["diverged_at_step"],
             "escape_threshold": thr, "escaped": escaped(std, thr), "escape_epoch": above[0] if above else float("nan"),
             "std_first": std[0] if std else float("nan"), "std_final": std[-1] if std else float("nan"),
             "std_backbone_final": rec["epochs"]["std_backbone"][-1] if std else float("nan"),
             "timescale_ratio_median": float(np.nanmedian(ratio)) if ratio else float("nan"),
-            "curvature_start": curv_start, "curvature_end": curv_end, "step_time_s": rec["step_time_s"]}
+            "curvature_start": curv_start, "curvature_end": curv_end, "step_time_s": rec["step_time_s"],
+            "curvature_time_s": t_curv, "batch": batch}
 
 
 def released_runs(threshold: float) -> list[dict]:
@@ -184,34 +210,47 @@ def released_runs(threshold: float) -> list[dict]:
 
 
 def measure(config) -> dict:
-    """Train every run (see :func:`_runs`); numbers only, with the released runs' rule outcome as ``paper``."""
+    """Train every run (see :func:`_runs`); numbers only, with the released runs' rule outcome as ``paper``.
+    A dry run's rows are those of the smaller batch (:func:`_projection` times the larger too)."""
     images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
                                           dry_examples=config.dry.examples)
-    rows = [train_one(config, a, bn, lr, s, images) for a, bn, lr, s in _runs(config)]
+    timed = [train_one(config, a, bn, lr, s, images, batch=b) for a, bn, lr, s, b in _runs(config)]
+    rows = [r for r in timed if not config.dry_run or r["batch"] == paper_simsiam.dry_batches(config)[0]]
     thr = escape_threshold(PAPER_OUT_DIM)
     verdict, reason, deciding = apply_rule(released_runs(thr))
     out = {"rows": rows, "paper": {**deciding, "rule_outcome": verdict, "rule_reason": reason,
                                    "source": "released cifar10/resnet18 collapse_results, per seed"}}
     if config.dry_run:
-        out["dry_run"] = _projection(config, len(images), rows)
+        out["dry_run"] = _projection(config, len(images), timed)
     return out
 
 
 def _projection(config, n_images, rows) -> dict:
-    """Projected wall time of the full variant: every run at the measured step time of its code path
-    (:func:`_path`), cost linear in the batch size (an upper bound on an accelerator, which small batches
-    underuse)."""
-    per_graph = {_path(r["activation"], r["batch_norm"]): r["step_time_s"] for r in rows}
-    n_full = config.dry.full_examples or n_images
-    spe = n_full // config.train.batch_size
-    if config.train.steps_per_epoch:
-        spe = min(spe, config.train.steps_per_epoch)
-    scale = config.train.batch_size / config.dry.batch_size
-    total = 0.0
-    for a, bn, _ in config.runs:
-        total += config.seeds * config.train.epochs * spe * per_graph[_path(a, bool(bn))] * scale
-    return projection.dry_run_record(float(np.nanmean(list(per_graph.values()))), projected_wall_time_s=total,
-                                 batch=config.dry.batch_size, paths_run=sorted(per_graph))
+    """The dry run's projection of the full variant, training and analysis apart, from the runs of
+    :func:`_timed_path` (the costliest code path) at the two dry batches (``rows``: every dry run's row).
+
+    The scaled dimension is the batch ``n`` (the paper's ``train.batch_size`` ``N``; the curvature is
+    taken on the first training batch, so it scales with it too). Each part fits ``t(n) = a n^p``
+    through its two measured points (:func:`experiments.projection.power_law_projection`) and projects
+    ``count * a * N^p``, every run at the timed path's cost (the other paths, run at the smaller batch,
+    lack BatchNorm or the activation in the heads): training, one tracked update (the trainer's timing),
+    ``count`` = runs x seeds x epochs x updates per epoch of ``dry.full_examples`` images; analysis, one
+    curvature (:func:`head_curvature`), two per run. Known bias: a fixed cost per unit lowers ``p`` at
+    small batches, and a reduced batch underuses an accelerator, so both under-project there; the Lanczos
+    solves stop at a residual tolerance, so their cost depends on the state's spectrum too.
+    """
+    path = _timed_path(config)
+    timed = sorted((r for r in rows if _path(r["activation"], r["batch_norm"]) == path), key=lambda r: r["batch"])
+    runs, full = len(config.runs) * config.seeds, config.train.batch_size
+    steps = runs * config.train.epochs * _steps_per_epoch(config, config.dry.full_examples or n_images)
+    training = projection.power_law_projection([[r["batch"], r["step_time_s"]] for r in timed], full, steps)
+    analysis = projection.power_law_projection([[r["batch"], r["curvature_time_s"]] for r in timed], full, 2 * runs)
+    small = {_path(r["activation"], r["batch_norm"]): r for r in rows if r["batch"] == timed[0]["batch"]}
+    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis, scaled="batch",
+                                     batch_full=full, batches=[r["batch"] for r in timed], timed_path=path,
+                                     paths_run=sorted(small), steps_full=steps, curvatures_full=2 * runs,
+                                     steps_run=int(config.dry.steps),
+                                     path_times_s={p: [r["step_time_s"], r["curvature_time_s"]] for p, r in small.items()})
 
 
 #: The rule's four groups of runs: (name, predicate on a run).
@@ -310,7 +349,11 @@ def report(results, rel_dir) -> str:
             "is not.", "", f"![std of normalised outputs]({rel_dir}/escape_std_paper.png)"]
     if "dry_run" in m:
         dr = m["dry_run"]
-        text.insert(0, f"**Dry run** (batch {dr['batch']}, 2 steps, mock data, head paths {', '.join(dr['paths_run'])}): "
-                       f"step {dr['step_time_s']:.3g} s; projected full variant {dr['projected_wall_time_s'] / 3600:.3g} h "
-                       f"on {dr['device']}.\n")
+        tr, an = dr["training"], dr["analysis"]
+        text.insert(0, f"**Dry run** ({dr['steps_run']} steps, mock data, head paths {', '.join(dr['paths_run'])}; the {dr['timed_path']} "
+                       f"path timed at batches {dr['batches']}): training {tr['projected_s'] / 3600:.3g} h (p = "
+                       f"{tr['exponent']:.3g}; a step at {projection.points_text(tr)}; {dr['steps_full']} steps at batch {dr['batch_full']}), "
+                       f"analysis {an['projected_s'] / 3600:.3g} h (p = {an['exponent']:.3g}; a curvature at {projection.points_text(an)}; "
+                       f"{dr['curvatures_full']} of them); projected full variant "
+                       f"{dr['projected_wall_time_s'] / 3600:.3g} h on {dr['device']}.\n")
     return "\n".join(text)

@@ -45,7 +45,7 @@ CLAIMS = ("tracker-power-iteration",)
 CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
          "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
          "sign and size can be read as the curvature signature of collapse and escape.")
-#: Honours ``config.dry_run`` (reduced batch, 2 steps, mock data, projected wall time).
+#: Honours ``config.dry_run`` (the first run at two reduced batches, ``dry.steps`` each, mock data; :func:`_projection`).
 DRY_RUN = True
 #: The registry's thresholds of the claim (the rule is ``claims.rule_text(CLAIMS[0])``).
 THRESHOLDS = claims.CLAIMS["tracker-power-iteration"].thresholds
@@ -166,19 +166,26 @@ def _compare(row: dict) -> dict:
     return row
 
 
-def _plan(cfg, n_images):
-    """``(batch, epochs, steps per epoch, tracked batches)`` of the run actually executed."""
-    if cfg.dry_run:
-        return cfg.dry.batch_size, 1, 2, cfg.dry.tracker_batches
+def _steps_per_epoch(cfg, n_images: int) -> int:
+    """Updates per epoch of the full variant on ``n_images`` training images (``drop_last``, capped by
+    ``train.steps_per_epoch`` when set)."""
     spe = n_images // cfg.train.batch_size
-    if cfg.train.steps_per_epoch:
-        spe = min(spe, cfg.train.steps_per_epoch)
-    return cfg.train.batch_size, cfg.train.epochs, spe, cfg.analysis.tracker_batches
+    return min(spe, cfg.train.steps_per_epoch) if cfg.train.steps_per_epoch else spe
 
 
-def train_and_track(cfg, activation, init, images, seed):
-    """One run: returns ``(checkpoint rows, training record, step time, checkpoint time)``."""
-    batch, epochs, spe, n_track = _plan(cfg, len(images))
+def _plan(cfg, n_images, batch=None):
+    """``(batch, epochs, steps per epoch, tracked batches)`` of the run actually executed (a dry run: one
+    epoch of ``dry.steps`` steps at ``batch``, the first ``dry.tracker_batches`` tracked)."""
+    if cfg.dry_run:
+        return int(batch or paper_simsiam.dry_batches(cfg)[0]), 1, cfg.dry.steps, cfg.dry.tracker_batches
+    return cfg.train.batch_size, cfg.train.epochs, _steps_per_epoch(cfg, n_images), cfg.analysis.tracker_batches
+
+
+def train_and_track(cfg, activation, init, images, seed, batch=None):
+    """One run (a dry run's at ``batch``): returns ``(checkpoint rows, training record, step time, checkpoint
+    time)``; the step time is the trainer's (compilation excluded), the checkpoint time the median of the
+    checkpoints after the first (which compiles)."""
+    batch, epochs, spe, n_track = _plan(cfg, len(images), batch)
     m = cfg.model
     tc = paper_simsiam.trainer_config(activation=activation, batch_norm=False, lr=cfg.train.lr, batch_size=batch,
                                       projector_scale=m.collapse_scale if init == "collapsed" else 1.0,
@@ -249,47 +256,63 @@ def _nanmax(values) -> float:
 
 
 def measure(config) -> dict:
-    """Train every run of ``config.runs`` and track; numbers only (see the module docstring)."""
+    """Train every run of ``config.runs`` and track; numbers only (see the module docstring).
+
+    A dry run trains the first run only, at each batch of :func:`experiments.paper_simsiam.dry_batches`
+    (every run takes the same code path: no-BN heads, one activation function each); its rows are those
+    of the smaller batch and :func:`_projection` times both."""
     common.require_x64(NAME)
     images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
-                                               dry_examples=config.dry.examples)
-    rows, training, spear, step_t, ck_t = [], [], {}, [], []
-    # A dry run executes the first run only: every run takes the same code path (no-BN heads, one
-    # activation function each), and the projection multiplies its times by the number of runs.
-    runs = config.runs[:1] if config.dry_run else config.runs
-    for i, (act, init) in enumerate(runs):
-        r, t, st, ct = train_and_track(config, act, init, images, config.seed + i)
+                                          dry_examples=config.dry.examples)
+    if config.dry_run:
+        batches = paper_simsiam.dry_batches(config)
+        act, init = config.runs[0]
+        timed = [train_and_track(config, act, init, images, config.seed, batch=b) for b in batches]
+        out = _measurements(config, [timed[0]], config.runs[:1])
+        out["dry_run"] = _projection(config, len(images), batches, timed)
+        return out
+    return _measurements(config, [train_and_track(config, act, init, images, config.seed + i)
+                                  for i, (act, init) in enumerate(config.runs)], config.runs)
+
+
+def _measurements(config, results, runs) -> dict:
+    """The measurements of the runs ``runs`` from their :func:`train_and_track` ``results``."""
+    rows, training, spear, e0 = [], [], {}, config.analysis.spearman_from_epoch
+    for (act, init), (r, t, _, _) in zip(runs, results):
         rows += r
         training.append(t)
-        step_t.append(st)
-        ck_t.append(ct)
-        e0 = config.analysis.spearman_from_epoch
         spear[f"spearman_{init}_{act}"] = metrics.spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
-    out = {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
-           "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training])),
-           "paper": dict(PAPER_SPEARMAN)}
-    if config.dry_run:
-        out["dry_run"] = _projection(config, len(images), step_t, ck_t)
-    return out
+    return {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
+            "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training])),
+            "paper": dict(PAPER_SPEARMAN)}
 
 
-def _projection(config, n_images, step_times, ck_times) -> dict:
-    """Measured step/checkpoint times and the projected wall time of the full variant on this device.
+def _projection(config, n_images, batches, timed) -> dict:
+    """The dry run's projection of the full variant, training and analysis apart, from the first run
+    trained at the two dry ``batches`` (``timed``: their :func:`train_and_track` results).
 
-    Projection: cost linear in the batch size (``full batch / dry batch``), times the full number of
-    steps and tracked checkpoints. On an accelerator a reduced batch underuses the device, so this is an
-    upper bound there.
+    The scaled dimension is the batch ``n`` (the paper's ``train.batch_size`` ``N``; the tracked
+    checkpoints are taken on the training batch, so they scale with it too). Each part fits
+    ``t(n) = a n^p`` through its two measured points (:func:`experiments.projection.power_law_projection`)
+    and projects ``count * a * N^p``: training, one tracked update (the trainer's step plus the tracked
+    statistics; the trainer's timing, compilation excluded), ``count`` = runs x epochs x updates per
+    epoch of ``dry.full_examples`` images; analysis, one checkpoint (:func:`checkpoint`, the median of the
+    run's after the first, which compiles), ``count`` = runs x epochs x ``analysis.tracker_batches`` (the one
+    block-coupling check per run is left out). Known bias: a fixed cost per unit (dispatch, the
+    compiled loop's overhead) lowers ``p`` at small batches, and a reduced batch underuses an
+    accelerator, so both under-project there; the Lanczos references stop at a residual tolerance, so a
+    checkpoint's cost also depends on the spectrum of the state it is taken at (the dry run's are near
+    initialisation).
     """
-    n_full = config.dry.full_examples or n_images
-    scale = config.train.batch_size / config.dry.batch_size
-    spe = n_full // config.train.batch_size
-    if config.train.steps_per_epoch:
-        spe = min(spe, config.train.steps_per_epoch)
-    runs, ep = len(config.runs), config.train.epochs
-    step, ck = float(np.nanmean(step_times)), float(np.nanmean(ck_times))
-    projected = runs * ep * (spe * step + config.analysis.tracker_batches * ck) * scale
-    return projection.dry_run_record(step, projected_wall_time_s=projected, checkpoint_time_s=ck,
-                                 batch=config.dry.batch_size)
+    spe = _steps_per_epoch(config, config.dry.full_examples or n_images)
+    runs, epochs, full = len(config.runs), config.train.epochs, config.train.batch_size
+    steps, checkpoints = runs * epochs * spe, runs * epochs * min(config.analysis.tracker_batches, spe)
+    training = projection.power_law_projection([[b, r[2]] for b, r in zip(batches, timed)], full, steps)
+    analysis = projection.power_law_projection([[b, r[3]] for b, r in zip(batches, timed)], full, checkpoints)
+    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
+                                     scaled="batch", batch_full=full, batches=list(batches), runs_run=1,
+                                     runs_full=runs, steps_full=steps, checkpoints_full=checkpoints,
+                                     steps_run=int(config.dry.steps))
 
 
 def decide(measurements, config) -> dict:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments import common
+from experiments import common, projection
 
 __all__ = ["report", "figures"]
 
@@ -92,7 +92,10 @@ def report(results, rel_dir) -> str:
     ]
     if "dry_run" in m:
         d = m["dry_run"]
-        text.insert(0, f"**Dry run** (batch {d['batch']}, 2 steps, mock data): step {d['step_time_s']:.3g} s, "
-                       f"checkpoint {d['checkpoint_time_s']:.3g} s; projected full variant "
-                       f"{d['projected_wall_time_s'] / 3600:.3g} h on {d['device']}.\n")
+        tr, an = d["training"], d["analysis"]
+        text.insert(0, f"**Dry run** (the first run at batches {d['batches']}, {d['steps_run']} steps each, mock data): training "
+                       f"{tr['projected_s'] / 3600:.3g} h (p = {tr['exponent']:.3g}; a step at {projection.points_text(tr)}; "
+                       f"{d['steps_full']} steps at batch {d['batch_full']}), analysis {an['projected_s'] / 3600:.3g} h "
+                       f"(p = {an['exponent']:.3g}; a checkpoint at {projection.points_text(an)}; {d['checkpoints_full']} checkpoints); "
+                       f"projected full variant {d['projected_wall_time_s'] / 3600:.3g} h on {d['device']}.\n")
     return "\n".join(text)

@@ -39,13 +39,14 @@ import ml_collections
 import numpy as np
 import optax
 
+from experiments import projection
 from experiments.configs import simsiam_cifar10
 from ssl_geometry import data as _data
 from ssl_geometry import metrics as _metrics
 from ssl_geometry import trainer as _trainer
 
 __all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run",
-           "EpochMeans", "Diverged", "OBSERVED"]
+           "EpochMeans", "Diverged", "OBSERVED", "dry_batches"]
 
 #: The authors' floor on the smallest covariance eigenvalue (``torch.clamp(eigenvalues[0], min=1e-7)``).
 PAPER_EIG_FLOOR = 1e-7
@@ -229,6 +230,24 @@ def load_images(data_cfg, *, seed: int, dry_run: bool, dry_examples: int):
     with _mock(data_cfg.name, dry_examples if dry_run else 0):
         ds = _data.load(data_cfg.name, "train", seed=seed, **kw)
     return np.asarray(ds.images), np.asarray(ds.labels, np.int32)
+
+
+def dry_batches(cfg) -> list[int]:
+    """The two (or more) batches a dry run trains at: ``dry.batch_sizes``, or when empty 1/8 and 1/4 of
+    ``train.batch_size`` (:func:`experiments.projection.reduced_sizes`); sorted and distinct.
+
+    Raises:
+      ValueError: when they are fewer than two distinct sizes, or one exceeds ``dry.examples`` (the mock
+        images a dry run trains on), naming the field.
+    """
+    sizes = sorted({int(b) for b in cfg.dry.batch_sizes}) if cfg.dry.batch_sizes else \
+        projection.reduced_sizes(cfg.train.batch_size)
+    if len(sizes) < 2 or sizes[0] < 2:
+        raise ValueError(f"`dry.batch_sizes` must hold at least two distinct batches >= 2 (two sizes to fit an "
+                         f"exponent); got {list(cfg.dry.batch_sizes)}.")
+    if sizes[-1] > cfg.dry.examples:
+        raise ValueError(f"`dry.examples` = {cfg.dry.examples} is fewer than the dry run's largest batch {sizes[-1]}.")
+    return sizes
 
 
 class Diverged(FloatingPointError):

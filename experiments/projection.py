@@ -64,18 +64,31 @@ def power_law_projection(points, full_size: float, count: float = 1.0) -> dict:
     return rec
 
 
+def points_text(record: dict) -> str:
+    """The measured points of a :func:`power_law_projection` record as ``"n1: t1 s, n2: t2 s"`` (sizes as
+    integers, times to 3 significant digits): the reports' one format for them."""
+    return ", ".join(f"{n:.0f}: {t:.3g} s" for n, t in record["points"])
+
+
 def reduced_sizes(full_size: int, fractions=(1 / 8, 1 / 4), minimum: int = 2) -> list[int]:
     """The two (or more) reduced sizes a dry run times: ``max(minimum, round(f * full_size))`` for each
     fraction ``f``, distinct and sorted (the paper's batch or width at 1/8 and 1/4 by default).
 
+    A size too small for the fractions to give two distinct values (a toy variant's dry run, say
+    ``full_size = 3``) is timed at ``max(minimum, full_size // 2)`` and at ``full_size`` itself: a toy run is
+    cheap enough to time at its own size.
+
     Raises:
-      ValueError: when the sizes are fewer than two distinct values (``full_size`` too small to fit an
-        exponent), naming ``full_size``.
+      ValueError: when even that gives fewer than two distinct sizes (``full_size <= minimum``), naming
+        ``full_size``.
     """
     sizes = sorted({max(int(minimum), int(round(f * int(full_size)))) for f in fractions})
     if len(sizes) < 2:
-        raise ValueError(f"reduced_sizes: `full_size` = {full_size!r} gives the sizes {sizes} at fractions "
-                         f"{tuple(fractions)}: two distinct sizes are needed to fit an exponent.")
+        sizes = sorted({max(int(minimum), int(full_size) // 2), int(full_size)})
+    if len(sizes) < 2:
+        raise ValueError(f"reduced_sizes: `full_size` = {full_size!r} is too small to time at two distinct "
+                         f"sizes of at least {minimum} (fractions {tuple(fractions)}, then half and full); "
+                         f"an exponent needs two.")
     return sizes
 
 

@@ -21,6 +21,7 @@ import pathlib
 from typing import NamedTuple
 
 from experiments import claims as _claims
+from experiments import projection as _projection
 
 #: How many of a record's deciding numbers the claim table shows (all are in results.json).
 MAX_DECIDING = 6
@@ -129,8 +130,7 @@ def _projected_part(d: dict, name: str) -> str:
     r = d.get(name)
     if not r:
         return "-"
-    pts = ", ".join(f"{_fmt(n)}: {_fmt(t)} s" for n, t in r["points"])
-    return f"{_fmt(r['projected_s'] / 3600)} h (p = {_fmt(r['exponent'])}; {pts}; full {_fmt(r['full_size'])})"
+    return f"{_fmt(r['projected_s'] / 3600)} h (p = {_fmt(r['exponent'])}; {_projection.points_text(r)}; full {_fmt(r['full_size'])})"
 
 
 def dry_run_table(entries: list[Entry], skipped: dict | None = None) -> str:

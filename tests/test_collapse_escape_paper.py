@@ -69,3 +69,32 @@ def test_head_curvature_matches_the_dense_hessian_and_picks_the_coupled_operator
     scale = max(abs(ev[0]), abs(ev[-1]))
     assert out["lambda_min"] == pytest.approx(ev[0], abs=1e-8 * scale)
     assert out["lambda_max"] == pytest.approx(ev[-1], abs=1e-8 * scale)
+
+
+def test_dry_run_times_the_costliest_path_at_two_batches_and_projects_every_run(monkeypatch):
+    """The tiny dry run: each head path once at 1/8 of the batch, the BN path (the costliest) also at 1/4; its
+    trainer step and curvature time fitted as ``a n^p`` and projected to every run, seed and epoch of the variant."""
+    cfg = cfg_module.get_config("tiny")
+    cfg.dry_run = True
+    calls, t_step, t_curv = [], (lambda b: 1e-3 * b ** 1.2), (lambda b: 5e-2 * b ** 2)
+
+    def fake_train_one(config, act, bn, lr, seed, images, batch=None):  # a run's row as train_one returns it
+        calls.append((act, bn, batch))
+        return {"activation": act, "batch_norm": bn and act != "linear", "lr_name": lr, "seed": seed, "batch": batch,
+                "step_time_s": t_step(batch) * (3 if act == "linear" else 1), "curvature_time_s": t_curv(batch)}
+
+    monkeypatch.setattr(cep, "train_one", fake_train_one)
+    m = cep.measure(cfg)
+    d = m["dry_run"]
+    assert calls == [("linear", False, 2), ("swish", True, 2), ("swish", True, 4)]
+    assert [r["batch"] for r in m["rows"]] == [2, 2] and d["timed_path"] == "bn" and d["paths_run"] == ["bn", "linear"]
+    images, _ = paper_simsiam.load_images(cfg.data, seed=cfg.seed, dry_run=True, dry_examples=cfg.dry.examples)
+    runs = len(cfg.runs) * cfg.seeds
+    steps = runs * cfg.train.epochs * min(len(images) // cfg.train.batch_size, cfg.train.steps_per_epoch)
+    assert (d["steps_full"], d["curvatures_full"], d["batch_full"]) == (steps, 2 * runs, 16)
+    for part, t, p, count in (("training", t_step, 1.2, steps), ("analysis", t_curv, 2.0, 2 * runs)):
+        r = d[part]  # the BN path's times only (the linear path's, three times slower here, are not in the fit)
+        assert [n for n, _ in r["points"]] == [2.0, 4.0] and r["exponent"] == pytest.approx(p)
+        assert r["projected_s"] == pytest.approx(count * t(16)) and r["projected_s"] > 0
+    assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == t_step(4)
+    assert d["path_times_s"]["linear"] == [3 * t_step(2), t_curv(2)]

@@ -252,11 +252,13 @@ def test_dry_run_record_projects_training_and_analysis_apart():
     assert "8 h (p = 1;" in row and "0.08889 h (p = 2; 32: 1 s, 64: 4 s; full 256)" in row
 
 
-def test_reduced_sizes_are_an_eighth_and_a_quarter_and_refuse_a_size_too_small_to_fit():
+def test_reduced_sizes_are_an_eighth_and_a_quarter_then_half_and_full_and_refuse_a_size_too_small_to_fit():
     assert projection.reduced_sizes(512) == [64, 128] and projection.reduced_sizes(2048) == [256, 512]
     assert projection.reduced_sizes(12) == [2, 3] and projection.reduced_sizes(100, minimum=16) == [16, 25]
-    with pytest.raises(ValueError, match="`full_size`"):
-        projection.reduced_sizes(8)
+    # a toy size (the tiny variants' dry run): half and full
+    assert projection.reduced_sizes(8) == [4, 8] and projection.reduced_sizes(3) == [2, 3]
+    with pytest.raises(ValueError, match="`full_size` = 2"):
+        projection.reduced_sizes(2)
 
 
 def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared():

@@ -284,3 +284,32 @@ def test_hessian_tracker_paper_config_is_the_authors_recipe():
     assert (c.model.hidden, c.model.out_dim, c.model.pred_hidden) == (2048, 2048, 512)
     assert c.runs == [["swish", "normal"], ["swish", "collapsed"], ["relu", "collapsed"]]
     assert not c.analysis.exact_blocks and c.analysis.blockwise_lanczos and c.train.lr == 0.05
+
+
+def test_hessian_tracker_dry_run_projects_training_and_checkpoints_apart_from_two_batches(monkeypatch):
+    """The tiny dry run: the first run trained at 1/8 and 1/4 of the batch (2 and 4 of 16), the trainer's step and
+    the checkpoint time of each fitted as ``a n^p`` and projected to every step and checkpoint of the variant."""
+    cfg = suite.make_config("hessian_tracker", "tiny", dry_run=True)
+    calls, t_step, t_ck = [], (lambda b: 1e-3 * b ** 1.5), (lambda b: 2e-2 * b ** 2)
+
+    def fake_train_and_track(config, act, init, images, seed, batch=None):  # the timings of a run at `batch`
+        calls.append((act, init, batch))
+        epochs = {"std_backbone": [0.1, 0.2, 0.3], "cond_backbone": [3.0, 2.0, 1.0]}
+        return [], {"activation": act, "init": init, "seed": seed, "epochs": epochs, "block_coupling": 0.0}, \
+            t_step(batch), t_ck(batch)
+
+    monkeypatch.setattr(hessian_tracker, "train_and_track", fake_train_and_track)
+    d = hessian_tracker.measure(cfg)["dry_run"]
+    assert calls == [(*cfg.runs[0], 2), (*cfg.runs[0], 4)]  # the first run only, at both batches
+    images, _ = hessian_tracker.paper_simsiam.load_images(cfg.data, seed=cfg.seed, dry_run=True,
+                                                          dry_examples=cfg.dry.examples)  # digits: generated
+    spe = min(len(images) // cfg.train.batch_size, cfg.train.steps_per_epoch)
+    steps = len(cfg.runs) * cfg.train.epochs * spe
+    checkpoints = len(cfg.runs) * cfg.train.epochs * min(cfg.analysis.tracker_batches, spe)
+    assert (d["steps_full"], d["checkpoints_full"], d["batch_full"], d["scaled"]) == (steps, checkpoints, 16, "batch")
+    for part, t, p, count in (("training", t_step, 1.5, steps), ("analysis", t_ck, 2.0, checkpoints)):
+        r = d[part]
+        assert [n for n, _ in r["points"]] == [2.0, 4.0] and r["exponent"] == pytest.approx(p)
+        assert r["count"] == count and r["projected_s"] == pytest.approx(count * t(16)) and r["projected_s"] > 0
+    assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"]
+    assert d["step_time_s"] == t_step(4) and d["training_device_hours"] == pytest.approx(steps * t_step(16) / 3600)

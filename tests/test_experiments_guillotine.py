@@ -7,7 +7,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import claims, common, guillotine, rules, suite
+from experiments import claims, common, configs, guillotine, rules, suite
+from experiments.guillotine import dry_run as D
 from experiments.guillotine import geometry as G
 from experiments.guillotine import training as T
 from experiments.configs import guillotine as gconfig
@@ -351,7 +352,8 @@ def test_training_goes_through_the_cli_trainer_with_the_authors_views():
     with pytest.raises(ValueError, match=r"\['rotate'\]"):
         trainer.augment_config(ml_collections.ConfigDict({"name": "simclr_custom", "rotate": 45.0}))
     c.dry_run = True
-    assert T.trainer_config(c, 2).train.steps == 2 and T.trainer_config(c, 2).data.batch_size == c.train.dry_run_batch
+    assert T.trainer_config(c, 2).train.steps == c.train.dry_run_steps == 4 and T.trainer_config(c, 2).data.batch_size == 8 == T.dry_batch(c)
+    assert T.trainer_config(c, 2, batch=16).data.batch_size == 16
 
 
 def test_train_simclr_is_the_trainers_step():
@@ -443,5 +445,60 @@ def test_dry_run_sizes_keep_every_step_small():
     assert guillotine._sizes(c)["curvature"] == c.analysis.curvature_images
     c.dry_run = True
     sz = guillotine._sizes(c)
-    assert all(v <= 8 for v in sz.values()) and sz["degeneracy"] >= 2  # a permutation without fixed points needs 2
+    assert all(v <= 16 for v in sz.values()) and sz["degeneracy"] >= 2  # a permutation without fixed points needs 2
+    # Each count is the paper's scaled by one fraction per part (16 / 50000 probe images; 8 / 256 geometry images).
+    assert (sz["probe_train"], sz["probe_test"], sz["degeneracy"], sz["curvature"], sz["convergence"]) == (16, 3, 8, 3, 1)
+    big = guillotine._sizes(c, probe_images=32, geometry_images=16)
+    assert (big["probe_train"], big["probe_test"], big["degeneracy"], big["curvature"], big["convergence"]) == (
+        32, 6, 16, 6, 2)
     assert (c.model.backbone, c.data.image_size, c.model.head_out) == ("resnet18_cifar", 32, 2048)  # the paper's models
+
+
+
+def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_two_sizes(monkeypatch):
+    """Paper: the main run (9750 updates at 256) at batches 8 and 16, the ablation (3 runs of 4850 at 512) timed by
+    its deepest head at 16 and 32: with a step time linear in the batch the training projection is every update at
+    its own batch, ``9750 t(256) + 14550 t(512)``. Each analysis part is timed at its two sizes (probe images 16, 32
+    of 50000, one pass through a representation, 11 1/3 passes; degeneracy images 8, 16 of 256) and projected
+    apart; the analysis total is
+    their sum, its points the costlier part's."""
+    import time
+
+    c = gconfig.get_config("paper")
+    c.dry_run = True
+    ab = guillotine._ablation_config(c)
+    t = lambda b: 1e-3 * b  # noqa: E731
+    calls, sizes = [], {"probes": [], "geometry": []}
+
+    def fake_train(cfg, depth, activation=None, batch=None):  # a timing run: a temporary workdir
+        calls.append((depth, activation, batch, cfg.train.checkpoint_every))
+        return {"step_time_s": t(batch)}
+
+    def unit(part, seconds_per_image):
+        def make(n):
+            sizes[part].append(n)
+            return lambda: time.sleep(seconds_per_image * n)
+        return make
+
+    monkeypatch.setattr(T, "train_simclr", fake_train)
+    runs = {"main": {"step_time_s": t(8)}, **{d: {"step_time_s": t(16)} for d in c.ablation.depths}}
+    d = D.dry_run(c, ab, runs, unit("probes", 2e-4), unit("geometry", 1e-3))
+    assert calls == [(2, "relu", 16, 0), (3, "swish", 32, 0)]
+    tr = d["training"]
+    assert [n for n, _ in tr["points"]] == [8, 16] and tr["exponent"] == pytest.approx(1.0)
+    assert tr["count"] == 9750 + 3 * 4850 and tr["projected_s"] == pytest.approx(9750 * t(256) + 14550 * t(512))
+    assert tr["paths"]["ablation"]["points"] == [[16, t(16)], [32, t(32)]] and tr["paths"]["main"]["batch_full"] == 256
+    assert sizes == {"probes": [16, 32], "geometry": [8, 16]}
+    an = d["analysis"]
+    probes, geometry = an["parts"]["probes"], an["parts"]["geometry"]
+    passes = 5 + 2 * 3 + 2 * 10000 / 60000  # main: z, h, h_0 rotation, z, h class; 3 ablation runs: z, h; statistics
+    assert D.probe_passes(c, 4) == pytest.approx(passes)
+    assert [n for n, _ in probes["points"]] == [16, 32] and (probes["full_size"], probes["count"]) == (50000, passes)
+    assert [n for n, _ in geometry["points"]] == [8, 16] and (geometry["full_size"], geometry["count"]) == (256, 1)
+    assert all(math.isfinite(p["exponent"]) and p["projected_s"] > 0 for p in (probes, geometry))
+    assert an["projected_s"] == probes["projected_s"] + geometry["projected_s"]
+    assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 113 s against 0.26 s
+    assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == tr["points"][1][1]
+    with pytest.raises(ValueError, match="dry_run_examples"):
+        D.run_batch(configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"data.dry_run_examples": 16}),
+                    ab, 1)

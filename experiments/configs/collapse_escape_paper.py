@@ -15,9 +15,9 @@ actual ``|Delta theta| / |theta|``.
 Variants: ``paper`` (the authors' recipe, for an accelerator, ``data.data_dir`` = prepared tfds
 CIFAR-10), ``smoke`` (default; the same pipeline on the embedded digits with a small CNN, a few
 runs; CPU minutes) and ``tiny`` (tests). Under ``dry_run`` the first run of each head code path
-(linear; activation without BN; activation with BN) runs 2 steps at batch ``dry.batch_size`` on
-mock CIFAR-10, and the full variant's wall time is projected from the measured step time of each
-run's path.
+(linear; activation without BN; activation with BN) runs ``dry.steps`` on mock CIFAR-10 at the smaller of
+``dry.batch_sizes``, the costliest path (BN) at both, and the full variant's training and analysis are
+projected apart from the two batches (``t(n) = a n^p``).
 
 The verdict is the registry's ``paper-collapse-ablation`` (experiments/claims/; thresholds there,
 not here). ``smoke`` runs six of the settings -- one of each of the rule's four groups (smooth, linear,
@@ -84,7 +84,10 @@ def base() -> ml_collections.ConfigDict:
         # Curvature of hess_{z1} L (experiments/collapse_escape_paper.py): Lanczos steps and tolerance, and the
         # block coupling up to which the blockwise solver is used (BN heads are coupled)
         "analysis": {"lanczos_steps": 200, "lanczos_tol": 1e-10, "block_coupling_tol": 1e-12},
-        "dry": {"batch_size": 8, "examples": 32, "full_examples": 0},  # full_examples 0: len(data)
+        # Under dry_run: batches (empty: 1/8 and 1/4 of train.batch_size), steps (the trainer times those after the
+        # first), mock examples, the full variant's training images (0: len(data)) for the projection
+        # (experiments/collapse_escape_paper.py, _projection).
+        "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "full_examples": 0},
     })
 
 
@@ -97,7 +100,9 @@ VARIANTS = {
     "paper": {"runs": PAPER_RUNS, "seeds": 3, "data.name": "cifar10", "data.image_size": 32,
               "model.backbone": "resnet18_cifar", "model.backbone_kwargs": {}, "model.hidden": 2048,
               "model.out_dim": 2048, "model.pred_hidden": 512, "train.batch_size": 512, "train.epochs": 50,
-              "train.steps_per_epoch": 0, "dry.full_examples": 50_000},
+              "train.steps_per_epoch": 0,
+              # 1/64 and 1/32 of the batch (a dry run's ResNet-18 steps and float64 curvatures on a 2-core CPU)
+              "dry.batch_sizes": (8, 16), "dry.full_examples": 50_000},
 }
 
 

@@ -13,9 +13,10 @@ Variants: ``tiny`` (tests, seconds), ``smoke`` (default; the embedded ``shapes``
 CPU, minutes), ``paper`` (ResNet-18, CIFAR-10), ``paper_vit_tiny`` (ViT-T, CIFAR-10),
 ``paper_cifar100`` (ResNet-18, CIFAR-100), each with the depth 1/2/3 ablation; tfds data from
 ``data.data_dir`` (``reproduce --data-dir``). Under ``dry_run`` a variant runs end to end with
-``dry_run_examples`` generated images (tfds mock data for tfds sets), batch ``dry_run_batch``,
-2 steps per training phase (SimCLR of every depth, probes) and every analysis step on a few
-images, and reports its step time and the projected full wall time.
+``dry_run_examples`` generated images (tfds mock data for tfds sets), ``dry_run_steps`` per training
+phase (SimCLR of every depth at the smaller of ``train.dry_run_batches`` scaled to its batch; probes one epoch)
+and every analysis step on a few images, then times training and analysis again at a second size and
+projects both apart to the full variant (``experiments/guillotine/dry_run.py``).
 
 Sec. 5 controls, fixed here before any run: every training augmentation (``trained_augmentations``
 of the views: rotation, hue) is compared with the registry's controls (random, between, data, each
@@ -110,7 +111,9 @@ def base() -> ml_collections.ConfigDict:
         },
         "train": {
             "temperature": 0.1, "lr": 1e-3, "batch_size": 128, "steps": 300,
-            "dry_run_batch": 8,
+            # Under dry_run the main run trains at the smaller batch and, only timed, at the larger; every other run
+            # at the same fraction of its own batch (experiments/guillotine/dry_run.py).
+            "dry_run_batches": (8, 16), "dry_run_steps": 4,  # the trainer times the steps after the first
             # Checkpoints of the run loop every this many steps and at the end, in the workdir
             # checkpoint_dir/depth<d>_<activation>; a rerun resumes the same run. 0: a temporary workdir,
             # nothing kept. reproduce sets checkpoint_dir to DIR/<run>/checkpoints.

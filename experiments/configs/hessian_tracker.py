@@ -52,8 +52,11 @@ def base() -> ml_collections.ConfigDict:
         "analysis": {"tracker_batches": 2, "power_steps": 20, "lanczos_steps": 200, "lanczos_tol": 1e-10,
                      "exact_blocks": True, "blockwise_lanczos": True, "block_lanczos_steps": 200,
                      "spearman_from_epoch": 1},
-        # Under dry_run: this batch, 2 steps per epoch, 1 epoch, this many mock examples.
-        "dry": {"batch_size": 8, "examples": 32, "tracker_batches": 2, "full_examples": 0},  # 0: len(data)
+        # Under dry_run: the first run at each of these batches (empty: 1/8 and 1/4 of train.batch_size), one
+        # epoch of `steps` steps (the trainer times those after the first), the first `tracker_batches` tracked
+        # (the first compiles), on this many mock examples; the full variant's training images (0: len(data))
+        # for the projection (experiments/hessian_tracker.py, _projection).
+        "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "tracker_batches": 2, "full_examples": 0},
     })
 
 
@@ -69,7 +72,9 @@ VARIANTS = {
               "train.batch_size": 256, "train.epochs": 100, "train.steps_per_epoch": 0,
               "analysis.tracker_batches": 5, "analysis.lanczos_steps": 400, "analysis.exact_blocks": False,
               "analysis.block_lanczos_steps": 512,
-              "dry.full_examples": 50_000},
+              # 1/32 and 1/16 of the batch: at 1/8 and 1/4 (32, 64) the dry run's two checkpoints per batch
+              # take several minutes each on a 2-core CPU (float64 Lanczos through the 2048-wide heads).
+              "dry.batch_sizes": (8, 16), "dry.full_examples": 50_000},
 }
 
 

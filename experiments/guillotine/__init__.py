@@ -36,9 +36,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import claims, configs, projection, rules
+from experiments import claims, configs, rules
 from ssl_geometry import augment, metrics, probes
 
+from . import dry_run as D
 from . import geometry as G
 from . import probing
 from . import training as T
@@ -51,7 +52,7 @@ __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "CONT
            "decide", "report", "figures"]
 
 NAME = "guillotine"
-DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
+DRY_RUN = True  # honours config.dry_run (two reduced sizes of each part, a few steps per training; .dry_run)
 TITLE = "Guillotine and information-invariance (Sec. 5)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5, "guillotine-probe-gap")
@@ -80,16 +81,23 @@ def _log(msg: str, t0: float) -> None:
     print(f"[{NAME}] {time.perf_counter() - t0:8.1f} s  {msg}", file=sys.stderr, flush=True)
 
 
-def _sizes(cfg) -> dict:
-    """Image counts of every analysis step (a handful under ``dry_run``: every step still runs)."""
+def _sizes(cfg, probe_images: int | None = None, geometry_images: int | None = None) -> dict:
+    """Image counts of every analysis step. Under ``dry_run`` each is its full count scaled by a fraction (at
+    least 1; 2 for the probe sets and the degeneracy, whose between-sample control needs two): the probe sets
+    by ``probe_images / probes.train_images``, the geometry's (curvature, convergence, orbit images,
+    degeneracy) by ``geometry_images / analysis.degeneracy_images``, by default the smaller of
+    :data:`.dry_run.PROBE_IMAGES` / :data:`.dry_run.GEOMETRY_IMAGES`; two orbit classes."""
     a, p = cfg.analysis, cfg.probes
     full = {"probe_train": p.train_images, "probe_test": p.test_images, "curvature": a.curvature_images,
             "convergence": a.convergence_images, "orbit_classes": a.orbit_classes, "orbit_images": a.orbit_images,
             "degeneracy": a.degeneracy_images}
     if not cfg.dry_run:
         return full
-    return {**full, "probe_train": 8, "probe_test": 8, "curvature": 1, "convergence": 1, "orbit_classes": 2,
-            "orbit_images": 1, "degeneracy": 4}
+    fp = (probe_images or D.PROBE_IMAGES[0]) / p.train_images
+    fg = (geometry_images or D.GEOMETRY_IMAGES[0]) / a.degeneracy_images
+    f = {"probe_train": (fp, 2), "probe_test": (fp, 2), "curvature": (fg, 1), "convergence": (fg, 1),
+         "orbit_images": (fg, 1), "degeneracy": (fg, 2)}
+    return {**{k: max(lo, round(full[k] * x)) for k, (x, lo) in f.items()}, "orbit_classes": min(2, a.orbit_classes)}
 
 
 def _premise_values(losses, rot, erank_z) -> dict:
@@ -122,7 +130,7 @@ def _train_all(cfg, train_ds, test_ds, sz, k_probe):
     runs, probe_res = {}, {}
     t0 = time.perf_counter()
     for name, c, d, act in plan:
-        runs[name] = T.train_simclr(c, d, act)
+        runs[name] = T.train_simclr(c, d, act, batch=D.run_batch(cfg, c) if cfg.dry_run else None)
         runs[name]["batch_size"], runs[name]["steps"] = int(c.train.batch_size), int(c.train.steps)
         _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
         probe_res[name] = probing.probe_suite(cfg, runs[name], *sets, k_probe, class_probes=(name == "main"),
@@ -153,6 +161,31 @@ def _sec5(deg: dict, orb: dict, trained: dict, negative) -> dict:
             "negative": {a: ratios[a] for a in negative}, "orbits": orb["compression"]}
 
 
+def _representation(main, images, adt) -> tuple[dict, dict]:
+    """``(scales, effective ranks)`` of z and h(z) of the main run on ``images`` (the class-probe test images)."""
+    fz, fh = T.feature_fns(main)
+    z, h = probes.features_in_batches(fz, images), probes.features_in_batches(fh, images)
+    scales = {"backbone": G.spread_scale(z), "head": G.spread_scale(h)}
+    return scales, {f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
+                    for w, r in (("backbone", z), ("head", h)) for m in metrics.EFFECTIVE_RANK_METHODS}
+
+
+def _geometry(cfg, geos, heads, test_ds, sz, scales, key, trained, adt, t0=None) -> tuple[dict, dict, dict]:
+    """``(curvature, orbits, degeneracy)`` of the main run (``heads``: its trained and untrained head variables) on
+    the test images, at the image counts ``sz`` (:func:`_sizes`); progress logged from ``t0`` when given."""
+    test_f, (v_tr, v_init) = augment.to_float(test_ds.images, adt), (heads["trained"], heads["untrained"])
+    log = (lambda msg: _log(msg, t0)) if t0 is not None else (lambda msg: None)  # noqa: E731
+    curv = G.curvature_analysis(cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales,
+                                convergence_images=sz["convergence"])
+    log("curvature done")
+    orb_imgs = G.orbit_images(cfg, test_ds, sz["orbit_classes"], sz["orbit_images"])
+    orb = G.orbit_analysis(cfg, geos["rotation"], v_tr, augment.to_float(orb_imgs, adt), scales, v_init=v_init)
+    log("orbits done")
+    deg = G.degeneracy_analysis(cfg, geos, heads, test_f[: sz["degeneracy"]], key, trained)
+    log("degeneracy done")
+    return curv, orb, deg
+
+
 def measure(config) -> dict:
     """Train (every head depth), then probe, curvature, orbits and degeneracy of the main run (numbers only)."""
     cfg = config
@@ -164,29 +197,14 @@ def measure(config) -> dict:
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
     runs, probe_res, sets = _train_all(cfg, train_ds, test_ds, sz, k_probe)
-    main, cls_test = runs["main"], sets[3]
-    t_analysis = time.perf_counter()
-    fz, fh = T.feature_fns(main)
-    z_test, h_test = probes.features_in_batches(fz, cls_test[0]), probes.features_in_batches(fh, cls_test[0])
-    scales = {"backbone": G.spread_scale(z_test), "head": G.spread_scale(h_test)}
-    ranks = {f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
-             for w, r in (("backbone", z_test), ("head", h_test)) for m in metrics.EFFECTIVE_RANK_METHODS}
+    main = runs["main"]
+    scales, ranks = _representation(main, sets[3][0], adt)
     backbone = T.make_backbone(cfg, adt)
     head = T.make_head(cfg, backbone.out_dim, cfg.model.head_depth, adt)  # the main run's activation
     geos = {a: G.Geometry(backbone, head, G.augmentation_fn(cfg, a)) for a in AUGMENTATIONS}
-    v_tr, v_init = G.analysis_variables(main, adt), G.analysis_variables(main, adt, initial_head=True)
-    test_f = augment.to_float(test_ds.images, adt)
+    heads = {"trained": G.analysis_variables(main, adt), "untrained": G.analysis_variables(main, adt, initial_head=True)}
     _log("representation statistics done", t_start)
-    curv = G.curvature_analysis(cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales,
-                                convergence_images=sz["convergence"])
-    _log("curvature done", t_start)
-    orb_imgs = G.orbit_images(cfg, test_ds, sz["orbit_classes"], sz["orbit_images"])
-    orb = G.orbit_analysis(cfg, geos["rotation"], v_tr, augment.to_float(orb_imgs, adt), scales, v_init=v_init)
-    _log("orbits done", t_start)
-    deg = G.degeneracy_analysis(cfg, geos, {"trained": v_tr, "untrained": v_init}, test_f[: sz["degeneracy"]],
-                                k_deg, trained)
-    t_end = time.perf_counter()
-    _log("degeneracy done", t_start)
+    curv, orb, deg = _geometry(cfg, geos, heads, test_ds, sz, scales, k_deg, trained, adt, t_start)
     paper = PAPER_NUMBERS.get((cfg.data.name, cfg.model.backbone), PAPER_NUMBERS[("cifar10", "resnet18_cifar")])
     out = {
         "paper": dict(paper),
@@ -208,23 +226,17 @@ def measure(config) -> dict:
         "loss_curve": main["losses"].tolist(), "step_time_s": main["step_time_s"],
     }
     if cfg.dry_run:
-        t = cfg.train
-        trained_runs = {id(r): r for r in runs.values()}.values()
-        train_proj = sum(r["step_time_s"] * r["steps"] * r["batch_size"] / t.dry_run_batch for r in trained_runs)
-        full = _sizes(_full(cfg))
-        scale = max(full[k] / max(sz[k], 1) for k in ("curvature", "degeneracy", "probe_train"))
-        out["dry_run"] = projection.dry_run_record(
-            main["step_time_s"], projected_wall_time_s=train_proj + (t_end - t_analysis) * scale,
-            wall_time_s=t_end - t_start,
-            projection="training: measured step time x steps x batch/dry batch of each run; "
-                       "analysis: measured dry analysis time x the largest image-count ratio")
+        def probe_unit(n):  # one pass of the probe images (n train, the test set scaled alike) through h(z)
+            sz_n, fh = _sizes(cfg, probe_images=n), T.feature_fns(main)[1]
+            images = augment.to_float(np.concatenate([train_ds.images[: sz_n["probe_train"]],
+                                                      test_ds.images[: sz_n["probe_test"]]]))
+            return lambda: probes.features_in_batches(fh, images)
+
+        def geometry_unit(n):  # the geometry of the main run at n degeneracy images (every count scaled alike)
+            sz_n = _sizes(cfg, geometry_images=n)
+            return lambda: _geometry(cfg, geos, heads, test_ds, sz_n, scales, k_deg, trained, adt)
+        out["dry_run"] = D.dry_run(cfg, _ablation_config(cfg), runs, probe_unit, geometry_unit)
     return out
-
-
-def _full(cfg):
-    c = ml_collections.ConfigDict(cfg.to_dict())
-    c.dry_run = False
-    return c
 
 
 def _gap(rot: dict, head: str = "head") -> float:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments import common
+from experiments import common, projection
 
 __all__ = ["figures", "report"]
 
@@ -169,6 +169,18 @@ def _orbit_text(m, paper) -> list:
             common.markdown_table(o["rows"])]
 
 
+def _dry_line(dry: dict) -> str:
+    """The dry run's line: training and each analysis part projected apart, with exponents and measured points."""
+    part = lambda name, r, what: (f"{name} {r['projected_s'] / 3600:.3g} h (p = {r['exponent']:.3g}; {what} "  # noqa: E731
+                                  f"{projection.points_text(r)}; full {r['full_size']:.0f})")
+    tr, parts = dry["training"], dry["analysis"]["parts"]
+    return ("**DRY RUN** (a few steps per training phase, a few images per analysis step): the numbers below test the "
+            f"code path, not the claim. Projected full run {dry['projected_wall_time_s'] / 3600:.3g} h on "
+            f"{dry['device']}: {part('training', tr, 'mean update at batch')}, "
+            f"{part('probes', parts['probes'], 'at probe images')}, "
+            f"{part('geometry', parts['geometry'], 'at degeneracy images')}.\n")
+
+
 def report(results, rel_dir) -> str:
     m, p = results["measurements"], results["paper"]
     s = m["setting"]
@@ -177,9 +189,7 @@ def report(results, rel_dir) -> str:
     reasons = [f"- `{r['id']}`: {r['verdict']} ({r['scale']}) -- {r['reason']}" for r in results["claims"]]
     ablation = m["depth_ablation"][0] if m["depth_ablation"] else {}
     lines = [
-        ("**DRY RUN** (2 steps per training phase, a few images per analysis step): the numbers below test the "
-         f"code path, not the claim. Step time {dry['step_time_s']:.3g} s, projected full run "
-         f"{dry['projected_wall_time_s'] / 3600:.3g} h on {dry['device']}.\n") if dry else "",
+        _dry_line(dry) if dry else "",
         "Reading:", *reasons, "",
         f"Setting: {s['dataset']} at {s['image_size']}px, backbone `{s['backbone']}`, head `{s['head']}`, loss "
         f"`{s['objective']}`; trained augmentations {s['trained_augmentations']}; negative control "

@@ -11,19 +11,25 @@ import numpy as np
 
 from ssl_geometry import augment, data, trainer
 
-__all__ = ["load_data", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
+__all__ = ["load_data", "dry_batch", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
            "rotation_probe_subset", "trained_augmentations"]
 
 
-def _data_section(cfg) -> dict:
+def dry_batch(cfg) -> int:
+    """The batch of a dry run's training: the smaller of ``train.dry_run_batches``."""
+    return int(min(cfg.train.dry_run_batches))
+
+
+def _data_section(cfg, batch: int | None = None) -> dict:
     """The trainer's ``data`` section: the guillotine's data set (``shapes`` with its nuisance rotations
-    ``data.shapes_max_angle_deg``), rendered from ``seed``; under ``dry_run`` ``dry_run_examples`` per split."""
+    ``data.shapes_max_angle_deg``), rendered from ``seed``; under ``dry_run`` ``dry_run_examples`` per split
+    and batch ``batch`` (default :func:`dry_batch`)."""
     d, t = cfg.data, cfg.train
     counts = (d.dry_run_examples,) * 2 if cfg.dry_run else (d.n_train, d.n_test)
     return {"name": d.name, "image_size": d.image_size, "data_dir": d.data_dir, "num_train": int(counts[0]),
             "num_test": int(counts[1]), "seed": int(cfg.seed),
             "shapes_max_angle_deg": float(d.shapes_max_angle_deg) if d.name == "shapes" else None,
-            "batch_size": int(t.dry_run_batch if cfg.dry_run else t.batch_size), "stream": False}
+            "batch_size": int((batch or dry_batch(cfg)) if cfg.dry_run else t.batch_size), "stream": False}
 
 
 def _data_context(cfg):
@@ -64,7 +70,8 @@ def _head_section(cfg, depth: int, activation: str | None) -> dict:
             "bias": m.head_bias}
 
 
-def trainer_config(cfg, depth: int, activation: str | None = None) -> ml_collections.ConfigDict:
+def trainer_config(cfg, depth: int, activation: str | None = None,
+                   batch: int | None = None) -> ml_collections.ConfigDict:
     """The trainer config of one guillotine SimCLR run (every field :func:`ssl_geometry.trainer.train` reads).
 
     The objective ``objective.name`` (SimCLR's NT-Xent, or the authors' one-way cross-entropy
@@ -74,15 +81,15 @@ def trainer_config(cfg, depth: int, activation: str | None = None) -> ml_collect
     ``model.backbone`` and the BN MLP projector with ``depth`` affine layers, float32, the data of
     :func:`load_data`. Every step's loss is logged (``train.log_every = 1``: the loss curve); checkpoints
     every ``train.checkpoint_every`` steps (0: only at the end, in a temporary workdir); no tracked
-    metrics and no final probes (the experiment runs its own). Under ``dry_run`` batch
-    ``train.dry_run_batch`` and 2 steps.
+    metrics and no final probes (the experiment runs its own). Under ``dry_run`` batch ``batch``
+    (default :func:`dry_batch`) and ``train.dry_run_steps`` steps.
     """
     t = cfg.train
-    steps = 2 if cfg.dry_run else int(t.steps)
+    steps = int(t.dry_run_steps) if cfg.dry_run else int(t.steps)
     every = _checkpoint_every(cfg)
     return ml_collections.ConfigDict({
         "seed": int(cfg.seed), "dtype": "float32",
-        "data": _data_section(cfg),
+        "data": _data_section(cfg, batch),
         "augment": {"name": "simclr_custom", "size": cfg.data.image_size, **cfg.augment.to_dict()},
         "model": {**_backbone_section(cfg), "projector": _head_section(cfg, depth, activation)},
         "objective": {"name": cfg.objective.name, "temperature": float(t.temperature)},
@@ -136,7 +143,7 @@ def _workdir(cfg, depth: int, activation: str | None) -> pathlib.Path | None:
     return pathlib.Path(cfg.train.checkpoint_dir) / f"depth{depth}_{activation or cfg.model.head_activation}"
 
 
-def train_simclr(cfg, depth: int, activation: str | None = None) -> dict:
+def train_simclr(cfg, depth: int, activation: str | None = None, batch: int | None = None) -> dict:
     """One SimCLR run of :func:`trainer_config` through the run loop, :func:`ssl_geometry.trainer.train`.
 
     The loop builds the objective, optimiser and step from the trainer config, starts from
@@ -151,9 +158,9 @@ def train_simclr(cfg, depth: int, activation: str | None = None) -> dict:
     non-finite loss raises ``FloatingPointError`` naming the step. Returns ``{"objective", "params",
     "state", "init_params", "init_state", "losses", "step_time_s", "trainer_config", "resumed_from"}``
     (``losses``: every step's, read from ``metrics.jsonl``; ``step_time_s``: the loop's median step time
-    of this call, compile excluded).
+    of this call, compile excluded). ``batch``: a dry run's batch (default :func:`dry_batch`).
     """
-    tc = trainer_config(cfg, depth, activation)
+    tc = trainer_config(cfg, depth, activation, batch)
     workdir = _workdir(cfg, depth, activation)
     with contextlib.ExitStack() as stack:
         if workdir is None:

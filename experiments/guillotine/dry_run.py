@@ -1,0 +1,133 @@
+"""Experiment 6's dry run: the full variant's training and analysis, each timed at two reduced sizes and projected.
+
+Every fit is ``t(n) = a n^p`` through two measured points (:func:`experiments.projection.power_law_projection`),
+projected as ``count * a * N^p``; compilation is excluded (the trainer times the updates after its first; each
+analysis unit is called once untimed first). Known bias, for all: a fixed cost per unit (dispatch, per-call
+set-up) lowers ``p`` at small sizes, and a reduced batch or image count underuses an accelerator, so the fits
+under-project where those dominate. The sizes are far below 1/8 of the paper's (1/32 and 1/16 of the batch,
+:data:`PROBE_IMAGES`, :data:`GEOMETRY_IMAGES`): every size compiles the ResNet-18 step or the float64 analysis
+afresh, minutes each on a 2-core CPU.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from experiments import configs, projection
+
+from . import training as T
+
+#: Probe-set training images the analysis' probe part is timed at (the paper's 50,000; its test set scaled alike);
+#: also the probe sets of the dry run's probes.
+PROBE_IMAGES = (16, 32)
+#: Degeneracy images the analysis' geometry part is timed at (the paper's 256; curvature, convergence and orbit
+#: images scaled by the same fraction, ``experiments.guillotine._sizes``: 3 and 6 curvature images, 1 and 2 for the
+#: convergence study, so that the counts at least double); also the sizes of the dry run's geometry.
+GEOMETRY_IMAGES = (8, 16)
+
+
+def batches(cfg) -> list[int]:
+    """The main run's two dry-run batches, ``train.dry_run_batches`` sorted.
+
+    Raises:
+      ValueError: unless they are two distinct batches >= 2.
+    """
+    b = sorted({int(x) for x in cfg.train.dry_run_batches})
+    if len(b) != 2 or b[0] < 2:
+        raise ValueError(f"`train.dry_run_batches` must be two distinct batches >= 2; got {cfg.train.dry_run_batches}.")
+    return b
+
+
+def run_batch(cfg, c, k: int = 0) -> int:
+    """The dry-run batch of the run of config ``c`` (the main run's ``cfg`` or the ablation's) at size ``k`` of
+    :func:`batches`: the main run's scaled by ``c``'s paper batch over the main run's (the same fraction of each
+    run's own batch: the ablation's 512 against the main run's 256).
+
+    Raises:
+      ValueError: when it exceeds ``data.dry_run_examples`` (the images a dry run trains on).
+    """
+    b = max(2, round(batches(cfg)[k] * c.train.batch_size / cfg.train.batch_size))
+    if b > cfg.data.dry_run_examples:
+        raise ValueError(f"`data.dry_run_examples` = {cfg.data.dry_run_examples} is fewer than a dry run's batch {b} "
+                         f"(`train.dry_run_batches` = {cfg.train.dry_run_batches}).")
+    return b
+
+
+def _timing_config(c) -> ml_collections.ConfigDict:
+    """``c`` for a run only timed: a temporary workdir (``train.checkpoint_every = 0``), never the real run's."""
+    return configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"train.checkpoint_every": 0})
+
+
+def training_projection(cfg, ab, runs: dict) -> dict:
+    """Training of the full variant from its runs' updates at two batches, as the schedule's mean update.
+
+    Paths: the main run (``S`` updates at batch ``B``) and, when the depth ablation trains runs of its own, the
+    ablation (``A`` runs of ``S'`` updates at ``B'``), timed by its deepest head (the costliest; the heads differ
+    in depth only, a small part of a ResNet-18 step). Each path is timed at the same two fractions of its own
+    batch (:func:`run_batch`): the main run at ``b_k`` (:func:`batches`), the ablation at ``b_k B' / B``; the
+    runs of ``runs`` at the smaller, the runs at the larger trained here (``train.dry_run_steps`` updates each,
+    only timed). The unit is the mean update ``t(b_k) = (S t_main + A S' t_ablation) / (S + A S')``, fitted
+    over ``b_k`` as ``a b^p`` and projected to ``N = B``: ``(S + A S') a N^p`` (exact when both paths share
+    ``p``; each path's points are in ``paths``).
+    ``ab``: the ablation runs' config (``experiments.guillotine._ablation_config``).
+    """
+    main = runs["main"]
+    own = sorted({d for d in cfg.ablation.depths if runs[d] is not main})
+    t_main = T.train_simclr(_timing_config(cfg), cfg.model.head_depth, cfg.model.head_activation,
+                            batch=run_batch(cfg, cfg, 1))["step_time_s"]
+    paths = {"main": (int(cfg.train.steps), int(cfg.train.batch_size), cfg, [main["step_time_s"], t_main])}
+    if own:
+        deep = max(own)
+        t_big = T.train_simclr(_timing_config(ab), deep, cfg.ablation.activation, batch=run_batch(cfg, ab, 1))
+        paths["ablation"] = (len(own) * int(ab.train.steps), int(ab.train.batch_size), ab,
+                             [runs[deep]["step_time_s"], t_big["step_time_s"]])
+    total = sum(p[0] for p in paths.values())
+    points = [[b, sum(p[0] * p[3][k] for p in paths.values()) / total] for k, b in enumerate(batches(cfg))]
+    rec = projection.power_law_projection(points, cfg.train.batch_size, total)
+    rec["paths"] = {name: {"steps": steps, "batch_full": full, "points": [[run_batch(cfg, c, k), t[k]] for k in (0, 1)]}
+                    for name, (steps, full, c, t) in paths.items()}
+    return rec
+
+
+def probe_passes(cfg, n_runs: int) -> float:
+    """Passes over the probe sets (train and test) through a representation in the full variant: the main run's
+    rotation probes of z, h(z) and h_0(z) and class probes of z and h(z) (5), the rotation probes of z and h(z) of
+    each of the other ``n_runs - 1`` trained runs (2 each), and the representation statistics of z and h(z) on
+    the test set (2 x its share of the images)."""
+    p = cfg.probes
+    return 5 + 2 * (n_runs - 1) + 2 * p.test_images / (p.train_images + p.test_images)
+
+
+def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit) -> dict:
+    """The analysis of the full variant: its two parts each timed at two sizes and projected, then summed.
+
+    * probes: ``probe_unit(n)``, one pass of ``n`` probe-set training images (:data:`PROBE_IMAGES`) and the test
+      set scaled alike through the main run's h(z) (a backbone pass and the small head), projected to
+      ``N = probes.train_images``, count :func:`probe_passes`. The probe fits on the features (a linear and an MLP
+      classifier, ``probes.epochs`` epochs on ``N`` rows of width <= 2048) are left out: small beside the feature
+      passes at the paper's size, they recompile on every call (``ssl_geometry.probes`` jits a fresh closure per
+      fit), which would swamp a dry run's timing;
+    * geometry: ``geometry_unit(n)`` (curvature with its FD convergence, orbits, degeneracy) at ``n`` degeneracy
+      images (:data:`GEOMETRY_IMAGES`; every geometry image count scaled alike), projected to
+      ``N = analysis.degeneracy_images``, count 1.
+
+    The record is the costlier part's (its points and exponent) with ``projected_s`` the sum of both and each
+    part under ``parts``.
+    """
+    parts = {"probes": projection.project_at_sizes(probe_unit, cfg.probes.train_images, probe_passes(cfg, n_runs),
+                                                   sizes=PROBE_IMAGES, repeats=1),
+             "geometry": projection.project_at_sizes(geometry_unit, cfg.analysis.degeneracy_images, 1,
+                                                     sizes=GEOMETRY_IMAGES, repeats=1)}
+    top = max(parts, key=lambda k: parts[k]["projected_s"])
+    return {**parts[top], "projected_s": sum(p["projected_s"] for p in parts.values()), "part_shown": top,
+            "parts": parts}
+
+
+def dry_run(cfg, ab, runs: dict, probe_unit, geometry_unit) -> dict:
+    """``measurements["dry_run"]``: :func:`training_projection` and :func:`analysis_projection`
+    (:func:`experiments.projection.dry_run_record`; the step time the mean update at the larger batch)."""
+    n_runs = len({id(r) for r in runs.values()})
+    training = training_projection(cfg, ab, runs)
+    analysis = analysis_projection(cfg, n_runs, probe_unit, geometry_unit)
+    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
+                                     scaled="batch (training), probe and degeneracy images (analysis)",
+                                     batch_full=int(cfg.train.batch_size), batches=batches(cfg), runs_full=n_runs)
