@@ -25,9 +25,9 @@ variant ``V`` of every config that defines it (an experiment without it is liste
 ``paper_vit_tiny``, ``paper_cifar100``) in ``DIR/<name>-<variant>/`` (:func:`experiments.suite.variants_of`,
 :func:`~experiments.suite.run_dir`). ``--data-dir DIR`` sets ``data.data_dir`` in every config that has the field (the
 paper variants read prepared tfds CIFAR from it). ``--dry-run`` runs each variant end to end with
-``config.dry_run = True`` (the paper's models and image shapes, mock or generated data, a reduced
-batch, 2 steps per training phase plus every analysis step) and reports the measured step time and
-the projected wall time of the full variant; a module that does not declare ``DRY_RUN = True`` is
+``config.dry_run = True`` (the paper's models and image shapes, mock or generated data, reduced
+batches and image counts, a few steps per training phase plus every analysis step) and reports the
+full variant's training and analysis projected apart from two measured sizes each; a module that does not declare ``DRY_RUN = True`` is
 listed as skipped, because running it would run its full variant.
 
 **Resuming.** While a run is in progress ``DIR/.reproduce_in_progress.json`` marks it; if the run

@@ -2,8 +2,8 @@
 
 Each test runs one of the paper variants ``reproduce --variant paper`` runs (``paper`` of every
 experiment and the sibling ``paper_*`` variants) end to end with ``config.dry_run = True`` (the
-paper's models and image shapes, tfds mock data, a reduced batch, 2 steps per training phase plus
-every analysis step) and checks the timing it reports. A paper variant that cannot dry-run fails.
+paper's models and image shapes, tfds mock data, reduced batches, a few steps per training phase plus
+every analysis step) and checks the projection it reports. A paper variant that cannot dry-run fails.
 The ResNet-18 paper variants compile the full model on CPU: each of these tests takes about a minute
 on 2 cores (compilation dominates; the 2 steps themselves take seconds).
 """

@@ -494,8 +494,9 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
         seen["geometry"].append(z.shape[0])
         time.sleep(1e-2 * z.shape[0])
 
-    def hessian(head, hv, z1, z2, c):
+    def hessian(head, hv, z1, z2, c, max_dense_dim):
         seen["hessian"].append(z1.shape[0])
+        seen.setdefault("dense_dim", set()).add(max_dense_dim)
 
     monkeypatch.setattr(C, "train_frozen", frozen)
     monkeypatch.setattr(C, "train_finetune", finetune)
@@ -519,6 +520,12 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
     assert seen["geometry"] == [2] * 3 + [4] * 3 and seen["hessian"] == [2] * 6  # H_eff batch: at least 2
     assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and (analysis["full_size"], analysis["count"]) == (64.0, 3.0)
     assert math.isfinite(analysis["exponent"]) and analysis["projected_s"] == pytest.approx(3 * 0.64, rel=0.4)
+    from ssl_geometry import geometry as _geometry
+    assert seen.pop("dense_dim") == {_geometry.MATRIX_FREE_ABOVE}  # 8 x 3 dimensions at full size: dense
+    # the paper's route when the full variant's 8 x width exceeds the threshold: matrix-free at the reduced sizes too
+    monkeypatch.setattr(C, "views", lambda view, v, tok, keys, eb: np.zeros((len(keys), tok.input_ids.shape[0], 300)))
+    D.analysis_projection(pm, None, None, None, None, TOKENS, full, cfg, jax.random.PRNGKey(1), n_heads=3)
+    assert seen.pop("dense_dim") == {1}
     rec = D.record(training, analysis, full)
     assert rec["projected_wall_time_s"] == pytest.approx(rec["training_s"] + rec["analysis_s"], rel=1e-12)
     assert rec["training_s"] == training["projected_s"] and rec["step_time_s"] == training["points"][-1][1]
@@ -528,3 +535,31 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
     # fit caches its compiled step per optimizer object: the units' repeated calls reuse one program
     assert C._frozen_optimizer(1e-3) is C._frozen_optimizer(1e-3)
     assert C._finetune_optimizer(1e-3, 2e-5) is C._finetune_optimizer(1e-3, 2e-5)
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_experiment_effective_hessian_matrix_free_matches_dense_where_both_apply(batch_norm):
+    """At 4 x 6 = 24 dimensions both routes apply: the matrix-free one (forced, ``max_dense_dim=1``) gives the dense
+    extremes of H_eff, G, M and H_L to 1e-7 relative, the same signs and PSD verdict, and a chain-rule error at
+    rounding; the paper's 8 x 384 = 3072 > MATRIX_FREE_ABOVE takes it by default."""
+    from experiments.configs import minilm_geometry as cfg_mod
+    from experiments.minilm_geometry import core as C
+    from ssl_geometry import geometry
+
+    cfg = cfg_mod.get_config("tiny")
+    cfg.model.head_batch_norm = batch_norm
+    head = heads.mlp(6, (10,), 5, activation="gelu", batch_norm=batch_norm)
+    hv = head.init(jax.random.PRNGKey(0))
+    z1 = jax.random.normal(jax.random.PRNGKey(1), (4, 6))
+    z2 = z1 + 0.1 * jax.random.normal(jax.random.PRNGKey(2), (4, 6))
+    dense = C.effective_hessian_at_data(head, hv, z1, z2, cfg)
+    free = C.effective_hessian_at_data(head, hv, z1, z2, cfg, max_dense_dim=1)
+    assert dense["method"] == "dense" and free["method"] == "lanczos" and free["H_L_rank"] is None
+    scale = max(abs(dense["H_eff_min"]), abs(dense["H_eff_max"]), abs(dense["H_L_max"]))
+    for key in ("H_eff", "G", "M", "H_L"):
+        for end in ("min", "max"):
+            assert abs(free[f"{key}_{end}"] - dense[f"{key}_{end}"]) <= 1e-7 * scale, (key, end)
+    assert free["signs"] == dense["signs"] and free["H_L_psd"] == dense["H_L_psd"]
+    assert free["residual_norm"] == pytest.approx(dense["residual_norm"], rel=1e-10)
+    assert free["chain_rule_rel_err"] < 1e-10 and dense["chain_rule_rel_err"] < 1e-10
+    assert 8 * 384 > geometry.MATRIX_FREE_ABOVE >= cfg_mod.get_config("smoke").analysis.n_hessian * 384

@@ -12,8 +12,9 @@ the base does not define fails at once with the field's name. ``arg`` is the tex
 colon in ``--config experiments/configs/<name>.py:<arg>`` (``ml_collections.config_flags``);
 ``None`` or ``""`` means ``smoke``. ``config.variant`` records which variant was built;
 ``config.dry_run`` (default ``False``) is set by ``reproduce --dry-run``: the experiment then runs
-its variant end to end with a reduced batch and 2 steps per training phase, and reports the
-measured step time and the projected wall time of the full variant.
+its variant end to end at reduced batches and image counts, a few steps per training phase, and
+reports its training and analysis, each timed at two reduced sizes, projected to the full variant
+(``experiments.projection``).
 """
 from __future__ import annotations
 

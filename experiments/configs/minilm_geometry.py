@@ -38,7 +38,7 @@ def base() -> ml_collections.ConfigDict:
         "analysis": {
             "n_views": 4,  # augmentation directions per evaluation sentence (its orbit), and negative-control views
             "n_between": 8,  # other-sentence directions per evaluation sentence
-            "n_hessian": 4,  # batch for the dense H_eff (n * 384 dimensions, float64)
+            "n_hessian": 4,  # batch for H_eff (n * 384 dimensions, float64; dense up to 2048, matrix-free Lanczos above)
             # The negative control: token augmentations (text.augment_tokens) the training views do not use.
             "negative": {"deletion": 0.0, "span": 0.0, "crop": 1.0, "masking": 0.0, "shuffle_window": 3.0},
             # Label, not a threshold: the run cannot show invariance pressure if the frozen loss is below

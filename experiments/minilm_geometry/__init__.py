@@ -47,7 +47,7 @@ from .tables import report as report
 __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "CONTROLS", "measure", "decide", "report", "figures"]
 
 NAME = "minilm_geometry"
-DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
+DRY_RUN = True  # honours config.dry_run (reduced inputs, a few steps per training phase, projections from two sizes)
 TITLE = "Foundation model: MiniLM sentence encoder with a trained SSL head (Sec. 5 on text)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5,)

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from experiments import configs, projection
-from ssl_geometry import text
+from ssl_geometry import geometry, text
 
 from . import core as C
 
@@ -72,8 +72,9 @@ def analysis_projection(pm, head, head_vars, view, neg_view, tokens, full, cfg, 
     ``n_between``) are the full variant's. Scaled: the evaluation sentences ``n`` at :data:`ANALYSIS_FRACTIONS`
     of ``N = data.n_eval``; count ``n_heads`` (untrained, frozen, fine-tuned). Biases beyond the module's: the
     init and frozen heads share one set of views in the full run, so the count over-projects one embedding pass
-    of three; the dense ``H_eff`` (``n_hessian * 384`` dimensions, eigensolves cubic in it) is timed at 2
-    sentences and under-projected by the fit.
+    of three; ``H_eff`` is timed through the full variant's route (matrix-free Lanczos when its ``n_hessian *
+    384`` dimensions exceed ``geometry.MATRIX_FREE_ABOVE``, as at the paper's 3072; dense otherwise) on 2 or
+    so sentences, where Lanczos needs fewer steps than at the full size, so the fit under-projects it.
     """
     a, N = full.analysis, int(full.data.n_eval)
     sizes = projection.reduced_sizes(N, fractions=ANALYSIS_FRACTIONS)
@@ -93,8 +94,10 @@ def analysis_projection(pm, head, head_vars, view, neg_view, tokens, full, cfg, 
             z = text.embed(pm.model, pm.variables, tok, batch_size=eb)
             vs = C.views(view, pm.variables, tok, eval_keys, eb)
             neg = C.views(neg_view, pm.variables, tok, neg_keys, eb)
+            # the full variant's route: matrix-free when its n_hessian x width exceeds the threshold
+            dense_dim = 1 if a.n_hessian * vs.shape[-1] > geometry.MATRIX_FREE_ABOVE else geometry.MATRIX_FREE_ABOVE
             return (C.head_geometry(head, head_vars, z, vs, neg, c, k_meas),
-                    C.effective_hessian_at_data(head, head_vars, vs[0, :nh], vs[1, :nh], c))
+                    C.effective_hessian_at_data(head, head_vars, vs[0, :nh], vs[1, :nh], c, max_dense_dim=dense_dim))
         return run
 
     return projection.project_at_sizes(make_unit, N, n_heads, sizes=sizes, repeats=2)

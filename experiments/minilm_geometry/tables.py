@@ -52,7 +52,8 @@ def report(results, rel_dir) -> str:
         he = m["effective_hessian"][name]
         geo.append({"head": name, "erank rankme u": s["erank_rankme_u"], "erank squared u": s["erank_squared_u"],
                     "G participation ratio": s["G_participation_ratio"], "lambda_min H_eff": he["H_eff_min"],
-                    "lambda_max H_eff": he["H_eff_max"], "H_L PSD": he["H_L_psd"], "|rho|": he["residual_norm"]})
+                    "lambda_max H_eff": he["H_eff_max"], "H_L PSD": he["H_L_psd"], "|rho|": he["residual_norm"],
+                    "H_eff solver": he.get("method", "dense")})
     label = ("**What this run can and cannot show.** The frozen head's loss is "
              f"{h['frozen_loss_at_easy_step']:.2g} after {easy_steps} steps"
              + (": the two-view task is solved almost at once (the sentences are distinct, and dropout plus light "

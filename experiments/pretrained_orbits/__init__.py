@@ -67,7 +67,7 @@ from .tables import report as report
 __all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "measure", "decide", "report", "figures"]
 
 NAME = "pretrained_orbits"
-DRY_RUN = True  # honours config.dry_run (reduced inputs, 2 steps per training phase, timing record)
+DRY_RUN = True  # honours config.dry_run (reduced inputs, projections from two sizes)
 TITLE = "Foundation models: released vision SSL checkpoints with their heads (Sec. 5)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5,)
