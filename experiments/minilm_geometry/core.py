@@ -326,9 +326,9 @@ def _matrix_free(head, hv, z1, z2, cfg, probes: int = 2) -> dict:
     lfn = lambda u: loss(u, u2)  # noqa: E731
     spec = geometry.collapse_spectrum(hfn, lfn, z1, max_dense_dim=1, lanczos_steps=int(min(z1.size, 400)),
                                       key=jax.random.PRNGKey(0))
-    unconverged = [n for n in spec.notes if "did not meet" in n]
+    unconverged = [n for n, r in spec.residual_norms.items() if not r["converged"]]
     u1 = hfn(z1)
-    hl = curvature.hessian_extremes(lambda u: lfn(u), u1, tol=1e-8, method="full", key=jax.random.PRNGKey(1),
+    hl = curvature.hessian_extremes(lfn, u1, tol=1e-8, method="full", key=jax.random.PRNGKey(1),
                                     num_steps=int(min(u1.size, 400)))
     if unconverged or not bool(hl.converged):
         raise FloatingPointError("effective_hessian_at_data: matrix-free Lanczos did not converge: "
