@@ -4,8 +4,8 @@
 #   2. training-step throughput with MFU (XLA cost-analysis FLOPs x steps/s over the device's
 #      peak; H200 peaks in experiments/bench_train.py PEAK_TFLOPS) at batch 256 and 512, and the
 #      throughput-vs-batch points (128, 256, 512) in the same process;
-#   3. the Lanczos benchmark at paper size (experiments/bench_hessian.py, float64 Lanczos reference,
-#      float32 blockwise Lanczos vs the paper's 20-step power iteration in PyTorch on the host CPU);
+#   3. the Lanczos benchmark at paper size (experiments/bench_hessian.py, both problems: float32 Lanczos
+#      through curvature.hessian_extremes vs the paper's 20-step power iteration in PyTorch on the same GPU);
 #   4. the paper dry run (python -m experiments.reproduce --variant paper --dry-run), when
 #      experiments/reproduce.py has --dry-run;
 #   5. the scaling points that fit (experiments/bench_scaling.py --preset gpu, tables lanczos, dense, flow).

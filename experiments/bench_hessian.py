@@ -18,7 +18,8 @@ docs/theory.md, section "The authors' experiments"), both at the paper's sizes b
 
 The baseline is the paper's 20-step shifted power iteration (``get_min_eigenvalue_hvp`` of the
 authors' ``hessian_tracker.py``, 42 double-backward HVPs) in PyTorch, float32, on the same
-weights and point. The implementations run side by side in one process, interleaved
+weights and point, on the device JAX runs on (``--torch-device auto``: the GPU when JAX has one);
+float32 products are full precision on both sides (TF32 off). The implementations run side by side in one process, interleaved
 (``experiments.benchmarks.harness``: A B A B ... over ``--repeats`` rounds; the time ratio is the
 median and spread of the per-round ratios). Accuracy is against a float64 reference: for
 ``blockwise`` the exact blocks (``--reference exact``) or float64 blockwise Lanczos at tol 1e-10;
@@ -33,6 +34,10 @@ Usage::
 
     python -m experiments.bench_hessian                                  # both tables, paper sizes (quiet machine)
     python -m experiments.bench_hessian --small --problem coupled --out ''   # quick check, writes nothing
+    python -m experiments.bench_hessian --repeats 7 --warmup 2 --out docs/bench_hessian_h200.md   # on a GPU machine
+
+On an accelerator the Lanczos steps between two checks run as one device loop
+(``lanczos_core.advance``), so the time is the products' plus the checks', not one host dispatch a step.
 """
 from __future__ import annotations
 
@@ -41,6 +46,9 @@ import os
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# float32 products at full precision on every backend (a GPU's default would be TF32, whose ~1e-3 relative error
+# per product is far from the criterion's 1e-4; PyTorch's side turns TF32 off too); recorded in the table's header
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 import jax  # noqa: E402
 
@@ -50,7 +58,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.benchmarks import harness  # noqa: E402
-from experiments.benchmarks.hessian_problems import PAPER, SMALL, Problem, TorchPaper  # noqa: E402,F401
+from experiments.benchmarks.hessian_problems import PAPER, SMALL, Problem, TorchPaper, torch_device  # noqa: E402,F401
 from experiments.common import markdown_table  # noqa: E402
 from ssl_geometry import curvature as cv  # noqa: E402
 
@@ -133,13 +141,13 @@ def _side(value, times, hvps, hvp_s, setup_s, ref, **extra) -> dict:
 
 
 def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_method="exact",
-            hvp_repeats=5, threads=None, error_bound="gap") -> dict:
+            hvp_repeats=5, threads=None, error_bound="gap", device="cpu") -> dict:
     """One interleaved run of the paper's estimator and ours on ``pb``: timings, accuracy, criteria (numbers)."""
     problem = "coupled" if pb.batch_norm else "blockwise"
     t0 = time.perf_counter()
     ref_lo, ref_hi, ref_desc = reference(pb, "lanczos" if pb.batch_norm else reference_method)
     ref_s = time.perf_counter() - t0
-    paper = TorchPaper(pb, steps, threads)
+    paper = TorchPaper(pb, steps, threads, device)
     impls = {"paper": paper, "recommended": lambda: recommended(pb, tol, error_bound=error_bound)}
     if not pb.batch_norm:
         impls["ours"] = lambda: ours(pb, tol)
@@ -162,7 +170,7 @@ def measure(pb: Problem, *, tol=1e-4, steps=20, repeats=5, warmup=1, reference_m
     return {
         "problem": problem, **sides, "ratio": ratios, "unit_costs": unit,
         "setting": {"batch": pb.batch, "dim": pb.dim, "variables": pb.batch * pb.dim, "tol": tol, "power_steps": steps,
-                    "batch_norm": pb.batch_norm},
+                    "batch_norm": pb.batch_norm, "jax_backend": jax.default_backend(), "torch_device": device},
         "block_coupling": rec.coupling,
         "reference": {"lambda_min": ref_lo, "lambda_max": ref_hi, "method": ref_desc, "wall_s": ref_s},
         "criteria": {"solver": main, f"ratio_le_{CRITERIA[problem]}": c["median"] <= CRITERIA[problem],
@@ -203,7 +211,8 @@ def report(m: dict, repeats: int) -> str:
     crit = "; ".join(f"{k}: **{v}**" for k, v in c.items() if k != "solver")
     bn = "BatchNorm in train mode (the Hessian couples the batch)" if s["batch_norm"] else "no BatchNorm (block-diagonal)"
     return (f"Problem `{m['problem']}`: batch {s['batch']}, d = {s['dim']} ({s['variables']} variables), {bn}; "
-            f"measured block coupling {m['block_coupling']}. Timings: median of {repeats} interleaved rounds after "
+            f"measured block coupling {m['block_coupling']}. JAX on {s['jax_backend']}, PyTorch on "
+            f"{s['torch_device']}. Timings: median of {repeats} interleaved rounds after "
             f"warm-up (ours includes the linearisation and, for hessian_extremes, the coupling probes; the paper "
             f"includes building the gradient graph). `setup_s`: linearisation / gradient graph alone; `overhead_s` = "
             f"time - HVPs x s/HVP - setup_s. Ratio: per-round time / the paper's, median (quartiles).\n\n"
@@ -223,6 +232,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small", action="store_true", help="batch 16, dim 32, width 64, bottleneck 16")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--torch-device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the PyTorch baseline runs (auto: cuda when JAX runs on a GPU, else cpu)")
     ap.add_argument("--hvp-repeats", type=int, default=5)
     ap.add_argument("--out", default="docs/bench_hessian.md", help="markdown file to write ('' to skip)")
     ap.add_argument("--json", default=None, help="also write the measurements here")
@@ -231,6 +242,7 @@ def main(argv=None):
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)
+    device = torch_device(args.torch_device)
     load0 = harness.load_average()
     problems = ("blockwise", "coupled") if args.problem == "both" else (args.problem,)
     results, bodies = {}, []
@@ -239,7 +251,7 @@ def main(argv=None):
                      batch_norm=name == "coupled", view_noise=0.1 if name == "coupled" else None)
         results[name] = measure(pb, tol=args.tol, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
                                 reference_method=args.reference, hvp_repeats=args.hvp_repeats, threads=args.threads,
-                                error_bound=args.error_bound)
+                                error_bound=args.error_bound, device=device)
         bodies.append(report(results[name], args.repeats))
     results["load"] = {"before": load0, "after": harness.load_average()}
     body = "\n".join(bodies)

@@ -79,6 +79,18 @@ def test_load_guard_refuses_then_marks_when_forced(tmp_path):
     assert "FORCED" not in quiet
 
 
+def test_environment_records_the_variables_that_change_what_is_computed(monkeypatch):
+    """XLA_FLAGS and JAX_DEFAULT_MATMUL_PRECISION change the timed computation (on a GPU the latter decides between
+    TF32 and full float32 products), so a table run under either says so; unset, neither appears."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.delenv("JAX_DEFAULT_MATMUL_PRECISION", raising=False)
+    assert "JAX_DEFAULT_MATMUL_PRECISION" not in harness.environment_line()
+    monkeypatch.setenv("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+    env = harness.environment()
+    assert env["JAX_DEFAULT_MATMUL_PRECISION"] == "highest"
+    assert harness.environment_line(env).endswith("; JAX_DEFAULT_MATMUL_PRECISION=highest")
+
+
 def test_environment_records_versions_and_device():
     env = harness.environment()
     assert "jax" in env["versions"] and env["device"].startswith("cpu")
@@ -156,7 +168,9 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
     assert rec["method"] == ("full" if batch_norm else "blockwise")
     assert (rec["coupling"] > 1e-3) if batch_norm else (rec["coupling"] == 0.0)
     assert rec["rel_err_min"] <= 1e-4 and rec["rel_err_max"] <= 1e-4 and rec["signs_ok"] and rec["converged"]
-    assert m["paper"]["hvps"] == 42 and rec["hvps"] == rec["lanczos_steps"] + 2   # two coupling probes
+    # the coupling probes: two that see no coupling, or the first, which settles a coupled Hessian
+    assert m["paper"]["hvps"] == 42 and rec["hvps"] == rec["lanczos_steps"] + (1 if batch_norm else 2)
+    assert m["setting"]["jax_backend"] == "cpu" and m["setting"]["torch_device"] == "cpu"
     assert ("ours" in m) is (not batch_norm)
     assert m["reference"]["lambda_min"] < 0 < m["reference"]["lambda_max"]
     text = bh.report(m, 1)
@@ -166,5 +180,9 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
             else "blockwise Lanczos (target union)" in text)
     assert f"ratio_le_{bh.CRITERIA[m['problem']]}" in text and "reference: " in text
     # the PyTorch baseline sees the same loss as the JAX side
+    assert "JAX on cpu, PyTorch on cpu" in text
+    with pytest.raises(ValueError, match="`torch_device` must be 'auto', 'cpu' or 'cuda'; got 'tpu'"):
+        bh.torch_device("tpu")
+    assert bh.torch_device("auto") == "cpu"   # JAX on the CPU here: the baseline on the CPU too
     paper = bh.TorchPaper(pb)
     assert float(paper.loss().detach()) == pytest.approx(float(pb.loss(*pb.args(jnp.float32))), rel=1e-5, abs=1e-7)

@@ -148,6 +148,10 @@ def test_block_diagonal_hessian_and_blockwise_lanczos():
     assert cv.block_coupling(_per_sample_loss, x, W) < 1e-14
     coupled = lambda y, W: _per_sample_loss(y - jnp.mean(y, axis=0), W)  # batch centring couples samples
     assert cv.block_coupling(coupled, x, W) > 1e-2
+    # more probes can only find more (the measure is the largest response over them)
+    key = jax.random.PRNGKey(3)
+    assert cv.block_coupling(coupled, x, W, key=key, num_probes=6) >= cv.block_coupling(coupled, x, W, key=key,
+                                                                                         num_probes=1) > 1e-2
 
     mv, _ = cv.flat_hvp(lambda y, W: _per_sample_loss(y, W), x)
     block_mv = lambda V, x, W: mv(V.reshape(-1), x.reshape(-1), W).reshape(V.shape)
@@ -227,6 +231,13 @@ def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(inde
     assert np.max(gap.smallest_error_bounds) <= 1e-8 * scale and np.max(gap.largest_error_bounds) <= 1e-8 * scale
     # at the gap run's stop the residuals are still far above what the residual criterion asks
     assert np.max(np.r_[gap.smallest_residuals, gap.largest_residuals]) > 1e-8 * scale
+    # one end each (k = 1), checked after every step: a single Ritz value (step 1) has no neighbour, so no gap is
+    # known and its bound is the residual, not 0 -- the run goes on until the bound is met, and it holds
+    one = cv.extreme_eigenvalues(dense_matvec, N, k=1, args=(jnp.asarray(A),), tol=1e-8, check_every=1,
+                                 error_bound="gap")
+    assert one.converged and one.num_steps > 1
+    assert abs(one.smallest[0] - ev[0]) <= one.smallest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
+    assert abs(one.largest[0] - ev[-1]) <= one.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
     with pytest.raises(ValueError, match="Unknown error_bound 'kato'"):
         cv.extreme_eigenvalues(dense_matvec, N, args=(jnp.asarray(A),), error_bound="kato")
     h = cv.hessian_extremes(_bn_coupled_loss, jnp.asarray(np.random.default_rng(5).standard_normal((6, 5))),
@@ -266,6 +277,36 @@ def test_breakdown_rank_3_with_vectors():
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1.5, 4.0], rtol=1e-12)
     assert np.all(np.isfinite(np.asarray(r.largest_vectors)))
     assert r.largest_true_residuals[0] < 1e-12 and r.smallest_true_residuals[0] < 1e-12
+
+
+def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
+    """On an accelerator the steps between two checks run as one device loop; on the CPU, where this suite runs,
+    two calls a step. ``device_loop`` forces either: both must give the same Ritz values, residuals, breakdowns and
+    symmetry defect -- here on an operator that breaks down (identity plus rank 3), on a block batch, and on an
+    operator that is not symmetric (both refuse it at the same step)."""
+    U = _orthonormal_columns(N, 3, 4)
+    A = jnp.asarray(np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T)
+    runs = [cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(A,), key=jax.random.PRNGKey(9),
+                                   device_loop=loop) for loop in (False, True)]
+    for r in runs:
+        assert r.breakdown and r.converged
+    for field in ("smallest", "largest", "smallest_residuals", "largest_residuals", "ritz_values", "asymmetry"):
+        np.testing.assert_allclose(getattr(runs[1], field), getattr(runs[0], field), rtol=1e-10, atol=1e-13)
+    assert runs[0].num_steps == runs[1].num_steps and runs[0].num_breakdowns == runs[1].num_breakdowns
+    rng = np.random.default_rng(41)
+    G = rng.standard_normal((3, 7, 7))
+    blocks = jnp.asarray(G + np.transpose(G, (0, 2, 1)))
+    bmv = lambda V, M: jnp.einsum("bij,bj->bi", M, V)  # noqa: E731
+    b = [cv.blockwise_extreme_eigenvalues(bmv, 3, 7, args=(blocks,), device_loop=loop) for loop in (False, True)]
+    np.testing.assert_allclose(b[1].smallest, b[0].smallest, rtol=1e-10)
+    np.testing.assert_allclose(b[1].smallest, np.linalg.eigvalsh(np.asarray(blocks))[:, :1], rtol=1e-10)
+    B = jnp.asarray(rng.standard_normal((N, N)))
+    messages = []
+    for loop in (False, True):
+        with pytest.raises(ValueError, match="not symmetric") as err:
+            cv.extreme_eigenvalues(dense_matvec, N, args=(B,), device_loop=loop)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
 
 
 # ----------------------------------------------------------------------------- SLQ and traces
@@ -547,7 +588,7 @@ def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
 
     run(1.0)
     out = {}
-    assert any("apply_matvec" in m for m in _compilations(lambda: out.update(r=run(2.0))))
+    assert any("_product" in m for m in _compilations(lambda: out.update(r=run(2.0))))
     np.testing.assert_allclose(out["r"].largest[0], 24.0, rtol=1e-10)  # the new callback ran, not the old one
 
 
@@ -616,7 +657,9 @@ def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian(
         lin_y = np.asarray(r.linearization(r.smallest_vectors[0])).reshape(-1)   # the returned map is H
         np.testing.assert_allclose(lin_y, H @ y, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(np.asarray(r.gradient), np.asarray(jax.grad(loss)(x, W)), rtol=1e-12)
-        assert r.num_hvps == r.num_steps + 2 + 4  # Lanczos steps, two coupling probes, 2 k true residuals
+        # Lanczos steps, the coupling probes (two that see nothing; the first settles a coupled Hessian), 2 k true
+        # residuals
+        assert r.num_hvps == r.num_steps + (2 if method == "blockwise" else 1) + 4
     forced = cv.hessian_extremes(_per_sample_loss, x, W, method="blockwise")  # no coupling measured
     assert forced.method == "blockwise" and forced.coupling is None
     with pytest.raises(ValueError, match="not block-diagonal over the rows of `x`"):
@@ -643,6 +686,9 @@ def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_couplin
     r = cv.hessian_extremes(loss, x, 1e-6, num_steps=50)  # a budget above the dimension is clamped to it
     assert r.method == "full" and 0 < r.coupling <= 100 * np.finfo(np.float64).eps and r.converged
     assert r.num_steps <= 4
+    # every product is counted: the full run's steps, both probes, and the 2 steps (a block's whole dimension) of
+    # the blockwise attempt whose symmetry check sent the run to the full operator
+    assert r.num_hvps == r.num_steps + 2 + 2
     # the guarantee: within tol * max|theta| = 1e-8 * 1e6 of an eigenvalue; the small end keeps its sign
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-12, atol=r.tol * 1e6)
     assert r.smallest[0] < 0

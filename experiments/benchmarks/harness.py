@@ -170,8 +170,9 @@ def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "t
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:
         env["OMP_NUM_THREADS"] = threads
-    if os.environ.get("XLA_FLAGS"):
-        env["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+    for name in ("XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION"):   # both change what the timed code computes
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     return env
 
 
@@ -179,7 +180,8 @@ def environment_line(env: dict | None = None) -> str:
     """One line: device, cores, Python and the library versions."""
     env = environment() if env is None else env
     vers = ", ".join(f"{k} {v}" for k, v in env["versions"].items())
-    extra = "".join(f"; {k}={env[k]}" for k in ("OMP_NUM_THREADS", "XLA_FLAGS") if k in env)
+    extra = "".join(f"; {k}={env[k]}" for k in ("OMP_NUM_THREADS", "XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION")
+                    if k in env)
     return (f"device {env['device']}, {env['processor']}, {env['cpu_count']} CPU cores, "
             f"Python {env['python']}; {vers}{extra}")
 

@@ -27,7 +27,7 @@ import numpy as np
 from ssl_geometry import curvature as cv
 from ssl_geometry import heads, losses
 
-__all__ = ["PAPER", "SMALL", "Problem", "TorchPaper", "authors_power_iteration"]
+__all__ = ["PAPER", "SMALL", "Problem", "TorchPaper", "authors_power_iteration", "torch_device"]
 
 PAPER = dict(batch=256, dim=512, width=2048, bottleneck=512, activation="swish", scale=0.1)
 SMALL = dict(batch=16, dim=32, width=64, bottleneck=16)
@@ -101,24 +101,46 @@ def authors_power_iteration(torch, hvp, z, num_iterations=20):
     return lambda_min.item(), lambda_max.item()
 
 
+def torch_device(requested: str = "auto") -> str:
+    """The device the PyTorch baseline runs on: ``"auto"`` is ``"cuda"`` when JAX runs on a GPU and PyTorch sees
+    one (the two sides on the same kind of device), else ``"cpu"``; ``"cpu"`` and ``"cuda"`` are taken as given."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"`torch_device` must be 'auto', 'cpu' or 'cuda'; got {requested!r}.")
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
+
+
 class TorchPaper:
     """The paper's tracker in PyTorch on the problem's weights and point (float32), the authors' modules.
 
     ``__call__`` builds the gradient graph (``create_graph=True``) and runs
-    :func:`authors_power_iteration`: ``2 (steps + 1)`` HVPs. ``hvp_fn`` and ``grad_graph`` time the parts.
+    :func:`authors_power_iteration`: ``2 (steps + 1)`` HVPs. ``hvp_fn`` and ``grad_graph`` time the parts;
+    on ``device="cuda"`` they wait for the GPU before returning (``__call__`` waits by reading the values),
+    with TF32 off, so the products are full float32 as on the JAX side.
     """
 
-    def __init__(self, pb: Problem, steps=20, threads=None):
+    def __init__(self, pb: Problem, steps=20, threads=None, device="cpu"):
         import torch
 
         if threads:
             torch.set_num_threads(threads)
-        self.torch, self.steps = torch, steps
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        self.torch, self.steps, self.device = torch, steps, device
         torch.manual_seed(pb.seed)
-        self.proj = self._module(pb.params64["proj"], pb.batch_norm)
-        self.pred = self._module(pb.params64["pred"], pb.batch_norm)
-        self.z1 = torch.tensor(np.asarray(pb.z1_64, np.float32), requires_grad=True)
-        self.z2 = torch.tensor(np.asarray(pb.z2_64, np.float32))
+        self.proj = self._module(pb.params64["proj"], pb.batch_norm).to(device)
+        self.pred = self._module(pb.params64["pred"], pb.batch_norm).to(device)
+        self.z1 = torch.tensor(np.asarray(pb.z1_64, np.float32), device=device, requires_grad=True)
+        self.z2 = torch.tensor(np.asarray(pb.z2_64, np.float32), device=device)
+
+    def _sync(self, out):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        return out
 
     def _module(self, variables, batch_norm):
         nn = self.torch.nn
@@ -139,11 +161,11 @@ class TorchPaper:
 
     def grad_graph(self):
         (g,) = self.torch.autograd.grad(self.loss(), self.z1, create_graph=True)
-        return g
+        return self._sync(g)
 
     def hvp_fn(self):
         g = self.grad_graph()
-        return lambda v: self.torch.autograd.grad(g, self.z1, grad_outputs=v, retain_graph=True)[0]
+        return lambda v: self._sync(self.torch.autograd.grad(g, self.z1, grad_outputs=v, retain_graph=True)[0])
 
     @property
     def num_hvps(self) -> int:

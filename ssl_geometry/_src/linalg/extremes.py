@@ -29,7 +29,8 @@ import numpy as np
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
 from ssl_geometry._src.linalg.hessians import LinearMatvec, apply_linear, linearize_gradient, off_block_response
-from ssl_geometry._src.linalg.lanczos import LanczosResult, blockwise_extreme_eigenvalues, extreme_eigenvalues
+from ssl_geometry._src.linalg.lanczos import (AsymmetryError, LanczosResult, blockwise_extreme_eigenvalues,
+                                              extreme_eigenvalues)
 from ssl_geometry._src.linalg.operators import as_dtype, default_key
 
 __all__ = ["HessianExtremes", "hessian_extremes"]
@@ -50,10 +51,13 @@ class HessianExtremes(NamedTuple):
       converged: every requested residual (``error_bound="gap"``: error bound) is ``<= tol * max|theta|``.
       tol: the relative tolerance.
       method: ``"blockwise"`` or ``"full"``.
-      coupling: the measured off-block response (:func:`ssl_geometry.curvature.block_coupling`), or
-        ``None`` when it was not measured (``x`` not ``(n, d)`` with ``n >= 2``, or ``method`` forced).
-      num_hvps: Hessian-vector products used: Lanczos steps, coupling probes and the products
-        for the vectors' true residuals.
+      coupling: the measured off-block response (:func:`ssl_geometry.curvature.block_coupling`): the
+        largest over the probes taken, which stop at the first above ``coupling_tol`` (so for a coupled
+        Hessian a lower bound on the maximum over ``num_probes`` probes); ``None`` when it was not
+        measured (``x`` not ``(n, d)`` with ``n >= 2``, or ``method`` forced).
+      num_hvps: Hessian-vector products used: Lanczos steps, coupling probes, the steps of a
+        blockwise attempt abandoned for the full operator, and the products for the vectors' true
+        residuals.
       num_steps: Lanczos steps.
       lanczos: the solver's :class:`~ssl_geometry.curvature.LanczosResult` (a leading block axis
         when blockwise).
@@ -100,7 +104,7 @@ def _union_ends(res: LanczosResult, k: int, x_shape, vectors: bool):
 
 def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_steps: int | None = None,
                      key=None, method: str = "auto", coupling_tol: float | None = None, num_probes: int = 2,
-                     return_vectors: bool = False, check_every: int = 20,
+                     return_vectors: bool = False, check_every: int = 4,
                      error_bound: str = "residual") -> HessianExtremes:
     """Extreme eigenvalues of ``H = hess_x loss(x, *args)``, blockwise when ``H`` is block-diagonal.
 
@@ -109,8 +113,9 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     so new values of the same shapes, or a fresh closure ``lambda z: loss(z, params)`` on every
     call, reuse one compilation. The computation runs in ``x``'s dtype (float32 or float64).
 
-    ``method``: ``"auto"`` measures the coupling of the rows of an ``(n, d)`` point with
-    ``num_probes`` split probes (one batched product each; see
+    ``method``: ``"auto"`` measures the coupling of the rows of an ``(n, d)`` point with up to
+    ``num_probes`` split probes (one product each, in turn, stopping at the first that exceeds
+    ``coupling_tol``: one probe settles a coupled Hessian; see
     :func:`ssl_geometry.curvature.block_coupling`) and runs blockwise Lanczos (``target="union"``
     for ``k = 1``: stops when the union's extremes are resolved) when it is
     ``<= coupling_tol`` (default ``100 eps`` of the dtype: exact zeros up to rounding), full
@@ -128,7 +133,11 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
         block or of ``x``).
       key: PRNG key (start vectors, probes).
       return_vectors: also return eigenvector estimates shaped like ``x`` (``2 k`` more products).
-      check_every: the most Lanczos steps between convergence checks.
+      check_every: the most Lanczos steps between convergence checks (default 4, against 20 for the bare
+        solvers: a Hessian-vector product costs a forward and a backward pass of the loss, far more than a
+        check -- a host sync and the eigenvalues of the small tridiagonal ``T_j`` -- so the run checks often
+        and stops within a step or so of meeting ``tol``; with 20, a run that met the bound at step 30 could
+        go on to step 40).
       error_bound: ``"residual"`` (stop on the residual: an eigenvalue within ``r``) or ``"gap"``
         (stop on ``min(r, r^2 / delta)``, the eigenvalue's error: several steps fewer for the values;
         the recommended setting when only the eigenvalues are wanted). See
@@ -158,19 +167,18 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     method, coupling, probes = _choose_method(method, lin, x.shape, dtype, k_probe, num_probes, coupling_tol)
     opts = dict(k=k, key=k_solve, tol=tol, check_every=check_every, return_vectors=return_vectors, dtype=dtype,
                 error_bound=error_bound)
+    spent = 0  # products of a blockwise attempt abandoned for the full operator
     if method == "blockwise":
         try:
             res, ends = _blockwise(lin, x.shape, num_steps, opts)
-        except ValueError as err:
-            if "not symmetric" not in str(err):
-                raise
+        except AsymmetryError as err:
             if requested == "blockwise":
                 raise ValueError("`method='blockwise'`: the Hessian is not block-diagonal over the rows of `x` (its "
                                  "diagonal blocks alone do not act as a symmetric operator); use method='auto' or "
                                  "'full'.") from err
             # auto: the probes measured a coupling below tolerance, but the diagonal blocks alone are not symmetric
             # at their own scale (a block far smaller than the coupling): the full operator decides
-            method = "full"
+            method, spent = "full", err.steps
     if method == "full":
         res, ends = _full(lin, x.shape, num_steps, opts)
     (lo, lo_r, lo_e, lo_v), (hi, hi_r, hi_e, hi_v) = ends
@@ -179,13 +187,13 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
         largest_residuals=np.asarray(hi_r), smallest_error_bounds=np.asarray(lo_e),
         largest_error_bounds=np.asarray(hi_e), smallest_vectors=lo_v, largest_vectors=hi_v,
         converged=bool(res.converged), tol=float(res.tol), method=method, coupling=coupling,
-        num_hvps=int(res.num_steps + probes + (2 * k if return_vectors else 0)), num_steps=int(res.num_steps),
+        num_hvps=int(res.num_steps + probes + spent + (2 * k if return_vectors else 0)), num_steps=int(res.num_steps),
         lanczos=res, linearization=lin, gradient=grad)
 
 
 def _choose_method(method, lin, shape, dtype, key, num_probes, coupling_tol):
     """``(method, coupling, probes used)``: ``"auto"`` resolved by the measured block coupling of an ``(n, d)``
-    point (:func:`off_block_response` with ``num_probes`` probes) against ``coupling_tol``."""
+    point (:func:`off_block_response`, up to ``num_probes`` probes, stopping at the first above ``coupling_tol``)."""
     batched = len(shape) == 2 and shape[0] >= 2
     if method == "blockwise" and not batched:
         raise ValueError(f"`method='blockwise'` needs `x` of shape (n, d) with n >= 2; got {shape}.")
@@ -193,10 +201,10 @@ def _choose_method(method, lin, shape, dtype, key, num_probes, coupling_tol):
         return method, None, 0
     if not batched:
         return "full", None, 0
-    coupling = off_block_response(lin, shape, dtype, key, num_probes)
     c_tol = 100 * float(jnp.finfo(dtype).eps) if coupling_tol is None else float(coupling_tol)
     check_positive(c_tol, "coupling_tol", strict=False)
-    return ("blockwise" if coupling <= c_tol else "full"), coupling, num_probes
+    coupling, used = off_block_response(lin, shape, dtype, key, num_probes, stop_above=c_tol)
+    return ("blockwise" if coupling <= c_tol else "full"), coupling, used
 
 
 def _budget(num_steps, dim: int):

@@ -45,7 +45,7 @@ from jaxtyping import Array, Float
 from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
 from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, capacity, coefficients,
                                                    ensure_capacity, gap_error_bounds, lanczos_init, ritz_batch,
-                                                   round_rows, scaled_norm)
+                                                   round_rows, scaled_norm, to_host)
 from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec
 
 __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalues"]
@@ -182,13 +182,22 @@ def _check_coefficients(state: LanczosState, alpha, resid, j, name):
         f"`{name}` was finite; please report this.")
 
 
+class AsymmetryError(ValueError):
+    """The operator failed the on-the-fly symmetry check; ``steps`` products had been taken."""
+
+    def __init__(self, message: str, steps: int):
+        super().__init__(message)
+        self.steps = steps
+
+
 def _check_symmetry(state: LanczosState, sym_tol, j, name) -> float:
     asym = float(np.max(np.asarray(state.asym)))
     if not asym <= sym_tol:
-        raise ValueError(
+        raise AsymmetryError(
             f"`{name}` is not symmetric: |q_(j-1)^T A q_j - beta_(j-1)| / |A| reached {asym:.3g} > "
             f"symmetry_tol = {sym_tol:.3g} within {j} Lanczos steps (Lanczos needs a symmetric operator; "
-            "pass a larger `symmetry_tol` only if the asymmetry is rounding)."
+            "pass a larger `symmetry_tol` only if the asymmetry is rounding).",
+            j,
         )
     return asym
 
@@ -215,7 +224,7 @@ def _combine(Q, C_small, C_large):
 
 def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, args, dtype,
                  breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks",
-                 error_bound="residual"):
+                 error_bound="residual", device_loop=None):
     B, n = v0.shape
     check_choice(error_bound, "error_bound", ("residual", "gap"))
     mv, args = prepare_matvec(batched_matvec, (B, n), dtype, tuple(args), name=name, single=single)
@@ -233,11 +242,12 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
     while j < num_steps:
         stop = min(num_steps, j + chunk) if early_stop else num_steps
         state = ensure_capacity(state, capacity(stop + 1, state.Q.shape[0], num_steps))
-        state, q = advance(mv, state, q, j, stop, key, btol, args)
+        state, q = advance(mv, state, q, j, stop, key, btol, args, device_loop=device_loop)
         j, checks = stop, checks + 1
-        alpha, beta, resid, broke = coefficients(state, j)
-        _check_coefficients(state, alpha, resid, j, name)
-        asym = _check_symmetry(state, sym_tol, j, name)
+        host = to_host(state)
+        alpha, beta, resid, broke = coefficients(host, j)
+        _check_coefficients(host, alpha, resid, j, name)
+        asym = _check_symmetry(host, sym_tol, j, name)
         kk = min(k, j)
         theta, S, est = ritz_batch(alpha, beta, resid, broke)
         err = gap_error_bounds(theta, est)
@@ -258,7 +268,7 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
         smallest_true_residuals=vecs[2], largest_true_residuals=vecs[3],
         ritz_values=theta, num_steps=steps, converged=bool(converged),
         breakdown=bool(nbreak.sum() > 0), num_breakdowns=nbreak, tol=tol,
-        asymmetry=asym, num_checks=checks, second_passes=int(state.second_passes),
+        asymmetry=asym, num_checks=checks, second_passes=int(host.second_passes),
         smallest_error_bounds=err[:, :k], largest_error_bounds=err[:, ::-1][:, :k], error_bound=error_bound,
     )
 
@@ -316,6 +326,7 @@ def extreme_eigenvalues(
     breakdown_tol: float | None = None,
     symmetry_tol: float | None = None,
     error_bound: str = "residual",
+    device_loop: bool | None = None,
 ) -> LanczosResult:
     """``k`` smallest and ``k`` largest eigenvalues of a symmetric operator by Lanczos.
 
@@ -353,6 +364,9 @@ def extreme_eigenvalues(
         intervals; see :class:`LanczosResult`). The eigenvalue error of a Ritz value is quadratic in
         its residual, so ``"gap"`` stops several steps earlier for the same accuracy of the values
         (not of the vectors).
+      device_loop: the steps between two checks as one device loop (``True``) or two host calls a
+        step (``False``); default: the loop on accelerators only (``lanczos_core.advance`` says why).
+        The same recurrence either way, equal up to rounding.
 
     Returns:
       :class:`LanczosResult`.
@@ -375,17 +389,12 @@ def extreme_eigenvalues(
     res = _run_lanczos(SingleAsBatch(matvec), v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
                        key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
                        return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                       name="matvec", single=True, error_bound=error_bound)
-    squeeze = lambda a: None if a is None else a[0]
-    return res._replace(
-        smallest=res.smallest[0], largest=res.largest[0],
-        smallest_residuals=res.smallest_residuals[0], largest_residuals=res.largest_residuals[0],
-        smallest_vectors=squeeze(res.smallest_vectors), largest_vectors=squeeze(res.largest_vectors),
-        smallest_true_residuals=squeeze(res.smallest_true_residuals),
-        largest_true_residuals=squeeze(res.largest_true_residuals),
-        smallest_error_bounds=res.smallest_error_bounds[0], largest_error_bounds=res.largest_error_bounds[0],
-        ritz_values=res.ritz_values[0], num_breakdowns=int(res.num_breakdowns[0]),
-    )
+                       name="matvec", single=True, error_bound=error_bound, device_loop=device_loop)
+    squeeze = lambda a: None if a is None else a[0]  # noqa: E731  the one block of a single operator
+    fields = ("smallest", "largest", "smallest_residuals", "largest_residuals", "smallest_vectors", "largest_vectors",
+              "smallest_true_residuals", "largest_true_residuals", "smallest_error_bounds", "largest_error_bounds",
+              "ritz_values")
+    return res._replace(**{f: squeeze(getattr(res, f)) for f in fields}, num_breakdowns=int(res.num_breakdowns[0]))
 
 
 def blockwise_extreme_eigenvalues(
@@ -407,6 +416,7 @@ def blockwise_extreme_eigenvalues(
     symmetry_tol: float | None = None,
     target: str = "blocks",
     error_bound: str = "residual",
+    device_loop: bool | None = None,
 ) -> LanczosResult:
     """Extreme eigenvalues of every block of a block-diagonal operator, all at once.
 
@@ -441,4 +451,5 @@ def blockwise_extreme_eigenvalues(
     return _run_lanczos(block_matvec, v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
                         key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
                         return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                        name="block_matvec", single=False, target=target, error_bound=error_bound)
+                        name="block_matvec", single=False, target=target, error_bound=error_bound,
+                        device_loop=device_loop)

@@ -1,4 +1,4 @@
-"""The Lanczos recurrence with full reorthogonalisation: one step on device, the Ritz problem on the host.
+"""The Lanczos recurrence with full reorthogonalisation: the steps on device, the Ritz problem on the host.
 
 From ``q_1 = v_0/|v_0|``: ``w = A q_j - alpha_j q_j - beta_{j-1} q_{j-1}``, ``alpha_j = q_j^T A q_j``;
 ``w`` is orthogonalised against the Lanczos vectors computed so far by classical Gram-Schmidt,
@@ -10,10 +10,10 @@ eigenpairs ``(theta_i, s_i)`` of the tridiagonal ``T_m`` give Ritz pairs with re
 ``|A y_i - theta_i y_i| = |beta_m s_i[m]|``, and for symmetric ``A`` an eigenvalue lies within
 that distance of ``theta_i``.
 
-One step is two device calls: the product ``A q_j`` (:func:`apply_matvec`, compiled once per
-matvec and shapes, whatever the basis size) and the update (:func:`lanczos_step`, compiled per
-basis capacity; it holds no user code). The host loop between them does not wait for the device,
-so a run costs its products plus ``4 (j + 1) B n`` multiply-adds of reorthogonalisation at step
+The steps between two host checks are dispatched without waiting (:func:`advance`: on an
+accelerator one device loop over the product ``A q_j``, the recurrence and the write of ``q_{j+1}``
+into the basis; on the CPU two calls a step), so the device never waits for the host between
+products, and a run costs its products plus ``4 (j + 1) B n`` multiply-adds of reorthogonalisation at step
 ``j`` (``B`` blocks of dimension ``n``; only the filled rows of the basis are visited, in blocks of
 :data:`BLOCK` rows), doubled at the steps that need the second pass.
 
@@ -86,31 +86,22 @@ def _gram_schmidt(w, Q, j):
     return w - lax.fori_loop(0, j // BLOCK + 1, body, jnp.zeros_like(w))
 
 
-@functools.partial(jax.jit, static_argnums=(0,))
-def apply_matvec(batched_matvec, V, args):
-    """``A V`` for the ``(B, n)`` block of current Lanczos vectors, in their dtype."""
-    return batched_matvec(V, *args).astype(V.dtype)
+def _gram_schmidt_all(w, Q, j):
+    """One pass of classical Gram-Schmidt of ``w`` (B, n) against every row of ``Q`` (rows past ``j`` are zero and
+    contribute nothing): two contractions, whatever ``j``. On an accelerator, where reading the whole basis
+    costs microseconds and each kernel of :func:`_gram_schmidt`'s loop a launch, this is the cheaper pass."""
+    del j
+    coef = jnp.einsum("mbn,bn->bm", Q, w, precision=_HI)
+    return w - jnp.einsum("bm,mbn->bn", coef, Q, precision=_HI)
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
-def _set_row(Q, i, q):
-    return Q.at[i].set(q)
+def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol, gram_schmidt=_gram_schmidt):
+    """The recurrence of step ``j`` from the product ``w = A q_j``: ``(st with T's column j, q_{j+1})``.
 
-
-def lanczos_step(st: LanczosState, w, j, key, breakdown_tol):
-    """Step ``j`` from the product ``w = A q_j``: ``(state with q_{j+1} and T's column j, q_{j+1})``.
-
-    Two device calls: the recurrence reads the basis (:func:`_recurrence`, which never writes it,
-    so XLA has no reason to copy it around its loops and conditionals), then ``q_{j+1}`` is
-    written into the donated basis in place.
+    ``st`` comes without its basis ``Q``, which is only read here (the caller writes ``q_{j+1}`` into it
+    afterwards). ``gram_schmidt`` is the reorthogonalisation pass (:func:`_gram_schmidt` or
+    :func:`_gram_schmidt_all`).
     """
-    small, q_next = _recurrence(st.Q, st._replace(Q=None), w, j, key, breakdown_tol)
-    return small._replace(Q=_set_row(st.Q, j + 1, q_next)), q_next
-
-
-@jax.jit
-def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol):
-    """The recurrence of step ``j`` (``st`` without its basis ``Q``, which is only read)."""
     dtype = Q.dtype
     q = Q[j]
     bad = ~jnp.all(jnp.isfinite(w), axis=-1)
@@ -121,9 +112,9 @@ def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol):
     cross = jnp.where(j > 0, jnp.sum(q_prev * w, axis=-1), 0)  # = beta_prev when A is symmetric
     w = w - alpha[:, None] * q - beta_prev[:, None] * q_prev
     n0 = scaled_norm(w)
-    w = _gram_schmidt(w, Q, j)
+    w = gram_schmidt(w, Q, j)
     again = jnp.any(scaled_norm(w) < _DGKS * n0)
-    w = lax.cond(again, lambda u: _gram_schmidt(u, Q, j), lambda u: u, w)
+    w = lax.cond(again, lambda u: gram_schmidt(u, Q, j), lambda u: u, w)
     b = scaled_norm(w)
     anorm = jnp.maximum(st.anorm, _hypot3(alpha, b, beta_prev))
     asym = jnp.maximum(st.asym, jnp.abs(cross - beta_prev) / jnp.where(anorm > 0, anorm, 1))
@@ -133,7 +124,7 @@ def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol):
         # breakdown: invariant subspace found; continue from a random vector orthogonal
         # to all previous Lanczos vectors (T gets a zero off-diagonal). Drawn only here.
         r = jax.random.normal(jax.random.fold_in(key, j + 1), w.shape, dtype)
-        r = _gram_schmidt(_gram_schmidt(r, Q, j), Q, j)
+        r = gram_schmidt(gram_schmidt(r, Q, j), Q, j)
         r = r / scaled_norm(r)[:, None]
         return jnp.where(broke[:, None], r, w / jnp.where(broke, 1, b)[:, None])
 
@@ -152,12 +143,59 @@ def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol):
     return new, q_next
 
 
-def advance(batched_matvec, state: LanczosState, q, start: int, stop: int, key, breakdown_tol, args):
-    """Lanczos steps ``start <= j < stop``: ``(state, q_stop)``. Dispatches only; nothing waits here."""
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _steps(batched_matvec, state: LanczosState, q, start, stop, key, breakdown_tol, args):
+    """Steps ``start <= j < stop`` as one device loop: the product ``A q_j``, the recurrence, ``q_{j+1}`` into the
+    (donated) basis. Compiled once per matvec, shapes and basis capacity; ``start`` and ``stop`` are traced."""
+
+    def body(j, carry):
+        st, qj = carry
+        w = batched_matvec(qj, *args).astype(qj.dtype)
+        small, q_next = _recurrence(st.Q, st._replace(Q=None), w, j, key, breakdown_tol, _gram_schmidt_all)
+        return small._replace(Q=lax.dynamic_update_index_in_dim(st.Q, q_next, j + 1, 0)), q_next
+
+    return lax.fori_loop(start, stop, body, (state, q))
+
+
+def advance(batched_matvec, state: LanczosState, q, start: int, stop: int, key, breakdown_tol, args, *,
+            device_loop: bool | None = None):
+    """Lanczos steps ``start <= j < stop``: ``(state, q_stop)``. Dispatches only; nothing waits here.
+
+    On an accelerator the steps run as one device loop (:func:`_steps`): a per-step dispatch from the
+    host costs there about as much as a small network's Hessian-vector product, so the device would
+    otherwise wait on the host between products. On the CPU the host and the "device" share the cores
+    and a dispatch costs microseconds, while XLA:CPU copies a basis that is read and written in the same
+    loop iteration (two copies of the whole basis per step, measured); there each step is two calls, the
+    product (:func:`_product`, compiled once per matvec and shapes) and the update (:func:`_update`,
+    compiled per basis capacity), which reads the basis and writes ``q_{j+1}`` into it in place. Both run
+    the same recurrence (:func:`_recurrence`). ``device_loop`` forces one or the other (``None``: by platform).
+    """
+    if stop <= start:
+        return state, q
+    if device_loop is None:
+        device_loop = next(iter(state.Q.devices())).platform != "cpu"
+    if device_loop:
+        return _steps(batched_matvec, state, q, jnp.asarray(start, jnp.int32), jnp.asarray(stop, jnp.int32), key,
+                      breakdown_tol, args)
     for j in range(start, stop):
-        w = apply_matvec(batched_matvec, q, args)
-        state, q = lanczos_step(state, w, jnp.asarray(j), key, breakdown_tol)
+        w = _product(batched_matvec, q, args)
+        small, q = _recurrence_call(state.Q, state._replace(Q=None), w, jnp.asarray(j), key, breakdown_tol)
+        state = small._replace(Q=_set_row(state.Q, j + 1, q))
     return state, q
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _product(batched_matvec, V, args):
+    """``A V`` for the ``(B, n)`` block of current Lanczos vectors, in their dtype."""
+    return batched_matvec(V, *args).astype(V.dtype)
+
+
+_recurrence_call = jax.jit(_recurrence)
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _set_row(Q, i, q):
+    return Q.at[i].set(q)
 
 
 def round_rows(rows: int) -> int:
@@ -236,6 +274,11 @@ def ritz_batch(alpha, beta, resid, broke):
     return theta, S, est
 
 
+def to_host(state: LanczosState) -> LanczosState:
+    """The state without its basis, every array on the host, fetched in one transfer (a check reads them all)."""
+    return jax.device_get(state._replace(Q=None))
+
+
 def coefficients(state: LanczosState, j: int):
     """``(alpha, beta, resid, broke)`` of the first ``j`` steps on the host, ``(B, j)`` float64 (``broke`` bool)."""
     alpha, beta, resid, broke = (np.asarray(a, np.float64)[:j].T for a in state[1:5])  # sliced on the host
@@ -249,7 +292,8 @@ def gap_error_bounds(theta, est):
     other Ritz values' intervals ``[theta_j - r_j, theta_j + r_j]`` each hold an eigenvalue; ``delta_i``
     is the distance from ``theta_i`` to the nearest of them,
     ``delta_i = min(min_{j > i} (theta_j - r_j) - theta_i, theta_i - max_{j < i} (theta_j + r_j))``
-    (``+inf`` past the ends). When no other eigenvalue lies within ``delta_i`` of ``theta_i`` and
+    (``+inf`` past the ends; a lone Ritz value, ``m = 1``, has no neighbour to measure a gap to, so its
+    bound is ``r``). When no other eigenvalue lies within ``delta_i`` of ``theta_i`` and
     ``r_i < delta_i``, the Kato-Temple inequality bounds the distance from ``theta_i`` (a Rayleigh
     quotient) to its eigenvalue by ``r_i^2 / delta_i``; ``r_i`` bounds it always. So the bound is
     ``r_i`` wherever ``delta_i <= r_i``. Like every Krylov estimate it relies on the other
@@ -261,6 +305,8 @@ def gap_error_bounds(theta, est):
     [[0.02, 0.277778, 0.026667]]
     >>> gap_error_bounds(np.array([[0.0, 1.0, 3.0]]), np.array([[0.1, 0.5, 2.5]])).round(6).tolist()  # 3's interval covers 1
     [[0.02, 0.5, 2.5]]
+    >>> gap_error_bounds(np.array([[1.0]]), np.array([[0.3]])).tolist()  # one step: no gap known
+    [[0.3]]
     """
     theta, est = np.asarray(theta, np.float64), np.asarray(est, np.float64)
     lower, upper = theta - est, theta + est
@@ -269,5 +315,5 @@ def gap_error_bounds(theta, est):
     below = np.concatenate([-inf, np.maximum.accumulate(upper[..., :-1], axis=-1)], axis=-1)
     delta = np.minimum(above - theta, theta - below)
     with np.errstate(divide="ignore", invalid="ignore"):
-        quad = np.where(delta > est, est ** 2 / np.where(delta > 0, delta, 1.0), np.inf)
+        quad = np.where(np.isfinite(delta) & (delta > est), est ** 2 / np.where(delta > 0, delta, 1.0), np.inf)
     return np.minimum(est, quad)
