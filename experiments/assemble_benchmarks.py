@@ -3,7 +3,9 @@
 Each ``docs/bench_*.md`` is written by its script (``experiments/bench_*.py``) through
 ``experiments.benchmarks.harness.write_table``, which puts the command, the load average before
 and after the run, the library versions and the device at its top, and refuses to write when the
-machine was loaded (unless forced, then the table says ``FORCED UNDER LOAD``). This script only
+machine was loaded (unless forced, then the table says ``FORCED UNDER LOAD``). ``docs/bench_hessian_h200.md``
+is ``bench_hessian``'s table from a GPU machine, and ``docs/dry_run_paper.md`` the ``PROJECTION.md`` that
+``python -m experiments.reproduce --variant paper --dry-run`` writes beside its ``DRY_RUN.md`` (copied as is). This script only
 concatenates them under one index so that every number keeps its command next to it, and states
 per section whether it is a quiet-machine table:
 
@@ -26,6 +28,10 @@ __all__ = ["ORDER", "status", "assemble", "main"]
 ORDER = [
     ("bench_hessian.md", "Extreme eigenvalues of the SimSiam Hessian: Lanczos vs the paper's power iteration",
      "experiments/bench_hessian.py"),
+    ("bench_hessian_h200.md", "Extreme eigenvalues of the SimSiam Hessian on an H200: JAX and PyTorch on the same GPU",
+     "experiments/bench_hessian.py"),
+    ("dry_run_paper.md", "Projected wall time of the paper variants: training and analysis from two measured sizes",
+     "experiments/reproduce.py --variant paper --dry-run (its PROJECTION.md)"),
     ("bench_train.md", "Training throughput: SimSiam ResNet-18 step, JAX vs PyTorch eager", "experiments/bench_train.py"),
     ("bench_conv.md", "One convolution's forward, input and weight gradients: XLA:CPU vs PyTorch", "experiments/bench_conv.py"),
     ("bench_scaling.md", "Scaling of the instruments' cost", "experiments/bench_scaling.py"),

@@ -52,6 +52,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import jax  # noqa: E402
 
 from experiments import common, report_md, suite  # noqa: E402
+from experiments.benchmarks import harness  # noqa: E402
 
 #: The variant of the committed run.
 DEFAULT_VARIANT = "smoke"
@@ -64,6 +65,9 @@ RUNS_DIR, DRY_RUN_DIR = ROOT / "runs", ROOT / "dry_run"
 MARKER = ".reproduce_in_progress.json"
 #: The tracebacks of the experiments that failed in the last run on the output directory.
 ERROR_LOG = ".reproduce_errors.log"
+#: A dry run's projection table with the benchmark harness's header, beside its DRY_RUN.md (BENCHMARKS.md includes
+#: the paper variants' one as ``docs/dry_run_paper.md``).
+PROJECTION = "PROJECTION.md"
 
 
 class Refused(Exception):
@@ -94,6 +98,19 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
     return text
 
 
+def write_projection(out_root: pathlib.Path, command: str, names, skipped: dict, load_before: float) -> str:
+    """``out_root/PROJECTION.md``: the dry run's projection table (:func:`experiments.report_md.dry_run_table`)
+    under the benchmark harness's header -- the command, the 1-minute load average before and after the whole dry
+    run and the environment -- written whatever the load (a dry run loads the machine itself; a load above the
+    threshold is marked, not refused)."""
+    body = ("Each paper variant ran end to end with `config.dry_run = True`; its training and its analysis were each "
+            "timed at two reduced sizes (compilation excluded), fitted as t = a n^p and projected to the paper's "
+            "size and counts. The full dry-run report (every section) is DRY_RUN.md beside this file.\n\n"
+            + report_md.dry_run_table(collect(out_root, names), skipped))
+    return harness.write_table(pathlib.Path(out_root) / PROJECTION, "Projected wall time of the paper variants "
+                               "(dry runs)", body, command=command, load_before=load_before, force=True)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line naming the problem, exit status 2 (argparse prints the usage too)
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -113,8 +130,9 @@ def _parse(argv):
     parser.add_argument("--data-dir", default=None, help="tfds data directory, set as data.data_dir in every config "
                                                          "that has the field (the paper variants read CIFAR from it)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="run each experiment end to end with config.dry_run = True (reduced batch, 2 steps per "
-                             "training phase, mock data) and project the full variant's wall time")
+                        help="run each experiment end to end with config.dry_run = True (the paper's models, mock "
+                             "or generated data, reduced batches, a few steps per training phase) and project the "
+                             "full variant's training and analysis apart, each from units timed at two reduced sizes")
     parser.add_argument("--report", default=None, help="where to write the report (default: REPORT.md for the full "
                                                         "default run, DIR/REPORT.md otherwise, DIR/DRY_RUN.md with --dry-run)")
     args = parser.parse_args(argv)
@@ -253,6 +271,7 @@ def main(argv=None) -> int:
     marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
                                   "dry_run": args.dry_run, "data_dir": args.data_dir,
                                   "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
+    load_before = harness.load_average()
     try:
         failures, skipped = _run_all(args, names, out_root, resuming)
     except KeyboardInterrupt:  # the marker stays: the same command resumes
@@ -262,6 +281,8 @@ def main(argv=None) -> int:
     try:
         assemble_report(out_root, report_path, command, names=names if args.dry_run else None,
                         dry_run=args.dry_run, skipped=skipped)
+        if args.dry_run:
+            write_projection(out_root, command, names, skipped, load_before)
     except Exception as err:  # noqa: BLE001 - a report that cannot be assembled is a failed run, in one line
         print(f"{prog}: error: the report {_shown(report_path)} could not be assembled from {_shown(out_root)}: "
               f"{_one_line(err)}", file=sys.stderr)

@@ -126,3 +126,18 @@ def test_paths_of_each_kind_of_run(monkeypatch, tmp_path):
     assert out == reproduce.DRY_RUN_DIR / "paper" and report == out / "DRY_RUN.md"
     with pytest.raises(reproduce.Refused, match="--report"):
         paths("--variant", "tiny", "--report", str(reproduce.COMMITTED_REPORT))
+
+
+def test_a_dry_run_writes_its_projection_table_under_the_harness_header(tmp_path):
+    """``--dry-run`` writes DRY_RUN.md and, beside it, PROJECTION.md: the projection table with the command, the load
+    before and after the whole run and the environment (the section BENCHMARKS.md includes for the paper variants)."""
+    rc, out, err = _run("--only", "paper_data", "--variant", "tiny", "--dry-run", "--out", str(tmp_path))
+    assert rc == 0, err
+    text = (tmp_path / reproduce.PROJECTION).read_text()
+    assert text.startswith("# Projected wall time of the paper variants (dry runs)\n")
+    assert (f"Command: `python -m experiments.reproduce --only paper_data --variant tiny --dry-run --out {tmp_path}`"
+            in text)
+    assert "1-minute load average " in text and "device cpu:cpu" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 0. "))
+    assert "| ran |" in row and row.count("|") == 9
+    assert (tmp_path / "DRY_RUN.md").exists()
