@@ -35,6 +35,7 @@ Usage::
     python -m experiments.bench_hessian                                  # both tables, paper sizes (quiet machine)
     python -m experiments.bench_hessian --small --problem coupled --out ''   # quick check, writes nothing
     python -m experiments.bench_hessian --repeats 7 --warmup 2 --out docs/bench_hessian_h200.md   # on a GPU machine
+    python -m experiments.bench_hessian --convergence 6    # and how far the certified stop is from the oracle
 
 On an accelerator the Lanczos steps between two checks run as one device loop
 (``lanczos_core.advance``), so the time is the products' plus the checks', not one host dispatch a step.
@@ -111,6 +112,63 @@ def reference(pb: Problem, method="exact", probe_chunk=16):
     if not r.converged:
         raise RuntimeError(f"the float64 {what} reference did not converge to 1e-10 in {steps} steps")
     return lo, hi, f"{what}, float64, tol 1e-10 ({steps} HVPs, converged)"
+
+
+def steps_to_tol(pb: Problem, ref, *, starts=6, tol=1e-4, dtype=jnp.float32, budget=200) -> list[dict]:
+    """How far a certified stop is from the best possible one: full Lanczos on ``pb``'s Hessian from ``starts``
+    random start vectors, and for each the first step at which
+
+    * ``oracle``: the relative error of both ends against the float64 reference ``ref = (lambda_min, lambda_max)``
+      is ``<= tol`` (what no solver can know; found by bisection over runs of a fixed number of steps: the
+      extreme Ritz values of one start vector only move towards the extremes as steps are added);
+    * ``gap``: the error bound ``min(r, r^2 / delta)`` of both ends is ``<= tol max|theta|`` (checked every step);
+    * ``residual``: the residual ``r`` of both ends is.
+
+    ``hessian_extremes`` with ``error_bound="gap"`` stops at ``gap`` (give or take its check schedule); any method
+    with a certificate stops no earlier than ``oracle``, so ``oracle`` products at the measured cost per product
+    bound what any such Krylov run on one start vector can reach.
+    """
+    z1 = pb.args(dtype)[0]
+    lin, size, mv = pb.linearized(dtype), int(z1.size), cv.LinearMatvec(z1.shape)
+    budget, rows = min(budget, size), []   # the Krylov space has at most `size` dimensions
+    for s in range(starts):
+        v0 = jax.random.normal(jax.random.PRNGKey(1000 + s), (size,), dtype)
+
+        def run(v0=v0, **kw):
+            return cv.extreme_eigenvalues(mv, size, args=(lin,), v0=v0, dtype=dtype, tol=tol, check_every=1, **kw)
+
+        def within(j):
+            r = run(num_steps=j, early_stop=False)
+            return max(abs(float(r.smallest[0]) - ref[0]) / abs(ref[0]), abs(float(r.largest[0]) - ref[1]) / abs(ref[1])) <= tol
+
+        gap, res = run(error_bound="gap", num_steps=budget), run(error_bound="residual", num_steps=budget)
+        if not (gap.converged and res.converged):
+            raise RuntimeError(f"steps_to_tol: start vector {s} did not meet tol = {tol:g} in {budget} steps")
+        lo, hi = 1, gap.num_steps   # the gap bound holds there, relative to max|theta|: within tol of both ends
+        while not within(hi):       # unless one end is far smaller than the other: search on
+            if hi >= budget:
+                raise RuntimeError(f"steps_to_tol: start vector {s} is not within tol = {tol:g} in {budget} steps")
+            lo, hi = hi + 1, min(budget, hi + max(1, hi // 4))
+        while lo < hi:  # the first step within tol
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if within(mid) else (mid + 1, hi)
+        rows.append({"start": s, "oracle": lo, "gap": gap.num_steps, "residual": res.num_steps})
+    return rows
+
+
+def convergence_report(rows, m: dict) -> str:
+    """The :func:`steps_to_tol` table, and the time ratio each stop would give at the run's measured unit costs."""
+    paper, ours = m["paper"], m["recommended"]
+    extra = ours["hvps"] - ours["lanczos_steps"]  # probes
+    ratio = lambda k: ((k + extra) * ours["hvp_s"] + ours["setup_s"]) / paper["wall_s_median"]  # noqa: E731
+    table = markdown_table([{**r, **{f"ratio at {k}": f"{ratio(r[k]):.2f}" for k in ("oracle", "gap")}} for r in rows])
+    med = {k: float(np.median([r[k] for r in rows])) for k in ("oracle", "gap", "residual")}
+    return (f"Steps to tol {m['setting']['tol']:g} of full float32 Lanczos from {len(rows)} start vectors "
+            f"(`steps_to_tol`): the first step where the true relative error of both ends is within tol (oracle, "
+            f"known only from the reference), where the gap bound is, where the residual is. `ratio at k`: the time "
+            f"ratio to the paper's a stop at k would give at this run's measured costs, (k + {extra} probe(s)) x "
+            f"{ours['hvp_s']:.3g} s/HVP + {ours['setup_s']:.3g} s set-up, over {paper['wall_s_median']:.3g} s. "
+            f"Medians: oracle {med['oracle']:g}, gap {med['gap']:g}, residual {med['residual']:g}.\n\n{table}\n")
 
 
 # ----------------------------------------------------------------------------- the run
@@ -235,6 +293,8 @@ def main(argv=None):
     ap.add_argument("--torch-device", choices=("auto", "cpu", "cuda"), default="auto",
                     help="where the PyTorch baseline runs (auto: cuda when JAX runs on a GPU, else cpu)")
     ap.add_argument("--hvp-repeats", type=int, default=5)
+    ap.add_argument("--convergence", type=int, default=0, metavar="N",
+                    help="coupled problem: also the steps to tol from N start vectors (oracle, gap bound, residual)")
     ap.add_argument("--out", default="docs/bench_hessian.md", help="markdown file to write ('' to skip)")
     ap.add_argument("--json", default=None, help="also write the measurements here")
     harness.add_arguments(ap, repeats=5, warmup=1)
@@ -253,6 +313,12 @@ def main(argv=None):
                                 reference_method=args.reference, hvp_repeats=args.hvp_repeats, threads=args.threads,
                                 error_bound=args.error_bound, device=device)
         bodies.append(report(results[name], args.repeats))
+        if name == "coupled" and args.convergence:
+            m = results[name]
+            rows = steps_to_tol(pb, (m["reference"]["lambda_min"], m["reference"]["lambda_max"]),
+                                starts=args.convergence, tol=args.tol)
+            m["steps_to_tol"] = rows
+            bodies.append(convergence_report(rows, m))
     results["load"] = {"before": load0, "after": harness.load_average()}
     body = "\n".join(bodies)
     print(body)

@@ -181,6 +181,12 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
     assert f"ratio_le_{bh.CRITERIA[m['problem']]}" in text and "reference: " in text
     # the PyTorch baseline sees the same loss as the JAX side
     assert "JAX on cpu, PyTorch on cpu" in text
+    if batch_norm:  # the distance from the certified stop to the oracle: no stop can beat the oracle, none is late
+        ref = (m["reference"]["lambda_min"], m["reference"]["lambda_max"])
+        rows = bh.steps_to_tol(pb, ref, starts=2)
+        assert [r["start"] for r in rows] == [0, 1]
+        assert all(1 <= r["oracle"] <= r["gap"] <= r["residual"] for r in rows)
+        assert "Medians: oracle" in bh.convergence_report(rows, m) and "| ratio at oracle |" in bh.convergence_report(rows, m)
     with pytest.raises(ValueError, match="`torch_device` must be 'auto', 'cpu' or 'cuda'; got 'tpu'"):
         bh.torch_device("tpu")
     assert bh.torch_device("auto") == "cpu"   # JAX on the CPU here: the baseline on the CPU too

@@ -307,6 +307,13 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
             cv.extreme_eigenvalues(dense_matvec, N, args=(B,), device_loop=loop)
         messages.append(str(err.value))
     assert messages[0] == messages[1]
+    # the device loop holds the product, and is compiled once per computation like it: a fresh closure over new
+    # arrays of the same shapes compiles nothing
+    run = lambda M: cv.extreme_eigenvalues(lambda v: M @ v, N, num_steps=12, device_loop=True)  # noqa: E731
+    run(A)
+    out, A2 = {}, jnp.asarray(2.0 * np.asarray(A))
+    assert _compilations(lambda: out.update(r=run(A2))) == []
+    np.testing.assert_allclose(out["r"].largest[0], 12.0, rtol=1e-10)
 
 
 # ----------------------------------------------------------------------------- SLQ and traces
