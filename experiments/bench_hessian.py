@@ -128,6 +128,8 @@ def steps_to_tol(pb: Problem, ref, *, starts=6, tol=1e-4, dtype=jnp.float32, bud
     with a certificate stops no earlier than ``oracle``, so ``oracle`` products at the measured cost per product
     bound what any such Krylov run on one start vector can reach.
     """
+    if int(starts) < 1:
+        raise ValueError(f"`starts` must be a number of start vectors >= 1; got {starts!r}.")
     z1 = pb.args(dtype)[0]
     lin, size, mv = pb.linearized(dtype), int(z1.size), cv.LinearMatvec(z1.shape)
     budget, rows = min(budget, size), []   # the Krylov space has at most `size` dimensions
@@ -139,7 +141,8 @@ def steps_to_tol(pb: Problem, ref, *, starts=6, tol=1e-4, dtype=jnp.float32, bud
 
         def within(j):
             r = run(num_steps=j, early_stop=False)
-            return max(abs(float(r.smallest[0]) - ref[0]) / abs(ref[0]), abs(float(r.largest[0]) - ref[1]) / abs(ref[1])) <= tol
+            e = _errors(float(r.smallest[0]), float(r.largest[0]), *ref)
+            return max(e["rel_err_min"], e["rel_err_max"]) <= tol
 
         gap, res = run(error_bound="gap", num_steps=budget), run(error_bound="residual", num_steps=budget)
         if not (gap.converged and res.converged):
@@ -299,6 +302,8 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the measurements here")
     harness.add_arguments(ap, repeats=5, warmup=1)
     args = ap.parse_args(argv)
+    if args.convergence < 0:
+        ap.error(f"--convergence: expected a number of start vectors >= 0, got {args.convergence}")
     if args.small:
         for k, v in SMALL.items():
             setattr(args, k, v)

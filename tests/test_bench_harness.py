@@ -2,6 +2,7 @@
 import math
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from experiments.benchmarks import harness
@@ -186,7 +187,14 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
         rows = bh.steps_to_tol(pb, ref, starts=2)
         assert [r["start"] for r in rows] == [0, 1]
         assert all(1 <= r["oracle"] <= r["gap"] <= r["residual"] for r in rows)
-        assert "Medians: oracle" in bh.convergence_report(rows, m) and "| ratio at oracle |" in bh.convergence_report(rows, m)
+        conv, rec = bh.convergence_report(rows, m), m["recommended"]
+        assert f"Medians: oracle {np.median([r['oracle'] for r in rows]):g}, gap" in conv
+        # the ratio a stop at the oracle step would give: its products (and the probes) at the measured unit costs
+        k = rows[0]["oracle"] + rec["hvps"] - rec["lanczos_steps"]
+        ratio = (k * rec["hvp_s"] + rec["setup_s"]) / m["paper"]["wall_s_median"]
+        with pytest.raises(ValueError, match="`starts` must be a number of start vectors >= 1; got 0"):
+            bh.steps_to_tol(pb, ref, starts=0)
+        assert f"| 0 | {rows[0]['oracle']} | {rows[0]['gap']} | {rows[0]['residual']} | {ratio:.2f} |" in conv
     with pytest.raises(ValueError, match="`torch_device` must be 'auto', 'cpu' or 'cuda'; got 'tpu'"):
         bh.torch_device("tpu")
     assert bh.torch_device("auto") == "cpu"   # JAX on the CPU here: the baseline on the CPU too
