@@ -58,10 +58,11 @@ AUDIT_UNDERESTIMATE = (170.0, 195.0)
 
 @functools.lru_cache(maxsize=8)
 def head_functions(projector, predictor):
-    """``(first_view_loss, hvp, block_hvp)`` for one head pair (cached: one compile per shape).
+    """``(first_view_loss, hvp)`` for one head pair (cached: one compile per shape).
 
     ``first_view_loss(z1, hp, u2) = 1/2 negative_cosine(q(g(z1)), u2)``; ``hvp(v, z1_flat, hp, u2)`` is
-    ``H v`` by forward-over-reverse in the dtype of its arguments (``hp``: projector/predictor params).
+    ``H v`` by forward-over-reverse in the dtype of its arguments (``hp``: projector/predictor params), the
+    product of the paper's estimator (its double backward: the primal pass redone for every product).
     """
     def first_view_loss(z1, hp, u2):
         u, _ = projector.apply({"params": hp["projector"]}, z1)
@@ -73,11 +74,7 @@ def head_functions(projector, predictor):
         g = jax.grad(lambda x: first_view_loss(x.reshape(shape), hp, u2))
         return jax.jvp(g, (zf,), (v.astype(zf.dtype),))[1]
 
-    def block_hvp(V, zf, hp, u2):
-        """``(H_1 v_1, ..., H_n v_n)`` for ``V`` ``(n, d)``: the full HVP, as ``H`` is block-diagonal."""
-        return hvp(V.reshape(-1), zf, hp, u2).reshape(V.shape)
-
-    return first_view_loss, hvp, block_hvp
+    return first_view_loss, hvp
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -91,7 +88,7 @@ def _cast(tree, dtype):
 
 def checkpoint(run, cfg, state, batch, key) -> dict:
     """The three estimates of the spectrum ends of ``H`` at one batch (before its update)."""
-    first_view_loss, hvp, block_hvp = head_functions(run.projector, run.predictor)
+    first_view_loss, hvp = head_functions(run.projector, run.predictor)
     z1, z2 = run.features(state, batch["images"])
     hp = {k: state["params"][k] for k in ("projector", "predictor")}
     hp64, z1_64 = _cast(hp, jnp.float64), jnp.asarray(z1, jnp.float64)
@@ -99,8 +96,10 @@ def checkpoint(run, cfg, state, batch, key) -> dict:
     n, d = z1_64.shape
     kl, kp = jax.random.split(key)
     a = cfg.analysis
-    lz = curvature.extreme_eigenvalues(hvp, n * d, k=1, num_steps=min(n * d, a.lanczos_steps), key=kl,
-                                       args=(z1_64.reshape(-1), hp64, u2_64), tol=a.lanczos_tol,
+    # the references' products: the gradient linearised once at this state (H v without the primal pass)
+    lin = curvature.linearized_hvp(first_view_loss, z1_64, hp64, u2_64)
+    lz = curvature.extreme_eigenvalues(curvature.LinearMatvec((n, d)), n * d, k=1,
+                                       num_steps=min(n * d, a.lanczos_steps), key=kl, args=(lin,), tol=a.lanczos_tol,
                                        return_vectors=True, dtype=jnp.float64)
     hp32 = _cast(hp, jnp.float32)
     u2_32, _ = run.projector.apply({"params": hp32["projector"]}, jnp.asarray(z2, jnp.float32))
@@ -115,9 +114,9 @@ def checkpoint(run, cfg, state, batch, key) -> dict:
     row["lanczos_valid"] = bool(max(row["lanczos_true_residual_min"], row["lanczos_true_residual_max"])
                                 <= THRESHOLDS["converged_residual"] * max(scale, 1e-300))
     if a.blockwise_lanczos:  # per-sample Lanczos in each (d, d) block: d-dimensional Krylov spaces, one HVP a step
-        bl = curvature.blockwise_extreme_eigenvalues(block_hvp, n, d, k=1, num_steps=min(d, a.block_lanczos_steps),
-                                                     key=kl, args=(z1_64.reshape(-1), hp64, u2_64), tol=a.lanczos_tol,
-                                                     return_vectors=True, dtype=jnp.float64)
+        bl = curvature.blockwise_extreme_eigenvalues(curvature.apply_linear, n, d, k=1,
+                                                     num_steps=min(d, a.block_lanczos_steps), key=kl, args=(lin,),
+                                                     tol=a.lanczos_tol, return_vectors=True, dtype=jnp.float64)
         sm, lg = np.asarray(bl.smallest)[:, 0], np.asarray(bl.largest)[:, 0]
         rs, rl = np.asarray(bl.smallest_true_residuals)[:, 0], np.asarray(bl.largest_true_residuals)[:, 0]
         i, j = int(np.argmin(sm)), int(np.argmax(lg))

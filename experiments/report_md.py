@@ -126,10 +126,15 @@ def provenance(entries: list[Entry]) -> str:
 
 
 def _projected_part(d: dict, name: str) -> str:
-    """A part (training, analysis) of a measured projection: hours, the fitted exponent and both points."""
+    """A part (training, analysis) of a measured projection: hours, the fitted exponent and both points (of each
+    of its own parts, where it is a sum of separately projected parts under ``parts``)."""
     r = d.get(name)
     if not r:
         return "-"
+    if r.get("parts"):
+        each = "; ".join(f"{k}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, "
+                         f"{_projection.points_text(v)}, full {_fmt(v['full_size'])}" for k, v in r["parts"].items())
+        return f"{_fmt(r['projected_s'] / 3600)} h ({each})"
     return f"{_fmt(r['projected_s'] / 3600)} h (p = {_fmt(r['exponent'])}; {_projection.points_text(r)}; full {_fmt(r['full_size'])})"
 
 

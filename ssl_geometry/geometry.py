@@ -44,7 +44,7 @@ from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
 from ssl_geometry._src.instrument.thm41 import classify_collapse as classify_collapse
 from ssl_geometry._src.instrument.thm41 import collapse_spectrum as collapse_spectrum
 from ssl_geometry._src.instrument.thm41 import head_smoothness as head_smoothness
-from ssl_geometry._src.instrument.thm41 import operator_norm as operator_norm
+from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
 from ssl_geometry._src.instrument.thm41 import thm41_conclusion as thm41_conclusion
 from ssl_geometry._src.instrument.thm41 import thm41_premises as thm41_premises
 from ssl_geometry._src.instrument.equilibria import EQUILIBRIUM_OBJECTIVES as EQUILIBRIUM_OBJECTIVES

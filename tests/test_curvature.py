@@ -755,3 +755,71 @@ def test_paper_power_iteration_is_the_authors_algorithm_step_for_step():
     np.testing.assert_allclose([p32.lambda_min, p32.lambda_max], [want_min, want_max], rtol=1e-4)
     with pytest.raises(ValueError, match=r"`u0` must have shape \(30,\)"):
         cv.paper_power_iteration(dense_matvec, 30, args=(jnp.asarray(H),), u0=np.ones(3))
+
+
+# ----------------------------------------------------------------------------- one end only; the operator norm
+
+
+def test_one_end_stops_when_that_end_meets_tol():
+    """``which="largest"`` on a Gram-like spectrum (a dense bulk from 0 and a separated top): it stops at the first
+    check where the top meets ``tol``, long before the bottom of the bulk would; its top value is within its bound
+    of ``eigvalsh``; the same step budget does not converge both ends."""
+    rng = np.random.default_rng(40)
+    lam = np.concatenate([rng.uniform(0.0, 1.0, 390), [3.0, 5.0, 6.0, 8.0, 10.0]])
+    A, ev = _with_spectrum(lam, 41)
+    Aj = jnp.asarray(A)
+    top = cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap",
+                                 which="largest")
+    assert top.converged and top.num_steps < 60
+    assert abs(top.largest[0] - ev[-1]) <= top.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-10 * ev[-1]
+    both = cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap",
+                                  num_steps=top.num_steps)
+    assert not both.converged and both.smallest_error_bounds[0] > 1e-10 * ev[-1]
+    low = cv.extreme_eigenvalues(dense_matvec, 395, args=(-Aj,), tol=1e-10, check_every=2, error_bound="gap",
+                                 which="smallest")
+    assert low.converged and low.num_steps == top.num_steps and abs(low.smallest[0] + ev[-1]) < 1e-9
+    with pytest.raises(ValueError, match="Unknown which 'top'"):
+        cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), which="top")
+
+
+@pytest.mark.parametrize("shape", [(40, 300), (300, 40)])  # J J^T (the output side) and J^T J (the input side)
+def test_operator_norm_by_lanczos_is_the_largest_singular_value_from_below(shape):
+    from ssl_geometry import geometry
+
+    rng = np.random.default_rng(42)
+    A = rng.standard_normal(shape) * np.linspace(0.1, 1.0, shape[1])
+    sigma = np.linalg.svd(A, compute_uv=False)[0]
+    Aj, x = jnp.asarray(A), jnp.asarray(rng.standard_normal(shape[1]))
+
+    def fn(v):  # J = A at every x
+        return Aj @ v
+
+    dense = geometry.operator_norm(fn, x)
+    free = geometry.operator_norm(fn, x, max_dense_entries=0, tol=1e-8)
+    assert dense == pytest.approx(sigma, rel=1e-12)
+    assert free <= sigma * (1 + 1e-12) and free == pytest.approx(sigma, rel=1e-8)
+    with pytest.raises(RuntimeError, match=r"did not meet `tol` = 1.0e-12 in 2 steps \(`max_steps`\)"):
+        geometry.operator_norm(fn, x, max_dense_entries=0, tol=1e-12, max_steps=2)
+    with pytest.raises(ValueError, match="`tol` must lie in"):
+        geometry.operator_norm(fn, x, tol=0.0)
+    with pytest.raises(ValueError, match="`max_steps` must be a positive int"):
+        geometry.operator_norm(fn, x, max_steps=0)
+
+
+def test_operator_norm_of_a_fresh_closure_compiles_nothing_new():
+    """The head-parameter Jacobian norm of the Thm 4.1 premises: a closure made afresh per call (new arrays of the
+    same shapes) reuses the compiled Lanczos loop, and the norm matches the dense Jacobian's."""
+    from ssl_geometry import geometry, heads
+
+    m = heads.mlp(6, (20,), 30, activation="gelu", bias=False, dtype=jnp.float64)
+
+    def norm(seed, **kw):
+        v = m.init(jax.random.PRNGKey(seed))
+        z = jax.random.normal(jax.random.PRNGKey(seed + 1), (5, 6), jnp.float64)
+        flat, unravel = ravel_pytree(v["params"])
+        return geometry.operator_norm(lambda th: m.apply({"params": unravel(th)}, z)[0], flat, **kw)
+
+    norm(0, max_dense_entries=0)
+    out = {}
+    assert _compilations(lambda: out.update(r=norm(2, max_dense_entries=0))) == []
+    assert out["r"] == pytest.approx(norm(2), rel=1e-6) and out["r"] <= norm(2) * (1 + 1e-12)

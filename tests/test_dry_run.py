@@ -250,6 +250,13 @@ def test_dry_run_record_projects_training_and_analysis_apart():
         label, results = "x", {"measurements": {"dry_run": rec}, "wall_time_s": 1.0}
     row = report_md.dry_run_table([E()]).splitlines()[2]
     assert "8 h (p = 1;" in row and "0.08889 h (p = 2; 32: 1 s, 64: 4 s; full 256)" in row
+    # an analysis that is a sum of parts projected apart shows each part's hours, exponent and points
+    it = projection.power_law_projection([[32, 0.5], [64, 1.0]], 256, count=450)       # p = 1: 4 s each, 0.5 h
+    summed = {**ana, "projected_s": ana["projected_s"] + it["projected_s"], "parts": {"cases": ana, "iterations": it}}
+    E.results = {"measurements": {"dry_run": projection.dry_run_record(0.2, analysis=summed)}, "wall_time_s": 1.0}
+    row = report_md.dry_run_table([E()]).splitlines()[2]
+    assert ("0.5889 h (cases: 0.08889 h, p = 2, 32: 1 s, 64: 4 s, full 256; iterations: 0.5 h, p = 1, 32: 0.5 s, "
+            "64: 1 s, full 256)") in row
 
 
 def test_reduced_sizes_are_an_eighth_and_a_quarter_then_half_and_full_and_refuse_a_size_too_small_to_fit():

@@ -1,23 +1,31 @@
-"""Experiment 3's dry run: the paper's widths at a small batch, one case per code path, timed at two batches
-and projected to the whole paper variant."""
+"""Experiment 3's dry run: the paper's widths at 1/8 and 1/4 of its batch, one case per code path, timed at
+both batches and projected to the whole paper variant, with the stationarity search's iterations projected
+apart (a dry case runs a few of them, the variant up to ``analysis.stationarity_max_iter``)."""
 from __future__ import annotations
 
 import jax
 
-from experiments import projection
-from experiments.collapse_hessians.cases import all_cases, run_case
+from experiments import projection, stationary_heads
+from experiments.collapse_hessians.cases import all_cases, run_case, siamese_problem
 from ssl_geometry import geometry
 
 NAME = "collapse_hessians"
 
-#: Honours ``config.dry_run``: the paper's widths at batch 2, one case per code path (:func:`_dry_cases`), every
-#: operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``); the projection fits the
-#: mean per-case time at two batches and projects all of the variant's cases at its batch ``n`` (:func:`dry_measure`).
-#: Batch of a dry run (the widths stay the paper's), and its L-BFGS iterations driving a collapsed head to stationarity.
-DRY_RUN_N, DRY_RUN_STATIONARITY_ITERS = 2, 5
+#: Honours ``config.dry_run``: the paper's widths at two batches (:func:`batches`), one case per code path
+#: (:func:`_dry_cases`), every operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``);
+#: the projection fits the mean per-case time at the two batches and projects all of the variant's cases at its
+#: batch ``n``, and the stationarity search's further iterations apart (:func:`dry_measure`).
+#: L-BFGS iterations driving a collapsed head to stationarity in a dry case; the iteration-cost probe's two runs.
+DRY_RUN_STATIONARITY_ITERS, ITERATION_PROBE = 5, (5, 25)
 
 
-def _dry_config(config, n: int = DRY_RUN_N):
+def batches(config) -> list[int]:
+    """The two dry-run batches: 1/8 and 1/4 of the variant's ``data.n`` (:func:`experiments.projection.reduced_sizes`;
+    the widths stay the paper's)."""
+    return projection.reduced_sizes(int(config.data.n))
+
+
+def _dry_config(config, n: int):
     """The dry-run config: batch ``n`` (at most the variant's), ``max_dense_dim = 1`` (Lanczos for every
     operator, the paper's path) and :data:`DRY_RUN_STATIONARITY_ITERS` iterations of the stationarity search."""
     cfg = config.copy_and_resolve_references()
@@ -53,11 +61,47 @@ def _dry_cases(config) -> list:
     return cases
 
 
+def _iteration_points(config, sizes) -> list:
+    """``[[n, seconds per L-BFGS iteration], ...]``: the first collapsed dry case's stationarity search
+    (:func:`experiments.stationary_heads.stationary_head_state`) at batch ``n``, run to each iteration cap of
+    :data:`ITERATION_PROBE` (each once untimed first), the difference of the two times over the difference of the
+    iterations it made.
+
+    Raises:
+      ValueError: when the larger cap made no more iterations, or took no longer (no cost per iteration measured).
+    """
+    cases = [c for c in _dry_cases(_dry_config(config, sizes[0])) if c[3] == "collapsed"]
+    if not cases:
+        return []
+    objective, activation, bn, state, _ = cases[0]
+    key, points = jax.random.PRNGKey(config.seed), []
+    for n in sizes:
+        cfg = _dry_config(config, n)
+        model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, bn, state, key)
+        runs = {}
+        for cap in ITERATION_PROBE:
+            def search(cap=cap):
+                runs[cap] = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=key,
+                                                                   train=train, max_iter=cap, newton_steps=0)
+            runs[f"t{cap}"] = projection.step_time(search, repeats=1)
+        lo, hi = ITERATION_PROBE
+        its, dt = runs[hi]["iterations"] - runs[lo]["iterations"], runs[f"t{hi}"] - runs[f"t{lo}"]
+        if its <= 0 or dt <= 0:
+            raise ValueError(f"{NAME}: the stationarity search at batch {n} made {its} more iterations in {dt:.3g} s "
+                             f"more with cap {hi} than with {lo}: no cost per iteration to project.")
+        points.append([n, dt / its])
+    return points
+
+
 def dry_measure(config) -> dict:
-    """The dry run: the cases of :func:`_dry_cases` timed at batches :data:`DRY_RUN_N` and twice that (each
-    once untimed first, so compilation is excluded); the mean time per case, fitted as ``a n^p``, projects
-    every case of the variant at its batch (:func:`experiments.projection.power_law_projection`). Nothing is
-    trained: the whole projection is analysis. The rows are those of the smaller batch."""
+    """The dry run: the cases of :func:`_dry_cases` timed at the batches of :func:`batches` (each once untimed
+    first, so compilation is excluded); the mean time per case, fitted as ``a n^p``, projects every case of the
+    variant at its batch (:func:`experiments.projection.power_law_projection`). A dry case runs
+    :data:`DRY_RUN_STATIONARITY_ITERS` iterations of the stationarity search where the variant runs up to
+    ``analysis.stationarity_max_iter``: the cost of one iteration, measured at the same batches
+    (:func:`_iteration_points`), projects the rest for every collapsed case at the cap (an upper bound: a search
+    stops early where its line search fails). Nothing is trained: the whole projection is analysis, the sum of
+    the two parts (``parts``). The rows are those of the smaller batch."""
     key, rows = jax.random.PRNGKey(config.seed), []
 
     def make_step(n):
@@ -72,13 +116,18 @@ def dry_measure(config) -> dict:
             return out
         return step
 
-    sizes = sorted({min(DRY_RUN_N, config.data.n), min(2 * DRY_RUN_N, config.data.n)})
-    if len(sizes) < 2:
-        raise ValueError(f"{NAME}: a dry run needs `data.n` >= {2 * DRY_RUN_N} (two batch sizes to fit); "
-                         f"got {config.data.n}.")
-    n_cases = len(_dry_cases(_dry_config(config)))
+    sizes = batches(config)
+    n_cases = len(_dry_cases(_dry_config(config, sizes[0])))
     points = [[n, t / n_cases] for n, t in projection.time_at_sizes(make_step, sizes, repeats=1)]
-    n_full = sum(1 for _ in all_cases(config))
-    analysis = projection.power_law_projection(points, config.data.n, n_full)
+    full = list(all_cases(config))
+    parts = {"cases": projection.power_law_projection(points, config.data.n, len(full))}
+    extra = config.analysis.stationarity_max_iter - min(DRY_RUN_STATIONARITY_ITERS, config.analysis.stationarity_max_iter)
+    n_collapsed = sum(1 for c in full if c[3] == "collapsed")
+    it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
+    if it_points:
+        parts["stationarity"] = projection.power_law_projection(it_points, config.data.n, n_collapsed * extra)
+    analysis = {**parts["cases"], "projected_s": sum(p["projected_s"] for p in parts.values()),
+                "part_shown": "cases", "parts": parts}
     return {"cases": rows, "dry_run": projection.dry_run_record(
-        points[-1][1], analysis=analysis, cases_run=len(rows), cases_full=n_full, batch_full=config.data.n)}
+        points[-1][1], analysis=analysis, cases_run=len(rows), cases_full=len(full), batch_full=config.data.n,
+        batches=sizes, stationarity_iterations_full=int(config.analysis.stationarity_max_iter))}

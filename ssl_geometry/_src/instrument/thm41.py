@@ -33,12 +33,13 @@ from ssl_geometry._src.instrument.effective import flat_problem, effective_hessi
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.linalg.hessians import apply_linear, linearize_gradient
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.linalg.norms import operator_norm
 from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model, as_function
 
 __all__ = [
     "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "MATRIX_FREE_ABOVE", "Thm41Premises",
-    "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm",
+    "classify_collapse", "collapse_spectrum", "head_smoothness",
     "thm41_conclusion", "thm41_premises",
 ]
 
@@ -106,37 +107,6 @@ def head_smoothness(activation: str | Callable | _act.Activation | Model | None 
             return "unknown"
         return _kind_of_classes([_act.smoothness(a) for a in activation.activations])
     return _kind_of_classes([_act.smoothness(activation)])
-
-
-def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, iters: int = 300,
-                  key: Array | None = None) -> float:
-    """Spectral norm ``|D fn(x)|_2`` of the Jacobian of ``fn`` at ``x`` (any array shapes).
-
-    Dense (``jax.jacfwd`` then the largest singular value) when the Jacobian has at most
-    ``max_dense_entries`` entries; otherwise power iteration on ``J^T J`` by ``jvp``/``vjp``
-    (``iters`` steps; a lower bound that converges to ``|J|_2``, so a ratio ``|g| / (|J| |rho|)``
-    built on it errs towards *non*-stationary).
-    """
-    x = jnp.asarray(x)
-    out_size = int(np.prod(jax.eval_shape(fn, x).shape))
-    if out_size * x.size <= max_dense_entries:
-        J = np.asarray(jax.jacfwd(lambda v: jnp.ravel(fn(v.reshape(x.shape))))(x.reshape(-1)))
-        check_finite(J, "Jacobian in operator_norm")
-        return float(np.linalg.norm(J, 2)) if J.size else 0.0
-    key = jax.random.PRNGKey(0) if key is None else key
-    v = jax.random.normal(key, x.shape, x.dtype)
-    _, vjp = jax.vjp(fn, x)
-
-    @jax.jit
-    def step(v):
-        w = vjp(jax.jvp(fn, (x,), (v,))[1])[0]
-        return w / jnp.linalg.norm(w), jnp.linalg.norm(w)
-
-    v = v / jnp.linalg.norm(v)
-    lam = jnp.zeros((), x.dtype)
-    for _ in range(iters):
-        v, lam = step(v)
-    return float(jnp.sqrt(lam))
 
 
 class Thm41Premises(NamedTuple):

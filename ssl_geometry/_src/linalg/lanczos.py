@@ -140,10 +140,11 @@ def _next_chunk(history, ratio, j, check_every):
     return int(min(check_every, max(1, math.ceil(0.5 * math.log(ratio) / rate))))
 
 
-def _convergence(theta, est, k, tol, target):
+def _convergence(theta, est, k, tol, target, which="both"):
     """``(converged, ratio)`` after a check; ``ratio <= 1`` is convergence (used to predict the next check).
 
-    ``target="blocks"``: every block's ``k`` smallest and largest Ritz pairs have residual
+    ``target="blocks"``: every block's ``k`` smallest and largest Ritz pairs (only the smallest or only
+    the largest for ``which="smallest"`` / ``"largest"``) have residual
     estimate ``<= tol * scale`` (``scale = max |theta|`` over all blocks). ``target="union"``
     (``k = 1``): only the extremes of the union of the blocks' spectra are wanted; converged when
     the block holding the smallest (largest) Ritz value meets the tolerance and every other block
@@ -155,7 +156,8 @@ def _convergence(theta, est, k, tol, target):
     scale = max(float(np.max(np.abs(theta))), np.finfo(np.float64).tiny)
     thr = tol * scale
     if target == "blocks":
-        ends = np.concatenate([est[:, :k], est[:, -k:]], axis=1)
+        ends = {"both": np.concatenate([est[:, :k], est[:, -k:]], axis=1), "smallest": est[:, :k],
+                "largest": est[:, -k:]}[which]
         ratio = float(np.max(ends)) / thr
         return bool(ratio <= 1), ratio
     lo_b, hi_b = int(np.argmin(theta[:, 0])), int(np.argmax(theta[:, -1]))
@@ -224,9 +226,10 @@ def _combine(Q, C_small, C_large):
 
 def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, args, dtype,
                  breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks",
-                 error_bound="residual", device_loop=None):
+                 error_bound="residual", device_loop=None, which="both"):
     B, n = v0.shape
     check_choice(error_bound, "error_bound", ("residual", "gap"))
+    check_choice(which, "which", ("both", "smallest", "largest"))
     mv, args = prepare_matvec(batched_matvec, (B, n), dtype, tuple(args), name=name, single=single)
     eps = float(jnp.finfo(dtype).eps)
     btol = jnp.asarray(100 * eps if breakdown_tol is None else breakdown_tol, dtype)
@@ -251,7 +254,7 @@ def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, arg
         kk = min(k, j)
         theta, S, est = ritz_batch(alpha, beta, resid, broke)
         err = gap_error_bounds(theta, est)
-        converged, ratio = _convergence(theta, err if error_bound == "gap" else est, kk, tol, target)
+        converged, ratio = _convergence(theta, err if error_bound == "gap" else est, kk, tol, target, which)
         converged = converged and kk == k
         if converged and early_stop:
             break
@@ -327,6 +330,7 @@ def extreme_eigenvalues(
     symmetry_tol: float | None = None,
     error_bound: str = "residual",
     device_loop: bool | None = None,
+    which: str = "both",
 ) -> LanczosResult:
     """``k`` smallest and ``k`` largest eigenvalues of a symmetric operator by Lanczos.
 
@@ -367,12 +371,14 @@ def extreme_eigenvalues(
       device_loop: the steps between two checks as one device loop (``True``) or two host calls a
         step (``False``); default: the loop on accelerators only (``lanczos_core.advance`` says why).
         The same recurrence either way, equal up to rounding.
+      which: the end(s) that ``tol`` and ``converged`` speak of: ``"both"``, ``"smallest"`` or ``"largest"``
+        (``lambda_max`` of a Gram matrix ``J^T J``: its bulk near 0 only slows the run); both are returned.
 
     Returns:
       :class:`LanczosResult`.
 
     Raises:
-      ValueError: ``matvec`` returns a shape other than ``(dim,)``, or the operator is not
+      ValueError: ``matvec`` returns a shape other than ``(dim,)``, an unknown ``which``, or the operator is not
         symmetric (``asymmetry > symmetry_tol``).
       FloatingPointError: ``matvec`` returned NaN/inf (named as such), or the coefficients left
         the dtype's range although every product was finite; ``v0`` holds NaN/inf.
@@ -389,7 +395,8 @@ def extreme_eigenvalues(
     res = _run_lanczos(SingleAsBatch(matvec), v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
                        key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
                        return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                       name="matvec", single=True, error_bound=error_bound, device_loop=device_loop)
+                       name="matvec", single=True, error_bound=error_bound, device_loop=device_loop,
+                       which=which)
     squeeze = lambda a: None if a is None else a[0]  # noqa: E731  the one block of a single operator
     fields = ("smallest", "largest", "smallest_residuals", "largest_residuals", "smallest_vectors", "largest_vectors",
               "smallest_true_residuals", "largest_true_residuals", "smallest_error_bounds", "largest_error_bounds",

@@ -1,0 +1,87 @@
+"""The spectral norm of a Jacobian, ``|D fn(x)|_2``, dense when small and by Lanczos on a Gram operator when not.
+
+The Thm 4.1 premises (:mod:`ssl_geometry._src.instrument.thm41`) scale the gradients of the loss by it: the
+head's Jacobian in the representation and in its parameters (millions of them at the paper's widths).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from ssl_geometry._src.checks import check_finite
+from ssl_geometry._src.linalg.canonical import canonical
+from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+
+__all__ = ["operator_norm"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _GramMatvec:
+    """``v -> J J^T v`` (``side="out"``) or ``J^T J v`` (``side="in"``) with ``J = D fn(x)``, flat ``v``.
+
+    ``fn`` is a canonical function (``fn(consts, x)``, :func:`ssl_geometry._src.linalg.canonical.canonical`),
+    so the matvec is hashable by the program and one compiled Lanczos loop serves every closure of it.
+    """
+
+    fn: Callable
+    in_shape: tuple
+    out_shape: tuple
+    side: str
+
+    def __call__(self, v, consts, x):
+        f = lambda y: self.fn(consts, y)
+        _, vjp = jax.vjp(f, x)
+        if self.side == "out":  # J (J^T v)
+            return jax.jvp(f, (x,), (vjp(v.reshape(self.out_shape))[0],))[1].reshape(-1)
+        return vjp(jax.jvp(f, (x,), (v.reshape(self.in_shape),))[1])[0].reshape(-1)  # J^T (J v)
+
+
+def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, tol: float = 1e-6,
+                  max_steps: int = 200, key: Array | None = None) -> float:
+    """Spectral norm ``|D fn(x)|_2 = sqrt(lambda_max(J^T J))`` of the Jacobian ``J`` of ``fn`` at ``x``.
+
+    Dense (``jax.jacfwd`` then the largest singular value) when ``J`` has at most ``max_dense_entries``
+    entries. Otherwise Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`, ``k=1``) on the Gram
+    operator of the smaller side, ``J J^T`` (``v -> jvp(vjp(v))``) when ``fn``'s output is smaller than
+    ``x``, else ``J^T J``: both have ``lambda_max = |J|_2^2``. It stops when the error bound of the top
+    Ritz value (``error_bound="gap"``) is at most ``tol * lambda_max``, so the result is within a
+    relative ``tol / 2`` of ``|J|_2``, and from below (a Ritz value never exceeds ``lambda_max``; a ratio
+    ``|g| / (|J| |rho|)`` built on it errs towards *non*-stationary). The matvec is keyed by the program
+    ``fn`` computes, so a fresh closure of the same computation reuses the compiled loop.
+
+    Raises:
+      ValueError: ``tol`` not in ``(0, 1)`` or ``max_steps < 1``, each named.
+      FloatingPointError: a non-finite Jacobian entry or product.
+      RuntimeError: Lanczos did not meet ``tol`` in ``max_steps`` steps (the bound it reached is named).
+    """
+    x = jnp.asarray(x)
+    if not 0 < tol < 1:
+        raise ValueError(f"`tol` must lie in (0, 1); got {tol!r}.")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"`max_steps` must be a positive int; got {max_steps!r}.")
+    out_info = jax.eval_shape(fn, x)
+    out_size = int(np.prod(out_info.shape))
+    if out_size * x.size <= max_dense_entries:
+        J = np.asarray(jax.jacfwd(lambda v: jnp.ravel(fn(v.reshape(x.shape))))(x.reshape(-1)))
+        check_finite(J, "Jacobian in operator_norm")
+        return float(np.linalg.norm(J, 2)) if J.size else 0.0
+    fn_c, consts, _ = canonical(fn, x, remember=False)
+    side, dim = ("out", out_size) if out_size < x.size else ("in", int(x.size))
+    mv = _GramMatvec(fn_c, tuple(x.shape), tuple(out_info.shape), side)
+    res = extreme_eigenvalues(mv, dim, k=1, num_steps=min(max_steps, dim), tol=tol, error_bound="gap",
+                              key=jax.random.PRNGKey(0) if key is None else key, args=(consts, x), dtype=x.dtype,
+                              check_every=4, which="largest")
+    lam = float(np.asarray(res.largest)[0])
+    if not np.isfinite(lam):
+        raise FloatingPointError(f"operator_norm: Lanczos returned a non-finite lambda_max(J^T J) = {lam}.")
+    if not res.converged:
+        bound = float(np.asarray(res.largest_error_bounds)[0])
+        raise RuntimeError(f"operator_norm: Lanczos on the {dim}-dimensional Gram operator did not meet `tol` = "
+                           f"{tol:.1e} in {int(res.num_steps)} steps (`max_steps`): error bound {bound:.3e} against "
+                           f"lambda_max {lam:.6e}.")
+    return float(np.sqrt(max(lam, 0.0)))
