@@ -78,14 +78,14 @@ def _iteration_points(config, sizes) -> list:
     for n in sizes:
         cfg = _dry_config(config, n)
         model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, bn, state, key)
-        runs = {}
+        iters, secs = {}, {}
         for cap in ITERATION_PROBE:
             def search(cap=cap):
-                runs[cap] = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=key,
-                                                                   train=train, max_iter=cap, newton_steps=0)
-            runs[f"t{cap}"] = projection.step_time(search, repeats=1)
+                iters[cap] = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=key, train=train,
+                                                                    max_iter=cap, newton_steps=0)["iterations"]
+            secs[cap] = projection.step_time(search, repeats=1)
         lo, hi = ITERATION_PROBE
-        its, dt = runs[hi]["iterations"] - runs[lo]["iterations"], runs[f"t{hi}"] - runs[f"t{lo}"]
+        its, dt = iters[hi] - iters[lo], secs[hi] - secs[lo]
         if its <= 0 or dt <= 0:
             raise ValueError(f"{NAME}: the stationarity search at batch {n} made {its} more iterations in {dt:.3g} s "
                              f"more with cap {hi} than with {lo}: no cost per iteration to project.")
@@ -121,7 +121,7 @@ def dry_measure(config) -> dict:
     points = [[n, t / n_cases] for n, t in projection.time_at_sizes(make_step, sizes, repeats=1)]
     full = list(all_cases(config))
     parts = {"cases": projection.power_law_projection(points, config.data.n, len(full))}
-    extra = config.analysis.stationarity_max_iter - min(DRY_RUN_STATIONARITY_ITERS, config.analysis.stationarity_max_iter)
+    extra = max(0, config.analysis.stationarity_max_iter - DRY_RUN_STATIONARITY_ITERS)
     n_collapsed = sum(1 for c in full if c[3] == "collapsed")
     it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
     if it_points:

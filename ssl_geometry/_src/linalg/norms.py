@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array
 
 from ssl_geometry._src.checks import check_finite
-from ssl_geometry._src.linalg.canonical import canonical
+from ssl_geometry._src.linalg.hessians import linearize
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
 
 __all__ = ["operator_norm"]
@@ -22,23 +22,19 @@ __all__ = ["operator_norm"]
 
 @dataclasses.dataclass(frozen=True)
 class _GramMatvec:
-    """``v -> J J^T v`` (``side="out"``) or ``J^T J v`` (``side="in"``) with ``J = D fn(x)``, flat ``v``.
+    """``v -> J J^T v`` (``side="out"``) or ``J^T J v`` (``side="in"``), flat ``v``, from ``lin = J`` (the
+    linearised ``fn``, :func:`ssl_geometry._src.linalg.hessians.linearize`: the primal pass is done once, not on
+    every product) and its transpose. Hashable by shapes, so one compiled Lanczos loop serves every ``lin``."""
 
-    ``fn`` is a canonical function (``fn(consts, x)``, :func:`ssl_geometry._src.linalg.canonical.canonical`),
-    so the matvec is hashable by the program and one compiled Lanczos loop serves every closure of it.
-    """
-
-    fn: Callable
     in_shape: tuple
     out_shape: tuple
     side: str
 
-    def __call__(self, v, consts, x):
-        f = lambda y: self.fn(consts, y)
-        _, vjp = jax.vjp(f, x)
+    def __call__(self, v, lin):
+        lin_t = jax.linear_transpose(lin, jax.ShapeDtypeStruct(self.in_shape, v.dtype))
         if self.side == "out":  # J (J^T v)
-            return jax.jvp(f, (x,), (vjp(v.reshape(self.out_shape))[0],))[1].reshape(-1)
-        return vjp(jax.jvp(f, (x,), (v.reshape(self.in_shape),))[1])[0].reshape(-1)  # J^T (J v)
+            return lin(lin_t(v.reshape(self.out_shape))[0]).reshape(-1)
+        return lin_t(lin(v.reshape(self.in_shape)))[0].reshape(-1)  # J^T (J v)
 
 
 def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, tol: float = 1e-6,
@@ -70,11 +66,11 @@ def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, t
         J = np.asarray(jax.jacfwd(lambda v: jnp.ravel(fn(v.reshape(x.shape))))(x.reshape(-1)))
         check_finite(J, "Jacobian in operator_norm")
         return float(np.linalg.norm(J, 2)) if J.size else 0.0
-    fn_c, consts, _ = canonical(fn, x, remember=False)
+    _, lin = linearize(fn, x, remember=False)
     side, dim = ("out", out_size) if out_size < x.size else ("in", int(x.size))
-    mv = _GramMatvec(fn_c, tuple(x.shape), tuple(out_info.shape), side)
+    mv = _GramMatvec(tuple(x.shape), tuple(out_info.shape), side)
     res = extreme_eigenvalues(mv, dim, k=1, num_steps=min(max_steps, dim), tol=tol, error_bound="gap",
-                              key=jax.random.PRNGKey(0) if key is None else key, args=(consts, x), dtype=x.dtype,
+                              key=jax.random.PRNGKey(0) if key is None else key, args=(lin,), dtype=x.dtype,
                               check_every=4, which="largest")
     lam = float(np.asarray(res.largest)[0])
     if not np.isfinite(lam):
