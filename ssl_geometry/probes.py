@@ -12,7 +12,9 @@
   rotations (0, 90, 180, 270 degrees) was applied to an image from its features,
   with a linear and a 2-layer MLP probe trained for a few epochs; each image under all
   four rotations, or once under a uniformly drawn one (``rotations="random"``, the
-  authors' ``RotationDataset``).
+  authors' ``RotationDataset``); its two halves, :func:`rotation_views` (the rotated images
+  and labels) and :func:`fit_rotation_probes` (the probes on given features), let one
+  feature pass serve several representations (a backbone and the heads on it).
 
 Features are ``(n, d)`` arrays; labels integer ``(n,)`` in ``[0, num_classes)``.
 Every probe returns a dict with ``"acc"`` (test accuracy in [0, 1]) and the
@@ -25,6 +27,7 @@ Example:
   (1.0, 1.0)
 """
 from ssl_geometry._src.training.probes import features_in_batches as features_in_batches
+from ssl_geometry._src.training.probes import fit_rotation_probes as fit_rotation_probes
 from ssl_geometry._src.training.probes import knn_probe as knn_probe
 from ssl_geometry._src.training.probes import logistic_probe as logistic_probe
 from ssl_geometry._src.training.probes import mlp_probe as mlp_probe
@@ -32,9 +35,10 @@ from ssl_geometry._src.training.probes import ridge_probe as ridge_probe
 from ssl_geometry._src.training.probes import rotate_images as rotate_images
 from ssl_geometry._src.training.probes import rotation_dataset as rotation_dataset
 from ssl_geometry._src.training.probes import rotation_probe as rotation_probe
+from ssl_geometry._src.training.probes import rotation_views as rotation_views
 from ssl_geometry._src.training.probes import standardize as standardize
 
 __all__ = [
     "standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images",
-    "rotation_dataset", "features_in_batches", "rotation_probe",
+    "rotation_dataset", "features_in_batches", "rotation_views", "fit_rotation_probes", "rotation_probe",
 ]

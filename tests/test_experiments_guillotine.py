@@ -458,9 +458,9 @@ def test_dry_run_sizes_keep_every_step_small():
 def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_two_sizes(monkeypatch):
     """Paper: the main run (9750 updates at 256) at batches 8 and 16, the ablation (3 runs of 4850 at 512) timed by
     its deepest head at 16 and 32: with a step time linear in the batch the training projection is every update at
-    its own batch, ``9750 t(256) + 14550 t(512)``. Each analysis part is timed at its two sizes (probe images 16, 32
-    of 50000, one pass through a representation, 11 1/3 passes; degeneracy images 8, 16 of 256) and projected
-    apart; the analysis total is
+    its own batch, ``9750 t(256) + 14550 t(512)``. Each analysis part is timed at its two sizes (probe images 512,
+    1024 of 50000, a backbone pass and the heads on its z, 5 1/6 passes; degeneracy images 8, 16 of 256) and
+    projected apart; the analysis total is
     their sum, its points the costlier part's."""
     import time
 
@@ -488,17 +488,76 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     assert [n for n, _ in tr["points"]] == [8, 16] and tr["exponent"] == pytest.approx(1.0)
     assert tr["count"] == 9750 + 3 * 4850 and tr["projected_s"] == pytest.approx(9750 * t(256) + 14550 * t(512))
     assert tr["paths"]["ablation"]["points"] == [[16, t(16)], [32, t(32)]] and tr["paths"]["main"]["batch_full"] == 256
-    assert sizes == {"probes": [16, 32], "geometry": [8, 16]}
+    assert sizes == {"probes": [512, 1024], "geometry": [8, 16]}
     an = d["analysis"]
     probes, geometry = an["parts"]["probes"], an["parts"]["geometry"]
-    passes = 5 + 2 * 3 + 2 * 10000 / 60000  # main: z, h, h_0 rotation, z, h class; 3 ablation runs: z, h; statistics
+    passes = 2 + 3 + 10000 / 60000  # main: rotation, class; 3 ablation runs: rotation; statistics (test share)
     assert D.probe_passes(c, 4) == pytest.approx(passes)
-    assert [n for n, _ in probes["points"]] == [16, 32] and (probes["full_size"], probes["count"]) == (50000, passes)
+    assert [n for n, _ in probes["points"]] == [512, 1024] and (probes["full_size"], probes["count"]) == (50000, passes)
     assert [n for n, _ in geometry["points"]] == [8, 16] and (geometry["full_size"], geometry["count"]) == (256, 1)
     assert all(math.isfinite(p["exponent"]) and p["projected_s"] > 0 for p in (probes, geometry))
     assert an["projected_s"] == probes["projected_s"] + geometry["projected_s"]
-    assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 113 s against 0.26 s
+    assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 52 s against 0.26 s
     assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == tr["points"][1][1]
     with pytest.raises(ValueError, match="dry_run_examples"):
         D.run_batch(configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"data.dry_run_examples": 16}),
                     ab, 1)
+
+
+def test_probe_timing_sizes_are_an_eighth_and_a_quarter_capped_and_tile_repeats_the_images():
+    """The probe part is timed at 1/8 and 1/4 of ``probes.train_images``, at most 512 and 1024 (the paper's 50,000;
+    a smoke run's 2,000 at 250 and 500; the tiny 96 at 12 and 24); ``tile`` cycles the generated images."""
+    assert D.probe_timing_sizes(gconfig.get_config("paper")) == [512, 1024]
+    assert D.probe_timing_sizes(gconfig.get_config("smoke")) == [250, 500]
+    assert D.probe_timing_sizes(gconfig.get_config("tiny")) == [12, 24]
+    imgs = np.arange(3 * 2).reshape(3, 2)
+    np.testing.assert_array_equal(D.tile(imgs, 7), imgs[[0, 1, 2, 0, 1, 2, 0]])
+    with pytest.raises(ValueError, match="`n` >= 1"):
+        D.tile(imgs, 0)
+
+
+def test_probe_suite_runs_the_backbone_once_per_image_set_and_equals_each_representations_own_probe(monkeypatch):
+    """The probes of z, h(z) and h_0(z) from one backbone pass per image set (rotation train and test, class train
+    and test: 4 passes, where a pass per representation took 10) equal ``probes.rotation_probe`` of each
+    representation's own images -> features function with the suite's key, and the class probes equal the
+    probes on ``obj.embed``/``obj.features`` of the class images."""
+    from experiments.guillotine import probing
+    from ssl_geometry import probes
+
+    c = gconfig.get_config("tiny")
+    c.train.steps, c.train.batch_size, c.data.n_train = 2, 8, 16
+    train_ds, test_ds = T.load_data(c)
+    run = T.train_simclr(c, 2)
+    sets = probing.probe_sets(c, train_ds, test_ds, guillotine._sizes(c))
+    key = jax.random.PRNGKey(11)
+    passes, feature_fns = [], T.feature_fns
+
+    def counting(r):
+        fz, fh = feature_fns(r)
+        return (lambda x: passes.append(x.shape[0]) or fz(x)), fh
+    monkeypatch.setattr(T, "feature_fns", counting)
+    got = probing.probe_suite(c, run, *sets, key, untrained=True)
+    assert passes == [len(sets[0]), len(sets[1]), len(sets[2][0]), len(sets[3][0])]
+
+    obj, p, s = run["objective"], run["params"], run["state"]
+    p0, s0 = probing.untrained_head_run(run)["params"], probing.untrained_head_run(run)["state"]
+    fns = {"backbone": lambda x: obj.features(p, s, x), "head": lambda x: obj.embed(p, s, x),
+           "head_untrained": lambda x: obj.embed(p0, s0, x)}
+    hidden = {"backbone": c.probes.hidden, "head": c.probes.hidden_head, "head_untrained": c.probes.hidden_head}
+    k_rot, k_cls = jax.random.split(key)
+    for name, fn in fns.items():
+        want = probes.rotation_probe(fn, sets[0], sets[1], epochs=c.probes.epochs, hidden=hidden[name],
+                                     rotations=c.probes.rotations, key=k_rot)
+        assert got["rotation"][name] == {k: want[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}, name
+    (xtr, ytr), (xte, yte) = sets[2], sets[3]
+    for i, name in enumerate(("backbone", "head")):
+        ftr, fte = probes.features_in_batches(fns[name], xtr), probes.features_in_batches(fns[name], xte)
+        k = jax.random.fold_in(k_cls, i)
+        want = {"linear": probes.logistic_probe(ftr, ytr, fte, yte, epochs=c.probes.epochs, key=k)["acc"],
+                "mlp": probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden[name], epochs=c.probes.epochs, key=k)["acc"]}
+        assert got["class"][name] == want, name
+    # the untrained head really is another head: its features differ from the trained head's
+    z = probes.features_in_batches(fns["backbone"], sets[1])
+    assert not np.allclose(probes.features_in_batches(fns["head"], sets[1]),
+                           probes.features_in_batches(fns["head_untrained"], sets[1]))
+    assert z.shape[0] == len(sets[1])

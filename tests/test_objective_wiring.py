@@ -40,6 +40,25 @@ def test_simclr_one_way_objective_is_info_nce_one_way_of_the_projector_outputs()
     assert set(new_state) == set(state)
 
 
+def test_project_is_the_eval_mode_projector_on_the_features_and_embed_is_their_composition():
+    """``obj.project(p, s, z)`` is the projector alone in eval mode (running BatchNorm statistics) on ``z``, and
+    ``obj.embed(p, s, x) = obj.project(p, s, obj.features(p, s, x))`` exactly: one backbone pass serves any head."""
+    bb = heads.mlp(6, (8,), 5, activation="swish", batch_norm=True, dtype=jnp.float64)
+    proj = heads.mlp(5, (8,), 4, activation="relu", batch_norm=True, final_batch_norm=True, bias=False,
+                     dtype=jnp.float64)
+    obj = objectives.make_objective("simclr", bb, proj, augment=_views, temperature=0.2)
+    params, state = obj.init(jax.random.PRNGKey(0))
+    # non-trivial running statistics, so eval mode differs from train mode
+    state = jax.tree_util.tree_map(lambda a: a + 0.3, state)
+    x = jax.random.normal(jax.random.PRNGKey(1), (7, 6), jnp.float64)
+    z = obj.features(params, state, x)
+    want = proj.apply({"params": params["projector"], **state["projector"]}, np.asarray(z), train=False)[0]
+    np.testing.assert_allclose(np.asarray(obj.project(params, state, z)), np.asarray(want), rtol=1e-13, atol=1e-14)
+    np.testing.assert_array_equal(np.asarray(obj.embed(params, state, x)), np.asarray(obj.project(params, state, z)))
+    train_mode = proj.apply({"params": params["projector"], **state["projector"]}, np.asarray(z), train=True)[0]
+    assert float(jnp.max(jnp.abs(train_mode - want))) > 1e-3
+
+
 def test_cli_trains_a_step_of_simclr_one_way(tmp_path):
     """One step through ``python -m ssl_geometry.train``'s entry point with the new objective name."""
     wd = tmp_path / "run"

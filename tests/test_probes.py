@@ -146,3 +146,31 @@ def test_rotation_probe_one_random_rotation_per_image():
     assert seen == [300, 100] and r["linear"] > 0.9
     with pytest.raises(ValueError, match="rotations"):
         probes.rotation_probe(flat, imgs[:8], imgs[8:16], rotations="four")
+
+
+def test_rotation_probe_is_its_views_then_its_fit_with_one_key():
+    """``rotation_probe(fn, key=k)`` is ``rotation_views(key=k)``, ``fn`` over each split, then
+    ``fit_rotation_probes(key=k)``: the same draws and the same probe keys, so a feature pass computed once
+    (a backbone z, heads applied to it) gives each representation's probe exactly."""
+    rng = np.random.default_rng(7)
+    imgs = np.zeros((160, 6, 6, 1), np.float32)
+    imgs[:, :2, :3, 0] = 1.0
+    imgs += 0.5 * rng.standard_normal(imgs.shape).astype(np.float32)
+    key = jax.random.PRNGKey(4)
+
+    def flat(x):
+        return jnp.reshape(x, (x.shape[0], -1))
+
+    whole = probes.rotation_probe(flat, imgs[:120], imgs[120:], epochs=3, hidden=16, lr=1e-2, batch_size=32,
+                                  rotations="random", key=key)
+    (x_tr, y_tr), (x_te, y_te) = probes.rotation_views(imgs[:120], imgs[120:], rotations="random", key=key)
+    halves = probes.fit_rotation_probes(np.asarray(flat(x_tr)), y_tr, np.asarray(flat(x_te)), y_te, epochs=3,
+                                        hidden=16, lr=1e-2, batch_size=32, key=key)
+    assert whole == halves and whole["linear"] > 0.3
+    # the draws are the key's: another key draws other rotations
+    (_, y_other), _ = probes.rotation_views(imgs[:120], imgs[120:], rotations="random", key=jax.random.PRNGKey(5))
+    assert not np.array_equal(y_tr, y_other)
+    (x_all, y_all), _ = probes.rotation_views(imgs[:3], imgs[3:5])  # "all": four rotations of each image
+    assert x_all.shape[0] == 12 and list(y_all) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    with pytest.raises(ValueError, match="`rotations`"):
+        probes.rotation_views(imgs[:3], imgs[3:5], rotations="four")

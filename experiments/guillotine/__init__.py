@@ -37,7 +37,7 @@ import ml_collections
 import numpy as np
 
 from experiments import claims, configs, rules
-from ssl_geometry import augment, metrics, probes
+from ssl_geometry import augment, metrics
 
 from . import dry_run as D
 from . import geometry as G
@@ -85,15 +85,15 @@ def _sizes(cfg, probe_images: int | None = None, geometry_images: int | None = N
     """Image counts of every analysis step. Under ``dry_run`` each is its full count scaled by a fraction (at
     least 1; 2 for the probe sets and the degeneracy, whose between-sample control needs two): the probe sets
     by ``probe_images / probes.train_images``, the geometry's (curvature, convergence, orbit images,
-    degeneracy) by ``geometry_images / analysis.degeneracy_images``, by default the smaller of
-    :data:`.dry_run.PROBE_IMAGES` / :data:`.dry_run.GEOMETRY_IMAGES`; two orbit classes."""
+    degeneracy) by ``geometry_images / analysis.degeneracy_images``, by default :data:`.dry_run.PROBE_IMAGES` /
+    the smaller of :data:`.dry_run.GEOMETRY_IMAGES`; two orbit classes."""
     a, p = cfg.analysis, cfg.probes
     full = {"probe_train": p.train_images, "probe_test": p.test_images, "curvature": a.curvature_images,
             "convergence": a.convergence_images, "orbit_classes": a.orbit_classes, "orbit_images": a.orbit_images,
             "degeneracy": a.degeneracy_images}
     if not cfg.dry_run:
         return full
-    fp = (probe_images or D.PROBE_IMAGES[0]) / p.train_images
+    fp = (probe_images or D.PROBE_IMAGES) / p.train_images
     fg = (geometry_images or D.GEOMETRY_IMAGES[0]) / a.degeneracy_images
     f = {"probe_train": (fp, 2), "probe_test": (fp, 2), "curvature": (fg, 1), "convergence": (fg, 1),
          "orbit_images": (fg, 1), "degeneracy": (fg, 2)}
@@ -164,7 +164,8 @@ def _sec5(deg: dict, orb: dict, trained: dict, negative) -> dict:
 def _representation(main, images, adt) -> tuple[dict, dict]:
     """``(scales, effective ranks)`` of z and h(z) of the main run on ``images`` (the class-probe test images)."""
     fz, fh = T.feature_fns(main)
-    z, h = probes.features_in_batches(fz, images), probes.features_in_batches(fh, images)
+    reps = probing.representations(fz, {"head": fh}, images)
+    z, h = reps["backbone"], reps["head"]
     scales = {"backbone": G.spread_scale(z), "head": G.spread_scale(h)}
     return scales, {f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
                     for w, r in (("backbone", z), ("head", h)) for m in metrics.EFFECTIVE_RANK_METHODS}
@@ -226,11 +227,13 @@ def measure(config) -> dict:
         "loss_curve": main["losses"].tolist(), "step_time_s": main["step_time_s"],
     }
     if cfg.dry_run:
-        def probe_unit(n):  # one pass of the probe images (n train, the test set scaled alike) through h(z)
-            sz_n, fh = _sizes(cfg, probe_images=n), T.feature_fns(main)[1]
-            images = augment.to_float(np.concatenate([train_ds.images[: sz_n["probe_train"]],
-                                                      test_ds.images[: sz_n["probe_test"]]]))
-            return lambda: probes.features_in_batches(fh, images)
+        fz, fh = T.feature_fns(main)
+        pool = np.concatenate([train_ds.images, test_ds.images])
+
+        def probe_unit(n):  # n probe-set training images and the test set scaled alike, through z and then h(z)
+            sz_n = _sizes(cfg, probe_images=n)
+            images = augment.to_float(D.tile(pool, sz_n["probe_train"] + sz_n["probe_test"]))
+            return lambda: probing.representations(fz, {"head": fh}, images)
 
         def geometry_unit(n):  # the geometry of the main run at n degeneracy images (every count scaled alike)
             sz_n = _sizes(cfg, geometry_images=n)

@@ -4,21 +4,24 @@ Every fit is ``t(n) = a n^p`` through two measured points (:func:`experiments.pr
 projected as ``count * a * N^p``; compilation is excluded (the trainer times the updates after its first; each
 analysis unit is called once untimed first). Known bias, for all: a fixed cost per unit (dispatch, per-call
 set-up) lowers ``p`` at small sizes, and a reduced batch or image count underuses an accelerator, so the fits
-under-project where those dominate. The sizes are far below 1/8 of the paper's (1/32 and 1/16 of the batch,
-:data:`PROBE_IMAGES`, :data:`GEOMETRY_IMAGES`): every size compiles the ResNet-18 step or the float64 analysis
-afresh, minutes each on a 2-core CPU.
+under-project where those dominate. The training and geometry sizes are far below 1/8 of the paper's (1/32 and
+1/16 of the batch, :data:`GEOMETRY_IMAGES`): every size compiles the ResNet-18 step or the float64 analysis
+afresh, minutes each on a 2-core CPU. The probe passes are timed at :func:`probe_timing_sizes` (512 and 1024
+images at the paper's size), large enough that the fixed cost of a pass is small beside its images.
 """
 from __future__ import annotations
 
 import ml_collections
+import numpy as np
 
 from experiments import configs, projection
 
 from . import training as T
 
-#: Probe-set training images the analysis' probe part is timed at (the paper's 50,000; its test set scaled alike);
-#: also the probe sets of the dry run's probes.
-PROBE_IMAGES = (16, 32)
+#: Probe-set training images of the dry run's own probes (the paper's 50,000; its test set scaled alike).
+PROBE_IMAGES = 16
+#: The most probe-set training images the analysis' probe part is timed at (:func:`probe_timing_sizes`).
+PROBE_TIMING_CAP = (512, 1024)
 #: Degeneracy images the analysis' geometry part is timed at (the paper's 256; curvature, convergence and orbit
 #: images scaled by the same fraction, ``experiments.guillotine._sizes``: 3 and 6 curvature images, 1 and 2 for the
 #: convergence study, so that the counts at least double); also the sizes of the dry run's geometry.
@@ -88,20 +91,38 @@ def training_projection(cfg, ab, runs: dict) -> dict:
     return rec
 
 
+def probe_timing_sizes(cfg) -> list[int]:
+    """The probe-set training image counts the probe part is timed at: 1/8 and 1/4 of ``probes.train_images``
+    (:func:`experiments.projection.reduced_sizes`), each at most :data:`PROBE_TIMING_CAP` (512 and 1024 at the
+    paper's 50,000: a pass of about 600 and 1200 images, seconds each on a 2-core CPU)."""
+    return sorted({min(n, cap) for n, cap in zip(projection.reduced_sizes(cfg.probes.train_images),
+                                                  PROBE_TIMING_CAP)})
+
+
+def tile(images, n: int):
+    """``n`` images: ``images`` repeated in order (``images[i % len(images)]``), for timing a pass over more images
+    than a dry run generates (a pass costs the same whatever the pixels)."""
+    if n < 1 or len(images) < 1:
+        raise ValueError(f"tile: need at least one image and `n` >= 1; got {len(images)} images and n = {n}.")
+    return np.asarray(images)[np.arange(n) % len(images)]
+
+
 def probe_passes(cfg, n_runs: int) -> float:
-    """Passes over the probe sets (train and test) through a representation in the full variant: the main run's
-    rotation probes of z, h(z) and h_0(z) and class probes of z and h(z) (5), the rotation probes of z and h(z) of
-    each of the other ``n_runs - 1`` trained runs (2 each), and the representation statistics of z and h(z) on
-    the test set (2 x its share of the images)."""
+    """Backbone passes over the probe sets (train and test) in the full variant, each followed by the heads on its
+    z (:func:`experiments.guillotine.probing.representations`): the main run's rotation probes (z, h(z) and h_0(z)
+    from one pass) and class probes (z and h(z) from one pass) (2), the rotation probes of each of the other
+    ``n_runs - 1`` trained runs (1 each), and the representation statistics of z and h(z) on the test set (its
+    share of the images)."""
     p = cfg.probes
-    return 5 + 2 * (n_runs - 1) + 2 * p.test_images / (p.train_images + p.test_images)
+    return 2 + (n_runs - 1) + p.test_images / (p.train_images + p.test_images)
 
 
 def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit) -> dict:
     """The analysis of the full variant: its two parts each timed at two sizes and projected, then summed.
 
-    * probes: ``probe_unit(n)``, one pass of ``n`` probe-set training images (:data:`PROBE_IMAGES`) and the test
-      set scaled alike through the main run's h(z) (a backbone pass and the small head), projected to
+    * probes: ``probe_unit(n)``, one pass of ``n`` probe-set training images (:func:`probe_timing_sizes`) and the
+      test set scaled alike through the main run's z and then its head (a backbone pass and the small head; the
+      main run's rotation pass applies two heads, the other passes one), projected to
       ``N = probes.train_images``, count :func:`probe_passes`. The probe fits on the features (a linear and an MLP
       classifier, ``probes.epochs`` epochs on ``N`` rows of width <= 2048) are left out: small beside the feature
       passes at the paper's size, they recompile on every call (``ssl_geometry.probes`` jits a fresh closure per
@@ -114,7 +135,7 @@ def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit) -> dict:
     part under ``parts``.
     """
     parts = {"probes": projection.project_at_sizes(probe_unit, cfg.probes.train_images, probe_passes(cfg, n_runs),
-                                                   sizes=PROBE_IMAGES, repeats=1),
+                                                   sizes=probe_timing_sizes(cfg), repeats=1),
              "geometry": projection.project_at_sizes(geometry_unit, cfg.analysis.degeneracy_images, 1,
                                                      sizes=GEOMETRY_IMAGES, repeats=1)}
     top = max(parts, key=lambda k: parts[k]["projected_s"])

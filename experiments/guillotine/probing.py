@@ -16,7 +16,7 @@ from ssl_geometry import augment, probes
 
 from . import training as T
 
-__all__ = ["untrained_head_run", "probe_suite", "probe_sets"]
+__all__ = ["untrained_head_run", "representations", "probe_suite", "probe_sets"]
 
 
 def untrained_head_run(run: dict) -> dict:
@@ -25,11 +25,19 @@ def untrained_head_run(run: dict) -> dict:
             "state": {**run["state"], "projector": run["init_state"]["projector"]}}
 
 
-def _rotation(cfg, fn, rot_train, rot_test, hidden, key) -> dict:
+def _rotation(cfg, feats, hidden, key) -> dict:
+    (f_tr, y_tr), (f_te, y_te) = feats
     epochs = 1 if cfg.dry_run else cfg.probes.epochs
-    r = probes.rotation_probe(fn, rot_train, rot_test, epochs=epochs, hidden=hidden, rotations=cfg.probes.rotations,
-                              key=key)
+    r = probes.fit_rotation_probes(f_tr, y_tr, f_te, y_te, epochs=epochs, hidden=hidden, key=key)
     return {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}
+
+
+def representations(backbone, heads: dict, images) -> dict:
+    """``{"backbone": z, name: head(z), ...}`` of ``images`` (NumPy): ``z = backbone(x)`` computed once and every
+    head of ``heads`` (``z -> h(z)``) applied to it, each through :func:`ssl_geometry.probes.features_in_batches`.
+    """
+    z = probes.features_in_batches(backbone, images)
+    return {"backbone": z, **{name: probes.features_in_batches(h, z) for name, h in heads.items()}}
 
 
 def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, class_probes: bool = True,
@@ -37,27 +45,33 @@ def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, clas
     """Test accuracies ``{"rotation": {rep: {"linear", "mlp", ...}}, "class": {rep: {"linear", "mlp"}}}``.
 
     ``rep`` is ``backbone`` (z) and ``head`` (h(z)), plus ``head_untrained`` (h_0(z), rotation only)
-    when ``untrained``. The rotation draws are the same for every representation (one key), so the
-    probes of z, h(z) and h_0(z) see the same rotated images.
+    when ``untrained``. The rotation draws are the same for every representation (one key,
+    :func:`ssl_geometry.probes.rotation_views`), so the probes of z, h(z) and h_0(z) see the same rotated
+    images; the backbone runs once per image set (:func:`representations`) and the heads on its z. Each probe
+    is :func:`ssl_geometry.probes.rotation_probe` of its representation with that key, computed in two halves.
     """
     if cfg.probes.rotations not in ("all", "random"):
         raise ValueError(f"`probes.rotations` must be 'all' or 'random'; got {cfg.probes.rotations!r}.")
     fz, fh = T.feature_fns(run)
-    reps = [("backbone", fz, cfg.probes.hidden), ("head", fh, cfg.probes.hidden_head)]
+    heads = {"head": fh}
     if untrained:
-        reps.append(("head_untrained", T.feature_fns(untrained_head_run(run))[1], cfg.probes.hidden_head))
+        heads["head_untrained"] = T.feature_fns(untrained_head_run(run))[1]
+    hidden = {"backbone": cfg.probes.hidden, "head": cfg.probes.hidden_head, "head_untrained": cfg.probes.hidden_head}
     k_rot, k_cls = jax.random.split(key)
-    out = {"rotation": {}, "class": {}}
-    for name, fn, hidden in reps:
-        out["rotation"][name] = _rotation(cfg, fn, rot_train, rot_test, hidden, k_rot)
+    (xr_tr, y_tr), (xr_te, y_te) = probes.rotation_views(rot_train, rot_test, rotations=cfg.probes.rotations,
+                                                         key=k_rot)
+    r_tr, r_te = representations(fz, heads, xr_tr), representations(fz, heads, xr_te)
+    out = {"rotation": {name: _rotation(cfg, ((r_tr[name], y_tr), (r_te[name], y_te)), hidden[name], k_rot)
+                        for name in r_tr}, "class": {}}
     if class_probes:
         epochs = 1 if cfg.dry_run else cfg.probes.epochs
         (xtr, ytr), (xte, yte) = cls_train, cls_test
-        for i, (name, fn, hidden) in enumerate(reps[:2]):
-            ftr, fte = probes.features_in_batches(fn, xtr), probes.features_in_batches(fn, xte)
+        c_tr, c_te = representations(fz, {"head": fh}, xtr), representations(fz, {"head": fh}, xte)
+        for i, name in enumerate(("backbone", "head")):
+            ftr, fte = c_tr[name], c_te[name]
             k = jax.random.fold_in(k_cls, i)
             lin = probes.logistic_probe(ftr, ytr, fte, yte, epochs=epochs, key=k)
-            mlp = probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden, epochs=epochs, key=k)
+            mlp = probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden[name], epochs=epochs, key=k)
             out["class"][name] = {"linear": lin["acc"], "mlp": mlp["acc"]}
     return out
 

@@ -181,11 +181,12 @@ def train_simclr(cfg, depth: int, activation: str | None = None, batch: int | No
 
 
 def feature_fns(run):
-    """Jitted eval-mode ``images -> z`` and ``images -> h(z)`` (float32) of a trained run."""
+    """Jitted eval-mode ``images -> z`` (the backbone) and ``z -> h(z)`` (the projector alone) of a trained run:
+    ``h(z)`` of images is ``head(backbone(x))``, and one backbone pass serves every head on the same images."""
     obj = run["objective"]
-    feat, emb = jax.jit(obj.features), jax.jit(obj.embed)
+    feat, proj = jax.jit(obj.features), jax.jit(obj.project)
     p, s = run["params"], run["state"]
-    return (lambda x: feat(p, s, x)), (lambda x: emb(p, s, x))
+    return (lambda x: feat(p, s, x)), (lambda z: proj(p, s, z))
 
 
 def rotation_probe_subset(cfg, ds, n):

@@ -41,7 +41,11 @@ class Objective(NamedTuple):
       update_state: ``update_state(new_params, state, step) -> state``; run after the
         optimiser step (EMA target update; identity for methods without a target).
       features: ``features(params, state, images) -> (n, d)`` backbone features, eval mode.
-      embed: ``embed(params, state, images) -> (n, k)`` projector outputs, eval mode.
+      embed: ``embed(params, state, images) -> (n, k)`` projector outputs, eval mode:
+        ``project(params, state, features(params, state, images))``.
+      project: ``project(params, state, z) -> (n, k)`` the projector alone on backbone features
+        ``z (n, d)``, eval mode: one backbone pass serves several heads (the trained head and the
+        same head at its initialisation, say).
       groups: top-level parameter key -> ``"backbone"`` or ``"head"`` (for the
         per-group relative update size).
       feature_dim: backbone output dimension d.
@@ -53,6 +57,7 @@ class Objective(NamedTuple):
     update_state: Callable
     features: Callable
     embed: Callable
+    project: Callable
     groups: dict
     feature_dim: int
 
@@ -233,10 +238,15 @@ def _features(backbone, params, state, images):
     return h
 
 
+def _project(projector, params, state, z):
+    """:attr:`Objective.project`: ``g(z)`` in eval mode, ``z`` the backbone features ``f(x)``."""
+    out, _ = _run(projector, params["projector"], state["projector"], jnp.asarray(z), False)
+    return out
+
+
 def _embed(backbone, projector, params, state, images):
     """:attr:`Objective.embed`: ``g(f(x))`` in eval mode."""
-    z, _ = _run(projector, params["projector"], state["projector"], _features(backbone, params, state, images), False)
-    return z
+    return _project(projector, params, state, _features(backbone, params, state, images))
 
 
 # --------------------------------------------------------------------------- builder
@@ -305,4 +315,5 @@ def make_objective(
                      update_state=functools.partial(_update_state, name in EMA_METHODS, total_steps, ema),
                      features=functools.partial(_features, backbone),
                      embed=functools.partial(_embed, backbone, projector),
+                     project=functools.partial(_project, projector),
                      groups=groups, feature_dim=backbone.out_dim)

@@ -13,7 +13,8 @@ import optax
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
 
-__all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset", "features_in_batches", "rotation_probe"]
+__all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset",
+           "features_in_batches", "rotation_views", "fit_rotation_probes", "rotation_probe"]
 
 
 def _check_xy(x, y, name: str, num_classes: int | None = None):
@@ -229,6 +230,40 @@ def features_in_batches(feature_fn: Callable, images, batch_size: int = 512) -> 
     return np.concatenate(out, 0)
 
 
+def rotation_views(train_images, test_images, *, rotations: str = "all", key=None):
+    """The rotation probe's data: ``((x_train, k_train), (x_test, k_test))``, :func:`rotation_dataset` of each split.
+
+    ``rotations="all"``: each image under all four rotations; ``"random"``: each image once, under a
+    rotation drawn uniformly per image from ``fold_in(key, 1)`` (train) and ``fold_in(key, 2)`` (test), the
+    authors' ``RotationDataset``. :func:`rotation_probe` with the same ``key`` sees exactly these images, so
+    features computed once here serve several representations (:func:`fit_rotation_probes`).
+    """
+    if rotations not in ("all", "random"):
+        raise ValueError(f"`rotations` must be 'all' or 'random'; got {rotations!r}.")
+    key = jax.random.PRNGKey(0) if key is None else key
+    draw = rotations == "random"
+    train = rotation_dataset(train_images, key=jax.random.fold_in(key, 1) if draw else None)
+    test = rotation_dataset(test_images, key=jax.random.fold_in(key, 2) if draw else None)
+    return train, test
+
+
+def fit_rotation_probes(train_features, train_labels, test_features, test_labels, *, epochs: int = 5,
+                        hidden: int = 512, batch_size: int = 256, lr: float = 1e-3, key=None) -> dict:
+    """The rotation probes on given features: a linear probe (key ``split(key)[0]``) and a 2-layer MLP of width
+    ``hidden`` (key ``split(key)[1]``), 4 classes, Adam ``lr``, ``epochs`` epochs; test accuracy.
+
+    Returns ``{"linear": acc, "mlp": acc, "linear_train": ..., "mlp_train": ..., "epochs"}``.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    k1, k2 = jax.random.split(key)
+    lin = logistic_probe(train_features, train_labels, test_features, test_labels, num_classes=4, epochs=epochs,
+                         batch_size=batch_size, lr=lr, key=k1)
+    mlp = mlp_probe(train_features, train_labels, test_features, test_labels, num_classes=4, hidden=hidden,
+                    epochs=epochs, batch_size=batch_size, lr=lr, key=k2)
+    return {"linear": lin["acc"], "mlp": mlp["acc"], "linear_train": lin["train_acc"], "mlp_train": mlp["train_acc"],
+            "epochs": epochs}
+
+
 def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: int = 5, hidden: int = 512,
                    batch_size: int = 256, lr: float = 1e-3, rotations: str = "all", key=None) -> dict:
     """The guillotine experiment's rotation-prediction probe.
@@ -240,22 +275,14 @@ def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: i
     ``RotationDataset``; the train and test draws come from ``key``). Chance is 0.25. Returns
     ``{"linear": acc, "mlp": acc, "linear_train": ..., "mlp_train": ..., "epochs"}``.
 
+    It is :func:`rotation_views`, ``feature_fn`` over each split (:func:`features_in_batches`), then
+    :func:`fit_rotation_probes`, all with ``key``.
+
     Args:
       feature_fn: ``images (b, H, W, C) -> features (b, d)`` (e.g. backbone ``z`` or head ``h(z)``).
       train_images, test_images: square NHWC images (unrotated).
     """
-    if rotations not in ("all", "random"):
-        raise ValueError(f"`rotations` must be 'all' or 'random'; got {rotations!r}.")
     key = jax.random.PRNGKey(0) if key is None else key
-    k1, k2 = jax.random.split(key)
-    draw = rotations == "random"
-    xr_tr, y_tr = rotation_dataset(train_images, key=jax.random.fold_in(key, 1) if draw else None)
-    xr_te, y_te = rotation_dataset(test_images, key=jax.random.fold_in(key, 2) if draw else None)
-    f_tr = features_in_batches(feature_fn, xr_tr)
-    f_te = features_in_batches(feature_fn, xr_te)
-    lin = logistic_probe(f_tr, y_tr, f_te, y_te, num_classes=4, epochs=epochs, batch_size=batch_size, lr=lr,
-                         key=k1)
-    mlp = mlp_probe(f_tr, y_tr, f_te, y_te, num_classes=4, hidden=hidden, epochs=epochs, batch_size=batch_size,
-                    lr=lr, key=k2)
-    return {"linear": lin["acc"], "mlp": mlp["acc"], "linear_train": lin["train_acc"], "mlp_train": mlp["train_acc"],
-            "epochs": epochs}
+    (xr_tr, y_tr), (xr_te, y_te) = rotation_views(train_images, test_images, rotations=rotations, key=key)
+    return fit_rotation_probes(features_in_batches(feature_fn, xr_tr), y_tr, features_in_batches(feature_fn, xr_te),
+                               y_te, epochs=epochs, hidden=hidden, batch_size=batch_size, lr=lr, key=key)
