@@ -4,8 +4,9 @@ Each ``docs/bench_*.md`` is written by its script (``experiments/bench_*.py``) t
 ``experiments.benchmarks.harness.write_table``, which puts the command, the load average before
 and after the run, the library versions and the device at its top, and refuses to write when the
 machine was loaded (unless forced, then the table says ``FORCED UNDER LOAD``). ``docs/bench_hessian_h200.md``
-is ``bench_hessian``'s table from a GPU machine, and ``docs/dry_run_paper.md`` the ``PROJECTION.md`` that
-``python -m experiments.reproduce --variant paper --dry-run`` writes beside its ``DRY_RUN.md`` (copied as is). This script only
+is ``bench_hessian``'s table from a GPU machine, and ``docs/dry_run_paper.md`` gathers the ``PROJECTION.md`` tables that
+``python -m experiments.reproduce --variant paper --dry-run [--only ...]`` writes beside its ``DRY_RUN.md`` (each with its own
+command and load line, the latest run of a row first and the rows it supersedes kept as history). This script only
 concatenates them under one index so that every number keeps its command next to it, and states
 per section whether it is a quiet-machine table:
 
