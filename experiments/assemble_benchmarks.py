@@ -2,7 +2,8 @@
 
 Each ``docs/bench_*.md`` is written by its script (``experiments/bench_*.py``) through
 ``experiments.benchmarks.harness.write_table``, which puts the command, the load average before
-and after the run, the library versions and the device at its top, and refuses to write when the
+and after the run, the share of the CPU other processes used during it (tables written since that
+measure exists), the library versions and the device at its top, and refuses to write when the
 machine was loaded (unless forced, then the table says ``FORCED UNDER LOAD``). ``docs/bench_hessian_h200.md``
 is ``bench_hessian``'s table from a GPU machine, and ``docs/dry_run_paper.md`` gathers the ``PROJECTION.md`` tables that
 ``python -m experiments.reproduce --variant paper --dry-run [--only ...]`` writes beside its ``DRY_RUN.md`` (each with its own
@@ -59,10 +60,12 @@ def assemble(root: str | pathlib.Path = ".") -> tuple[str, dict]:
     root = pathlib.Path(root)
     parts = ["# BENCHMARKS", "",
              "Every table below was printed by the script named in its section, with the exact command, "
-             "the load average before and after, the library versions and the device at its top "
+             "the load average before and after, the other processes' CPU share during the run (tables written since "
+             "that measure exists), the library versions and the device at its top "
              "(`experiments/benchmarks/harness.py`). Competing implementations were timed interleaved "
              "(A B A B ...), and ratios are medians of per-round ratios with their spread. Status per section: "
-             "quiet (load below the threshold), FORCED UNDER LOAD, or legacy (no harness header; not verified).", ""]
+             "quiet (not loaded by the harness's rule at the time it ran), FORCED UNDER LOAD, or legacy (no harness header; "
+             "not verified).", ""]
     index, bodies, states = [], [], {}
     for fname, title, script in ORDER:
         path = root / "docs" / fname

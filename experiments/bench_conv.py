@@ -85,7 +85,7 @@ def main(argv=None) -> str:
     ap.add_argument("--out", default=None, help="markdown file to write")
     harness.add_arguments(ap, repeats=5, warmup=1)
     args = ap.parse_args(argv)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     rows = [r for dt in args.dtypes.split(",") for r in bench(args.batch, args.repeats, args.warmup, dtype=dt.strip())]
     text = ("3x3 convolution, stride 1, padding 1, batch " f"{args.batch} (one view of a batch-128 step). "
             "`ratio_bwd` = PyTorch backward (dx + dw) / (JAX dx + JAX dw); `jax_dw_over_fwd`: XLA's weight-gradient "
@@ -96,7 +96,7 @@ def main(argv=None) -> str:
     if args.out:
         harness.write_table(args.out, "One convolution's three passes: XLA:CPU vs PyTorch (CPU)", text,
                             command=harness.command_line("experiments.bench_conv", argv), load_before=load0,
-                            threshold=args.load_threshold, force=args.force)
+                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
     return text
 
 

@@ -126,7 +126,7 @@ def main(argv=None):
     ap.add_argument("--out", type=str, default=None, help="write the table (markdown) here")
     harness.add_arguments(ap, repeats=3, warmup=1)
     a = ap.parse_args(argv)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     rows, info = run(a.t1, a.repeats)
     md = table(rows, info)
     print(md)
@@ -135,7 +135,7 @@ def main(argv=None):
                 f"Float64; wall times are medians of {a.repeats} rounds interleaved over the rows.\n\n{md}\n")
         harness.write_table(a.out, "Gradient flow: adaptive Tsit5 vs fixed-step RK4 (sharpness rule)", body,
                             command=harness.command_line("experiments.bench_flow", argv), load_before=load0,
-                            threshold=a.load_threshold, force=a.force)
+                            cpu_start=cpu0, threshold=a.load_threshold, force=a.force)
     return rows, info
 
 

@@ -179,7 +179,7 @@ def main(argv=None) -> str:
     ap.add_argument("--markdown", default=None, help="write the table and command to this markdown file")
     harness.add_arguments(ap, repeats=5, warmup=2)
     args = ap.parse_args(argv)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     rows = bench(tuple(args.models.split(",")), args.batch, args.size, args.repeats, args.warmup)
     table = markdown_table(rows, floatfmt=".3g")
     text = ("Same weights on both sides (random init in the official key layouts, converted with "
@@ -192,7 +192,7 @@ def main(argv=None) -> str:
     if args.markdown:
         harness.write_table(args.markdown, "Forward throughput: JAX jit vs PyTorch eager (CPU)", text,
                             command=harness.command_line("experiments.bench_forward", argv), load_before=load0,
-                            threshold=args.load_threshold, force=args.force)
+                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
     return text
 
 

@@ -308,7 +308,7 @@ def main(argv=None):
         for k, v in SMALL.items():
             setattr(args, k, v)
     device = torch_device(args.torch_device)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     problems = ("blockwise", "coupled") if args.problem == "both" else (args.problem,)
     results, bodies = {}, []
     for name in problems:
@@ -324,7 +324,8 @@ def main(argv=None):
                                 starts=args.convergence, tol=args.tol)
             m["steps_to_tol"] = rows
             bodies.append(convergence_report(rows, m))
-    results["load"] = {"before": load0, "after": harness.load_average()}
+    results["load"] = {"before": load0, "after": harness.load_average(),
+                       "other_cpu_share": harness.other_cpu_share(cpu0)}
     body = "\n".join(bodies)
     print(body)
     if args.json:
@@ -335,7 +336,8 @@ def main(argv=None):
     if args.out:
         harness.write_table(args.out, "Benchmark: extreme eigenvalues of hess_z1 L (SimSiam, pseudo-collapse)", body,
                             command=harness.command_line("experiments.bench_hessian", argv),
-                            load_before=load0, load_after=results["load"]["after"], threshold=args.load_threshold,
+                            load_before=load0, load_after=results["load"]["after"],
+                            other_share=results["load"]["other_cpu_share"], threshold=args.load_threshold,
                             force=args.force)
         print(f"wrote {args.out}")
     return results

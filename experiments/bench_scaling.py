@@ -280,7 +280,7 @@ def main(argv=None):
     ap.add_argument("--fig-dir", default=None, help="figures directory (default: next to --out, bench_scaling/)")
     harness.add_arguments(ap, repeats=3, warmup=1)
     args = ap.parse_args(argv)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     tb = [int(b) for b in args.train_batches.split(",") if b] if args.train_batches else None
     tables = run(args.preset, tuple(t for t in args.tables.split(",") if t), train_batches=tb,
                  repeats=args.repeats if args.repeats != 3 else None)
@@ -292,7 +292,7 @@ def main(argv=None):
     if out:
         harness.write_table(out, "Scaling of the instruments' cost", body,
                             command=harness.command_line("experiments.bench_scaling", argv), load_before=load0,
-                            threshold=args.load_threshold, force=args.force)
+                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
     return tables
 
 

@@ -76,7 +76,7 @@ def main(argv=None) -> str:
     ap.add_argument("--out", default=None, help="markdown file to write")
     harness.add_arguments(ap, repeats=5, warmup=1)
     args = ap.parse_args(argv)
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     row = bench(args.batch, args.length, args.sentences, args.repeats, args.warmup)
     text = ("all-MiniLM-L6-v2, mean pooling + L2 normalisation, float32, the same tokens and weights on both sides. "
             f"One round embeds {args.sentences} sentences in batches of {args.batch}; JAX and PyTorch rounds interleaved "
@@ -86,7 +86,7 @@ def main(argv=None) -> str:
     if args.out:
         harness.write_table(args.out, "MiniLM forward throughput: JAX jit vs PyTorch eager (CPU)", text,
                             command=harness.command_line("experiments.bench_text", argv), load_before=load0,
-                            threshold=args.load_threshold, force=args.force)
+                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
     return text
 
 

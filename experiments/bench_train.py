@@ -316,7 +316,7 @@ def main(argv=None) -> dict:
     variants = [v for v in args.variants.split(",") if v and not (args.no_torch and v == "torch")]
     if unknown := set(variants) - set(VARIANTS):
         ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     out = {"batches": {}}
     if args.profile:
         out["profile"] = rows = [{"batch": b, **r} for b in batches for r in profile(b, repeats=args.repeats)]
@@ -335,7 +335,7 @@ def main(argv=None) -> dict:
         body = (f"Interleaved: {args.repeats} rounds of {args.steps} steps per variant after {args.warmup} warm-up "
                 f"round(s); speed_vs_torch = per-round torch time / variant time (median, quartiles).\n\n"
                 + markdown_table(rows, cols, floatfmt=".4g"))
-    out["load"] = {"before": load0, "after": harness.load_average()}
+    out["load"] = {"before": load0, "after": harness.load_average(), "other_cpu_share": harness.other_cpu_share(cpu0)}
     print(body)
     if args.json:
         with open(args.json, "w") as f:
@@ -343,7 +343,8 @@ def main(argv=None) -> dict:
     if args.out:
         harness.write_table(args.out, "Training step: SimSiam ResNet-18 CIFAR, JAX vs PyTorch eager", body,
                             command=harness.command_line("experiments.bench_train", argv), load_before=load0,
-                            load_after=out["load"]["after"], threshold=args.load_threshold, force=args.force)
+                            load_after=out["load"]["after"], other_share=out["load"]["other_cpu_share"],
+                            threshold=args.load_threshold, force=args.force)
     return out
 
 

@@ -98,17 +98,19 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
     return text
 
 
-def write_projection(out_root: pathlib.Path, command: str, names, skipped: dict, load_before: float) -> str:
+def write_projection(out_root: pathlib.Path, command: str, names, skipped: dict, load_before: float,
+                     cpu_start: harness.CpuSample | None = None) -> str:
     """``out_root/PROJECTION.md``: the dry run's projection table (:func:`experiments.report_md.dry_run_table`)
     under the benchmark harness's header -- the command, the 1-minute load average before and after the whole dry
-    run and the environment -- written whatever the load (a dry run loads the machine itself; a load above the
-    threshold is marked, not refused)."""
+    run, the share of the CPU other processes used during it (from ``cpu_start``) and the environment -- written
+    whatever the load (a loaded machine is marked, not refused)."""
     body = ("Each paper variant ran end to end with `config.dry_run = True`; its training and its analysis were each "
             "timed at two reduced sizes (compilation excluded), fitted as t = a n^p and projected to the paper's "
             "size and counts. The full dry-run report (every section) is DRY_RUN.md beside this file.\n\n"
             + report_md.dry_run_table(collect(out_root, names), skipped))
     return harness.write_table(pathlib.Path(out_root) / PROJECTION, "Projected wall time of the paper variants "
-                               "(dry runs)", body, command=command, load_before=load_before, force=True)
+                               "(dry runs)", body, command=command, load_before=load_before, cpu_start=cpu_start,
+                               force=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
     marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
                                   "dry_run": args.dry_run, "data_dir": args.data_dir,
                                   "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
-    load_before = harness.load_average()
+    load_before, cpu_start = harness.load_average(), harness.cpu_sample()
     try:
         failures, skipped = _run_all(args, names, out_root, resuming)
     except KeyboardInterrupt:  # the marker stays: the same command resumes
@@ -282,7 +284,7 @@ def main(argv=None) -> int:
         assemble_report(out_root, report_path, command, names=names if args.dry_run else None,
                         dry_run=args.dry_run, skipped=skipped)
         if args.dry_run:
-            write_projection(out_root, command, names, skipped, load_before)
+            write_projection(out_root, command, names, skipped, load_before, cpu_start)
     except Exception as err:  # noqa: BLE001 - a report that cannot be assembled is a failed run, in one line
         print(f"{prog}: error: the report {_shown(report_path)} could not be assembled from {_shown(out_root)}: "
               f"{_one_line(err)}", file=sys.stderr)

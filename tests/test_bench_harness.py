@@ -1,5 +1,6 @@
 """The benchmark harness's logic: interleaving order, ratio statistics, load refusal (milliseconds)."""
 import math
+import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +64,7 @@ def test_ratio_stats_are_per_round_ratios():
 def test_load_guard_refuses_then_marks_when_forced(tmp_path):
     assert harness.check_load(1.0, 1.9, threshold=2) is None
     with pytest.raises(harness.LoadTooHigh, match="refusing"):
-        harness.check_load(1.0, 2.5, threshold=2)
+        harness.check_load(1.0, 2.5, threshold=2)  # the other processes' share unmeasured: the load after decides
     path = tmp_path / "t.md"
     with pytest.raises(harness.LoadTooHigh):
         harness.write_table(path, "T", "| a |", command="python -m x", load_before=3.0, load_after=1.0,
@@ -78,6 +79,45 @@ def test_load_guard_refuses_then_marks_when_forced(tmp_path):
     quiet = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=0.7,
                                 threshold=2, env=env)
     assert "FORCED" not in quiet
+
+
+def test_a_run_that_loads_the_machine_itself_is_quiet_and_other_processes_are_not():
+    """Where the other processes' CPU share is measured it decides, not the load after the run: a 2-core run that
+    leaves the load at 2.08 with nothing else running is quiet; another process using 30% of the CPU is not; the
+    load before the run still decides."""
+    assert harness.check_load(0.5, 2.08, threshold=2, other_share=0.004) is None
+    with pytest.raises(harness.LoadTooHigh, match=r"other processes used 30.0% of the CPU"):
+        harness.check_load(0.5, 1.0, threshold=2, other_share=0.30)
+    with pytest.raises(harness.LoadTooHigh, match=r"3.00 before the run"):
+        harness.check_load(3.0, 1.0, threshold=2, other_share=0.0)
+    env = {"device": "cpu:cpu", "processor": "x86", "cpu_count": 2, "python": "3.12", "versions": {"jax": "9"}}
+    text = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=2.08, threshold=2,
+                               other_share=0.004, env=env)
+    assert "FORCED" not in text and "other processes used 0.4% of the CPU during the run (threshold 10%)" in text
+
+
+def _stat(tmp_path, busy_ticks, idle_ticks, cores=2):
+    cpu_lines = "".join(f"cpu{i} 1 0 0 1 0 0 0 0 0 0\n" for i in range(cores))
+    path = tmp_path / "stat"
+    path.write_text(f"cpu  {busy_ticks} 0 0 {idle_ticks} 0 0 0 0 0 0\n{cpu_lines}intr 0\n")
+    return str(path)
+
+
+def test_other_cpu_share_is_the_machines_busy_time_less_the_processs_own_over_cores_and_wall(tmp_path):
+    """A hand-made pair of samples: 2 cores for 10 s (20 CPU-seconds), the machine busy 15 s of it, the process 12 s:
+    other processes used 3 / 20 = 15%; missing samples, or no time between them, give nan; ``cpu_sample`` parses ``/proc/stat``'s first line
+    in clock ticks and counts the per-CPU lines."""
+    a = harness.CpuSample(wall=100.0, busy=50.0, own=5.0, cores=2)
+    b = harness.CpuSample(wall=110.0, busy=65.0, own=17.0, cores=2)
+    assert harness.other_cpu_share(a, b) == pytest.approx(0.15)
+    assert harness.other_cpu_share(a, b._replace(own=40.0)) == 0.0  # clipped at zero
+    assert math.isnan(harness.other_cpu_share(None, b)) and math.isnan(harness.other_cpu_share(a, a))
+    tick = os.sysconf("SC_CLK_TCK")
+    s = harness.cpu_sample(_stat(tmp_path, 7 * tick, 3 * tick, cores=4))
+    assert s.cores == 4 and s.busy == pytest.approx(7.0) and s.own > 0
+    assert harness.cpu_sample(str(tmp_path / "absent")) is None
+    (tmp_path / "bad").write_text("nonsense\n")
+    assert harness.cpu_sample(str(tmp_path / "bad")) is None
 
 
 def test_environment_records_the_variables_that_change_what_is_computed(monkeypatch):

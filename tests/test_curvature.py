@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compilations import compilations as _compilations
 from jax.flatten_util import ravel_pytree
 
 from ssl_geometry import curvature as cv
@@ -541,27 +542,6 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
 
 
 # ----------------------------------------------------------------------------- compiled once per computation
-
-
-def _compilations(fn):
-    """Messages of the XLA compilations ``fn()`` triggers (JAX logs one "Compiling ..." per compilation)."""
-    import logging
-
-    records = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            if record.getMessage().startswith("Compiling"):
-                records.append(record.getMessage().split(" with ")[0])
-
-    handler, root = Collect(level=logging.DEBUG), logging.getLogger()
-    root.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            fn()
-    finally:
-        root.removeHandler(handler)
-    return records
 
 
 def test_fresh_closure_matvec_compiles_once_and_its_arrays_are_arguments():

@@ -10,6 +10,7 @@ import pytest
 from experiments import claims, common, configs, guillotine, rules, suite
 from experiments.guillotine import dry_run as D
 from experiments.guillotine import geometry as G
+from experiments.guillotine import probing
 from experiments.guillotine import training as T
 from experiments.configs import guillotine as gconfig
 from ssl_geometry import backbones, heads
@@ -459,9 +460,10 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     """Paper: the main run (9750 updates at 256) at batches 8 and 16, the ablation (3 runs of 4850 at 512) timed by
     its deepest head at 16 and 32: with a step time linear in the batch the training projection is every update at
     its own batch, ``9750 t(256) + 14550 t(512)``. Each analysis part is timed at its two sizes (probe images 512,
-    1024 of 50000, a backbone pass and the heads on its z, 5 1/6 passes; degeneracy images 8, 16 of 256) and
-    projected apart; the analysis total is
-    their sum, its points the costlier part's."""
+    1024 of 50000, a backbone pass and the heads on its z, 5 1/6 passes; probe fits at 4096 and 8192 images, each
+    kind once through the analysis' own fit functions at the paper's 5 epochs and weighted by its count: rotation
+    on z x 4 runs, on h(z) x 5 (the untrained head too), class on z and h(z) once; degeneracy images 8, 16 of 256)
+    and projected apart; the analysis total is their sum, its points the costliest part's."""
     import time
 
     c = gconfig.get_config("paper")
@@ -480,9 +482,23 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
             return lambda: time.sleep(seconds_per_image * n)
         return make
 
+    fits = []
+
+    def fake_fit(task):  # seconds per training row: 1e-6 x width (the MLP's cost grows with the feature width)
+        def fit(feats, hidden, key, epochs, num_classes=None):
+            (f_tr, y_tr), (f_te, _) = feats
+            classes = int(y_tr.max()) + 1
+            fits.append((task, f_tr.shape, f_te.shape[0], hidden, epochs, classes, num_classes))
+            time.sleep(1e-7 * f_tr.size)
+            return {}
+        return fit
+
     monkeypatch.setattr(T, "train_simclr", fake_train)
+    monkeypatch.setattr(probing, "rotation_fit", fake_fit("rotation"))
+    monkeypatch.setattr(probing, "class_fit", fake_fit("class"))
     runs = {"main": {"step_time_s": t(8)}, **{d: {"step_time_s": t(16)} for d in c.ablation.depths}}
-    d = D.dry_run(c, ab, runs, unit("probes", 2e-4), unit("geometry", 1e-3))
+    widths = {"backbone": 16, "head": 64}
+    d = D.dry_run(c, ab, runs, unit("probes", 2e-4), unit("geometry", 1e-3), widths, 100)
     assert calls == [(2, "relu", 16, 0), (3, "swish", 32, 0)]
     tr = d["training"]
     assert [n for n, _ in tr["points"]] == [8, 16] and tr["exponent"] == pytest.approx(1.0)
@@ -496,8 +512,22 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     assert [n for n, _ in probes["points"]] == [512, 1024] and (probes["full_size"], probes["count"]) == (50000, passes)
     assert [n for n, _ in geometry["points"]] == [8, 16] and (geometry["full_size"], geometry["count"]) == (256, 1)
     assert all(math.isfinite(p["exponent"]) and p["projected_s"] > 0 for p in (probes, geometry))
-    assert an["projected_s"] == probes["projected_s"] + geometry["projected_s"]
-    assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 52 s against 0.26 s
+    # the fits: each kind at 4096 and 8192 images (test set 1/5 of that), once untimed and once timed per size
+    assert D.fit_timing_sizes(c) == [4096, 8192]
+    kinds = {("rotation", 16, 256, 4, None): 4, ("rotation", 64, 512, 4, None): 5, ("class", 16, 256, 100, 100): 1,
+             ("class", 64, 512, 100, 100): 1}
+    want = [(task, (n, w), round(n / 5), h, 5, k, nc) for n in (4096, 8192) for (task, w, h, k, nc) in kinds
+            for _ in range(2)]
+    assert sorted(fits) == sorted(want)
+    f = an["parts"]["fits"]
+    assert [n for n, _ in f["points"]] == [4096, 8192] and (f["full_size"], f["count"]) == (50000, 1)
+    assert {k: v["fits"] for k, v in f["kinds"].items()} == {"rotation/backbone": 4, "rotation/head": 5,
+                                                              "class/backbone": 1, "class/head": 1}
+    for i in range(2):  # each point is the sum of every kind's time weighted by its count
+        assert f["points"][i][1] == pytest.approx(sum(k["fits"] * k["points"][i][1] for k in f["kinds"].values()))
+    assert f["points"][1][1] == pytest.approx(8192 * 1e-7 * (4 * 16 + 5 * 64 + 16 + 64), rel=0.5)  # the sleeps
+    assert an["projected_s"] == pytest.approx(probes["projected_s"] + f["projected_s"] + geometry["projected_s"])
+    assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 52 s against 2 s and 0.26 s
     assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == tr["points"][1][1]
     with pytest.raises(ValueError, match="dry_run_examples"):
         D.run_batch(configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"data.dry_run_examples": 16}),
@@ -506,10 +536,18 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
 
 def test_probe_timing_sizes_are_an_eighth_and_a_quarter_capped_and_tile_repeats_the_images():
     """The probe part is timed at 1/8 and 1/4 of ``probes.train_images``, at most 512 and 1024 (the paper's 50,000;
-    a smoke run's 2,000 at 250 and 500; the tiny 96 at 12 and 24); ``tile`` cycles the generated images."""
+    a smoke run's 2,000 at 250 and 500; the tiny 96 at 12 and 24), the probe fits at most at 4096 and 8192;
+    ``tile`` cycles the generated images."""
     assert D.probe_timing_sizes(gconfig.get_config("paper")) == [512, 1024]
     assert D.probe_timing_sizes(gconfig.get_config("smoke")) == [250, 500]
     assert D.probe_timing_sizes(gconfig.get_config("tiny")) == [12, 24]
+    assert D.fit_timing_sizes(gconfig.get_config("paper")) == [4096, 8192]
+    assert D.fit_timing_sizes(gconfig.get_config("tiny")) == [12, 24]
+    # the real fits at the tiny sizes: every kind timed at both, the unit their count-weighted sum
+    f = D.fit_projection(gconfig.get_config("tiny"), 2, {"backbone": 8, "head": 6}, 10)
+    assert [n for n, _ in f["points"]] == [12, 24] and f["full_size"] == 96 and f["projected_s"] > 0
+    assert {k: v["fits"] for k, v in f["kinds"].items()} == {"rotation/backbone": 2, "rotation/head": 3,
+                                                              "class/backbone": 1, "class/head": 1}
     imgs = np.arange(3 * 2).reshape(3, 2)
     np.testing.assert_array_equal(D.tile(imgs, 7), imgs[[0, 1, 2, 0, 1, 2, 0]])
     with pytest.raises(ValueError, match="`n` >= 1"):

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from compilations import compilations
 
 from ssl_geometry import probes
 
@@ -97,6 +98,30 @@ def test_logistic_and_mlp_probes_on_linear_and_xor_data():
     mlp = probes.mlp_probe(x[:600], y[:600], x[600:], y[600:], hidden=64, epochs=60, lr=1e-2)
     assert lin["acc"] < 0.7
     assert mlp["acc"] > 0.9
+
+
+def test_probe_fits_and_knn_compile_once_per_shape_with_the_data_as_arguments():
+    """A second probe of the same shapes and setting compiles nothing (the fit and the kNN vote are module-level
+    jitted functions, the data their arguments), and its result is the one a first call on that data gives."""
+    rng = np.random.default_rng(21)
+    data = [(rng.standard_normal((300, 12)).astype(np.float32), rng.integers(0, 3, 300)) for _ in range(2)]
+    test = (rng.standard_normal((90, 12)).astype(np.float32), rng.integers(0, 3, 90))
+    key = jax.random.PRNGKey(5)
+    calls = {"linear": lambda x, y: probes.logistic_probe(x, y, *test, num_classes=3, epochs=2, batch_size=32, key=key),
+             "mlp": lambda x, y: probes.mlp_probe(x, y, *test, num_classes=3, hidden=16, epochs=2, batch_size=32,
+                                                  key=key),
+             "knn": lambda x, y: probes.knn_probe(x, y, *test, k=7, num_classes=3, weighting="similarity")}
+    for name, call in calls.items():
+        call(*data[0])
+        out = {}
+        msgs = compilations(lambda: out.update(r=call(*data[1])))
+        assert msgs == [], (name, msgs)
+        assert out["r"] == call(*data[1]), name  # deterministic: the same data and key give the same probe
+    # a new setting (here the epochs) is a new compilation of the fit, not a silent reuse
+    assert any("_fit" in m for m in compilations(
+        lambda: probes.logistic_probe(*data[1], *test, num_classes=3, epochs=3, batch_size=32, key=key)))
+    with pytest.raises(ValueError, match="batch_size"):
+        probes.logistic_probe(*data[1], *test, batch_size=0)
 
 
 def test_rotation_probe_constructed_case():

@@ -8,19 +8,24 @@ implementations in turn (A B A B ...), one call each per repeat, so both see the
 rather than a ratio of two separately taken means.
 
 A committed table must come from a quiet machine: :func:`write_table` refuses (raises
-:class:`LoadTooHigh`) when the 1-minute load average before or after the run exceeds the
-threshold (default: the number of CPU cores, i.e. 2 on the project's 2-core machine), unless
-``force=True``, and then marks the table ``FORCED UNDER LOAD``. Every written table carries the
-command, the loads, the library versions and the device (:func:`environment`).
+:class:`LoadTooHigh`) when the 1-minute load average before the run exceeds the threshold
+(default: the number of CPU cores, i.e. 2 on the project's 2-core machine), or when other
+processes used more than :data:`OTHER_CPU_THRESHOLD` of the machine's CPU time during the run
+(:func:`other_cpu_share`, from ``/proc/stat`` and the process's own CPU time), unless
+``force=True``, and then marks the table ``FORCED UNDER LOAD``. The load after the run is
+recorded but decides only where the other processes' share cannot be measured: a run that keeps
+every core busy raises the load to about the core count by itself, so the load after it cannot
+tell a loaded machine from a busy benchmark. Every written table carries the command, the loads,
+the other processes' share, the library versions and the device (:func:`environment`).
 
 Usage in a benchmark script::
 
     from experiments.benchmarks import harness
-    load0 = harness.load_average()
+    load0, cpu0 = harness.load_average(), harness.cpu_sample()
     times = harness.interleave({"ours": run_ours, "paper": run_paper}, repeats=5)
     stats = harness.ratio_stats(times["ours"], times["paper"])
     harness.write_table("docs/bench_x.md", title, body, command=harness.command_line("experiments.bench_x"),
-                        load_before=load0, force=args.force)
+                        load_before=load0, cpu_start=cpu0, force=args.force)
 """
 from __future__ import annotations
 
@@ -33,9 +38,10 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
-__all__ = ["LoadTooHigh", "default_threshold", "load_average", "block", "time_call", "interleave",
+__all__ = ["LoadTooHigh", "OTHER_CPU_THRESHOLD", "CpuSample", "default_threshold", "load_average", "cpu_sample",
+           "other_cpu_share", "block", "time_call", "interleave",
            "interleave_order", "ratio_stats", "summary", "environment", "environment_line", "command_line",
            "check_load", "header", "write_table", "add_arguments"]
 
@@ -55,6 +61,51 @@ def load_average() -> float:
         return float(os.getloadavg()[0])
     except (AttributeError, OSError):
         return math.nan
+
+
+#: The largest share of the machine's CPU time (all cores over the run's wall time) other processes may use during a
+#: committed run: 10%, a fifth of one core on 2 cores (an idle machine here measures about 0.4%; one busy process
+#: beside a 2-core run, about 30%).
+OTHER_CPU_THRESHOLD = 0.10
+
+
+class CpuSample(NamedTuple):
+    """CPU time at one moment: ``wall`` (monotonic s), ``busy`` (the machine's non-idle CPU seconds, all cores:
+    user, nice, system, irq, softirq and steal of ``/proc/stat``), ``own`` (this process's and its waited-for
+    children's user and system seconds) and ``cores`` (the CPUs ``/proc/stat`` counts)."""
+
+    wall: float
+    busy: float
+    own: float
+    cores: int
+
+
+def cpu_sample(stat_path: str = "/proc/stat") -> CpuSample | None:
+    """A :class:`CpuSample` now (``None`` where ``stat_path`` cannot be read or parsed: not Linux)."""
+    try:
+        with open(stat_path) as f:
+            lines = f.read().splitlines()
+        fields = [float(x) for x in lines[0].split()[1:]]
+        cores = sum(1 for ln in lines[1:] if ln.startswith("cpu") and ln[3:4].isdigit())
+        tick = float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    if lines[0].split()[0] != "cpu" or len(fields) < 7 or cores < 1:
+        return None
+    busy = (sum(fields[i] for i in (0, 1, 2, 5, 6)) + (fields[7] if len(fields) > 7 else 0.0)) / tick
+    t = os.times()
+    return CpuSample(time.monotonic(), busy, t.user + t.system + t.children_user + t.children_system, cores)
+
+
+def other_cpu_share(start: CpuSample | None, end: CpuSample | None = None) -> float:
+    """The share of the machine's CPU time other processes used between two samples:
+    ``(busy_1 - busy_0 - (own_1 - own_0)) / (cores * (wall_1 - wall_0))``, clipped at 0 (the counters tick at
+    different rates), ``nan`` when either sample is missing or no time passed. ``end`` defaults to now."""
+    end = cpu_sample() if end is None else end
+    if start is None or end is None or end.wall <= start.wall:
+        return math.nan
+    other = (end.busy - start.busy) - (end.own - start.own)
+    return max(0.0, other / (end.cores * (end.wall - start.wall)))
 
 
 def block(out):
@@ -193,15 +244,29 @@ def command_line(module: str, argv: Sequence[str] | None = None) -> str:
 
 
 def check_load(load_before: float, load_after: float, *, threshold: float | None = None,
-               force: bool = False) -> str | None:
-    """``None`` when both loads are ``<= threshold``; else raise :class:`LoadTooHigh`, or with
-    ``force`` return the mark to print on the table."""
+               force: bool = False, other_share: float = math.nan,
+               other_threshold: float = OTHER_CPU_THRESHOLD) -> str | None:
+    """``None`` when the machine was quiet; else raise :class:`LoadTooHigh`, or with ``force`` return the mark to
+    print on the table.
+
+    Quiet: ``load_before <= threshold`` and, where ``other_share`` (:func:`other_cpu_share`) is measured,
+    ``other_share <= other_threshold``; where it is not (``nan``), ``load_after <= threshold`` instead. A ``nan``
+    load (no load average on this OS) passes its check.
+    """
     threshold = default_threshold() if threshold is None else float(threshold)
-    worst = max(load_before, load_after)
-    if math.isnan(worst) or worst <= threshold:
+    measured = not math.isnan(other_share)
+    reasons = []
+    if load_before > threshold:
+        reasons.append(f"load average {load_before:.2f} before the run exceeds the threshold {threshold:g}")
+    if measured and other_share > other_threshold:
+        reasons.append(f"other processes used {100 * other_share:.1f}% of the CPU during the run (threshold "
+                       f"{100 * other_threshold:g}%)")
+    if not measured and load_after > threshold:
+        reasons.append(f"load average {load_after:.2f} after the run exceeds the threshold {threshold:g} (the other "
+                       "processes' share could not be measured)")
+    if not reasons:
         return None
-    msg = (f"load average {load_before:.2f} before / {load_after:.2f} after the run exceeds the threshold "
-           f"{threshold:g}")
+    msg = "; ".join(reasons)
     if not force:
         raise LoadTooHigh(msg + ": refusing to write a committed benchmark table (wait for a quiet machine, "
                           "or pass --force to write it marked FORCED UNDER LOAD).")
@@ -209,29 +274,36 @@ def check_load(load_before: float, load_after: float, *, threshold: float | None
 
 
 def header(title: str, command: str, *, load_before: float, load_after: float, mark: str | None,
-           env: dict | None = None, threshold: float | None = None) -> str:
-    """The block every committed table starts with: title, command, loads, environment, mark."""
+           env: dict | None = None, threshold: float | None = None, other_share: float = math.nan) -> str:
+    """The block every committed table starts with: title, command, loads, the other processes' CPU share,
+    environment, mark."""
     threshold = default_threshold() if threshold is None else float(threshold)
+    other = ("" if math.isnan(other_share) else
+             f"; other processes used {100 * other_share:.1f}% of the CPU during the run "
+             f"(threshold {100 * OTHER_CPU_THRESHOLD:g}%)")
     lines = [f"# {title}", "", f"Command: `{command}`", "",
-             f"1-minute load average {load_before:.2f} before and {load_after:.2f} after the run "
-             f"(threshold {threshold:g}); {environment_line(env)}.", ""]
+             f"1-minute load average {load_before:.2f} before (threshold {threshold:g}) and {load_after:.2f} after "
+             f"the run{other}; {environment_line(env)}.", ""]
     if mark:
         lines += [mark, ""]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"  # a blank line before the body
 
 
 def write_table(path: str | os.PathLike | None, title: str, body: str, *, command: str, load_before: float,
                 load_after: float | None = None, threshold: float | None = None, force: bool = False,
-                env: dict | None = None) -> str:
-    """Check the load (:func:`check_load`), then write ``header + body`` to ``path``; returns the text.
+                env: dict | None = None, cpu_start: CpuSample | None = None,
+                other_share: float | None = None) -> str:
+    """Check the machine was quiet (:func:`check_load`), then write ``header + body`` to ``path``; returns the text.
 
-    ``load_after`` defaults to the load now. ``path=None`` returns the text without writing (the
-    load check still applies, so a forced table is always marked).
+    ``load_after`` defaults to the load now; ``other_share`` to :func:`other_cpu_share` from ``cpu_start`` (the
+    :func:`cpu_sample` taken with ``load_before``) to now, ``nan`` without one. ``path=None`` returns the text
+    without writing (the check still applies, so a forced table is always marked).
     """
     load_after = load_average() if load_after is None else load_after
-    mark = check_load(load_before, load_after, threshold=threshold, force=force)
+    other_share = other_cpu_share(cpu_start) if other_share is None else float(other_share)
+    mark = check_load(load_before, load_after, threshold=threshold, force=force, other_share=other_share)
     text = header(title, command, load_before=load_before, load_after=load_after, mark=mark, env=env,
-                  threshold=threshold) + body.rstrip() + "\n"
+                  threshold=threshold, other_share=other_share) + body.rstrip() + "\n"
     if path is not None:
         p = pathlib.Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -248,4 +320,4 @@ def add_arguments(ap, *, repeats: int = 5, warmup: int = 1) -> None:
     ap.add_argument("--force", action="store_true",
                     help="write the table even when the load exceeds the threshold (marked FORCED UNDER LOAD)")
     ap.add_argument("--load-threshold", type=float, default=None,
-                    help="1-minute load average above which no table is written (default: CPU count)")
+                    help="1-minute load average before the run above which no table is written (default: CPU count)")

@@ -37,7 +37,7 @@ import ml_collections
 import numpy as np
 
 from experiments import claims, configs, rules
-from ssl_geometry import augment, metrics
+from ssl_geometry import augment, data, metrics
 
 from . import dry_run as D
 from . import geometry as G
@@ -238,7 +238,10 @@ def measure(config) -> dict:
         def geometry_unit(n):  # the geometry of the main run at n degeneracy images (every count scaled alike)
             sz_n = _sizes(cfg, geometry_images=n)
             return lambda: _geometry(cfg, geos, heads, test_ds, sz_n, scales, k_deg, trained, adt)
-        out["dry_run"] = D.dry_run(cfg, _ablation_config(cfg), runs, probe_unit, geometry_unit)
+        reps = probing.representations(fz, {"head": fh}, augment.to_float(pool[:2]))
+        widths = {k: v.shape[1] for k, v in reps.items()}
+        out["dry_run"] = D.dry_run(cfg, _ablation_config(cfg), runs, probe_unit, geometry_unit, widths,
+                                   data.info(cfg.data.name).num_classes)
     return out
 
 

@@ -7,21 +7,27 @@ set-up) lowers ``p`` at small sizes, and a reduced batch or image count underuse
 under-project where those dominate. The training and geometry sizes are far below 1/8 of the paper's (1/32 and
 1/16 of the batch, :data:`GEOMETRY_IMAGES`): every size compiles the ResNet-18 step or the float64 analysis
 afresh, minutes each on a 2-core CPU. The probe passes are timed at :func:`probe_timing_sizes` (512 and 1024
-images at the paper's size), large enough that the fixed cost of a pass is small beside its images.
+images at the paper's size), large enough that the fixed cost of a pass is small beside its images, and the probe
+fits on their features at :func:`fit_timing_sizes` (4096 and 8192 images), each kind of fit once per size.
 """
 from __future__ import annotations
 
+import jax
 import ml_collections
 import numpy as np
 
 from experiments import configs, projection
 
+from . import probing
 from . import training as T
 
 #: Probe-set training images of the dry run's own probes (the paper's 50,000; its test set scaled alike).
 PROBE_IMAGES = 16
 #: The most probe-set training images the analysis' probe part is timed at (:func:`probe_timing_sizes`).
 PROBE_TIMING_CAP = (512, 1024)
+#: The most probe-set training images the probe fits are timed at (:func:`fit_timing_sizes`): about 4 and 8 s of
+#: fits on a 2-core CPU at the paper's widths.
+FIT_TIMING_CAP = (4096, 8192)
 #: Degeneracy images the analysis' geometry part is timed at (the paper's 256; curvature, convergence and orbit
 #: images scaled by the same fraction, ``experiments.guillotine._sizes``: 3 and 6 curvature images, 1 and 2 for the
 #: convergence study, so that the counts at least double); also the sizes of the dry run's geometry.
@@ -117,25 +123,80 @@ def probe_passes(cfg, n_runs: int) -> float:
     return 2 + (n_runs - 1) + p.test_images / (p.train_images + p.test_images)
 
 
-def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit) -> dict:
-    """The analysis of the full variant: its two parts each timed at two sizes and projected, then summed.
+def fit_timing_sizes(cfg) -> list[int]:
+    """The probe-set training image counts the probe fits are timed at: 1/8 and 1/4 of ``probes.train_images``
+    (:func:`experiments.projection.reduced_sizes`), each at most :data:`FIT_TIMING_CAP`."""
+    return sorted({min(n, cap) for n, cap in zip(projection.reduced_sizes(cfg.probes.train_images), FIT_TIMING_CAP)})
+
+
+def probe_fits(n_runs: int) -> dict:
+    """``{(task, representation): fits}`` of the full variant, each fit a linear and an MLP probe
+    (:func:`experiments.guillotine.probing.probe_suite`): rotation probes on z and on h(z) of every trained run and
+    on the main run's untrained head h_0(z) (the head's width), class probes on the main run's z and h(z)."""
+    return {("rotation", "backbone"): n_runs, ("rotation", "head"): n_runs + 1, ("class", "backbone"): 1,
+            ("class", "head"): 1}
+
+
+def _features(n_train: int, n_test: int, width: int, num_classes: int, seed: int = 0):
+    """``((f_tr, y_tr), (f_te, y_te))``: standard normal float32 features and every class in turn as labels (a fit
+    costs the same whatever the values)."""
+    rng = np.random.default_rng(seed)
+    return tuple((rng.standard_normal((n, width), dtype=np.float32), np.arange(n) % num_classes)
+                 for n in (n_train, n_test))
+
+
+def fit_projection(cfg, n_runs: int, widths: dict, num_classes: int) -> dict:
+    """The probe fits of the full variant (:func:`probe_fits`), timed at :func:`fit_timing_sizes` and projected.
+
+    Each kind of fit (task and representation: its width ``widths[rep]``, its MLP's hidden width and its classes)
+    runs once per size through the analysis' own functions (:func:`.probing.rotation_fit`,
+    :func:`.probing.class_fit`) at ``probes.epochs`` epochs, on features of that many images (four rows each under
+    ``probes.rotations = "all"``) and the test set scaled alike; the unit is the sum over kinds of ``fits x time``,
+    fitted as ``a n^p`` and projected to ``N = probes.train_images`` (count 1). Each kind's points are under
+    ``kinds``. The fits compile once per shape (:mod:`ssl_geometry.probes`), so the untimed first call of each size
+    holds the compilation.
+    """
+    p = cfg.probes
+    rows = 4 if p.rotations == "all" else 1
+    hidden = {"backbone": int(p.hidden), "head": int(p.hidden_head)}
+    key = jax.random.PRNGKey(0)
+    sizes = fit_timing_sizes(cfg)
+
+    def make(task, rep):
+        def unit(n):
+            n_test = max(1, round(n * p.test_images / p.train_images))
+            if task == "rotation":
+                feats = _features(rows * n, rows * n_test, widths[rep], 4)
+                return lambda: probing.rotation_fit(feats, hidden[rep], key, int(p.epochs))
+            feats = _features(n, n_test, widths[rep], num_classes)
+            return lambda: probing.class_fit(feats, hidden[rep], key, int(p.epochs), num_classes)
+        return unit
+
+    kinds = {f"{task}/{rep}": {"fits": count, "points": projection.time_at_sizes(make(task, rep), sizes, repeats=1)}
+             for (task, rep), count in probe_fits(n_runs).items()}
+    points = [[n, sum(k["fits"] * k["points"][i][1] for k in kinds.values())] for i, n in enumerate(sizes)]
+    return {**projection.power_law_projection(points, p.train_images, 1), "kinds": kinds}
+
+
+def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit, widths: dict, num_classes: int) -> dict:
+    """The analysis of the full variant: its three parts each timed at two sizes and projected, then summed.
 
     * probes: ``probe_unit(n)``, one pass of ``n`` probe-set training images (:func:`probe_timing_sizes`) and the
       test set scaled alike through the main run's z and then its head (a backbone pass and the small head; the
       main run's rotation pass applies two heads, the other passes one), projected to
-      ``N = probes.train_images``, count :func:`probe_passes`. The probe fits on the features (a linear and an MLP
-      classifier, ``probes.epochs`` epochs on ``N`` rows of width <= 2048) are left out: small beside the feature
-      passes at the paper's size, they recompile on every call (``ssl_geometry.probes`` jits a fresh closure per
-      fit), which would swamp a dry run's timing;
+      ``N = probes.train_images``, count :func:`probe_passes`;
+    * fits: the linear and MLP probes trained on those features (:func:`fit_projection`; ``widths`` the widths of
+      z and h(z), ``{"backbone": ..., "head": ...}``, and ``num_classes`` the data set's classes);
     * geometry: ``geometry_unit(n)`` (curvature with its FD convergence, orbits, degeneracy) at ``n`` degeneracy
       images (:data:`GEOMETRY_IMAGES`; every geometry image count scaled alike), projected to
       ``N = analysis.degeneracy_images``, count 1.
 
-    The record is the costlier part's (its points and exponent) with ``projected_s`` the sum of both and each
+    The record is the costliest part's (its points and exponent) with ``projected_s`` the sum of all three and each
     part under ``parts``.
     """
     parts = {"probes": projection.project_at_sizes(probe_unit, cfg.probes.train_images, probe_passes(cfg, n_runs),
                                                    sizes=probe_timing_sizes(cfg), repeats=1),
+             "fits": fit_projection(cfg, n_runs, widths, num_classes),
              "geometry": projection.project_at_sizes(geometry_unit, cfg.analysis.degeneracy_images, 1,
                                                      sizes=GEOMETRY_IMAGES, repeats=1)}
     top = max(parts, key=lambda k: parts[k]["projected_s"])
@@ -143,12 +204,12 @@ def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit) -> dict:
             "parts": parts}
 
 
-def dry_run(cfg, ab, runs: dict, probe_unit, geometry_unit) -> dict:
+def dry_run(cfg, ab, runs: dict, probe_unit, geometry_unit, widths: dict, num_classes: int) -> dict:
     """``measurements["dry_run"]``: :func:`training_projection` and :func:`analysis_projection`
     (:func:`experiments.projection.dry_run_record`; the step time the mean update at the larger batch)."""
     n_runs = len({id(r) for r in runs.values()})
     training = training_projection(cfg, ab, runs)
-    analysis = analysis_projection(cfg, n_runs, probe_unit, geometry_unit)
+    analysis = analysis_projection(cfg, n_runs, probe_unit, geometry_unit, widths, num_classes)
     return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
                                      scaled="batch (training), probe and degeneracy images (analysis)",
                                      batch_full=int(cfg.train.batch_size), batches=batches(cfg), runs_full=n_runs)

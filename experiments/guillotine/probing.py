@@ -16,7 +16,8 @@ from ssl_geometry import augment, probes
 
 from . import training as T
 
-__all__ = ["untrained_head_run", "representations", "probe_suite", "probe_sets"]
+__all__ = ["untrained_head_run", "fit_epochs", "rotation_fit", "class_fit", "representations", "probe_suite",
+           "probe_sets"]
 
 
 def untrained_head_run(run: dict) -> dict:
@@ -25,11 +26,27 @@ def untrained_head_run(run: dict) -> dict:
             "state": {**run["state"], "projector": run["init_state"]["projector"]}}
 
 
-def _rotation(cfg, feats, hidden, key) -> dict:
+def fit_epochs(cfg) -> int:
+    """Epochs of every probe fit: ``probes.epochs`` (the authors' 5), 1 in a dry run (a code-path check; the dry run
+    times the fits at ``probes.epochs`` apart, :func:`experiments.guillotine.dry_run.fit_projection`)."""
+    return 1 if cfg.dry_run else int(cfg.probes.epochs)
+
+
+def rotation_fit(feats, hidden: int, key, epochs: int) -> dict:
+    """The rotation probes (linear and MLP of width ``hidden``) on ``feats = ((f_tr, k_tr), (f_te, k_te))``:
+    :func:`ssl_geometry.probes.fit_rotation_probes`, test and train accuracies."""
     (f_tr, y_tr), (f_te, y_te) = feats
-    epochs = 1 if cfg.dry_run else cfg.probes.epochs
     r = probes.fit_rotation_probes(f_tr, y_tr, f_te, y_te, epochs=epochs, hidden=hidden, key=key)
     return {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}
+
+
+def class_fit(feats, hidden: int, key, epochs: int, num_classes: int | None = None) -> dict:
+    """The class probes on ``feats = ((f_tr, y_tr), (f_te, y_te))``: :func:`ssl_geometry.probes.logistic_probe`
+    and :func:`ssl_geometry.probes.mlp_probe` of width ``hidden`` with one key; their test accuracies."""
+    (ftr, ytr), (fte, yte) = feats
+    lin = probes.logistic_probe(ftr, ytr, fte, yte, num_classes=num_classes, epochs=epochs, key=key)
+    mlp = probes.mlp_probe(ftr, ytr, fte, yte, num_classes=num_classes, hidden=hidden, epochs=epochs, key=key)
+    return {"linear": lin["acc"], "mlp": mlp["acc"]}
 
 
 def representations(backbone, heads: dict, images) -> dict:
@@ -61,18 +78,15 @@ def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, clas
     (xr_tr, y_tr), (xr_te, y_te) = probes.rotation_views(rot_train, rot_test, rotations=cfg.probes.rotations,
                                                          key=k_rot)
     r_tr, r_te = representations(fz, heads, xr_tr), representations(fz, heads, xr_te)
-    out = {"rotation": {name: _rotation(cfg, ((r_tr[name], y_tr), (r_te[name], y_te)), hidden[name], k_rot)
+    epochs = fit_epochs(cfg)
+    out = {"rotation": {name: rotation_fit(((r_tr[name], y_tr), (r_te[name], y_te)), hidden[name], k_rot, epochs)
                         for name in r_tr}, "class": {}}
     if class_probes:
-        epochs = 1 if cfg.dry_run else cfg.probes.epochs
         (xtr, ytr), (xte, yte) = cls_train, cls_test
         c_tr, c_te = representations(fz, {"head": fh}, xtr), representations(fz, {"head": fh}, xte)
         for i, name in enumerate(("backbone", "head")):
-            ftr, fte = c_tr[name], c_te[name]
-            k = jax.random.fold_in(k_cls, i)
-            lin = probes.logistic_probe(ftr, ytr, fte, yte, epochs=epochs, key=k)
-            mlp = probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden[name], epochs=epochs, key=k)
-            out["class"][name] = {"linear": lin["acc"], "mlp": mlp["acc"]}
+            out["class"][name] = class_fit(((c_tr[name], ytr), (c_te[name], yte)), hidden[name],
+                                           jax.random.fold_in(k_cls, i), epochs)
     return out
 
 

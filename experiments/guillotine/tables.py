@@ -178,6 +178,7 @@ def _dry_line(dry: dict) -> str:
             f"code path, not the claim. Projected full run {dry['projected_wall_time_s'] / 3600:.3g} h on "
             f"{dry['device']}: {part('training', tr, 'mean update at batch')}, "
             f"{part('probes', parts['probes'], 'at probe images')}, "
+            f"{part('fits', parts['fits'], 'at probe images')}, "
             f"{part('geometry', parts['geometry'], 'at degeneracy images')}.\n")
 
 

@@ -4,6 +4,7 @@ Implementation of :mod:`ssl_geometry.probes`; the conventions and formulas are i
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -11,7 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ssl_geometry._src.checks import check_choice, check_finite, check_positive, check_rank
+from ssl_geometry._src.checks import (
+    check_choice,
+    check_finite,
+    check_positive,
+    check_rank,
+)
 
 __all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset",
            "features_in_batches", "rotation_views", "fit_rotation_probes", "rotation_probe"]
@@ -93,55 +99,67 @@ def knn_probe(train_x, train_y, test_x, test_y, *, k: int = 20, num_classes: int
 
     tr = jnp.asarray(unit(train_x.astype(np.float32)))
     ytr = jnp.asarray(train_y)
-
-    @jax.jit
-    def predict(q, tr, ytr):
-        sims = q @ tr.T
-        top, idx = jax.lax.top_k(sims, k)
-        votes = jax.nn.one_hot(ytr[idx], c, dtype=jnp.float32)
-        w = jnp.ones_like(top) if weighting == "uniform" else jnp.exp(top / temperature)
-        return jnp.argmax(jnp.einsum("qk,qkc->qc", w, votes), -1)
-
     te = unit(test_x.astype(np.float32))
-    preds = np.concatenate([np.asarray(predict(jnp.asarray(te[i:i + chunk]), tr, ytr))
+    preds = np.concatenate([np.asarray(_knn_predict(jnp.asarray(te[i:i + chunk]), tr, ytr, k=k, num_classes=c,
+                                                    weighting=weighting, temperature=float(temperature)))
                             for i in range(0, len(te), chunk)])
     return {"acc": float(np.mean(preds == test_y)), "k": k, "weighting": weighting, "num_classes": c}
 
 
-def _fit_classifier(apply: Callable, params, x, y, *, num_classes: int, epochs: int, batch_size: int, lr: float,
-                    weight_decay: float, key):
-    """Adam(W) on mean cross-entropy over shuffled minibatches; all epochs in one ``lax.scan``."""
+@functools.partial(jax.jit, static_argnames=("k", "num_classes", "weighting", "temperature"))
+def _knn_predict(q, tr, ytr, *, k: int, num_classes: int, weighting: str, temperature: float):
+    """Predicted classes of the unit rows ``q`` from the unit training rows ``tr`` (compiled once per shape and
+    setting; the arrays are arguments)."""
+    sims = q @ tr.T
+    top, idx = jax.lax.top_k(sims, k)
+    votes = jax.nn.one_hot(ytr[idx], num_classes, dtype=jnp.float32)
+    w = jnp.ones_like(top) if weighting == "uniform" else jnp.exp(top / temperature)
+    return jnp.argmax(jnp.einsum("qk,qkc->qc", w, votes), -1)
+
+
+def _fit_classifier(kind: str, params, x, y, *, epochs: int, batch_size: int, lr: float, weight_decay: float, key):
+    """Adam(W) on mean cross-entropy over shuffled minibatches; all epochs in one ``lax.scan``
+    (:func:`_fit`, compiled once per shape and setting)."""
+    bs = min(batch_size, x.shape[0])
+    params, losses = _fit(params, key, jnp.asarray(x), jnp.asarray(y), kind=kind, epochs=epochs, batch_size=bs,
+                          lr=float(lr), weight_decay=float(weight_decay))
+    losses = np.asarray(losses)
+    if not np.all(np.isfinite(losses)):
+        raise FloatingPointError(f"probe training diverged: epoch losses {losses.tolist()}.")
+    return params, losses
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "epochs", "batch_size", "lr", "weight_decay"))
+def _fit(params, key, x, y, *, kind: str, epochs: int, batch_size: int, lr: float, weight_decay: float):
+    """``(params, mean loss per epoch)``: ``epochs`` epochs of AdamW(``lr``, ``weight_decay``) on
+    ``mean_i CE(apply(params, x_i), y_i)`` over a fresh permutation of the rows each epoch, cut into
+    ``n // batch_size`` minibatches (the remainder left out), ``apply`` the probe ``kind``.
+
+    One function at module level, the data and parameters its arguments and the rest static: every probe of the
+    same shapes and setting reuses one compilation (a function defined per call would compile per call).
+    """
     n = x.shape[0]
-    bs = min(batch_size, n)
-    steps_per_epoch = n // bs
+    steps_per_epoch = n // batch_size
     tx = optax.adamw(lr, weight_decay=weight_decay)
-    x, y = jnp.asarray(x), jnp.asarray(y)
+    apply = _APPLY[kind]
 
     def loss_fn(p, xb, yb):
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(apply(p, xb), yb))
 
-    @jax.jit
-    def fit(params, key, x, y):
-        def epoch(carry, ek):
+    def epoch(carry, ek):
+        params, opt = carry
+        perm = jax.random.permutation(ek, n)[: steps_per_epoch * batch_size].reshape(steps_per_epoch, batch_size)
+
+        def step(carry, idx):
             params, opt = carry
-            perm = jax.random.permutation(ek, n)[: steps_per_epoch * bs].reshape(steps_per_epoch, bs)
+            loss, g = jax.value_and_grad(loss_fn)(params, x[idx], y[idx])
+            upd, opt = tx.update(g, opt, params)
+            return (optax.apply_updates(params, upd), opt), loss
 
-            def step(carry, idx):
-                params, opt = carry
-                loss, g = jax.value_and_grad(loss_fn)(params, x[idx], y[idx])
-                upd, opt = tx.update(g, opt, params)
-                return (optax.apply_updates(params, upd), opt), loss
+        (params, opt), losses = jax.lax.scan(step, (params, opt), perm)
+        return (params, opt), jnp.mean(losses)
 
-            (params, opt), losses = jax.lax.scan(step, (params, opt), perm)
-            return (params, opt), jnp.mean(losses)
-
-        (params, _), losses = jax.lax.scan(epoch, (params, tx.init(params)), jax.random.split(key, epochs))
-        return params, losses
-
-    params, losses = fit(params, key, x, y)
-    losses = np.asarray(losses)
-    if not np.all(np.isfinite(losses)):
-        raise FloatingPointError(f"probe training diverged: epoch losses {losses.tolist()}.")
+    (params, _), losses = jax.lax.scan(epoch, (params, tx.init(params)), jax.random.split(key, epochs))
     return params, losses
 
 
@@ -153,10 +171,15 @@ def _mlp_apply(p, x):
     return jax.nn.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
 
 
+_APPLY = {"linear": _linear_apply, "mlp": _mlp_apply}
+
+
 def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, epochs, batch_size, lr,
                 weight_decay, key):
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"`epochs` must be a positive int; got {epochs!r}.")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int; got {batch_size!r}.")
     check_positive(lr, "lr")
     check_positive(weight_decay, "weight_decay", strict=False)
     train_x, train_y, test_x, test_y, c = _prepare(train_x, train_y, test_x, test_y, num_classes)
@@ -164,7 +187,7 @@ def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, 
     d = xtr.shape[1]
     k1, k2, kfit = jax.random.split(key, 3)
     if kind == "linear":
-        params, apply = {"w": jnp.zeros((d, c), jnp.float32), "b": jnp.zeros((c,), jnp.float32)}, _linear_apply
+        params = {"w": jnp.zeros((d, c), jnp.float32), "b": jnp.zeros((c,), jnp.float32)}
     else:
         if not isinstance(hidden, int) or hidden < 1:
             raise ValueError(f"`hidden` must be a positive int; got {hidden!r}.")
@@ -172,9 +195,9 @@ def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, 
                   "b1": jnp.zeros((hidden,), jnp.float32),
                   "w2": jax.random.normal(k2, (hidden, c), jnp.float32) * np.sqrt(1.0 / hidden),
                   "b2": jnp.zeros((c,), jnp.float32)}
-        apply = _mlp_apply
-    params, losses = _fit_classifier(apply, params, xtr, train_y, num_classes=c, epochs=epochs,
-                                     batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=kfit)
+    params, losses = _fit_classifier(kind, params, xtr, train_y, epochs=epochs, batch_size=batch_size, lr=lr,
+                                     weight_decay=weight_decay, key=kfit)
+    apply = _APPLY[kind]
     pred = np.asarray(jnp.argmax(apply(params, jnp.asarray(xte)), -1))
     pred_tr = np.asarray(jnp.argmax(apply(params, jnp.asarray(xtr)), -1))
     return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
