@@ -21,16 +21,16 @@ at most ``analysis.block_coupling_tol`` (it is reported beside every value).
 from __future__ import annotations
 
 import functools
-import math
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from experiments import claims, common, paper_simsiam, projection
-from experiments.paper_data import analysis as released
+from experiments.collapse_ablation import (  # noqa: F401 (the rule's names, read here and by the tests)
+    ABLATION, GROUPS, HORIZON_KEYS, OUTCOMES, apply_rule, escape_threshold, escaped, group_counts, horizon_epochs,
+    peak_epoch, released_collapse_arrays, released_horizon, run_outcome)
 from ssl_geometry import curvature, losses
 from ssl_geometry import trainer as _trainer
 
@@ -44,7 +44,6 @@ CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth 
 #: Honours ``config.dry_run`` (each code path at a reduced batch, the costliest at two, ``dry.steps``, mock data;
 #: :func:`_projection`).
 DRY_RUN = True
-ABLATION = "paper-collapse-ablation"
 #: The authors' projector width (``ProjectionHead(output_dim=2048)``): the escape threshold of their released runs.
 PAPER_OUT_DIM = 2048
 
@@ -94,16 +93,6 @@ def _runs(cfg):
             if _path(a, bn) == _timed_path(cfg):
                 first += [(a, bn, lr, s, b) for b in batches[1:]]
     return first
-
-
-def escape_threshold(k: int) -> float:
-    """The rule's threshold ``escape_fraction / sqrt(k)`` (the registry's ``escape_fraction``)."""
-    return float(claims.CLAIMS[ABLATION].thresholds["escape_fraction"]) / math.sqrt(k)
-
-
-def escaped(series, threshold) -> bool:
-    """The rule's escape: some epoch's mean std of the L2-normalised projector outputs exceeds ``threshold``."""
-    return bool(np.any(np.asarray(series, float) > threshold))
 
 
 @functools.lru_cache(maxsize=8)
@@ -175,10 +164,11 @@ def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
     curv_start, first = start["curvature"], start["first"]
     thr = escape_threshold(m.out_dim)
     std = rec["epochs"].get("std_head", [])
+    diverged = rec["diverged_at_step"] is not None
+    outcome = run_outcome(std, thr, diverged)
     above = [i for i, v in enumerate(std) if v > thr]
     ratio = [p / b if b > 0 else float("nan") for p, b in zip(rec["epochs"].get("rel_update_projector", []),
                                                              rec["epochs"].get("rel_update_backbone", []))]
-    diverged = rec["diverged_at_step"] is not None
     t0 = time.perf_counter()
     curv_end = (head_curvature(run, heads64, rec["state"], first, cfg, k_curv) if not diverged else
                 {"lambda_min": float("nan"), "lambda_max": float("nan"), "solver": "-",
@@ -186,7 +176,8 @@ def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
     t_curv = time.perf_counter() - t0 if not diverged else float("nan")
     return {"activation": activation, "batch_norm": bn and activation != "linear", "lr_name": lr_name,
             "lr": cfg.lrs[lr_name], "seed": seed, "epochs": rec["epochs"], "diverged_at_step": rec["diverged_at_step"],
-            "escape_threshold": thr, "escaped": escaped(std, thr), "escape_epoch": above[0] if above else float("nan"),
+            "escape_threshold": thr, "outcome": outcome, "escaped": outcome == "escaped", "epochs_run": len(std),
+            "escape_epoch": above[0] if outcome == "escaped" else float("nan"),
             "std_first": std[0] if std else float("nan"), "std_final": std[-1] if std else float("nan"),
             "std_backbone_final": rec["epochs"]["std_backbone"][-1] if std else float("nan"),
             "timescale_ratio_median": float(np.nanmedian(ratio)) if ratio else float("nan"),
@@ -195,17 +186,19 @@ def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
 
 
 def released_runs(threshold: float) -> list[dict]:
-    """The authors' released cifar10/resnet18 runs, per setting and seed, escaped by the same rule (:func:`escaped`)."""
-    root = released.data_root(ml_collections.ConfigDict({"data": {"root": ""}}))  # the vendored released results
-    arr = released.npz(root / "cifar10" / "resnet18" / "collapse_results" / "arrays.npz")
+    """The authors' released cifar10/resnet18 runs, per setting and seed, with the rule's outcome (:func:`run_outcome`)."""
+    arr = released_collapse_arrays()
     rows = []
     for key in sorted({k.split("/")[0] for k in arr}):
         act, rest = key.split("_bn_")
         bn, lr_name = rest.split("_lr_")
-        for s, series in enumerate(arr[f"{key}/raw"]):
+        for s, series in enumerate(np.asarray(arr[f"{key}/raw"], float)):
+            diverged = not np.all(np.isfinite(series))
+            outcome = run_outcome(series, threshold, diverged)
             rows.append({"activation": act, "batch_norm": bn == "True" and act != "linear", "lr_name": lr_name,
-                         "seed": s, "diverged_at_step": None if np.all(np.isfinite(series)) else -1,
-                         "escaped": escaped(series, threshold), "std_final": float(np.asarray(series)[-1])})
+                         "seed": s, "diverged_at_step": -1 if diverged else None, "outcome": outcome,
+                         "escaped": outcome == "escaped", "epochs_run": len(series), "std_first": float(series[0]),
+                         "std_final": float(series[-1])})
     return rows
 
 
@@ -219,6 +212,7 @@ def measure(config) -> dict:
     thr = escape_threshold(PAPER_OUT_DIM)
     verdict, reason, deciding = apply_rule(released_runs(thr))
     out = {"rows": rows, "paper": {**deciding, "rule_outcome": verdict, "rule_reason": reason,
+                                   "horizon_from_released": released_horizon(released_collapse_arrays()),
                                    "source": "released cifar10/resnet18 collapse_results, per seed"}}
     if config.dry_run:
         out["dry_run"] = _projection(config, len(images), timed)
@@ -251,42 +245,6 @@ def _projection(config, n_images, rows) -> dict:
                                      paths_run=sorted(small), steps_full=steps, curvatures_full=2 * runs,
                                      steps_run=int(config.dry.steps),
                                      path_times_s={p: [r["step_time_s"], r["curvature_time_s"]] for p, r in small.items()})
-
-
-#: The rule's four groups of runs: (name, predicate on a run).
-GROUPS = (
-    ("smooth", lambda r: r["activation"] in ("swish", "gelu") and not r["batch_norm"] and r["lr_name"] == "base"),
-    ("linear", lambda r: r["activation"] == "linear"),
-    ("relu_small_lr_no_bn", lambda r: r["activation"] == "relu" and not r["batch_norm"] and r["lr_name"] == "small"),
-    ("relu_bn_or_large_lr", lambda r: r["activation"] == "relu" and (r["batch_norm"] or r["lr_name"] == "large")),
-)
-
-
-def group_counts(runs) -> dict:
-    """``{group: (escaped, non-diverged runs)}`` of :data:`GROUPS` (diverged runs are their own outcome)."""
-    ok = [r for r in runs if r["diverged_at_step"] is None]
-    return {name: (sum(r["escaped"] for r in ok if pred(r)), sum(1 for r in ok if pred(r))) for name, pred in GROUPS}
-
-
-def apply_rule(runs) -> tuple[str, str, dict]:
-    """``(verdict, reason, deciding)`` of the registry's ``paper-collapse-ablation`` rule on ``runs``."""
-    g = group_counts(runs)
-    e_smooth = g["smooth"][0] / g["smooth"][1] if g["smooth"][1] else float("nan")
-    deciding = {"E_smooth": e_smooth, **{f"{k}_escaped": v[0] for k, v in g.items()}, **{f"{k}_runs": v[1] for k, v in
-                g.items()}, "diverged_runs": sum(r["diverged_at_step"] is not None for r in runs)}
-    why = ", ".join(f"{k} {v[0]}/{v[1]} escaped" for k, v in g.items())
-    refuted = [msg for cond, msg in ((g["linear"][0] > 0, "a linear run escapes"),
-                                     (g["smooth"][1] and e_smooth == 0, "no smooth run escapes"),
-                                     (g["relu_small_lr_no_bn"][0] > 0, "a ReLU run at lr 0.005 without BN escapes"))
-               if cond]
-    if refuted:
-        return "not supported", "; ".join(refuted) + f" ({why})", deciding
-    missing = [k for k, v in g.items() if v[1] == 0]
-    if missing:
-        return "inconclusive", f"no non-diverged run in {missing} ({why})", deciding
-    if e_smooth >= float(claims.CLAIMS[ABLATION].thresholds["min_smooth_escape"]) and g["relu_bn_or_large_lr"][0] > 0:
-        return "supported", why, deciding
-    return "inconclusive", why, deciding
 
 
 def decide(measurements, config) -> dict:
@@ -327,7 +285,8 @@ def report(results, rel_dir) -> str:
     for r in m["rows"]:
         cs, ce = r["curvature_start"], r["curvature_end"]
         rows.append({"activation": r["activation"], "BN": r["batch_norm"], "lr": r["lr"], "seed": r["seed"],
-                     "std first / final": f"{r['std_first']:.3g} / {r['std_final']:.3g}", "escaped": r["escaped"],
+                     "std first / final": f"{r['std_first']:.3g} / {r['std_final']:.3g}", "outcome": r["outcome"],
+                     "epochs": r["epochs_run"],
                      "escape epoch": r["escape_epoch"], "diverged at step": r["diverged_at_step"],
                      "std backbone final": r["std_backbone_final"], "timescale ratio": r["timescale_ratio_median"],
                      "lmin start / end": f"{cs['lambda_min']:.3g} / {ce['lambda_min']:.3g}",
@@ -336,11 +295,16 @@ def report(results, rel_dir) -> str:
                      "max residual bound": max(cs["residual"], ce["residual"])})
     p = m["paper"]
     d = results["claims"][0]["deciding"]
-    groups = [{"group": g, "ours: escaped / runs": f"{d[f'{g}_escaped']} / {d[f'{g}_runs']}",
-               "released: escaped / runs": f"{p[f'{g}_escaped']} / {p[f'{g}_runs']}"} for g, _ in GROUPS]
+    groups = [{"runs": f"{g}: escaped / counted", "ours": f"{d[f'{g}_escaped']} / {d[f'{g}_runs']}",
+               "released": f"{p[f'{g}_escaped']} / {p[f'{g}_runs']}"} for g, _ in GROUPS]
+    groups += [{"runs": f"{what} (not counted)", "ours": d[k], "released": p[k]}
+               for what, k in (("not collapsed at start", "not_collapsed_at_start_runs"), ("diverged", "diverged_runs"))]
     text = [*claims.reason_lines(results["claims"]), "",
-            f"The same rule on the authors' released runs ({p['source']}; escape threshold 0.5 / sqrt(2048)): "
-            f"{p['rule_outcome']} ({p['rule_reason']}).", "", common.markdown_table(groups), "",
+            f"Horizon: our runs have {d['epochs_run']} epochs; the registered minimum is {d['horizon_epochs']} "
+            f"(recomputed from the released arrays: {p['horizon_from_released']}). The same rule on the authors' "
+            f"released runs ({p['source']}; escape threshold {claims.CLAIMS[ABLATION].thresholds['escape_fraction']}"
+            f" / sqrt({PAPER_OUT_DIM})): {p['rule_outcome']} ({p['rule_reason']}).", "",
+            common.markdown_table(groups), "",
             common.markdown_table(rows), "",
             "timescale ratio: median over epochs of the projector's lr|grad|/|theta| over the backbone's (the "
             "authors' relative update sizes). lmin / lmax: extreme eigenvalues of hess_{z1} L on the first batch "

@@ -32,6 +32,7 @@ import datetime as _dt
 import json
 import math
 import pathlib
+import re
 import time as _time
 from typing import Any
 
@@ -134,7 +135,7 @@ def rule_text(module, config) -> str:
     return " ".join(module.RULE.format(**cfg).split())
 
 
-def _claim_records(module, decision: dict, scale: str) -> list[dict]:
+def _claim_records(module, decision: dict, scale: str, code_digest: str | None = None) -> list[dict]:
     """The stored claim records of one ``decide`` result (see :func:`run_experiment`).
 
     A ``decide`` not yet moved to the registry returns its one old ``verdict``: it is stored as a
@@ -147,7 +148,7 @@ def _claim_records(module, decision: dict, scale: str) -> list[dict]:
     if "claims" not in decision:  # a module whose decide still returns one verdict: a legacy record
         reason = decision.get("verdict_reason", "")
         rec = claims.record(declared[0], decision["verdict"], scale=scale, deciding=decision.get("headline", {}),
-                             reason=reason)
+                             reason=reason, code_digest=code_digest)
         rec["rule_digest"] = "legacy"  # decided by the module's old RULE, not the registry's: stale by construction
         return [rec]
     records = []
@@ -158,7 +159,8 @@ def _claim_records(module, decision: dict, scale: str) -> list[dict]:
         if item["id"] not in declared:
             raise ValueError(f"{module.__name__}.decide decided {item['id']!r}, which is not in its CLAIMS {declared}.")
         records.append(claims.record(item["id"], item["verdict"], scale=scale, deciding=item.get("deciding", {}),
-                                      reason=item.get("reason", ""), subject=item.get("subject")))
+                                      reason=item.get("reason", ""), subject=item.get("subject"),
+                                      code_digest=code_digest))
     missing = sorted(set(declared) - {r["id"] for r in records})
     if missing:
         raise ValueError(f"{module.__name__}.decide did not decide its claims {missing}.")
@@ -172,11 +174,19 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
     (default ``config.variant``; its scale, ``toy``/``smoke``/``paper``, is :func:`experiments.claims.scale_of`, unless the module
     sets ``SCALE``). ``decide`` returns ``{"claims": [{"id", "verdict", "deciding", "reason"[, "subject"]}],
     "headline": {...}}``; each item becomes a registry record (:func:`experiments.claims.record`: its
-    scale and rule digest added). The paper's numbers come from ``measurements["paper"]``. The file holds
-    ``variant``, ``scale``, ``claims``, ``headline``, ``paper``, ``measurements``, ``wall_time_s``,
-    ``date`` (UTC, when the run finished), ``config`` and ``environment``; it is written once, the
-    figures are drawn from the file as read back, and that is returned.
+    scale, rule digest and code digest added). The paper's numbers come from ``measurements["paper"]``. The
+    file holds ``variant``, ``seed`` (``config.seed``, ``None`` where the config has none), ``scale``,
+    ``code_digest``, ``code_files``, ``commit`` and ``clean`` (the code that ran: :mod:`experiments.claims`
+    says what is hashed; ``commit`` and ``clean`` are ``None`` without git), ``claims``, ``headline``,
+    ``paper``, ``measurements``, ``wall_time_s``, ``date`` (UTC, when the run finished), ``config`` and
+    ``environment``; it is written once, the figures are drawn from the file as read back, and that is
+    returned. The code is digested before ``measure`` runs, so an edit during a long run makes the
+    stored digest stale, never a false match.
     """
+    name = module.__name__.removeprefix("experiments.")
+    files = claims.file_digests(name)
+    code_digest = claims.code_digest(name)
+    commit, clean = claims.git_state(list(files))
     t0 = _time.perf_counter()
     measurements = module.measure(config)
     decision = module.decide(measurements, config)
@@ -187,9 +197,12 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
                          "paper's numbers belong in measurements['paper'], config checks in measure).")
     variant = variant or config.variant
     scale = getattr(module, "SCALE", None) or claims.scale_of(variant)
-    records = _claim_records(module, decision, scale)
-    results = {"variant": variant, "scale": scale, "claims": records, "headline": decision["headline"],
-               "paper": measurements.get("paper", decision.get("paper", {})), "measurements": measurements}
+    records = _claim_records(module, decision, scale, code_digest)
+    seed = config.get("seed") if hasattr(config, "get") else None
+    results = {"variant": variant, "seed": seed, "scale": scale, "code_digest": code_digest, "commit": commit,
+               "clean": clean, "claims": records, "headline": decision["headline"],
+               "paper": measurements.get("paper", decision.get("paper", {})), "measurements": measurements,
+               "code_files": files}
     if "claims" not in decision:  # legacy decide: its one verdict and rule kept beside the record, until migrated
         results.update(verdict=decision["verdict"], verdict_rule=rule_text(module, config),
                        verdict_reason=decision.get("verdict_reason", ""))
@@ -202,8 +215,16 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
     return stored
 
 
+def table_cell(text) -> str:
+    """``text`` as one markdown table cell: every ``|`` not already escaped becomes ``\\|`` (an unescaped one
+    would end the cell) and newlines become spaces (one would end the row). Every table of REPORT.md, header
+    cells included, goes through here, so that it renders on GitHub and in mkdocs."""
+    return re.sub(r"(?<!\\)\|", r"\\|", str(text)).replace("\r", " ").replace("\n", " ")
+
+
 def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".4g") -> str:
-    """A GitHub markdown table from a list of dicts (numbers formatted with ``floatfmt``)."""
+    """A GitHub markdown table from a list of dicts: numbers formatted with ``floatfmt`` (4 significant digits by
+    default), every cell and header escaped by :func:`table_cell`."""
     if not rows:
         return ""
     columns = columns or list(rows[0].keys())
@@ -213,8 +234,8 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt:
             return format(float(v), floatfmt)
         return str(v)
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines = ["| " + " | ".join(table_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(table_cell(fmt(r.get(c, ""))) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
 
 

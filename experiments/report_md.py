@@ -1,17 +1,26 @@
 """The text of ``REPORT.md`` (and of a dry run's ``DRY_RUN.md``), from stored results only.
 
 :func:`render` takes the entries :func:`experiments.reproduce.collect` reads back from an output
-directory -- one :class:`Entry` per stored ``results.json`` -- and writes:
+directory -- one :class:`Entry` per stored ``results.json`` -- and writes, for a reader:
 
-* a header naming the command, the date, and which variant and date each section comes from
-  whenever the sections do not all come from one variant on one day (:func:`provenance`);
-* the claim table (:func:`claim_table`): one row per stored verdict, grouped by registry claim
-  (a claim decided by several experiments, or per subject, has one row for each), with the claim
-  id, the scale, the verdict as :func:`experiments.claims.label` prints it, the numbers the rule
-  read and the paper's; a verdict decided under another rule than the registry's is marked stale,
-  and a claim whose rule changed keeps its history line under its statement
-  (:data:`experiments.claims.HISTORY`);
-* one section per experiment (its module's ``report``).
+* a header naming the command, the date, and the variant, seed and date of each section whenever the
+  sections do not all come from one variant and seed on one day (:func:`provenance`);
+* a short plain-language summary (:func:`~experiments.report_claims.summary`): what holds, what fails and
+  why, what is undecided, one line per claim from its claim-level verdict's ``why``, and which results
+  are stale;
+* the claim-level table (:func:`~experiments.report_claims.claim_level_table`, in
+  :mod:`experiments.report_claims` with the rest of the claim-level part): one row per registered claim with its one verdict
+  (:func:`experiments.claims.claim_verdict`, by the claim's ``combine`` rule), labelled with its scale, the
+  experiments and subjects behind it and one line of why; the statement and the combine rule in a
+  ``<details>`` collapsible, the claim's rule history (:data:`experiments.claims.HISTORY`) under it;
+* one section per experiment: its records (:func:`record_table`: every stored verdict, its reason and the
+  numbers the rule read, marked stale where the rule or the code changed since), the registry rules it
+  applied, then its module's ``report``.
+
+README.md's "What the suite finds" table is the claim-level table without the statement column
+(:func:`~experiments.report_claims.readme_excerpt`, written into README by
+:func:`~experiments.report_claims.update_readme`). Every table cell goes through
+:func:`experiments.common.table_cell`, so every table renders on GitHub and in mkdocs.
 """
 from __future__ import annotations
 
@@ -22,8 +31,14 @@ from typing import NamedTuple
 
 from experiments import claims as _claims
 from experiments import projection as _projection
+from experiments.common import table_cell as _cell
+from experiments.report_claims import CLAIM_COLUMNS as CLAIM_COLUMNS
+from experiments.report_claims import COMBINE_WORDS, REPORT_TABLE_HEADING, table_row, current_codes, stale_reason
+from experiments.report_claims import README_TABLE_HEADING as README_TABLE_HEADING
+from experiments.report_claims import claim_label as claim_label, claim_level_table, claim_verdicts, summary
+from experiments.report_claims import readme_excerpt as readme_excerpt, update_readme as update_readme
 
-#: How many of a record's deciding numbers the claim table shows (all are in results.json).
+#: How many of a record's deciding numbers the record table shows (all are in results.json).
 MAX_DECIDING = 6
 
 
@@ -41,11 +56,6 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _cell(text) -> str:
-    """Escape a markdown table cell (``|`` would end the cell; newlines would end the row)."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _numbers(d: dict, limit: int | None = None) -> str:
     """``k = v; ...`` of the scalar items of ``d`` (at most ``limit``)."""
     items = [(k, v) for k, v in d.items() if isinstance(v, (int, float, str, bool)) or v is None]
@@ -57,16 +67,18 @@ def result_date(res: dict) -> str:
     return str(res.get("date") or res.get("environment", {}).get("date") or "unknown")
 
 
-def verdict_cell(rec: dict) -> str:
-    """A record's verdict as the table prints it: :func:`experiments.claims.label`, marked when stale."""
+def result_seed(res: dict):
+    """The stored run's seed (``seed``; older files: ``config.seed``), ``None`` where it has none."""
+    return res["seed"] if "seed" in res else (res.get("config") or {}).get("seed")
+
+
+def verdict_cell(rec: dict, current_code: str | None = None) -> str:
+    """A record's verdict as the tables print it: :func:`experiments.claims.label`, marked when stale."""
     text = f"**{_claims.label(rec)}**"
     if rec["id"] not in _claims.CLAIMS:
         return text + " (not a registered claim)"
-    if rec.get("rule_digest") == "legacy":
-        return text + " (stale: decided by the experiment's pre-registry rule; rerun)"
-    if rec.get("rule_digest") != _claims.rule_digest(rec["id"]):
-        return text + f" (stale: decided under rule {rec.get('rule_digest')}, registry has {_claims.rule_digest(rec['id'])}; rerun)"
-    return text
+    why = stale_reason(rec, current_code)
+    return text + (f" (stale: {why}; rerun)" if why else "")
 
 
 def verdict_line(res: dict) -> str:
@@ -81,47 +93,29 @@ def _paper_cell(rec: dict, paper: dict) -> str:
     return _numbers(shown)
 
 
-def claim_table(entries: list[Entry]) -> str:
-    """The claim table: one row per stored verdict, grouped by claim in registry order (see the module docstring)."""
-    order = {cid: i for i, cid in enumerate(_claims.CLAIMS)}
-    rows = []  # (claim order, entry order, record, entry)
-    for i, e in enumerate(entries):
-        recs = e.results.get("claims")
-        if not recs:  # a results file written before the registry: say so, never drop it
-            recs = [{"id": "(none)", "subject": None, "verdict": e.results.get("verdict", "-"), "scale": "-",
-                     "decisive": False, "deciding": e.results.get("headline", {}), "rule_digest": "legacy"}]
-        for rec in recs:
-            rows.append((order.get(rec["id"], len(order)), i, rec, e))
-    rows.sort(key=lambda r: (r[0], r[1]))
-    lines = ["| claim | statement | experiment | subject | scale | verdict | deciding numbers (ours) | paper |",
-             "|---|---|---|---|---|---|---|---|"]
-    for j, (_, _, rec, e) in enumerate(rows):
-        cid = rec["id"]
-        first = j == 0 or rows[j - 1][2]["id"] != cid
-        stmt = ""
-        if first:  # the statement once per claim, and under it the history of its rule
-            stmt = _cell(_claims.CLAIMS[cid].statement if cid in _claims.CLAIMS else "(not in the registry)")
-            stmt += "".join(f"<br>*rule history, {_cell(date)}:* before, rule {digest} gave *{_cell(old)}*. {_cell(why)}"
-                            for date, digest, old, why in _claims.HISTORY.get(cid, []))
-        verdict = verdict_cell(rec) if cid != "(none)" else f"**{rec['verdict']}** (pre-registry results: rerun)"
-        lines.append(f"| `{cid}` | {stmt} | {_cell(e.label)} | {_cell(rec.get('subject') or '-')} | "
-                     f"{rec['scale']} | {_cell(verdict)} | {_cell(_numbers(rec.get('deciding', {}), MAX_DECIDING))} | "
-                     f"{_cell(_paper_cell(rec, e.results.get('paper', {})))} |")
+def record_table(e: Entry, current_code: str | None = None) -> str:
+    """One section's records: claim, subject, verdict (marked when stale), the rule's reason, the numbers it read
+    and the paper's."""
+    lines = [table_row(["claim", "subject", "verdict", "reason", "deciding numbers (ours)", "paper"]), "|---|---|---|---|---|---|"]
+    for rec in e.results.get("claims") or []:
+        lines.append(table_row(_cell(c) for c in (
+            f"`{rec['id']}`", rec.get("subject") or "-", verdict_cell(rec, current_code), rec.get("reason") or "-",
+            _numbers(rec.get("deciding", {}), MAX_DECIDING), _paper_cell(rec, e.results.get("paper", {})))))
     return "\n".join(lines)
 
 
 def provenance(entries: list[Entry]) -> str:
-    """Which variant and date each section comes from: one sentence when all agree, else a table."""
+    """Which variant, seed and date each section comes from: one sentence when all agree, else a table."""
     if not entries:
         return "No stored results were found."
-    keys = [(e.results.get("variant"), result_date(e.results)[:10]) for e in entries]
+    keys = [(e.results.get("variant"), result_seed(e.results), result_date(e.results)[:10]) for e in entries]
     if len(set(keys)) == 1:
-        variant, day = keys[0]
-        return f"Every section below comes from variant `{variant}`, run on {day}."
-    lines = ["**The sections below come from different runs** (variant and date of each):", "",
-             "| section | variant | scale | finished (UTC) |", "|---|---|---|---|"]
-    lines += [f"| {_cell(e.label)} | `{e.results.get('variant')}` | {e.results.get('scale', '-')} | "
-              f"{result_date(e.results)} |" for e in entries]
+        variant, seed, day = keys[0]
+        return f"Every section below comes from variant `{variant}`, seed {seed}, run on {day}."
+    lines = ["**The sections below come from different runs** (variant, seed and date of each):", "",
+             "| section | variant | seed | scale | finished (UTC) |", "|---|---|---|---|---|"]
+    lines += [table_row(_cell(c) for c in (e.label, f"`{e.results.get('variant')}`", result_seed(e.results),
+                                      e.results.get("scale", "-"), result_date(e.results))) for e in entries]
     return "\n".join(lines)
 
 
@@ -163,14 +157,14 @@ def _device(env: dict) -> str:
     return env.get("device") or f"{env.get('backend')} ({env.get('device_kind')})"
 
 
-def _verdicts_and_rules(res: dict) -> str:
-    """Each stored verdict with its reason, then the registry rule of each claim the section decides."""
+def _records_and_rules(e: Entry, current_code: str | None) -> str:
+    """The section's stored records (:func:`record_table`), then the registry rule of each claim it decides."""
+    res = e.results
     recs = res.get("claims", [])
     if not recs:
         return f"*Verdict:* **{res.get('verdict', '-')}** (pre-registry results: rerun)"
-    lines = ["*Verdicts:*", ""]
-    lines += [f"- `{r['id']}`{' [' + r['subject'] + ']' if r.get('subject') else ''}: {verdict_cell(r)}"
-              f"{' -- ' + r['reason'] if r.get('reason') else ''}" for r in recs]
+    lines = ["*Records* (one per claim and subject; the claim-level verdicts are at the top):", "",
+             record_table(e, current_code)]
     if res.get("verdict_rule"):  # a decide not yet on the registry: the rule it applied, not the registry's
         return "\n".join(lines + ["", f"*Rule applied (the experiment's own, pre-registry):* {res['verdict_rule']}"])
     ids = [cid for cid in dict.fromkeys(r["id"] for r in recs) if cid in _claims.CLAIMS]
@@ -179,7 +173,23 @@ def _verdicts_and_rules(res: dict) -> str:
     return "\n".join(lines)
 
 
-def section(e: Entry, report_path: pathlib.Path, dry_run: bool) -> str:
+def _code_line(res: dict, current_code: str | None) -> str:
+    """Which code made the section: commit (and whether the hashed files were clean), code digest, and whether it
+    is the current code's."""
+    commit, clean = res.get("commit"), res.get("clean")
+    tree = "commit not recorded" if "commit" not in res else "no git" if commit is None else f"commit {commit[:10]}" + (
+        "" if clean is None else " (clean)" if clean else " (with uncommitted changes to its code)")
+    stored = res.get("code_digest")
+    if stored is None:
+        state = "no code digest (stale: rerun)"
+    elif current_code is None or stored == current_code:
+        state = f"code {stored}"
+    else:
+        state = f"code {stored}, now {current_code} (stale: rerun)"
+    return f"{tree}, {state}"
+
+
+def section(e: Entry, report_path: pathlib.Path, dry_run: bool, current_code: str | None = None) -> str:
     """One experiment's report section (figures linked relative to the report)."""
     rel = os.path.relpath(e.out_dir, report_path.parent)
     res, env = e.results, e.results.get("environment", {})
@@ -190,10 +200,10 @@ def section(e: Entry, report_path: pathlib.Path, dry_run: bool) -> str:
                            f"({type(err).__name__}: {err}); rerun {e.name}") from err
     return (
         f"## {e.label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {e.module.CLAIM}\n\n"
-        f"{_verdicts_and_rules(res)}\n\n{body}\n\n"
-        f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), finished {result_date(res)}, wall time "
-        f"{res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax {env.get('versions', {}).get('jax')}; "
-        f"results: `{rel}/results.json`</sub>\n")
+        f"{_records_and_rules(e, current_code)}\n\n{body}\n\n"
+        f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), seed {result_seed(res)}, finished "
+        f"{result_date(res)}, wall time {res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax "
+        f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; results: `{rel}/results.json`</sub>\n")
 
 
 VERDICT_WORDS = (
@@ -210,7 +220,8 @@ def render(entries: list[Entry], report_path: pathlib.Path, command: str, *, sou
            skipped: dict | None = None) -> str:
     """The report's text (see the module docstring); ``source`` names the directory the results were read from."""
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    sections = "\n".join(section(e, report_path, dry_run) for e in entries)
+    codes = current_codes(entries)
+    sections = "\n".join(section(e, report_path, dry_run, codes.get(e.name)) for e in entries)
     if dry_run:
         return (
             "# DRY RUN of the paper variants (not results)\n\n"
@@ -222,8 +233,15 @@ def render(entries: list[Entry], report_path: pathlib.Path, command: str, *, sou
             "and projected to the paper's size (the exponent and both measured points are in the table).\n\n"
             "## Projected wall time of each full paper variant\n\n" + dry_run_table(entries, skipped) + "\n\n"
             + sections)
+    verdicts = claim_verdicts(entries, codes)
+    stale = [e.out_dir.name for e in entries
+             if any(stale_reason(r, codes.get(e.name)) for r in e.results.get("claims") or [])
+             or e.results.get("code_digest") is None or e.results.get("code_digest") != codes.get(e.name)]
     return (
         "# REPORT: the geometry of projection heads, checked by computation\n\n"
         f"Assembled by `{command}` on {date} from the stored results in `{source}/`; rerunning the command "
-        "regenerates this file. " + provenance(entries) + "\n\n" + VERDICT_WORDS + "\n\n"
-        "## Claims and verdicts\n\n" + claim_table(entries) + "\n\n" + sections)
+        "regenerates this file. " + provenance(entries) + "\n\n"
+        "## Summary\n\n" + summary(verdicts, stale) + "\n\n" + VERDICT_WORDS + "\n\n"
+        f"{REPORT_TABLE_HEADING}\n\n{COMBINE_WORDS}\n\n" + claim_level_table(verdicts) + "\n\n" + sections)
+
+

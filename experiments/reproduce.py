@@ -2,6 +2,7 @@
 
     python -m experiments.reproduce [--out DIR] [--only NAME[,NAME]] [--variant smoke|tiny|paper]
                                     [--force] [--resume] [--seed N] [--report PATH] [--data-dir DIR] [--dry-run]
+                                    [--stale]
 
 **Where it writes.** The full default run (every experiment, variant ``smoke``, no ``--seed``) writes
 ``results/<name>/`` and ``REPORT.md``, the committed results. Any other run -- a partial one
@@ -11,6 +12,14 @@ command never overwrites the committed results. ``--out results --force`` writes
 ``results/`` and ``REPORT.md`` all the same; the report's header then names the variant and date of
 each section. ``--dry-run`` writes ``dry_run/<variant>/`` and its ``DRY_RUN.md``, never ``results/``
 or ``REPORT.md``. ``--out`` and ``--report`` are checked writable before any experiment runs.
+
+**Stale results.** ``--stale`` reruns exactly the experiments whose stored results under the output
+directory (default ``results/``) no longer stand for the current code and registry -- a code digest or
+a rule digest that differs from the current one, or no results at all (:func:`experiments.suite.stale_runs`)
+-- each at its stored variant and seed (a missing one at ``--variant``), prints which and why, then
+rewrites the report from every stored result. ``tests/test_claims.py`` fails, naming them, while the
+committed results are stale. Writing the committed ``REPORT.md`` also rewrites README.md's table of
+claim-level verdicts (:func:`experiments.report_md.update_readme`).
 
 **Exit status.** 0: every requested experiment ran (or was skipped with its reason) and the report
 was written. 2: bad input or a refused run, with one line naming the argument or path and what to do.
@@ -32,7 +41,7 @@ listed as skipped, because running it would run its full variant.
 
 **Resuming.** While a run is in progress ``DIR/.reproduce_in_progress.json`` marks it; if the run
 is interrupted or an experiment fails the marker stays, and the next run on ``DIR`` reuses every
-stored result whose config equals the requested one. Without a marker every requested experiment
+stored result whose config equals the requested one and whose code digest is the current code's. Without a marker every requested experiment
 is computed afresh, so the numbers come from the code being run. ``--resume`` reuses stored results
 even without a marker; ``--force`` never does.
 """
@@ -59,6 +68,8 @@ DEFAULT_VARIANT = "smoke"
 #: The repository whose code runs; the committed results and report are its ``results/`` and ``REPORT.md``.
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMITTED_OUT, COMMITTED_REPORT = ROOT / "results", ROOT / "REPORT.md"
+#: README.md, whose "What the suite finds" table is rewritten with the committed REPORT.md.
+README = ROOT / "README.md"
 #: Where a partial or non-default run writes (``runs/<variant>``) and where a dry run does (``dry_run/<variant>``).
 RUNS_DIR, DRY_RUN_DIR = ROOT / "runs", ROOT / "dry_run"
 #: File that marks an unfinished run in the output directory (its presence means "resume").
@@ -95,6 +106,11 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
     text = report_md.render(collect(out_root, names), report_path, command, source=_shown(out_root),
                             dry_run=dry_run, skipped=skipped)
     report_path.write_text(text)
+    if not dry_run and report_path.resolve() == COMMITTED_REPORT.resolve() and README.exists():
+        readme = README.read_text()
+        updated = report_md.update_readme(readme, text)
+        if updated != readme:  # README's table is REPORT's claim-level table (tests/test_report_md.py checks it)
+            README.write_text(updated)
     return text
 
 
@@ -135,11 +151,24 @@ def _parse(argv):
                         help="run each experiment end to end with config.dry_run = True (the paper's models, mock "
                              "or generated data, reduced batches, a few steps per training phase) and project the "
                              "full variant's training and analysis apart, each from units timed at two reduced sizes")
+    parser.add_argument("--stale", action="store_true",
+                        help="rerun exactly the experiments whose stored results under --out are stale (code or rule "
+                             "digest differs from the current one, or no results), each at its stored variant and "
+                             "seed, then rewrite the report")
     parser.add_argument("--report", default=None, help="where to write the report (default: REPORT.md for the full "
                                                         "default run, DIR/REPORT.md otherwise, DIR/DRY_RUN.md with --dry-run)")
     args = parser.parse_args(argv)
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.data_dir is not None and not (args.data_dir and pathlib.Path(args.data_dir).is_dir()):
+        parser.error(f"--data-dir {args.data_dir!r}: not an existing directory; expected the tfds data directory "
+                     "(the one holding the prepared data sets)")
+    if args.stale:
+        clash = [flag for flag, on in (("--dry-run", args.dry_run), ("--seed", args.seed is not None),
+                                       ("--force", args.force), ("--resume", args.resume)) if on]
+        if clash:
+            parser.error(f"--stale cannot be combined with {', '.join(clash)}: it reruns each stale experiment afresh "
+                         "at its stored variant and seed")
     if args.only is None:
         return args, list(suite.NAMES)
     names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))  # each once, in order
@@ -174,6 +203,15 @@ def _paths(args, names) -> tuple[pathlib.Path, pathlib.Path, bool]:
             raise Refused(f"--dry-run never writes {_shown(COMMITTED_OUT)}/ or {_shown(COMMITTED_REPORT)}; choose "
                           "another --out/--report (or leave them out: dry_run/<variant>/)")
         return out_root, report_path, False
+    if args.stale:  # rewrites only what is stale, in the committed tree by default (at the default variant)
+        out_root = pathlib.Path(args.out) if args.out else (
+            COMMITTED_OUT if args.variant == DEFAULT_VARIANT else RUNS_DIR / args.variant)
+        report_path = pathlib.Path(args.report) if args.report else (
+            COMMITTED_REPORT if out_root.resolve() == COMMITTED_OUT.resolve() else out_root / "REPORT.md")
+        if args.variant != DEFAULT_VARIANT and (_is(out_root, COMMITTED_OUT) or _is(report_path, COMMITTED_REPORT)):
+            raise Refused(f"--stale --variant {args.variant}: the committed results are variant {DEFAULT_VARIANT!r}; "
+                          f"choose another --out/--report for a {args.variant!r} run")
+        return out_root, report_path, _is(out_root, COMMITTED_OUT)
     committed_run = set(names) == set(suite.NAMES) and args.variant == DEFAULT_VARIANT and args.seed is None
     default_out = COMMITTED_OUT if committed_run else RUNS_DIR / args.variant
     out_root = pathlib.Path(args.out) if args.out else default_out
@@ -215,26 +253,22 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
 
 
-def _run_all(args, names, out_root: pathlib.Path, resuming: bool) -> tuple[dict, dict]:
-    """Run every requested (experiment, variant); returns ``(failures, skipped)``, each ``{tag: one line}``."""
+def _run_all(args, jobs, skipped: dict, out_root: pathlib.Path, resuming: bool) -> tuple[dict, dict]:
+    """Run every (experiment, variant, seed) of ``jobs``; returns ``(failures, skipped)``, each ``{tag: one line}``."""
     from tqdm.auto import tqdm
 
-    failures, skipped, log = {}, {}, out_root / ERROR_LOG
+    failures, skipped, log = {}, dict(skipped), out_root / ERROR_LOG
     log.unlink(missing_ok=True)
-    jobs = []
-    for name in names:
-        vs = suite.variants_of(name, args.variant)
-        if not vs:
-            skipped[name] = f"skipped: experiments/configs/{name}.py defines no {args.variant!r} variant"
-            tqdm.write(f"[{name}] {skipped[name]}")
-        jobs += [(name, v) for v in vs]
-    bar = tqdm(jobs, desc="reproduce" + (" --dry-run" if args.dry_run else ""), unit="run")
-    for name, variant in bar:
+    for name, why in skipped.items():
+        tqdm.write(f"[{name}] {why}")
+    bar = tqdm(jobs, desc="reproduce" + (" --dry-run" if args.dry_run else " --stale" if args.stale else ""),
+               unit="run")
+    for name, variant, seed in bar:
         tag = suite.run_dir(name, variant)
         bar.set_postfix_str(tag)
         try:
-            res = suite.run_one(name, variant, out_root, force=not resuming, seed=args.seed, data_dir=args.data_dir,
-                          dry_run=args.dry_run)
+            res = suite.run_one(name, variant, out_root, force=not resuming, seed=seed, data_dir=args.data_dir,
+                                dry_run=args.dry_run)
             if args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is the result
                 tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")
             else:
@@ -262,20 +296,31 @@ def main(argv=None) -> int:
     except Refused as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
-    if not committed_run and not args.dry_run:
+    if args.stale:
+        jobs, skipped, stale = suite.stale_jobs(out_root, names, args.variant)
+        if jobs:
+            print(f"--stale: rerunning {len(jobs)} experiment run(s) in {_shown(out_root)}/: "
+                  + "; ".join(f"{suite.run_dir(n, v)} (variant {v}, seed {s})" for n, v, s in jobs))
+            for s in stale:
+                print(f"  {s.run_dir}: {s.why}")
+        else:
+            print(f"--stale: nothing under {_shown(out_root)}/ is stale; rewriting {_shown(report_path)}")
+    else:
+        jobs, skipped = suite.jobs(names, args.variant, args.seed)
+    if not committed_run and not args.dry_run and not args.stale:
         print(f"a partial or non-default run: writing {_shown(out_root)}/ and {_shown(report_path)} (results/ and "
               "REPORT.md are written by the full default run only, or with --out results --force)")
     jax.config.update("jax_enable_x64", True)  # exact checks; training code states float32 explicitly
     marker = out_root / MARKER
-    resuming = (marker.exists() or args.resume) and not args.force
+    resuming = (marker.exists() or args.resume) and not args.force and not args.stale
     if resuming and marker.exists():
         print(f"resuming the interrupted run recorded in {_shown(marker)}")
     marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
-                                  "dry_run": args.dry_run, "data_dir": args.data_dir,
+                                  "dry_run": args.dry_run, "data_dir": args.data_dir, "stale": args.stale,
                                   "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
     load_before, cpu_start = harness.load_average(), harness.cpu_sample()
     try:
-        failures, skipped = _run_all(args, names, out_root, resuming)
+        failures, skipped = _run_all(args, jobs, skipped, out_root, resuming)
     except KeyboardInterrupt:  # the marker stays: the same command resumes
         print(f"{prog}: interrupted; rerun the same command to resume from {_shown(out_root)}", file=sys.stderr)
         return 130

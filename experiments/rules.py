@@ -77,6 +77,18 @@ def orbit_compression(spread_backbone: Sequence[float], spread_head: Sequence[fl
     return {"S": float(sz.mean() / sh.mean()), "lo": float(lo), "hi": float(hi)}
 
 
+def orbit_gain_over_untrained(spread_trained: Sequence[float], spread_untrained: Sequence[float], *,
+                              seed: int = 0) -> dict:
+    """``R = S_trained / S_untrained = mean_o spread_h0(o) / mean_o spread_h(o)``, with a bootstrap 95% interval.
+
+    The orbit compression of the trained head over that of the same head at its initialisation, on the same
+    orbits of the same z (so ``spread_z`` cancels): :func:`orbit_compression` of the untrained head's spreads
+    over the trained head's, resampled over orbits. ``R > 1``: the trained head compresses the orbits more
+    than its initialisation does (the Sec. 5 rule's orbit comparison with the untrained head).
+    """
+    return orbit_compression(spread_untrained, spread_trained, seed=seed)
+
+
 def _passes(aug: Mapping) -> bool:
     """Every control's interval below 1 and the trained head below the untrained one (see the rule)."""
     return all(aug["trained"][c]["hi"] < 1.0 and aug["trained"][c]["D"] < aug["untrained"][c]["D"]
@@ -88,7 +100,8 @@ def _fails(aug: Mapping) -> bool:
 
 
 def decide_sec5(augmentations: Mapping[str, Mapping], orbits: Mapping | None, *, negative: Mapping | None = None,
-                premises: Mapping[str, bool], subject: str | None = None) -> dict:
+                premises: Mapping[str, bool], subject: str | None = None,
+                orbits_vs_untrained: Mapping | None = None) -> dict:
     """Apply the Sec. 5 rule (:data:`experiments.claims.CLAIMS` ``["sec5-metric-degeneracy"]``).
 
     Args:
@@ -97,6 +110,9 @@ def decide_sec5(augmentations: Mapping[str, Mapping], orbits: Mapping | None, *,
         :data:`SEC5_RATIO_CONTROLS`.
       orbits: :func:`orbit_compression` of the analysed orbits, or ``None`` where no orbit is defined
         (then the orbit half cannot confirm: at best inconclusive).
+      orbits_vs_untrained: :func:`orbit_gain_over_untrained` of the same orbits (trained head over the head at
+        initialisation), or ``None`` where the untrained head's orbits are not measured (then the orbits cannot
+        count as compressed: at best inconclusive).
       negative: ``{augmentation: {...same form...}}`` of analysed augmentations the head was **not**
         trained on (the negative control), or ``None``.
       premises: ``{name: met}``; any unmet premise gives ``premise violated``.
@@ -115,6 +131,9 @@ def decide_sec5(augmentations: Mapping[str, Mapping], orbits: Mapping | None, *,
             deciding[f"negative_D_{a}_vs_{c}_ci"] = [r["trained"][c]["lo"], r["trained"][c]["hi"]]
     if orbits is not None:
         deciding.update(orbit_compression=orbits["S"], orbit_compression_ci=[orbits["lo"], orbits["hi"]])
+    if orbits_vs_untrained is not None:
+        deciding.update(orbit_compression_over_untrained=orbits_vs_untrained["S"],
+                        orbit_compression_over_untrained_ci=[orbits_vs_untrained["lo"], orbits_vs_untrained["hi"]])
     item = {"id": SEC5, "deciding": deciding, **({"subject": subject} if subject else {})}
     unmet = sorted(k for k, met in premises.items() if not met)
     if unmet:
@@ -125,7 +144,8 @@ def decide_sec5(augmentations: Mapping[str, Mapping], orbits: Mapping | None, *,
     passed = sorted(a for a, r in augmentations.items() if _passes(r))
     neg_passed = sorted(a for a, r in (negative or {}).items() if _passes(r))
     expands = orbits is not None and orbits["hi"] < 1.0
-    compresses = orbits is not None and orbits["lo"] > 1.0
+    beats_untrained = orbits_vs_untrained is not None and orbits_vs_untrained["lo"] > 1.0
+    compresses = orbits is not None and orbits["lo"] > 1.0 and beats_untrained
     if failed or expands:
         why = []
         if failed:
@@ -136,13 +156,21 @@ def decide_sec5(augmentations: Mapping[str, Mapping], orbits: Mapping | None, *,
         return {**item, "verdict": "not supported", "reason": "; ".join(why)}
     if len(passed) == len(augmentations) and compresses and not neg_passed:
         return {**item, "verdict": "supported",
-                "reason": f"{passed} pass every control and the untrained head; orbits compress (S = {orbits['S']:.3g})"
+                "reason": f"{passed} pass every control and the untrained head; orbits compress (S = {orbits['S']:.3g}), "
+                          f"{orbits_vs_untrained['S']:.3g}x the untrained head's compression"
                           + ("" if negative else "; no negative control analysed")}
     why = []
     if len(passed) < len(augmentations):
         why.append(f"not every training augmentation passes every control ({passed} of {sorted(augmentations)})")
-    if not compresses:
-        why.append("orbit compression not established" if orbits is not None else "no orbits analysed")
+    if orbits is None:
+        why.append("no orbits analysed")
+    elif orbits["lo"] <= 1.0:
+        why.append("orbit compression not established")
+    if orbits is not None and not beats_untrained:
+        why.append("the untrained head's orbits are not measured" if orbits_vs_untrained is None else
+                   f"the orbits do not compress more than through the untrained head (S_trained / S_untrained = "
+                   f"{orbits_vs_untrained['S']:.3g}, 95% interval [{orbits_vs_untrained['lo']:.3g}, "
+                   f"{orbits_vs_untrained['hi']:.3g}])")
     if neg_passed:
         why.append(f"the negative control {neg_passed} passes too: the test does not separate trained invariances")
     return {**item, "verdict": "inconclusive", "reason": "; ".join(why)}
@@ -206,29 +234,69 @@ def rho_zero_bound(state: Mapping) -> float:
     return max(rho_tol * state["rho_ref"], state["residual_tol"])
 
 
+def rho_zero_full_row_rank(state: Mapping) -> bool:
+    """The stationarity rule's premise: ``dh(c)/dtheta`` (``k x P``) has full row rank,
+    ``sigma_min > sqrt(eps) max(k, P) sigma_max`` (``eps`` the float64 epsilon; ``k > P`` never holds it).
+
+    ``state``: ``{"jac_sigma_min", "jac_sigma_max", "jac_rows": k, "jac_cols": P}``
+    (:func:`experiments.stationary_heads.head_jacobian_singular_values`). A dead head (``dh/dtheta = 0``,
+    ``sigma_max = 0``) fails it.
+
+    Raises:
+      ValueError: a singular value not finite or negative, or ``k``/``P`` not positive (named).
+    """
+    s_min, s_max = float(state["jac_sigma_min"]), float(state["jac_sigma_max"])
+    k, P = int(state["jac_rows"]), int(state["jac_cols"])
+    if not (np.isfinite(s_min) and np.isfinite(s_max) and 0.0 <= s_min <= s_max):
+        raise ValueError(f"jac_sigma_min and jac_sigma_max must be finite with 0 <= min <= max; got {s_min!r}, "
+                         f"{s_max!r} ({state.get('label', '?')}).")
+    if k < 1 or P < 1:
+        raise ValueError(f"jac_rows and jac_cols must be positive; got k = {k}, P = {P} ({state.get('label', '?')}).")
+    eps = float(np.finfo(np.float64).eps)
+    return bool(k <= P and s_min > np.sqrt(eps) * max(k, P) * s_max)
+
+
 def decide_rho_zero(states: Sequence[Mapping]) -> dict:
     """Apply the stationarity rule (:data:`experiments.claims.CLAIMS` ``["stationarity-forces-rho-zero"]``).
 
-    ``states``: ``[{"label", "family", "stationary", "rho", "rho_ref", "residual_tol"}]``, one per
-    collapsed state after the head was driven to stationarity: ``stationary`` is the rule's
-    ``|grad_theta L| <= sqrt(eps) |dh/dtheta|_2 rho_ref``, ``rho`` the residual norm there, ``rho_ref``
-    the residual norm with the head perturbed, ``residual_tol`` the certificate's ``sqrt(eps) max(1, |L|)``.
+    ``states``: ``[{"label", "family", "stationary", "rho", "rho_ref", "residual_tol", "jac_sigma_min",
+    "jac_sigma_max", "jac_rows", "jac_cols"}]``, one per collapsed state after the head was driven to
+    stationarity: ``stationary`` is the rule's ``|grad_theta L| <= sqrt(eps) |dh/dtheta|_2 rho_ref``, ``rho``
+    the residual norm there, ``rho_ref`` the residual norm with the head perturbed, ``residual_tol`` the
+    certificate's ``sqrt(eps) max(1, |L|)``, the ``jac_*`` the extreme singular values and shape of
+    ``dh(c)/dtheta`` at that head. A state whose ``dh(c)/dtheta`` is not of full row rank
+    (:func:`rho_zero_full_row_rank`) is premise violated for that state: reported, never counted. Counted:
+    premise held and stationary. ``premise violated`` when no state holds the premise, ``inconclusive`` when
+    some do but none is counted, else ``not supported`` if a counted state has ``rho`` above
+    :func:`rho_zero_bound`, ``supported`` if none has.
     """
-    counted = [s for s in states if s["stationary"]]
+    full = [s for s in states if rho_zero_full_row_rank(s)]
+    violated = [s for s in states if not rho_zero_full_row_rank(s)]
+    counted = [s for s in full if s["stationary"]]
     bad = [s for s in counted if s["rho"] > rho_zero_bound(s)]
     ratios = [s["rho"] / s["rho_ref"] for s in counted if s["rho_ref"] > s["residual_tol"]]  # rho_ref not round-off
-    deciding = {"collapsed_states": len(states), "head_stationary": len(counted), "with_rho_above_bound": len(bad),
+    rank_ratios = [s["jac_sigma_min"] / s["jac_sigma_max"] for s in counted]
+    deciding = {"collapsed_states": len(states), "premise_violated_not_full_row_rank": len(violated),
+                "head_stationary_full_rank": len(counted), "with_rho_above_bound": len(bad),
                 "max_rho_over_rho_ref": max(ratios, default=float("nan")),
-                **{f"head_stationary_{f}": sum(s["family"] == f for s in counted)
+                "min_sigma_min_over_sigma_max_counted": min(rank_ratios, default=float("nan")),
+                **{f"head_stationary_full_rank_{f}": sum(s["family"] == f for s in counted)
                    for f in sorted({s["family"] for s in states})}}
     item = {"id": RHO_ZERO, "deciding": deciding}
+    excluded = ("" if not violated else f"; premise violated (dh/dtheta not of full row rank) at {len(violated)}, "
+                "not counted: " + ", ".join(s.get("label", "?") for s in violated[:5]))
+    if states and not full:
+        return {**item, "verdict": "premise violated",
+                "reason": f"dh/dtheta is not of full row rank at any of the {len(states)} collapsed states{excluded}"}
     if not counted:
         return {**item, "verdict": "inconclusive",
-                "reason": f"none of {len(states)} collapsed states reached head stationarity"}
+                "reason": f"none of {len(full)} collapsed states with full-row-rank dh/dtheta (of {len(states)}) "
+                          f"reached head stationarity{excluded}"}
     if bad:
         return {**item, "verdict": "not supported",
-                "reason": f"{len(bad)} head-stationary collapsed states with |rho| above the bound: "
-                          + ", ".join(s.get("label", "?") for s in bad[:5])}
+                "reason": f"{len(bad)} head-stationary collapsed states with full-row-rank dh/dtheta and |rho| above "
+                          "the bound: " + ", ".join(s.get("label", "?") for s in bad[:5]) + excluded}
     return {**item, "verdict": "supported",
-            "reason": f"all {len(counted)} head-stationary collapsed states (of {len(states)}) have rho = 0 "
-                      f"(max |rho| / rho_ref {deciding['max_rho_over_rho_ref']:.3g})"}
+            "reason": f"all {len(counted)} head-stationary collapsed states with full-row-rank dh/dtheta (of "
+                      f"{len(states)}) have rho = 0 (max |rho| / rho_ref {deciding['max_rho_over_rho_ref']:.3g})"
+                      + excluded}

@@ -10,7 +10,9 @@ exchangeable, every residual row is the same ``r`` and the head's gradient is
 ``r = 0`` (:func:`ssl_geometry.geometry.identical_rows_finding` measures the bound). Here the head
 is *driven* to a stationary point of ``theta -> L(h_theta(z))`` (BFGS on the flattened head
 parameters, the state's other arrays held fixed) and the residual is read there, beside the
-residual ``rho_ref`` of the same state with the head perturbed.
+residual ``rho_ref`` of the same state with the head perturbed, and beside the extreme singular
+values of ``dh(c)/dtheta`` at the head reached (:func:`head_jacobian_singular_values`): the rule's
+premise that it has full row rank (:func:`experiments.rules.rho_zero_full_row_rank`) is checked on them.
 """
 from __future__ import annotations
 
@@ -23,12 +25,60 @@ from jax.flatten_util import ravel_pytree
 from experiments import claims, rules
 from ssl_geometry import geometry
 
-__all__ = ["stationary_head_state"]
+__all__ = ["head_jacobian_singular_values", "stationary_head_state"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: Above this many head parameters L-BFGS replaces BFGS (whose inverse Hessian is dense) and no Newton step is
 #: taken (its Hessian is dense too).
 MAX_DENSE_PARAMS = 4096
+
+
+def head_jacobian_singular_values(fn, theta, *, max_dense_entries: int = 1 << 22) -> dict:
+    """Extreme singular values of ``J = d fn / d theta`` at ``theta`` (``fn: R^P -> R^k``, ``theta`` flat).
+
+    Returns ``{"sigma_min", "sigma_max", "rows": k, "cols": P, "method"}``:
+
+    * ``method = "dense svd"`` when ``k P <= max_dense_entries``: ``J`` by ``jax.jacrev``, then
+      ``numpy.linalg.svd`` in float64; ``sigma_min = s_k``, ``sigma_max = s_1``;
+    * ``method = "gram eigvalsh"`` otherwise: the ``k x k`` Gram ``G = J J^T`` built matrix-free, column
+      ``i`` as ``J (J^T e_i)`` (a vjp then the linearised ``fn``; ``jax.lax.map`` over the basis in batches
+      of ``max(1, max_dense_entries // P)``, so ``J`` is never stored), symmetrised, then
+      ``jnp.linalg.eigvalsh``: ``sigma = sqrt(max(lambda, 0))``. The Gram squares the condition number, so
+      ``sigma_min`` is resolved down to about ``sqrt(eps) sigma_max`` (round-off of ``G`` is ``eps |J|_2^2``);
+    * ``method = "k > P"``: ``rank J <= P < k``, so ``sigma_min = 0`` (``sigma_max`` from the dense SVD:
+      ``k P < k^2`` entries).
+
+    Raises:
+      ValueError: ``theta`` not 1-D or ``fn``'s output not a vector, or ``max_dense_entries < 1``.
+      FloatingPointError: a non-finite Jacobian or Gram entry.
+    """
+    theta = jnp.asarray(theta)
+    if theta.ndim != 1:
+        raise ValueError(f"`theta` must be a flat (1-D) parameter vector; got shape {theta.shape}.")
+    if not isinstance(max_dense_entries, int) or max_dense_entries < 1:
+        raise ValueError(f"`max_dense_entries` must be a positive int; got {max_dense_entries!r}.")
+    out = jax.eval_shape(fn, theta)
+    if len(out.shape) != 1:
+        raise ValueError(f"`fn` must map theta to a vector (one row's output, shape (k,)); got shape {out.shape}.")
+    k, P = int(out.shape[0]), int(theta.size)
+    if k * P <= max_dense_entries or k > P:
+        # reverse mode for k <= P (k vjps; forward mode would push a P x P basis), forward for k > P
+        J = np.asarray((jax.jacfwd if k > P else jax.jacrev)(fn)(theta), np.float64)
+        if not np.all(np.isfinite(J)):
+            raise FloatingPointError("head_jacobian_singular_values: the Jacobian dh/dtheta has a non-finite entry.")
+        s = np.linalg.svd(J, compute_uv=False) if J.size else np.zeros(1)
+        return {"sigma_min": 0.0 if k > P else float(s[-1]), "sigma_max": float(s[0]), "rows": k, "cols": P,
+                "method": "k > P" if k > P else "dense svd"}
+    _, vjp = jax.vjp(fn, theta)
+    _, lin = jax.linearize(fn, theta)
+    cols = jax.lax.map(lambda e: lin(vjp(e)[0]), jnp.eye(k, dtype=theta.dtype),
+                       batch_size=max(1, min(k, max_dense_entries // P)))
+    G = np.asarray(cols, np.float64)
+    if not np.all(np.isfinite(G)):
+        raise FloatingPointError("head_jacobian_singular_values: the Gram J J^T has a non-finite entry.")
+    lam = np.asarray(jnp.linalg.eigvalsh(jnp.asarray(0.5 * (G + G.T))), np.float64)
+    return {"sigma_min": float(np.sqrt(max(lam[0], 0.0))), "sigma_max": float(np.sqrt(max(lam[-1], 0.0))),
+            "rows": k, "cols": P, "method": "gram eigvalsh"}
 
 
 def _residual(model, variables, loss_fn, z, train):
@@ -68,7 +118,7 @@ def _newton_polish(fg, hessian, x, steps):
 
 
 def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = False, max_iter: int = 400,
-                          newton_steps: int = 5) -> dict:
+                          newton_steps: int = 5, measure_rank: bool = True) -> dict:
     """Drive the head to stationarity at ``z`` and measure the residual there (module docstring).
 
     BFGS (scipy, float64, exact gradients; L-BFGS beyond :data:`MAX_DENSE_PARAMS` parameters) minimises ``L(theta) = loss_fn(h_theta(z))`` from
@@ -83,8 +133,24 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
       ``xi ~ N(0, 1)``, ``p`` the registry's ``head_perturbation``;
     * ``stationary``: ``grad_norm <= sqrt(eps) jac_norm rho_ref`` or ``rho_ref <= residual_tol`` (the rule);
     * ``rho_bound``: :func:`experiments.rules.rho_zero_bound`, ``within_bound = rho <= rho_bound``;
+    * ``jac_sigma_min``, ``jac_sigma_max``, ``jac_rows`` (``k``), ``jac_cols`` (``P``), ``jac_method``: the
+      extreme singular values of ``dh(c)/dtheta`` at ``theta*`` (:func:`head_jacobian_singular_values` of one
+      row's output, ``c = z[0]``); ``full_row_rank``: the rule's premise on them
+      (:func:`experiments.rules.rho_zero_full_row_rank`); ``rho_implied_bound = grad_norm / (sqrt(n)
+      jac_sigma_min)`` (``inf`` when ``jac_sigma_min = 0``), the bound on ``|rho|`` that the gradient reached
+      implies when the rows are identical (``grad = n J^T r``, ``|rho| = sqrt(n) |r|``), reported; all of these
+      only with ``measure_rank`` (``False`` is for timing probes of the search alone: the state then carries no
+      premise and :func:`experiments.rules.decide_rho_zero` cannot read it);
     * ``rho_start``, ``grad_norm_start``: the same at the head it started from.
+
+    Raises:
+      ValueError: the rows of ``z`` are not all equal (not a collapsed batch).
+      FloatingPointError: a non-finite loss, gradient or Jacobian on the way.
     """
+    z = jnp.asarray(z)
+    if z.ndim != 2 or not bool(jnp.all(z == z[:1])):
+        raise ValueError(f"`z` must be a collapsed batch (n, d) with every row equal; got shape {z.shape}"
+                         + ("" if z.ndim != 2 else " with rows that differ") + ".")
     flat0, _ = ravel_pytree(variables["params"])
     flat0 = jnp.asarray(flat0, jnp.float64)
     out, res = _residual(model, variables, loss_fn, z, train)
@@ -120,5 +186,13 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     if not state["stationary"] and newton_steps and dense:
         x, newton = _newton_polish(fg, jax.jit(jax.hessian(lambda th: loss_fn(out(th)))), opt.x, newton_steps)
         state = at(x)
+    else:
+        x = opt.x
+    if measure_rank:
+        sv = head_jacobian_singular_values(lambda th: out(th)[0], jnp.asarray(x))
+        state.update({f"jac_{k}": v for k, v in sv.items() if k != "method"}, jac_method=sv["method"])
+        state["full_row_rank"] = rules.rho_zero_full_row_rank(state)
+        s_min, n = state["jac_sigma_min"], int(z.shape[0])
+        state["rho_implied_bound"] = float(state["grad_norm"] / (np.sqrt(n) * s_min)) if s_min > 0 else float("inf")
     return {**state, "rho_start": start["rho"], "grad_norm_start": start["grad_norm"], "iterations": int(opt.nit),
             "newton_steps": newton}

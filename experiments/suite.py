@@ -11,8 +11,9 @@ import importlib
 import json
 import pathlib
 import shutil
+from typing import NamedTuple
 
-from experiments import common
+from experiments import claims, common
 
 #: The suite, in report order: (module name under experiments/, label in REPORT.md).
 EXPERIMENTS = [
@@ -99,14 +100,17 @@ def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
     config.train.checkpoint_dir = str(path)
 
 
-def is_done(out_dir: pathlib.Path, config) -> bool:
-    """True when ``out_dir/results.json`` exists and was produced by ``config``."""
+def is_done(out_dir: pathlib.Path, config, code_digest: str | None = None) -> bool:
+    """True when ``out_dir/results.json`` exists and was produced by ``config`` (and, where ``code_digest`` is
+    given, by that code: a resumed run never reuses a result of code edited since)."""
     path = out_dir / "results.json"
     if not path.exists():
         return False
     try:
         stored = json.loads(path.read_text())
     except json.JSONDecodeError:
+        return False
+    if code_digest is not None and stored.get("code_digest") != code_digest:
         return False
     return json.dumps(stored.get("config"), sort_keys=True) == json.dumps(common.to_jsonable(config), sort_keys=True)
 
@@ -118,9 +122,117 @@ def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False
     config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
     out_dir = pathlib.Path(out_root) / run_dir(name, variant)
     _checkpoint_dir(config, out_dir, fresh=force)
-    if not force and is_done(out_dir, config):
+    if not force and is_done(out_dir, config, claims.code_digest(name)):
         return common.read_results(out_dir)
     results = common.run_experiment(module, config, out_dir, variant=variant)
     if dry_run and "dry_run" not in results.get("measurements", {}):
         raise RuntimeError(f"{name}: declares DRY_RUN but its measurements carry no `dry_run` timing record.")
     return results
+
+
+class Stale(NamedTuple):
+    """A stored result that no longer stands for the current code and registry (:func:`stale_runs`)."""
+
+    name: str  #: the experiment
+    run_dir: str  #: its directory under the output root (:func:`run_dir`)
+    variant: str | None  #: the stored variant (``None``: nothing stored)
+    seed: int | None  #: the stored seed (``None``: nothing stored, or a config without one)
+    why: str  #: one line: what is stale
+
+
+def _staleness(name: str, res: dict, current_digest: str, current_files: dict[str, str]) -> list[str]:
+    """Why one stored results file is stale (empty: it is not)."""
+    why = []
+    stored = res.get("code_digest")
+    if stored is None:
+        why.append("no code digest stored (run before results carried one)")
+    elif stored != current_digest:
+        changed = claims.provenance.changed_files(res.get("code_files"), current_files)
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        why.append(f"code digest {stored} != current {current_digest} (changed: {shown or 'unknown files'})")
+    recs = res.get("claims") or []
+    for rec in recs:
+        cid = rec.get("id")
+        if cid not in claims.CLAIMS:
+            why.append(f"{cid!r} is not a registered claim")
+        elif rec.get("rule_digest") != claims.rule_digest(cid):
+            why.append(f"{cid} decided under rule {rec.get('rule_digest')}, registry has {claims.rule_digest(cid)}")
+        elif rec.get("code_digest") not in (None, stored):
+            why.append(f"{cid} carries code digest {rec.get('code_digest')}, its file {stored}")
+    expected = [cid for cid, c in claims.CLAIMS.items() if name in c.experiments]
+    missing = [cid for cid in expected if cid not in {r.get("id") for r in recs}]
+    if missing:
+        why.append(f"no record of {missing}")
+    return list(dict.fromkeys(why))
+
+
+def stale_runs(out_root, names=None, *, root=None) -> list[Stale]:
+    """The stored results under ``out_root`` (experiments ``names``, default all, in suite order) that are stale:
+    no ``results.json`` for the experiment at all, an unreadable one, a code digest that differs from the
+    current code's (:func:`experiments.claims.code_digest` of the code under ``root``, default this
+    repository) or is missing, a record whose rule digest differs from the registry's, or a registered
+    claim of the experiment without a record. Every stored run directory counts (``name`` and each
+    ``name-paper_*``); a missing experiment is one :class:`Stale` with ``variant`` ``None``."""
+    out_root = pathlib.Path(out_root)
+    out = []
+    for name in NAMES:
+        if names is not None and name not in names:
+            continue
+        dirs = [d for d in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))] if (d / "results.json").exists()]
+        if not dirs:
+            out.append(Stale(name, name, None, None, f"no stored results ({out_root / name / 'results.json'})"))
+            continue
+        files = claims.file_digests(name, root=root)
+        digest = claims.code_digest(name, root=root)
+        for d in dirs:
+            try:
+                res = common.read_results(d)
+            except (OSError, ValueError) as err:
+                out.append(Stale(name, d.name, None, None, f"{d / 'results.json'} unreadable ({err})"))
+                continue
+            why = _staleness(name, res, digest, files)
+            if why:
+                seed = res.get("seed", (res.get("config") or {}).get("seed"))
+                out.append(Stale(name, d.name, res.get("variant"), seed, "; ".join(why)))
+    return out
+
+
+def jobs(names, variant: str, seed: int | None) -> tuple[list[tuple[str, str, int | None]], dict]:
+    """The (experiment, variant, seed) runs ``--variant variant`` makes for ``names`` (:func:`variants_of`), and
+    ``{name: why}`` of the experiments it skips (no such variant)."""
+    out, skipped = [], {}
+    for name in names:
+        vs = variants_of(name, variant)
+        if not vs:
+            skipped[name] = f"skipped: experiments/configs/{name}.py defines no {variant!r} variant"
+        out += [(name, v, seed) for v in vs]
+    return out, skipped
+
+
+def stale_jobs(out_root, names, variant: str, *, root=None) -> tuple[list[tuple[str, str, int | None]], dict,
+                                                                      list[Stale]]:
+    """``reproduce --stale``: the (experiment, variant, seed) runs that replace the stale results under ``out_root``
+    (:func:`stale_runs`; ``root``: whose code is current, default this repository), each at its stored variant and
+    seed, a missing or unreadable one at ``variant`` (its config's seed); the skipped ones (:func:`jobs`); and the
+    stale results themselves."""
+    stale = stale_runs(out_root, names, root=root)
+    out, skipped = [], {}
+    for s in stale:
+        if s.variant is not None:
+            out.append((s.name, s.variant, s.seed))
+            continue
+        more, skip = jobs([s.name], variant, None)
+        out += more
+        skipped.update(skip)
+    return list(dict.fromkeys(out)), skipped, stale
+
+
+def stale_message(stale: list[Stale], out_root) -> str:
+    """What a reader must do about ``stale`` (one line per run); empty when nothing is stale."""
+    if not stale:
+        return ""
+    lines = [f"{len(stale)} stored result(s) under {out_root} do not come from the current code and registry "
+             f"(stale: {sorted({s.run_dir for s in stale})}); rerun exactly those with "
+             "`python -m experiments.reproduce --stale`:"]
+    lines += [f"  {s.run_dir}: {s.why}" for s in stale]
+    return "\n".join(lines)

@@ -14,19 +14,20 @@ Conventions
   ``t -> g_t(x)`` and its tangent ``d/dt g_t(x)`` (``jax.jvp`` in ``t``) come from
   the same code (:func:`orbit`, :func:`orbit_tangents`):
 
-  - :func:`rotate` ``(image, angle)``: rotation by ``angle`` **radians**,
-    counter-clockwise as displayed (row 0 at the top), about the image centre
-    ``((H-1)/2, (W-1)/2)``, bilinear. ``rotate(x, pi/2)`` equals ``np.rot90(x)``.
-  - :func:`adjust_hue` ``(image, delta)``: ``h -> (h + delta) mod 1`` in HSV
-    (``delta`` in turns, torchvision's ``hue_factor``; ``delta = 1`` is a full turn).
-  - :func:`adjust_saturation` ``(image, factor)``: ``clip(f x + (1-f) gray(x))``.
-  - :func:`adjust_brightness` ``(image, factor)``: ``clip(f x)``.
-  - :func:`adjust_contrast` ``(image, factor)``: ``clip(f x + (1-f) mean(gray(x)))``.
-  - :func:`gaussian_blur` ``(image, sigma)``: separable Gaussian, weights
-    ``exp(-k^2 / (2 sigma^2))`` normalised over ``|k| <= radius``, boundary modes
-    as ``scipy.ndimage`` (default ``"reflect"``: ``d c b a | a b c d``).
+    - :func:`rotate` ``(image, angle)``: rotation by ``angle`` **radians**,
+      counter-clockwise as displayed (row 0 at the top), about the image centre
+      ``((H-1)/2, (W-1)/2)``, bilinear. ``rotate(x, pi/2)`` equals ``np.rot90(x)``.
+    - :func:`adjust_hue` ``(image, delta)``: ``h -> (h + delta) mod 1`` in HSV
+      (``delta`` in turns, torchvision's ``hue_factor``; ``delta = 1`` is a full turn).
+    - :func:`adjust_saturation` ``(image, factor)``: ``clip(f x + (1-f) gray(x))``.
+    - :func:`adjust_brightness` ``(image, factor)``: ``clip(f x)``.
+    - :func:`adjust_contrast` ``(image, factor)``: ``clip(f x + (1-f) mean(gray(x)))``.
+    - :func:`gaussian_blur` ``(image, sigma)``: separable Gaussian, weights
+      ``exp(-k^2 / (2 sigma^2))`` normalised over ``|k| <= radius``, boundary modes
+      as ``scipy.ndimage`` (default ``"reflect"``: ``d c b a | a b c d``).
 
-  ``gray(x) = 0.2989 R + 0.587 G + 0.114 B`` (torchvision's ``rgb_to_grayscale``).
+    ``gray(x) = 0.2989 R + 0.587 G + 0.114 B`` (torchvision's ``rgb_to_grayscale``).
+
 * **Random augmentations** take ``(key, image, ...)`` for one image; batch them
   with :func:`batch_augment` (``vmap`` over ``jax.random.split(key, N)``), so every
   sample of a batch gets its own key and the same key always gives the same result.

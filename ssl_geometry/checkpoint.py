@@ -29,6 +29,7 @@ Example:
   (10, [0.0, 1.0, 2.0], 10)
   >>> mngr.close()
 """
+from ssl_geometry._src.training.checkpoint import CheckpointMismatchError as CheckpointMismatchError
 from ssl_geometry._src.training.checkpoint import CheckpointWarning as CheckpointWarning
 from ssl_geometry._src.training.checkpoint import Restored as Restored
 from ssl_geometry._src.training.checkpoint import fingerprint as fingerprint
@@ -38,8 +39,9 @@ from ssl_geometry._src.training.checkpoint import quarantine as quarantine
 from ssl_geometry._src.training.checkpoint import restore as restore
 from ssl_geometry._src.training.checkpoint import restore_latest as restore_latest
 from ssl_geometry._src.training.checkpoint import save as save
+from ssl_geometry._src.training.checkpoint import tree_signature as tree_signature
 
 __all__ = [
-    "CheckpointWarning", "Restored", "manager", "fingerprint", "save", "restore", "restore_latest",
-    "latest_meta", "quarantine",
+    "CheckpointWarning", "CheckpointMismatchError", "Restored", "manager", "fingerprint", "save", "restore",
+    "restore_latest", "latest_meta", "quarantine", "tree_signature",
 ]

@@ -16,7 +16,10 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
   (the head kinds :data:`HEAD_KINDS`, from the smoothness classes of :mod:`ssl_geometry.activations`);
   spectra of matrices above :data:`MATRIX_FREE_ABOVE` (2048) dimensions go through Lanczos with true
   residuals, never a dense eigensolve;
-* :mod:`.equilibria` -- collapsed equilibria constructed and certified (:func:`collapsed_equilibrium`).
+* :mod:`.equilibria` -- collapsed equilibria constructed and certified (:func:`collapsed_equilibrium`);
+* :mod:`.certificate` -- Thm 4.1 repaired: :func:`collapse_certificate` predicts from one collapsed state
+  ``dim null(G)``, the size of ``M`` on ``null(G)``, the critical residual scale ``s*`` and the sign of
+  ``lambda_min(H_eff)`` (:class:`CollapseCertificate`, the words :data:`CERTIFICATE_CONCLUSIONS`).
 
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
 (arXiv 2605.17180, ICML 2026), Thm 3.1 and Thm 4.1.
@@ -52,6 +55,9 @@ from ssl_geometry._src.instrument.equilibria import CollapsedEquilibrium as Coll
 from ssl_geometry._src.instrument.equilibria import collapsed_equilibrium as collapsed_equilibrium
 from ssl_geometry._src.instrument.equilibria import identical_rows_finding as identical_rows_finding
 from ssl_geometry._src.instrument.equilibria import null_space_residuals as null_space_residuals
+from ssl_geometry._src.instrument.certificate import CERTIFICATE_CONCLUSIONS as CERTIFICATE_CONCLUSIONS
+from ssl_geometry._src.instrument.certificate import CollapseCertificate as CollapseCertificate
+from ssl_geometry._src.instrument.certificate import collapse_certificate as collapse_certificate
 
 __all__ = [
     "EffectiveHessian", "PullbackMetric", "effective_hessian", "pullback_metric", "effective_hvp",
@@ -60,5 +66,6 @@ __all__ = [
     "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm", "thm41_conclusion",
     "thm41_premises", "EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium",
-    "identical_rows_finding", "null_space_residuals",
+    "identical_rows_finding", "null_space_residuals", "CERTIFICATE_CONCLUSIONS", "CollapseCertificate",
+    "collapse_certificate",
 ]

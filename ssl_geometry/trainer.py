@@ -129,6 +129,10 @@ from ssl_geometry._src.training.workdir import state_signature as state_signatur
 from ssl_geometry._src.training.workdir import digest as digest
 from ssl_geometry._src.training.workdir import check_resume as check_resume
 from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
+from ssl_geometry._src.training.workdir import set_aside as set_aside
+from ssl_geometry._src.training.workdir import NOT_SAVED as NOT_SAVED
+from ssl_geometry._src.training.monitor import check_knn_k as check_knn_k
+from ssl_geometry._src.training.run import STOP_SIGNALS as STOP_SIGNALS
 
 __all__ = [
     "init_distributed", "check_same_config", "PER_PROCESS_FIELDS", "train", "BACKBONES", "AUGMENTS", "DTYPES",
@@ -139,4 +143,5 @@ __all__ = [
     "MemoryFeed", "StreamFeed", "make_feed", "representation_metrics", "make_eval_metrics", "evaluate",
     "MetricLogger", "read_metrics", "RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare",
     "Lock", "flatten_config", "config_record", "state_signature", "digest", "check_resume", "truncate_metrics",
+    "set_aside", "NOT_SAVED", "check_knn_k", "STOP_SIGNALS",
 ]

@@ -214,3 +214,314 @@ def test_num_train_beyond_the_split_is_refused_naming_the_field():
     cfg = ml_collections.ConfigDict(d)
     with pytest.raises(ValueError, match=r"`data.num_train` = 100000, but the 'digits' 'train' split has only"):
         trainer.load_split(cfg.data, "train")
+
+
+# ----------------------------------------------------------------------------- issue 34: nothing lost, nothing silent
+
+
+def _tiny(**over):
+    """The tiny config with a short, quiet run (``over``: dotted field -> value)."""
+    d = _shipped("tiny")
+    d["train"].update(steps=4, log_every=1, metrics_every=0, checkpoint_every=2, progress=False)
+    d["eval"].update(final_probes=False)
+    for field, value in over.items():
+        _set(d, field, value)
+    return ml_collections.ConfigDict(d)
+
+
+def _main(tmp_path, capsys, *args, workdir=None):
+    from ssl_geometry import train  # noqa: PLC0415
+
+    status = train.main(["train", "--config", str(TINY), "--workdir", str(workdir or tmp_path / "w"),
+                         *map(str, args)])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess([], status, out.out, out.err)
+
+
+_QUICK = ("--config.train.steps=2", "--config.train.checkpoint_every=2", "--config.train.progress=False",
+          "--config.train.metrics_every=0", "--config.eval.max_train=100", "--config.eval.max_test=50")
+
+
+@pytest.mark.slow
+def test_old_metrics_without_a_checkpoint_are_moved_aside_byte_for_byte(tmp_path, capsys):
+    w = tmp_path / "w"
+    w.mkdir()
+    old = b"".join(json.dumps({"step": s, "loss": 0.1 * s}).encode() + b"\n" for s in (1, 2, 3, 50, 100))
+    (w / "metrics.jsonl").write_bytes(old)
+    r = _cli("--config", TINY, "--workdir", w, *_QUICK)  # the real entry point: warnings are one line each
+    assert r.returncode == 0, r.stderr
+    kept = w / "metrics.orphaned-1.jsonl"
+    assert kept.read_bytes() == old
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning: ") and "metrics" in line]
+    assert len(warned) == 1 and str(kept) in warned[0] and "no checkpoint" in warned[0], r.stderr
+    assert [json.loads(x)["step"] for x in (w / "metrics.jsonl").read_text().splitlines()] == [2, 2]  # log, final
+    # a second fresh start over another orphan takes the next name and keeps the first
+    import shutil  # noqa: PLC0415
+    shutil.rmtree(w / "checkpoints")
+    second = (w / "metrics.jsonl").read_bytes()
+    with pytest.warns(UserWarning, match="moved it to .*metrics.orphaned-2.jsonl"):
+        assert _main(tmp_path, capsys, *_QUICK).returncode == 0
+    assert kept.read_bytes() == old and (w / "metrics.orphaned-2.jsonl").read_bytes() == second
+
+
+def test_set_aside_leaves_a_missing_or_blank_file_alone(tmp_path):
+    assert trainer.set_aside(tmp_path / "metrics.jsonl") is None
+    (tmp_path / "metrics.jsonl").write_text("\n  \n")
+    assert trainer.set_aside(tmp_path / "metrics.jsonl") is None and (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_resume_from_a_checkpoint_without_a_saved_config_warns_and_records_a_config_change(tmp_path):
+    w = tmp_path / "w"
+    assert trainer.train(_tiny(**{"train.stop_after": 2}), w, verbose=False)["status"] == "stopped"
+    meta_file = w / "checkpoints" / "2" / "meta" / "metadata"
+    meta = json.loads(meta_file.read_text())
+    del meta["config"]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match=r"checkpoint step 2 .* stores no config.*config_change"):
+        out = trainer.train(_tiny(**{"optimizer.lr": 0.1}), w, verbose=False)
+    assert out["status"] == "finished" and out["resumed_from"] == 2
+    changes = [r for r in trainer.read_metrics(w) if r.get("event") == "config_change"]
+    assert len(changes) == 1 and changes[0]["step"] == 2
+    assert changes[0]["fields"]["optimizer.lr"] == {"saved": trainer.NOT_SAVED, "now": 0.1}
+    assert changes[0]["fields"]["train.steps"] == {"saved": trainer.NOT_SAVED, "now": 4}
+
+
+def test_check_resume_reports_every_field_of_a_meta_without_config():
+    cfg = _tiny()
+    changed = trainer.check_resume({}, cfg, {}, allow_config_change=False)
+    assert changed == {k: (trainer.NOT_SAVED, v) for k, v in trainer.config_record(cfg).items()}
+    assert trainer.check_resume({"config": trainer.config_record(cfg)}, cfg, {}) == {}
+
+
+@pytest.mark.parametrize("over, needles", [
+    ({"eval.final_probes": True, "eval.max_train": 5}, ["eval.knn_k: 20 neighbours", "5 training examples", "eval.knn_k <= 5"]),
+    ({"eval.final_probes": True, "data.num_train": 64, "eval.knn_k": 65}, ["eval.knn_k: 65", "64 training"]),
+    ({"data.image_size": 100_000}, ["`data.image_size`: 100000 px", "GiB in memory", "host's"]),
+    ({"objective.name": "wmse", "data.batch_size": 32}, ["`data.batch_size`", "at least 65", "got 32",
+                                                         "model.projector.out_dim <= 31"]),
+    ({"distributed.num_processes": 2, "distributed.process_id": 5}, ["`distributed.process_id`", "[0, 1]", "got 5"]),
+])
+def test_values_the_run_would_adjust_or_cannot_hold_are_refused_by_name(over, needles):
+    cfg = _tiny(**over)
+    with pytest.raises(ValueError) as err:
+        trainer.validate_config(cfg, devices=False)
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+
+
+def test_knn_k_within_the_probe_set_is_accepted_and_used_as_given():
+    trainer.validate_config(_tiny(**{"eval.max_train": 20, "eval.knn_k": 20, "eval.final_probes": True}))
+    trainer.check_knn_k(20, 20)
+    with pytest.raises(ValueError, match="eval.knn_k: 21 neighbours .* 20 training images"):
+        trainer.check_knn_k(21, 20)
+
+
+def test_knn_k_20_with_max_train_5_exits_2_naming_it(tmp_path, capsys):
+    r = _main(tmp_path, capsys, "--config.eval.max_train=5")
+    _assert_one_line_error(r, 2, "eval.knn_k: 20 neighbours", "eval.max_train = 5")
+    assert not (tmp_path / "w").exists()
+
+
+def test_image_size_beyond_memory_exits_2_naming_it(tmp_path, capsys):
+    r = _main(tmp_path, capsys, "--config.data.image_size=100000")
+    _assert_one_line_error(r, 2, "`data.image_size`: 100000 px", "GiB")
+    assert "Unable to allocate" not in r.stderr
+
+
+@pytest.mark.parametrize("override, field, suggestion", [
+    ("--config.optimizer.lrr=0.1", "config.optimizer.lrr", "--config.optimizer.lr?"),
+    ("--config.optimiser.lr=0.1", "config.optimiser.lr", "--config.optimizer.lr?"),
+])
+def test_a_misspelt_field_names_it_and_the_suggestion_on_one_clean_line(tmp_path, capsys, override, field,
+                                                                        suggestion):
+    r = _main(tmp_path, capsys, override)
+    _assert_one_line_error(r, 2, f"unknown config field '{field}'", f"did you mean {suggestion}")
+    assert "\\'" not in r.stderr and "\\n" not in r.stderr
+
+
+@pytest.mark.parametrize("body, needles", [
+    ("def get_config():\n    raise KeyError('missing')\n", ["get_config() raised KeyError: 'missing'"]),
+    ("def get_config():\n    return None\n", ["get_config returned NoneType None", "ConfigDict"]),
+    ("x = 1\n", ["defines no get_config() function"]),
+    ("import no_such_module_h7\n", ["running the file raised ModuleNotFoundError", "no_such_module_h7"]),
+])
+def test_config_file_failures_name_the_file_and_what_get_config_did(tmp_path, capsys, body, needles):
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text(body)
+    from ssl_geometry import train  # noqa: PLC0415
+
+    status = train.main(["train", "--config", str(cfg), "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    _assert_one_line_error(subprocess.CompletedProcess([], status, "", err), 2, str(cfg), *needles)
+
+
+def _free_port():
+    import socket  # noqa: PLC0415
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+_DIST = ("--config.distributed.initialize=True", "--config.distributed.num_processes=2")
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--config.distributed.process_id=5", "--config.distributed.coordinator_address=127.0.0.1:1"],
+     ["`distributed.process_id`", "got 5"]),
+    (["--config.distributed.process_id=0", "--config.distributed.coordinator_address=localhost"],
+     ["distributed.coordinator_address", "'host:port'", "'localhost'"]),
+])
+def test_distributed_fields_are_refused_before_initialize(tmp_path, extra, needles):
+    t0 = time.monotonic()
+    r = _cli("--config", TINY, "--workdir", tmp_path / "w", *_DIST, *extra, timeout=120)
+    _assert_one_line_error(r, 2, *needles)
+    assert "jax.distributed.initialize:" not in r.stderr  # never waited
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_missing_peer_exits_1_with_one_line_within_the_timeout(tmp_path, process_id):
+    """Process ``process_id`` of 2, alone: the watchdog ends it with exit 1 and one ``error:`` line once
+    ``distributed.timeout_s`` passed, before jax's coordination client can abort with a C++ trace."""
+    timeout_s = 3
+    t0 = time.monotonic()
+    r = _cli("--config", TINY, "--workdir", tmp_path / "w", *_DIST, f"--config.distributed.process_id={process_id}",
+             f"--config.distributed.coordinator_address=127.0.0.1:{_free_port()}",
+             f"--config.distributed.timeout_s={timeout_s}", timeout=120)
+    took = time.monotonic() - t0
+    _assert_one_line_error(r, 1, f"within distributed.timeout_s = {timeout_s} s", f"process {process_id} of 2",
+                           f"waiting for process(es) [{1 - process_id}]")
+    assert "client.h" not in r.stderr and "Check failure" not in r.stderr and "*** " not in r.stderr
+    assert took < timeout_s + 10 + 15  # + 15: starting Python and importing jax on a loaded 2-core machine
+
+
+class _SignalAt:
+    """A hook that sends ``signum`` to this process right after update ``step``."""
+
+    def __init__(self, step, signum):
+        self.step, self.signum = step, signum
+
+    def after_step(self, step, state, metrics):
+        if step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_at_the_next_step_checkpointed_and_the_resume_is_bitwise(tmp_path, signame):
+    import signal  # noqa: PLC0415
+
+    signum = getattr(signal, signame)
+    cfg = _tiny(**{"train.steps": 8, "train.checkpoint_every": 4})
+    ref = trainer.train(cfg, tmp_path / "ref", verbose=False)
+    before = signal.getsignal(signum)
+    out = trainer.train(cfg, tmp_path / "w", verbose=False, hooks=[_SignalAt(3, signum)])
+    assert signal.getsignal(signum) is before  # handlers restored
+    assert (out["status"], out["step"], out["signal"]) == ("interrupted", 3, signame)
+    assert not (tmp_path / "w" / ".lock").exists()
+    assert sorted(int(p.name) for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == [3]
+    resumed = trainer.train(cfg, tmp_path / "w", verbose=False)
+    assert (resumed["status"], resumed["resumed_from"]) == ("finished", 3)
+    from ssl_geometry import checkpoint  # noqa: PLC0415
+    assert checkpoint.fingerprint(resumed["state"]) == checkpoint.fingerprint(ref["state"])
+    losses = {r["step"]: r["loss"] for r in trainer.read_metrics(tmp_path / "w") if "loss" in r}
+    ref_losses = {r["step"]: r["loss"] for r in trainer.read_metrics(tmp_path / "ref") if "loss" in r}
+    assert losses == ref_losses and sorted(losses) == list(range(1, 9))
+
+
+@pytest.mark.slow
+def test_sigterm_through_the_entry_point_exits_143_and_leaves_no_lock(tmp_path):
+    """A real SIGTERM from outside, mid-run: exit status 143 (documented), one line saying where it stopped,
+    a checkpoint there, no lock; the same command then finishes the run."""
+    import signal  # noqa: PLC0415
+
+    w = tmp_path / "w"
+    args = ["--config", TINY, "--workdir", w, "--config.train.steps=100000", "--config.train.log_every=10",
+            "--config.train.checkpoint_every=100000", "--config.train.metrics_every=0",
+            "--config.train.progress=False"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "ssl_geometry.train", *map(str, args)], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not ((w / "metrics.jsonl").exists() and (w / "metrics.jsonl").read_text().count("\n") >= 2):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err[-2000:])
+    assert "Traceback" not in err and not (w / ".lock").exists()
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("stopped at step ") and "by SIGTERM" in line and "run again to continue" in line
+    step = int(line.split()[3])
+    assert (w / "checkpoints" / str(step)).is_dir()
+
+
+def _orbax_save_failing_at(step, make_error):
+    """An ``orbax.checkpoint.CheckpointManager.save`` that raises ``make_error()`` for ``step``."""
+    import orbax.checkpoint as ocp  # noqa: PLC0415
+
+    real = ocp.CheckpointManager.save
+
+    def save(self, s, *args, **kw):
+        if int(s) == step:
+            raise make_error()
+        return real(self, s, *args, **kw)
+
+    return save
+
+
+def _wrapped_no_space():
+    import errno  # noqa: PLC0415
+
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as inner:
+        try:
+            raise RuntimeError("tensorstore write failed") from inner
+        except RuntimeError as outer:
+            return outer
+
+
+@pytest.mark.parametrize("make_error", [
+    lambda: OSError(__import__("errno").ENOSPC, "No space left on device"),
+    _wrapped_no_space,  # orbax/tensorstore wrap the writer's OSError
+], ids=["bare", "wrapped"])
+def test_a_full_disk_during_a_checkpoint_exits_1_with_one_line(tmp_path, capsys, monkeypatch, make_error):
+    import orbax.checkpoint as ocp  # noqa: PLC0415
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", _orbax_save_failing_at(4, make_error))
+    r = _main(tmp_path, capsys, "--config.train.steps=6", "--config.train.checkpoint_every=2",
+              "--config.train.progress=False", "--config.train.metrics_every=0")
+    _assert_one_line_error(r, 1, "no space left on the device while writing checkpoint step 4",
+                           "the last complete checkpoint is step 2", "run the same command again")
+    assert not (tmp_path / "w" / ".lock").exists()
+
+
+def test_another_os_error_during_a_checkpoint_is_not_called_a_full_disk(tmp_path, capsys, monkeypatch):
+    import errno  # noqa: PLC0415
+
+    import orbax.checkpoint as ocp  # noqa: PLC0415
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save",
+                        _orbax_save_failing_at(2, lambda: OSError(errno.EIO, "Input/output error")))
+    r = _main(tmp_path, capsys, *_QUICK)
+    _assert_one_line_error(r, 1, "OSError: [Errno 5] Input/output error")
+    assert "no space" not in r.stderr
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda d: d, "is a directory"),
+    (lambda d: (d / "c.json", (d / "c.json").write_text("{}"))[0], "is not a Python file (.py)"),
+])
+def test_a_config_that_is_a_directory_or_not_python_is_named(tmp_path, capsys, make, needle):
+    from ssl_geometry import train  # noqa: PLC0415
+
+    path = make(tmp_path)
+    status = train.main(["train", "--config", str(path), "--workdir", str(tmp_path / "w")])
+    err = capsys.readouterr().err
+    _assert_one_line_error(subprocess.CompletedProcess([], status, "", err), 2, str(path), needle)

@@ -9,26 +9,88 @@ from experiments import paper_simsiam
 from experiments.configs import collapse_escape_paper as cfg_module
 from ssl_geometry import trainer
 
+T = 0.01  # the hand-made runs' escape threshold
+UP = [0.002, 0.001] + [0.001] * 14 + [0.02]  # collapsed at start, above T at epoch 16: escaped
+FLAT = [0.002] + [0.001] * 16  # collapsed throughout: stayed
+HIGH = [0.12] * 17  # above T from epoch 0: never collapsed
 
-def _run(act, bn, lr, escaped, diverged=None):
-    return {"activation": act, "batch_norm": bn, "lr_name": lr, "escaped": escaped, "diverged_at_step": diverged}
+
+def _run(act, bn, lr, series, diverged=False):
+    """A hand-made run as train_one stores it: its outcome from the rule's own definition, and its epochs."""
+    return {"activation": act, "batch_norm": bn, "lr_name": lr, "outcome": cep.run_outcome(series, T, diverged),
+            "epochs_run": len(series), "diverged_at_step": 12 if diverged else None}
 
 
-GOOD = [_run("swish", False, "base", True), _run("gelu", False, "base", False), _run("linear", False, "base", False),
-        _run("relu", False, "small", False), _run("relu", True, "base", True)]
+GOOD = [_run("swish", False, "base", UP), _run("gelu", False, "base", FLAT), _run("linear", False, "base", FLAT),
+        _run("relu", False, "small", FLAT), _run("relu", True, "base", UP)]
+
+
+def test_run_outcome_each_way_and_a_never_collapsed_run_is_not_an_escape():
+    assert cep.run_outcome(UP, T) == "escaped" and cep.run_outcome(FLAT, T) == "stayed"
+    assert cep.run_outcome(HIGH, T) == "not collapsed at start"  # the committed ReLU+BN smoke run: 0.121 > 0.0625
+    assert cep.run_outcome([0.121, 0.119, 0.119, 0.119], 0.0625) == "not collapsed at start"
+    assert cep.run_outcome([T, 2 * T], T) == "escaped"  # s(0) = t is collapsed (escape is s > t)
+    assert cep.run_outcome([float("nan")], T, diverged=True) == "diverged"
+    with pytest.raises(ValueError, match="series"):
+        cep.run_outcome([0.001, float("nan")], T)
+    with pytest.raises(ValueError, match="series"):
+        cep.run_outcome([], T)
 
 
 def test_ablation_rule_comes_out_each_way():
-    assert cep.apply_rule(GOOD)[0] == "supported"  # E_smooth = 1/2 >= min_smooth_escape
-    assert cep.apply_rule(GOOD + [_run("linear", False, "base", True)])[0] == "not supported"
-    assert cep.apply_rule(GOOD + [_run("relu", False, "small", True)])[0] == "not supported"
-    no_smooth = [r for r in GOOD if r["activation"] not in ("swish", "gelu")] + [_run("swish", False, "base", False)]
-    assert cep.apply_rule(no_smooth)[0] == "not supported"
+    assert cep.CLAIMS == (cep.ABLATION,) and cep.apply_rule(GOOD)[0] == "supported"  # E_smooth = 1/2
+    # Supported needs the horizon: the same runs cut to 4 epochs say nothing yet.
+    short = [{**r, "epochs_run": 4} for r in GOOD]
+    verdict, reason, d = cep.apply_rule(short)
+    assert verdict == "inconclusive" and reason.startswith("horizon:") and "4 epochs" in reason and "16" in reason
+    assert (d["epochs_run"], d["horizon_epochs"]) == (4, 16)
+    # A forbidden escape refutes at any horizon; E_smooth = 0 refutes only at the horizon.
+    assert cep.apply_rule(GOOD + [_run("linear", False, "base", UP)])[0] == "not supported"
+    assert cep.apply_rule(short + [_run("linear", False, "base", UP[:4] + [0.02])])[0] == "not supported"
+    assert cep.apply_rule(GOOD + [_run("relu", False, "small", UP)])[0] == "not supported"
+    no_smooth = [r for r in GOOD if r["activation"] not in ("swish", "gelu")] + [_run("swish", False, "base", FLAT)]
+    verdict, reason, _ = cep.apply_rule(no_smooth)
+    assert verdict == "not supported" and reason.startswith("no smooth run escapes")
+    assert cep.apply_rule([{**r, "epochs_run": 15} for r in no_smooth])[0] == "inconclusive"
     # A group the rule reads that was not run (or only diverged) leaves it open; a diverged run never counts.
     assert cep.apply_rule(GOOD[:4])[0] == "inconclusive"
-    verdict, _, deciding = cep.apply_rule(GOOD[:4] + [_run("relu", True, "base", True, diverged=12)])
-    assert verdict == "inconclusive" and deciding["diverged_runs"] == 1 and deciding["relu_bn_or_large_lr_runs"] == 0
+    verdict, _, d = cep.apply_rule(GOOD[:4] + [_run("relu", True, "base", UP, diverged=True)])
+    assert verdict == "inconclusive" and d["diverged_runs"] == 1 and d["relu_bn_or_large_lr_runs"] == 0
+    # Both of the last group stayed: E_smooth passes but no ReLU escape through BN or lr 0.5.
+    stayed = GOOD[:4] + [_run("relu", True, "base", FLAT), _run("relu", False, "large", FLAT)]
+    verdict, reason, _ = cep.apply_rule(stayed)
+    assert verdict == "inconclusive" and "relu_bn_or_large_lr 0/2 escaped" in reason
     assert cep.escaped([0.001, 0.02, 0.001], 0.011) and not cep.escaped([0.001, 0.011], 0.011)
+
+
+def test_a_never_collapsed_run_is_not_counted_as_escaped():
+    """The committed smoke case: ReLU+BN above the threshold from epoch 0 was the group's only 'escape'."""
+    runs = GOOD[:4] + [_run("relu", True, "base", HIGH), _run("relu", False, "large", FLAT)]
+    verdict, reason, d = cep.apply_rule(runs)
+    assert d["relu_bn_or_large_lr_escaped"] == 0 and d["relu_bn_or_large_lr_runs"] == 1
+    assert d["not_collapsed_at_start_runs"] == 1 and "1 not collapsed at start" in reason
+    assert verdict == "inconclusive"  # would be "supported" if the never-collapsed run counted as an escape
+    only_high = GOOD[:4] + [_run("relu", True, "base", HIGH)]
+    verdict, reason, _ = cep.apply_rule(only_high)
+    assert verdict == "inconclusive" and "relu_bn_or_large_lr" in reason.split("(")[0]
+    with pytest.raises(ValueError, match="outcome"):
+        cep.apply_rule([{"activation": "relu", "batch_norm": True, "lr_name": "base", "escaped": True}])
+
+
+def test_horizon_is_the_earliest_peak_of_the_released_smooth_runs():
+    assert cep.horizon_epochs([[3, 1, 2, 5, 4], [3, 2, 4, 1, 0]]) == 3  # peaks at epochs 3 and 2: 1 + 2
+    with pytest.raises(ValueError, match="smooth_series"):
+        cep.horizon_epochs([])
+    arrays = cep.released_collapse_arrays()
+    peaks = {k: [cep.peak_epoch(r) for r in arrays[k]] for k in cep.HORIZON_KEYS}
+    # The released Swish runs peak at epochs 32, 32, 22 and GELU at 27, 15, 16 (0-based), after falling first.
+    assert peaks == {"swish_bn_False_lr_base/raw": [32, 32, 22], "gelu_bn_False_lr_base/raw": [27, 15, 16]}
+    assert cep.released_horizon(arrays) == 16 == cep.claims.CLAIMS[cep.ABLATION].thresholds["horizon_epochs"]
+    # No released smooth run crosses the escape threshold 0.5 / sqrt(2048), which is why the peak is read instead.
+    thr = cep.escape_threshold(cep.PAPER_OUT_DIM)
+    assert all(np.max(arrays[k]) < thr for k in cep.HORIZON_KEYS)
+    with pytest.raises(KeyError, match="swish"):
+        cep.released_horizon({})
 
 
 def test_released_runs_are_the_authors_fourteen_settings_and_the_rule_reads_them_alike():
@@ -36,9 +98,15 @@ def test_released_runs_are_the_authors_fourteen_settings_and_the_rule_reads_them
     settings = {(r["activation"], r["batch_norm"], r["lr_name"]) for r in rows}
     assert settings == {(a, bool(bn) and a != "linear", lr) for a, bn, lr in cfg_module.PAPER_RUNS}
     assert len(rows) == 3 * len(cfg_module.PAPER_RUNS)
-    # Released BN runs start above the threshold (the batch statistics' t = 0 artefact); linear never reaches it.
-    assert all(r["escaped"] for r in rows if r["activation"] == "swish" and r["batch_norm"] and r["lr_name"] != "small")
+    # Released BN runs start above the threshold (the batch statistics undo the x 0.1): not collapsed at start,
+    # except the ReLU+BN lr 0.05 seed 2 (0.0106 < 0.0110, above from epoch 4); linear never reaches it.
+    bn = [r for r in rows if r["batch_norm"]]
+    assert sum(r["outcome"] == "not collapsed at start" for r in bn) == 17
+    assert [(r["activation"], r["lr_name"], r["seed"]) for r in bn if r["outcome"] == "escaped"] == [("relu", "base", 2)]
     assert not any(r["escaped"] for r in rows if r["activation"] == "linear")
+    verdict, reason, d = cep.apply_rule(rows)
+    assert verdict == "not supported" and reason.startswith("no smooth run escapes") and d["E_smooth"] == 0
+    assert (d["smooth_runs"], d["epochs_run"], d["not_collapsed_at_start_runs"]) == (6, 50, 17)
 
 
 @pytest.mark.parametrize("bn", [False, True])

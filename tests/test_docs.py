@@ -7,10 +7,9 @@ and README.md is an excerpt of what REPORT.md and the pages say.
   the package itself has an API page, and every name of every ``__all__`` is a heading (under its
   public path) on its namespace's page and on no other page.
 * README.md: at most about 120 lines; its theorem example is the first block of
-  ``docs/howto/theorem.md`` with the same output (so running that page runs README's example); its
-  headline table is a faithful excerpt of REPORT.md's claim table (same rows in the same order,
-  columns taken from REPORT's with equal cells, deciding numbers a subset of REPORT's).
-  ``python tests/test_docs.py`` prints the excerpt for the REPORT.md in the working tree.
+  ``docs/howto/theorem.md`` with the same output (so running that page runs README's example). Its
+  headline table is REPORT.md's claim-level table without the statement column: checked in
+  ``tests/test_report_md.py`` (:func:`experiments.report_md.readme_excerpt`).
 """
 from __future__ import annotations
 
@@ -31,13 +30,6 @@ HOWTO = sorted((ROOT / "docs" / "howto").glob("*.md"))
 README = ROOT / "README.md"
 REPORT = ROOT / "REPORT.md"
 README_MAX_LINES = 125
-#: README's headline table follows this heading; REPORT's claim table follows its own.
-README_TABLE_HEADING = "## What the suite finds"
-REPORT_TABLE_HEADING = "## Claims and verdicts"
-#: REPORT columns the README excerpt carries (``claim`` only where it holds claim ids).
-EXCERPT_COLUMNS = ("claim", "experiment", "subject", "verdict", "deciding numbers (ours)")
-NUMBERS = "deciding numbers (ours)"
-EXCERPT_NUMBERS = 2
 
 
 # ----------------------------------------------------------------------------- how-to pages
@@ -214,80 +206,7 @@ def test_rendered_notebook_is_its_paired_script_with_outputs():
 # ----------------------------------------------------------------------------- README
 
 
-def _table_after(text: str, heading: str) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the first markdown table after the line ``heading``."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip().startswith(heading)), None)
-    assert start is not None, f"no {heading!r} heading"
-    rows = []
-    for line in lines[start + 1:]:
-        if line.startswith("|"):
-            rows.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
-        elif rows:
-            break
-    assert len(rows) >= 3, f"no table after {heading!r}"
-    return rows[0], [r for r in rows[2:]]
-
-
-def _items(cell: str) -> list[str]:
-    return [x.strip() for x in cell.split(";") if x.strip()]
-
-
-def excerpt(report_text: str) -> str:
-    """README's headline table for ``report_text``: REPORT's claim table, columns EXCERPT_COLUMNS."""
-    header, rows = _table_after(report_text, REPORT_TABLE_HEADING)
-    cols = [c for c in EXCERPT_COLUMNS if c in header and (c != "claim" or "statement" in header)]
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in rows:
-        cells = dict(zip(header, row))
-        cells[NUMBERS] = "; ".join(_items(cells.get(NUMBERS, ""))[:EXCERPT_NUMBERS])
-        out.append("| " + " | ".join(cells[c] for c in cols) + " |")
-    return "\n".join(out)
-
-
-def readme_mismatches(readme_text: str, report_text: str) -> list[str]:
-    """Why README's headline table is not a faithful excerpt of REPORT's claim table (empty: it is)."""
-    r_head, r_rows = _table_after(readme_text, README_TABLE_HEADING)
-    p_head, p_rows = _table_after(report_text, REPORT_TABLE_HEADING)
-    bad = [f"README column {c!r} is not a column of REPORT's claim table" for c in r_head if c not in p_head]
-    if "verdict" not in r_head:
-        bad.append("README's table has no verdict column")
-    if len(r_rows) != len(p_rows):
-        bad.append(f"README's table has {len(r_rows)} rows, REPORT's {len(p_rows)}")
-    for i, (r, p) in enumerate(zip(r_rows, p_rows)):
-        rc, pc = dict(zip(r_head, r)), dict(zip(p_head, p))
-        for col in r_head:
-            if col not in pc:
-                continue
-            if col == NUMBERS:
-                missing = [x for x in _items(rc[col]) if x not in _items(pc[col])]
-                if missing:
-                    bad.append(f"row {i + 1}: {missing} not among REPORT's deciding numbers")
-            elif rc[col] != pc[col]:
-                bad.append(f"row {i + 1}, {col}: README {rc[col]!r}, REPORT {pc[col]!r}")
-    return bad
-
-
-def test_readme_headline_table_is_an_excerpt_of_the_report():
-    bad = readme_mismatches(README.read_text(), REPORT.read_text())
-    assert not bad, ("README.md's headline table does not match REPORT.md's claim table:\n" + "\n".join(bad)
-                     + "\n\nThe excerpt of the current REPORT.md (python tests/test_docs.py):\n"
-                     + excerpt(REPORT.read_text()))
-
-
-def test_readme_table_check_fails_on_a_changed_verdict_or_number():
-    report = REPORT.read_text()
-    readme = f"{README_TABLE_HEADING}\n\n{excerpt(report)}\n"
-    assert readme_mismatches(readme, report) == []
-    header, rows = _table_after(readme, README_TABLE_HEADING)
-    v, n = header.index("verdict"), header.index(NUMBERS)
-    flipped = "**supported**" if rows[0][v] != "**supported**" else "**not supported**"
-    for cells in ([*rows[0][:v], flipped, *rows[0][v + 1:]],
-                  [*rows[0][:n], _items(rows[0][n])[0].rsplit("=", 1)[0] + "= 12345", *rows[0][n + 1:]]):
-        lines = readme.splitlines()
-        lines[4] = "| " + " | ".join(cells) + " |"
-        assert readme_mismatches("\n".join(lines), report), cells
-    assert readme_mismatches("\n".join(readme.splitlines()[:-1]), report)  # a row dropped
+# README's table of claim-level verdicts is REPORT's (tests/test_report_md.py checks it).
 
 
 def test_readme_fits_one_screen_and_links_the_site():
@@ -304,6 +223,3 @@ def test_readme_theorem_example_is_the_howto_page_example():
     assert (readme[0].code, readme[0].output) == (page[0].code, page[0].output), \
         "README's theorem example must be the first example of docs/howto/theorem.md (which the tests run)"
 
-
-if __name__ == "__main__":
-    print(excerpt(REPORT.read_text()))

@@ -66,6 +66,8 @@ def test_collapse_hessians_tiny_schema_rule_and_closed_forms(tiny_runs):
     coll = [c for c in rows if c["state"] == "collapsed"]
     assert coll and all(c["forces_zero_residual"] and not c["stationary"] for c in coll)
     assert all(c["st_stationary"] and c["st_rho"] <= c["st_rho_bound"] < 1e-3 * c["st_rho_start"] for c in coll)
+    # the premise held, and |rho| <= |grad| / (sqrt(n) sigma_min) (identical rows), up to the residual's round-off
+    assert all(c["st_full_row_rank"] and c["st_rho"] <= c["st_rho_implied_bound"] + c["st_residual_tol"] for c in coll)
 
 
 def _unit(x):

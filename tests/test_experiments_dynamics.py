@@ -54,8 +54,11 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
         # growth against the start, and the outcome it gives
         assert x["growth"] == pytest.approx(x["spread_T"] / x["spread_0"])
         assert x["outcome"] == ce_runs.outcome(x["growth"], x["status"])
-        # The linearised dynamics predict the measured rate (same window) within the rule's tolerance.
-        assert ce_verdict.rate_agreement(x, ce_verdict.rate_scales(rows)) == "agree", ce_verdict.label(x)
+        # The claim's rate r predicts the measured rate over the window in which the leading modes dominate; a run
+        # without a window is one whose linearised solution has none either (its leading mode is not excited).
+        agreement = ce_verdict.rate_agreement(x, ce_verdict.rate_scales(rows))
+        assert agreement == "agree" or (agreement == "no window" and "no window within max_saves" in x["rate_run"]), (
+            ce_verdict.label(x), agreement, x["rate_run"])
         if x["dynamics"] == "flow" and x["tau"] == 0 and x["head_kind"] == "smooth" and x["representation"] == "free":
             # the frozen-head rule's target: the linearised system's slope over the spread-only window
             assert abs(ce_verdict.frozen_ratio(x) - 1) <= claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds[
@@ -71,7 +74,7 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
     for name in ("escape_rates.png", "predicted_vs_measured.png"):
         assert (out / "collapse_escape" / name).exists()
     text = collapse_escape.report(r, "fig")
-    assert "| rep | objective | head | seed |" in text and "measured/pred" in text and "(fig/escape_rates.png)" in text
+    assert "| rep | objective | head | seed |" in text and "measured/r" in text and "(fig/escape_rates.png)" in text
 
 
 def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff_in_closed_form():
@@ -148,7 +151,8 @@ def _run(kind, dyn, tau, outcome, *, growth=None, seed=0, lr=0.0, measured=0.2, 
             "dynamics": dyn, "tau": tau, "lr": lr, "certified": True, "state_premises": True, "outcome": outcome,
             "growth": growth if growth is not None else {"escaped": 100.0, "stayed": 1.0, "grew": 3.0}.get(outcome, 1.0),
             "measured_rate": measured, "predicted_rate_window": predicted, "predicted_rate": predicted,
-            "fit_points": 20, "frozen_rate": -0.01, "frozen_predicted_rate": -0.01, "lambda_min_H_eff": 0.01}
+            "rate_points": 20, "jacobian_scale": 1.0, "frozen_rate": -0.01, "frozen_predicted_rate": -0.01,
+            "lambda_min_H_eff": 0.01}
     return {**base, **kw}
 
 
@@ -162,13 +166,13 @@ def test_collapse_escape_rules_each_way():
                lambda_min_H_eff=-0.01)
     lin4 = _run("linear", "flow", 4.0, "stayed", measured=-0.003, predicted=-0.003)
     sm4 = _run("smooth", "flow", 4.0, "escaped")
-    sgd = _run("linear", "sgd", 4.0, "diverged", lr=0.5, measured=0.5, predicted=0.5)
+    sgd = _run("linear", "sgd", 4.0, "escaped", lr=0.5, measured=0.5, predicted=0.5)
     d = _decide([lin0, sm0, lin4, sm4, sgd])
     assert {k: v["verdict"] for k, v in d.items()} == {
         "thm4.1-frozen-head-flow": "supported", "flow-linear-relu-no-escape": "supported",
         "flow-smooth-escape": "supported", "finite-step-escape": "supported", "linearised-rate-prediction": "supported"}
     # A linear head escaping under the joint flow refutes the no-escape reading, and names the tau; its SGD twin
-    # then escapes where the flow did too, so the finite step is not what made it leave.
+    # then escapes where the flow did too (no control), so the finite step is not what made it leave.
     d = _decide([lin0, sm0, {**lin4, "outcome": "escaped", "growth": 50.0}, sm4, sgd])
     assert d["flow-linear-relu-no-escape"]["verdict"] == "not supported" and "tau = 4" in d[
         "flow-linear-relu-no-escape"]["reason"]
@@ -188,9 +192,11 @@ def test_collapse_escape_rules_each_way():
     # A smooth flow at tau >= 1 that stays refutes the escape reading; tau < 1 runs are only reported.
     assert _decide([{**sm4, "outcome": "stayed", "growth": 1.0}])["flow-smooth-escape"]["verdict"] == "not supported"
     assert _decide([{**sm4, "tau": 0.01, "outcome": "stayed"}])["flow-smooth-escape"]["verdict"] == "inconclusive"
-    # SGD that stays everywhere refutes the finite-step reading.
+    # SGD that stays everywhere refutes the finite-step reading; a diverged run is not escape.
     assert _decide([lin4, {**sgd, "outcome": "stayed"}])["finite-step-escape"]["verdict"] == "not supported"
-    # Rates: per seed, each run judged; a factor-2 miss keeps it from "supported", a majority off refutes it.
+    assert _decide([lin4, {**sgd, "outcome": "diverged"}])["finite-step-escape"]["verdict"] == "inconclusive"
+    # Rates (against the claim's r, predicted_rate): per seed, each run judged; a factor-2 miss keeps it from
+    # "supported", a majority off refutes it.
     miss = [lin4, sm4, {**sm4, "seed": 1, "measured_rate": 0.5}]
     assert _decide(miss * 2)["linearised-rate-prediction"]["verdict"] == "inconclusive"
     off = [{**sm4, "seed": s, "measured_rate": 0.6} for s in range(3)] + [sm4]
@@ -199,7 +205,7 @@ def test_collapse_escape_rules_each_way():
     tiny_rates = [{**lin4, "measured_rate": 1e-5, "predicted_rate_window": -1e-5, "predicted_rate": -1e-5},
                   {**lin4, "tau": 100.0, "predicted_rate": 0.2}]  # the same state's fastest flow sets the scale
     assert ce_verdict.rate_agreement(tiny_rates[0], ce_verdict.rate_scales(tiny_rates)) == "agree"
-    assert np.isnan(ce_verdict.rate_ratio({**sm4, "predicted_rate_window": 0.0}))
+    assert np.isnan(ce_verdict.rate_ratio({**sm4, "predicted_rate": 0.0}))
 
 
 @pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)

@@ -213,7 +213,7 @@ def test_objectives_schema_rules_and_exact_relations(tiny_runs):
         # trained and pseudo-collapsed states are not equilibria: labelled so
         assert not x["stationary_trained"] and not x["stationary_pseudo_collapsed"]
         if x["objective"] != "dino":  # collapsed: identical rows; the head driven to stationarity has rho = 0
-            assert x["collapsed_rows_identical"] and x["st_stationary"] and x["st_within_bound"]
+            assert x["collapsed_rows_identical"] and x["st_stationary"] and x["st_within_bound"] and x["st_full_row_rank"]
         assert x["erank_squared_trained"] <= x["erank_rankme_trained"] + 1e-6
         assert 1.0 <= x["erank_rankme_trained"] <= config.model.k + 1e-6 and x["cond_trained"] >= 1.0
         aug = x["sec5"]["augmentations"]["subspace"]["trained"]
@@ -239,6 +239,14 @@ def test_sec5_gains_and_orbit_spreads_against_independent_computations():
     ids = np.repeat(np.arange(4), 6)
     assert np.mean(sz) == pytest.approx(paper.orbit_metrics(flat, ids, ids % 2)["spread"], rel=1e-12)
     assert np.mean(sh) == pytest.approx(paper.orbit_metrics(flat @ W, ids, ids % 2)["spread"], rel=1e-12)
+    # sec5_inputs' orbits carry the rule's untrained comparison: S / S_0 = mean spread_h0 / mean spread_h
+    W0 = rng.normal(size=(4, 6))
+    head0 = lambda x: x @ jnp.asarray(W0)  # noqa: E731
+    dirs = {k: jnp.asarray(rng.normal(size=(5, 3, 4))) for k in objectives.sec5.DIRECTIONS}
+    comp = objectives.sec5.sec5_inputs(head, head0, z, dirs, orbits)[2]
+    sh0 = objectives.sec5.orbit_spreads(head0, orbits)[1]
+    assert comp["S"] == pytest.approx(np.mean(sz) / np.mean(sh), rel=1e-12)
+    assert comp["vs_untrained"]["S"] == pytest.approx(np.mean(sh0) / np.mean(sh), rel=1e-12)
     # The negative control's basis: orthonormal and orthogonal to the augmentation subspace.
     A = jnp.asarray(np.linalg.qr(rng.normal(size=(6, 2)))[0])
     B = np.asarray(objectives.sec5.negative_basis(A, jax.random.PRNGKey(0)))
@@ -246,11 +254,12 @@ def test_sec5_gains_and_orbit_spreads_against_independent_computations():
     np.testing.assert_allclose(np.asarray(A).T @ B, 0.0, atol=1e-12)
 
 
-def _sec5(D_trained, D_untrained=1.0, S=3.0):
+def _sec5(D_trained, D_untrained=1.0, S=3.0, R=2.0):
+    """``R``: the trained head's orbit compression over the untrained head's (``orbits["vs_untrained"]``)."""
     ratio = lambda D: {c: {"D": D, "lo": D - 0.05, "hi": D + 0.05} for c in ("random", "between", "data")}  # noqa: E731
     return {"augmentations": {"subspace": {"trained": ratio(D_trained), "untrained": ratio(D_untrained)}},
             "negative": {"orthogonal": {"trained": ratio(1.2), "untrained": ratio(1.0)}},
-            "orbits": {"S": S, "lo": S - 0.5, "hi": S + 0.5}}
+            "orbits": {"S": S, "lo": S - 0.5, "hi": S + 0.5, "vs_untrained": {"S": R, "lo": R - 0.5, "hi": R + 0.5}}}
 
 
 def test_objectives_decide_each_claim_each_way():
@@ -261,7 +270,8 @@ def test_objectives_decide_each_claim_each_way():
     def row(obj, D, stationary=True, rho=0.0, loss_fell=True):
         return {"objective": obj, "family": "contrastive", "activation": "swish", "seed": 0, "loss_fell": loss_fell,
                 "z_full_rank": True,
-                "sec5": _sec5(D), "st_stationary": stationary, "st_rho": rho, "st_rho_ref": 1.0, "st_residual_tol": 1e-8}
+                "sec5": _sec5(D), "st_stationary": stationary, "st_rho": rho, "st_rho_ref": 1.0, "st_residual_tol": 1e-8,
+                "st_jac_sigma_min": 0.5, "st_jac_sigma_max": 2.0, "st_jac_rows": 4, "st_jac_cols": 50}
 
     def verdicts(rows, eqs):
         d = objectives.decide({"rows": rows, "equilibria": eqs}, objectives_config.get_config("tiny"))
@@ -280,6 +290,10 @@ def test_objectives_decide_each_claim_each_way():
     assert v[("thm4.1-linear-psd", None)] == "not supported"
     assert v[("stationarity-forces-rho-zero", None)] == "not supported"
     assert v[("sec5-metric-degeneracy", "vicreg (seed 0)")] == "premise violated"
+    # orbits that compress (S = 3) but no more than through the untrained head (S / S_0 = 1): inconclusive
+    r = row("info_nce", 0.5)
+    r["sec5"] = _sec5(0.5, R=1.0)
+    assert verdicts([r], [eq("swish", -0.1, "smooth")])[("sec5-metric-degeneracy", "info_nce (seed 0)")] == "inconclusive"
 
 
 @pytest.mark.parametrize("name", ["simsiam", "byol", "dino"])

@@ -77,15 +77,31 @@ def test_stored_ratios_recomputed_independently(tiny):
     sec5, gap = r["claims"]
     pv = m["premise_values"]
     t5 = claims.CLAIMS["sec5-metric-degeneracy"].thresholds
+    sp = m["orbits"]["paper_spreads"]
+    vs0 = m["sec5"]["orbits_vs_untrained"]
+    assert vs0["S"] == pytest.approx(np.mean(sp["head_untrained"]) / np.mean(sp["head"]), rel=1e-12)
+    assert vs0["S"] == pytest.approx(comp["head"]["S"] / comp["head_untrained"]["S"], rel=1e-12)
     expected = rules.decide_sec5(m["sec5"]["training"], comp["head"], negative=m["sec5"]["negative"], premises={
-        "loss": pv["loss_last_10pct"] < pv["loss_first_10pct"], "rank": pv["erank_rankme_backbone"] >= t5["min_effective_rank"]})
+        "loss": pv["loss_last_10pct"] < pv["loss_first_10pct"], "rank": pv["erank_rankme_backbone"] >= t5["min_effective_rank"]},
+        orbits_vs_untrained=vs0)
     assert sec5["verdict"] == expected["verdict"] and sec5["deciding"] == expected["deciding"]
+    # the gap: the mean over the training seeds (tiny: the main run and one more) of each seed's probe gaps
     rot = m["probes"]["rotation"]
-    g = 0.5 * ((rot["backbone"]["linear"] - rot["head"]["linear"]) + (rot["backbone"]["mlp"] - rot["head"]["mlp"]))
-    g0 = 0.5 * ((rot["backbone"]["linear"] - rot["head_untrained"]["linear"])
-                + (rot["backbone"]["mlp"] - rot["head_untrained"]["mlp"]))
+    seeds = [rot] + [e["rotation"] for e in m["probes"]["gap_seeds"]]
+    assert [e["seed"] for e in m["probes"]["gap_seeds"]] == [1] and gap["deciding"]["seeds"] == 2
+    gap_of = lambda r, h: 0.5 * sum(r["backbone"][k] - r[h][k] for k in ("linear", "mlp"))  # noqa: E731
+    g, g0 = (np.mean([gap_of(r, h) for r in seeds]) for h in ("head", "head_untrained"))
     assert gap["deciding"]["rotation_gap_mean"] == pytest.approx(g, abs=1e-12)
     assert gap["deciding"]["rotation_gap_mean_untrained_head"] == pytest.approx(g0, abs=1e-12)
+    assert gap["deciding"]["rotation_gap_difference"] == pytest.approx(g - g0, abs=1e-12)
+    lo, hi = gap["deciding"]["rotation_gap_difference_ci"]
+    assert lo <= g - g0 <= hi
+    # the stored per-image outcomes are the accuracies' own
+    for r in seeds:
+        for w in ("backbone", "head", "head_untrained"):
+            for k in ("linear", "mlp"):
+                c = r[w][f"{k}_test_correct"]
+                assert len(c) == m["setting"]["rotation_probe_test_images"] and np.mean(c) == pytest.approx(r[w][k])
 
 
 def _ratios(trained, untrained=1.0, width=0.05):
@@ -93,11 +109,27 @@ def _ratios(trained, untrained=1.0, width=0.05):
             for h, v in (("trained", trained), ("untrained", untrained))}
 
 
-def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss=(5.0, 3.0), erank=10.0, z_rot=0.6):
-    """Measurements with given probe gaps, trained-head ratios (untrained: 1) and orbit compression."""
-    probes_ = {"rotation": {"backbone": {"linear": z_rot, "mlp": z_rot},
-                            "head": {"linear": z_rot - gap, "mlp": z_rot - gap},
-                            "head_untrained": {"linear": z_rot - gap0, "mlp": z_rot - gap0}},
+N_TEST = 400  # rotation-probe test images of the hand-made measurements
+
+
+def _outcomes(acc):
+    """0/1 outcomes over N_TEST images, the first round(acc N_TEST) right: nested sets, so the per-image
+    differences of two representations are 0 or 1 and the gap's interval is narrow (binomial, about
+    +-2 sqrt(p(1-p)/400))."""
+    c = [0] * N_TEST
+    c[: round(acc * N_TEST)] = [1] * round(acc * N_TEST)
+    return c
+
+
+def _rep(acc):
+    return {"linear": acc, "mlp": acc, "linear_test_correct": _outcomes(acc), "mlp_test_correct": _outcomes(acc)}
+
+
+def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss=(5.0, 3.0), erank=10.0, z_rot=0.6,
+          R=(2.0, 1.5, 2.5)):
+    """Measurements with given probe gaps (trained and untrained head), trained-head ratios (untrained: 1), orbit
+    compression ``S`` and its ratio to the untrained head's ``R`` (each ``(value, lo, hi)``)."""
+    probes_ = {"rotation": {"backbone": _rep(z_rot), "head": _rep(z_rot - gap), "head_untrained": _rep(z_rot - gap0)},
                "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")}}
     ratios = {"rotation": _ratios(rot), "hue": _ratios(hue), "blur": _ratios(blur)}
     comp = {"head": dict(zip(("S", "lo", "hi"), S)), "head_untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}
@@ -105,7 +137,7 @@ def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss
                                "erank_rankme_backbone": erank},
             "probes": probes_, "degeneracy": {"ratios": ratios}, "orbits": {"compression": comp},
             "sec5": {"training": {a: ratios[a] for a in ("rotation", "hue")}, "negative": {"blur": ratios["blur"]},
-                     "orbits": comp},
+                     "orbits": comp, "orbits_vs_untrained": dict(zip(("S", "lo", "hi"), R))},
             "curvature": {"summary": {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}},
             "depth_ablation": []}
 
@@ -116,8 +148,13 @@ def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss
     ({"hue": 1.3}, "not supported", "supported"),  # a training augmentation >= 1 with confidence
     ({"S": (0.7, 0.6, 0.8)}, "not supported", "supported"),  # orbits expand through the head
     ({"S": (1.1, 0.9, 1.3)}, "inconclusive", "supported"),  # compression not established
+    ({"R": (0.144, 0.11, 0.19)}, "inconclusive", "supported"),  # compresses less than the untrained head
     ({"gap": 0.01}, "supported", "inconclusive"),  # gap below the margin
     ({"gap": -0.05}, "supported", "not supported"),
+    # the untrained head's gap alone passes the margin; training adds 0.03, its interval [0.013, 0.047] reaches 0.02
+    ({"gap": 0.1, "gap0": 0.07}, "supported", "inconclusive"),
+    ({"gap": 0.05, "gap0": 0.15}, "supported", "not supported"),  # training leaves h(z) more decodable than h_0(z)
+    ({"gap": -0.05, "gap0": -0.05}, "supported", "not supported"),  # h(z) more decodable than z, as at init
     ({"loss": (3.0, 3.5)}, "premise violated", "premise violated"),
     ({"erank": 1.5}, "premise violated", "premise violated"),
     ({"z_rot": 0.26}, "supported", "premise violated"),  # rotation not in z: only the probe claim's premise
@@ -128,6 +165,54 @@ def test_decide_each_verdict_on_hand_made_measurements(kwargs, sec5, gap):
     assert got["sec5-metric-degeneracy"]["verdict"] == sec5, got["sec5-metric-degeneracy"]["reason"]
     assert got["guillotine-probe-gap"]["verdict"] == gap, got["guillotine-probe-gap"]["reason"]
     assert "untrained head's gap" in got["guillotine-probe-gap"]["reason"]
+
+
+@pytest.mark.parametrize("gap, gap0, verdict", [(0.1, 0.0, "supported"), (0.1, 0.07, "inconclusive"),
+                                                (0.05, 0.15, "not supported")])
+def test_gap_interval_is_the_paired_bootstrap_of_the_per_image_differences(gap, gap0, verdict):
+    """Hand-made outcomes with known answers: the difference is acc(h_0) - acc(h), its interval the binomial one
+    of the images where the two heads differ, and the verdict the rule's."""
+    rot = _fake(gap=gap, gap0=gap0)["probes"]["rotation"]
+    st = guillotine.probe_gap_interval([guillotine.gap_outcomes(rot)], reps=2000)
+    d = gap - gap0
+    assert st["difference"] == pytest.approx(d, abs=1e-12) and st["gap"] == pytest.approx(gap, abs=1e-12)
+    assert st["gap_untrained"] == pytest.approx(gap0, abs=1e-12) and st["seeds"] == 1 and st["test_images"] == [400]
+    half = 1.96 * math.sqrt(abs(d) * (1 - abs(d)) / N_TEST)  # the normal approximation of the binomial interval
+    assert st["difference_ci"][0] == pytest.approx(d - half, abs=0.006)
+    assert st["difference_ci"][1] == pytest.approx(d + half, abs=0.006)
+    assert guillotine.gap_verdict(st, claims.CLAIMS["guillotine-probe-gap"].thresholds["probe_margin"])[0] == verdict
+
+
+def test_gap_interval_over_seeds_resamples_the_seeds():
+    """Two seeds whose differences are 0.0 and 0.2 exactly on every image: no image spread, so the interval comes
+    from the seeds alone (resampled: both, either twice), 0.0 .. 0.2 around the mean 0.1."""
+    def seed(d):
+        z = [1] * N_TEST
+        return {"backbone": {"linear": z, "mlp": z}, "head": {"linear": [0] * N_TEST, "mlp": [0] * N_TEST},
+                "head_untrained": {k: [1 if i < round(d * N_TEST) else 0 for i in range(N_TEST)]
+                                   for k in ("linear", "mlp")}}
+    one = guillotine.probe_gap_interval([seed(0.0)], reps=500)
+    assert one["difference"] == 0.0 and one["difference_ci"] == [0.0, 0.0]
+    st = guillotine.probe_gap_interval([seed(0.0), seed(0.2)], reps=2000)
+    assert st["seeds"] == 2 and st["difference"] == pytest.approx(0.1, abs=1e-12)
+    assert st["difference_ci"][0] < 0.01 and st["difference_ci"][1] > 0.19
+
+
+def test_gap_interval_rejects_bad_outcomes():
+    rot = _fake()["probes"]["rotation"]
+    good = guillotine.gap_outcomes(rot)
+    with pytest.raises(ValueError, match="reps"):
+        guillotine.probe_gap_interval([good], reps=10)
+    with pytest.raises(ValueError, match="at least one seed"):
+        guillotine.probe_gap_interval([], reps=200)
+    with pytest.raises(ValueError, match="head_untrained"):
+        guillotine.probe_gap_interval([{k: v for k, v in good.items() if k != "head_untrained"}], reps=200)
+    bad = {**good, "head": {"linear": [0.5] * N_TEST, "mlp": [0] * N_TEST}}
+    with pytest.raises(ValueError, match="0/1"):
+        guillotine.probe_gap_interval([bad], reps=200)
+    short = {**good, "head": {"linear": [0] * 3, "mlp": [0] * 3}}
+    with pytest.raises(ValueError, match="same test images"):
+        guillotine.probe_gap_interval([short], reps=200)
 
 
 def test_untrained_head_that_already_passes_makes_it_inconclusive():
@@ -280,6 +365,46 @@ def test_report_has_tables_and_figure_links(tiny):
     assert text.count("|---|") >= 8  # probes, sec5, orbits, curvature, convergence, 2 orbit tables, depth
     assert "rotation linear" in text and "spread shrink" in text.lower() and "negative control" in text
     assert "(toy)" in text and "untrained head h_0(z)" in text
+
+
+# One process: the guillotine's tiny main run trained from scratch, then its rotation probes on z, h(z) and h_0(z);
+# prints a SHA-256 over the trained parameters and statistics, every step's loss and every probe outcome.
+_RUN_AND_HASH = """
+import hashlib, json
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+from experiments import guillotine
+from experiments.configs import guillotine as gconfig
+from experiments.guillotine import probing, training as T
+c = gconfig.get_config("tiny")
+run = T.train_simclr(c, c.model.head_depth)
+train_ds, test_ds = T.load_data(c)
+k_probe = jax.random.split(jax.random.PRNGKey(c.seed), 3)[1]
+sets = probing.probe_sets(c, train_ds, test_ds, guillotine._sizes(c))
+rot = probing.probe_suite(c, run, *sets, k_probe, class_probes=False, untrained=True)["rotation"]
+h = hashlib.sha256()
+for leaf in jax.tree_util.tree_leaves((run["params"], run["state"])):
+    h.update(np.asarray(leaf).tobytes())
+h.update(np.asarray(run["losses"]).tobytes() + json.dumps(rot, sort_keys=True).encode())
+print(h.hexdigest(), float(run["losses"][-1]), guillotine.probe_gap_interval([guillotine.gap_outcomes(rot)], reps=200))
+"""
+
+
+@pytest.mark.slow  # two fresh processes, each compiling the tiny run (about 30 s on 2 cores)
+def test_tiny_training_and_probes_are_bitwise_reproducible_run_to_run():
+    """Two fresh processes (own compiles, own data rendering) train the same tiny run and probe it: the parameters,
+    every loss and every probe outcome are bitwise the same (issue 32: the guillotine's gap was not reproducible)."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    outs = [subprocess.run([sys.executable, "-c", _RUN_AND_HASH], cwd=root, capture_output=True, text=True, timeout=900)
+            for _ in range(2)]
+    for o in outs:
+        assert o.returncode == 0, o.stderr[-3000:]
+    first, second = (o.stdout.strip().splitlines()[-1] for o in outs)
+    assert len(first.split()[0]) == 64 and first == second
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -586,7 +711,8 @@ def test_probe_suite_runs_the_backbone_once_per_image_set_and_equals_each_repres
     for name, fn in fns.items():
         want = probes.rotation_probe(fn, sets[0], sets[1], epochs=c.probes.epochs, hidden=hidden[name],
                                      rotations=c.probes.rotations, key=k_rot)
-        assert got["rotation"][name] == {k: want[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}, name
+        assert got["rotation"][name] == {k: want[k] for k in ("linear", "mlp", "linear_train", "mlp_train",
+                                                              "linear_test_correct", "mlp_test_correct")}, name
     (xtr, ytr), (xte, yte) = sets[2], sets[3]
     for i, name in enumerate(("backbone", "head")):
         ftr, fte = probes.features_in_batches(fns[name], xtr), probes.features_in_batches(fns[name], xte)

@@ -90,14 +90,17 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
     assert (out / "pretrained_orbits" / "degeneracy_and_spread.png").exists()
 
 
-def _rows(name="x", D=0.5, D0=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), erank=20.0, status=PP.STATUS_PRESENT):
-    """One checkpoint's summary row and per-augmentation rows with given ratios (same against every control)."""
+def _rows(name="x", D=0.5, D0=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), erank=20.0, status=PP.STATUS_PRESENT, R=2.0):
+    """One checkpoint's summary row and per-augmentation rows with given ratios (same against every control); the
+    per-orbit spreads of the untrained head are ``R`` times the trained head's (S / S_0 = R)."""
+    spreads = np.linspace(0.1, 0.3, 8)
     r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}  # noqa: E731
     row = {"checkpoint": name, "status": status, "erank_rankme_z": erank,
            "orbit_compression": {"trained": dict(zip(("S", "lo", "hi"), S)), "untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}}
     augs = [{"checkpoint": name, "status": status, "augmentation": a, "in_training_augmentations": a != "rotation",
              "negative_control": a == "rotation",
-             "ratios": {"trained": r(D_neg if a == "rotation" else D), "untrained": r(D0)}}
+             "ratios": {"trained": r(D_neg if a == "rotation" else D), "untrained": r(D0)},
+             "orbit_spreads": {"z": 3.0 * spreads, "trained": spreads, "untrained": R * spreads}}
             for a in PP.AUGMENTATIONS]
     return [row], augs
 
@@ -109,6 +112,7 @@ def _rows(name="x", D=0.5, D0=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), erank=20.0, sta
     ({"D": 1.3}, "not supported"),
     ({"S": (0.7, 0.6, 0.8)}, "not supported"),
     ({"S": (1.2, 0.9, 1.5)}, "inconclusive"),
+    ({"R": 0.5}, "inconclusive"),  # the untrained head compresses the orbits more than the trained one
     ({"erank": 1.0}, "premise violated"),
 ])
 def test_decide_each_verdict_per_checkpoint(kwargs, verdict):
@@ -197,9 +201,17 @@ def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino
     neg = {a["augmentation"]: a["ratios"] for a in mine if a["negative_control"]}
     assert set(augs) == {"hue", "saturation", "blur"} and set(neg) == {"rotation"}
     t = claims.CLAIMS["sec5-metric-degeneracy"].thresholds
+    tr = [a for a in mine if a["in_training_augmentations"]]
+    vs0 = rules.orbit_gain_over_untrained(np.concatenate([a["orbit_spreads"]["trained"] for a in tr]),
+                                          np.concatenate([a["orbit_spreads"]["untrained"] for a in tr]))
+    assert vs0["S"] == pytest.approx(row["orbit_compression"]["trained"]["S"] / row["orbit_compression"]["untrained"]["S"],
+                                     rel=1e-12)
     expected = rules.decide_sec5(augs, row["orbit_compression"]["trained"], negative=neg,
-                                 premises={"rank": row["erank_rankme_z"] >= t["min_effective_rank"]}, subject="dino_vits16")
+                                 premises={"rank": row["erank_rankme_z"] >= t["min_effective_rank"]}, subject="dino_vits16",
+                                 orbits_vs_untrained=vs0)
     assert item["verdict"] == expected["verdict"]
+    assert {k: item["deciding"][k] for k in expected["deciding"]} == expected["deciding"]
+    assert "orbit_compression_over_untrained" in expected["deciding"]
     # the pooled orbit compression of the training augmentations, from the stored per-orbit spreads
     sz = np.concatenate([a["orbit_spreads"]["z"] for a in mine if a["in_training_augmentations"]])
     su = np.concatenate([a["orbit_spreads"]["trained"] for a in mine if a["in_training_augmentations"]])

@@ -73,9 +73,17 @@ def test_notebook_predicted_against_measured_escape(executed):
     _, fig_dir = executed
     escape = json.loads((fig_dir / "flow_vs_optimisers_summary.json").read_text())["escape"]
     assert set(escape) == {"linear", "relu", "swish"}
+    untested = []
     for head, runs in escape.items():
         assert set(runs) == {"flow", "sgd lr=0.05"}, head
         for name, r in runs.items():
             # The linearised field (flow) and the linearised SGD map predict the measured slope of log std.
+            # (linearised-rate-prediction's window: once the leading modes dominate, before the nonlinear regime; a
+            # run whose linearised solution itself has no such window is the rule's failure to test, no rate.)
+            if r["rate_run"].endswith("no window within max_saves)"):
+                assert r["measured"] != r["measured"], (head, name, r)  # NaN: no rate is made up
+                untested.append((head, name))
+                continue
             assert r["predicted"] > 0.01 and abs(r["measured"] / r["predicted"] - 1) <= 0.25, (head, name, r)
             assert r["t_final"] <= r["horizon"] + 0.5 * 0.05 / (1 - 0.9) + 1e-9, (head, name)
+    assert len(untested) <= 1, untested  # the small config: only ReLU's SGD run (its window opens at 120x growth)

@@ -1,27 +1,30 @@
-"""REPORT.md's claim table and header (experiments/report_md.py) on hand-made stored results."""
+"""REPORT.md as a reader's document (experiments/report_md.py) on hand-made stored results: the summary, the
+claim-level table, each section's records, the header naming each section's run, tables that render, and README's
+copy of the claim-level table."""
 import pathlib
 import re
 import types
 
 import pytest
 
-from experiments import claims, report_md
+from experiments import claims, common, report_md
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 MOD = types.SimpleNamespace(CLAIM="the claim", report=lambda res, rel: f"body of {rel}")
 
 
-def _rec(cid, verdict, scale="smoke", subject=None, **deciding):
-    return claims.record(cid, verdict, scale=scale, deciding=deciding, reason=f"{cid} because", subject=subject)
+def _rec(cid, verdict, scale="smoke", subject=None, name=None, **deciding):
+    """A record decided by the current code of ``name`` (fresh), or by no recorded code (``name`` None: stale)."""
+    code = claims.code_digest(name) if name else None
+    return claims.record(cid, verdict, scale=scale, deciding=deciding, reason=f"{cid} because", subject=subject,
+                         code_digest=code)
 
 
-def _entry(name, recs, variant="smoke", date="2026-12-01T10:00:00+00:00", paper=None):
-    res = {"variant": variant, "scale": claims.scale_of(variant), "claims": recs, "headline": {},
-           "paper": paper or {}, "date": date, "environment": {"device": "cpu:cpu", "versions": {"jax": "0.10"}}}
-    return report_md.Entry(name, f"label {name}", res, MOD, pathlib.Path("/r") / name)
-
-
-def _rows(table, cid):
-    return [ln for ln in table.splitlines() if ln.startswith(f"| `{cid}` |")]
+def _entry(name, recs, variant="smoke", date="2026-12-01T10:00:00+00:00", paper=None, seed=0, run_dir=None):
+    res = {"variant": variant, "seed": seed, "scale": claims.scale_of(variant), "claims": recs, "headline": {},
+           "paper": paper or {}, "date": date, "code_digest": claims.code_digest(name), "commit": "a" * 40,
+           "clean": True, "environment": {"device": "cpu:cpu", "versions": {"jax": "0.10"}}}
+    return report_md.Entry(name, f"label {name}", res, MOD, pathlib.Path("/r") / (run_dir or name))
 
 
 def _cells(row):
@@ -29,73 +32,169 @@ def _cells(row):
     return [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
 
 
-def test_a_claim_decided_by_several_experiments_and_subjects_is_one_group_in_registry_order():
-    sec5 = "sec5-metric-degeneracy"
-    entries = [_entry("guillotine", [_rec("guillotine-probe-gap", "supported", gap=0.1), _rec(sec5, "inconclusive")]),
-               _entry("objectives", [_rec("thm4.1-smooth-unstable", "supported", subject="mse"),
-                                     _rec("thm4.1-smooth-unstable", "not supported", subject="dino"),
-                                     _rec(sec5, "not supported")]),
-               _entry("minilm_geometry", [_rec(sec5, "supported", scale="paper")]),
-               _entry("paper_data", [_rec("released-arrays", "supported", scale="paper", x=1.0)], variant="paper")]
-    table = report_md.claim_table(entries)
-    lines = table.splitlines()[2:]
-    ids = [ln.split("|")[1].strip().strip("`") for ln in lines]
-    order = list(claims.CLAIMS)
-    assert ids == sorted(ids, key=order.index)  # grouped, registry order
-    rows = _rows(table, sec5)
-    head = claims.CLAIMS[sec5].statement.split("|")[0]  # (the table escapes the statement's "|")
-    assert len(rows) == 3 and head in rows[0]
-    assert all(head not in r for r in rows[1:])  # the statement once per claim
-    assert [_cells(r)[2] for r in rows] == ["label guillotine", "label objectives", "label minilm_geometry"]
-    smooth = _rows(table, "thm4.1-smooth-unstable")
-    assert [_cells(r)[3] for r in smooth] == ["mse", "dino"]
-    assert "**supported (smoke)**" in smooth[0] and "**not supported (smoke)**" in smooth[1]
-    assert "**supported**" in _rows(table, sec5)[2]  # paper scale: no label
-    assert "x = 1" in _rows(table, "released-arrays")[0]
+def broken_tables(text: str) -> list[str]:
+    """Every markdown table of ``text`` whose header, separator and rows do not all have the same number of cells
+    (what GitHub and mkdocs then print as raw text)."""
+    lines, bad, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[i + 1]):
+            n, j = len(_cells(lines[i + 1])), i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            if any(len(_cells(ln)) != n for ln in [lines[i], *lines[i + 2:j]]):
+                bad.append(lines[i])
+            i = j
+        else:
+            i += 1
+    return bad
 
 
-def test_a_changed_rule_keeps_its_history_line_and_marks_old_verdicts_stale(monkeypatch):
-    cid = "guillotine-probe-gap"
-    rec = _rec(cid, "supported", gap=0.1)
-    monkeypatch.setitem(claims.HISTORY, cid, [("2026-11-30", "abcdef0123456789", "inconclusive",
-                                               "control changed before the rerun")])
-    table = report_md.claim_table([_entry("guillotine", [rec])])
-    (row,) = _rows(table, cid)  # one row per verdict: the history sits under the statement, in its cell
-    statement = _cells(row)[1]
-    assert statement.startswith(claims.CLAIMS[cid].statement[:40])
-    assert "<br>*rule history, 2026-11-30:* before, rule abcdef0123456789 gave *inconclusive*" in statement
-    assert "stale" not in row
-    stale = {**rec, "rule_digest": "0000000000000000"}
-    assert "stale: decided under rule 0000000000000000" in report_md.claim_table([_entry("guillotine", [stale])])
-    legacy = {**rec, "rule_digest": "legacy"}
-    assert "pre-registry rule; rerun" in report_md.verdict_cell(legacy)
+def _rows(table, cid):
+    return [_cells(ln) for ln in table.splitlines() if ln.startswith(f"| `{cid}` |")]
+
+
+SEC5, SMOOTH, GAP = "sec5-metric-degeneracy", "thm4.1-smooth-unstable", "guillotine-probe-gap"
+
+
+def _suite_entries():
+    return [_entry("guillotine", [_rec(GAP, "supported", name="guillotine", gap=0.1),
+                                  _rec(SEC5, "inconclusive", name="guillotine")]),
+            _entry("objectives", [_rec(SMOOTH, "supported", subject="mse", name="objectives"),
+                                  _rec(SMOOTH, "not supported", subject="dino", name="objectives"),
+                                  _rec(SEC5, "supported", subject="info_nce (seed 0)", name="objectives")]),
+            _entry("minilm_geometry", [_rec(SEC5, "supported", scale="paper", name="minilm_geometry")]),
+            _entry("paper_data", [_rec("released-arrays", "supported", scale="paper", name="paper_data", x=1.0)],
+                   variant="paper")]
+
+
+def test_the_claim_level_table_has_one_row_per_registered_claim_with_its_one_verdict():
+    verdicts = report_md.claim_verdicts(_suite_entries())
+    table = report_md.claim_level_table(verdicts)
+    lines = table.splitlines()
+    assert _cells(lines[0]) == list(report_md.CLAIM_COLUMNS) and broken_tables(table) == []
+    assert [_cells(ln)[0].strip("`") for ln in lines[2:]] == list(claims.CLAIMS)  # every claim once, registry order
+    (smooth,) = _rows(table, SMOOTH)
+    col = dict(zip(report_md.CLAIM_COLUMNS, smooth))
+    assert col["verdict"] == "**not supported (smoke)**" and col["scale"] == "smoke"  # one refuting subject decides
+    assert col["experiments"] == "objectives" and col["subjects"] == "dino"
+    assert col["why"] == "1 of 2 decisive records refutes it -- objectives [dino]: thm4.1-smooth-unstable because"
+    assert col["statement"].startswith("<details><summary>statement</summary>Thm 4.1, smooth part")
+    assert col["statement"].endswith("*Its records combine as:* theorem</details>")
+    col = dict(zip(report_md.CLAIM_COLUMNS, _rows(table, SEC5)[0]))  # guillotine's subject is undecided
+    assert col["verdict"] == "**inconclusive (smoke)**" and col["experiments"] == "guillotine"
+    col = dict(zip(report_md.CLAIM_COLUMNS, _rows(table, "released-arrays")[0]))
+    assert col["verdict"] == "**supported**" and col["scale"] == "paper"  # paper scale: no label
+    col = dict(zip(report_md.CLAIM_COLUMNS, _rows(table, "tracker-power-iteration")[0]))
+    assert col["verdict"] == "**inconclusive (no decisive record)**" and col["why"] == "no stored record decides it"
+    assert col["experiments"] == col["subjects"] == col["scale"] == "-"
+    readme = report_md.claim_level_table(verdicts, statement=False)
+    assert _cells(readme.splitlines()[0]) == [c for c in report_md.CLAIM_COLUMNS if c != "statement"]
+
+
+def test_stale_records_are_marked_in_the_claim_table_the_section_and_the_summary(monkeypatch):
+    fresh = _rec(GAP, "supported", name="guillotine")
+    for stale, why in [({**fresh, "code_digest": None}, "no code digest stored"),
+                       ({**fresh, "code_digest": "0" * 16}, "decided by code 0000000000000000"),
+                       ({**fresh, "rule_digest": "1" * 16}, "decided under rule 1111111111111111"),
+                       ({**fresh, "rule_digest": "legacy"}, "pre-registry rule; rerun")]:
+        e = _entry("guillotine", [stale])
+        code = claims.code_digest("guillotine")
+        assert why in report_md.verdict_cell(stale, code)
+        assert why in report_md.record_table(e, code)
+        (row,) = _rows(report_md.claim_level_table(report_md.claim_verdicts([e])), GAP)
+        assert row[1] == "**supported (smoke)** (stale: guillotine; rerun)"
+        text = report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+        assert "**Stale:** the stored results of guillotine" in text and "--stale` reruns" in text
+    e = _entry("guillotine", [fresh])
+    assert "stale" not in report_md.claim_level_table(report_md.claim_verdicts([e]))
+    text = report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+    assert "**Stale:**" not in text and f"code {claims.code_digest('guillotine')}; results" in text
+    e.results["code_digest"] = "2" * 16  # a results file from other code: the section says so
+    text = report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+    assert f"code 2222222222222222, now {claims.code_digest('guillotine')} (stale: rerun)" in text
+    assert "**Stale:** the stored results of guillotine" in text
+
+
+def test_rule_history_prints_under_its_claim(monkeypatch):
+    monkeypatch.setitem(claims.HISTORY, GAP, [("2026-11-30", "abcdef0123456789", "inconclusive",
+                                               "control changed | before the rerun")])
+    table = report_md.claim_level_table(report_md.claim_verdicts([_entry("guillotine", [_rec(GAP, "supported")])]))
+    (row,) = _rows(table, GAP)
+    assert row[-1].endswith("</details><br>*Rule history, 2026-11-30:* before, rule abcdef0123456789 gave "
+                            "*inconclusive*. control changed \\| before the rerun")
+    assert broken_tables(table) == []
+
+
+def test_the_summary_says_what_holds_what_fails_and_why_one_line_each():
+    verdicts = report_md.claim_verdicts(_suite_entries())
+    text = report_md.summary(verdicts)
+    n = len(claims.CLAIMS)
+    assert text.splitlines()[0].startswith(f"Of the {n} claims the suite decides, 2 hold, 1 fails and {n - 3} are "
+                                           "undecided.")
+    holds = text[text.index("**What holds**"):text.index("**What fails, and why**")]
+    assert "- `released-arrays`, **supported**: paper_data: released-arrays because." in holds
+    assert f"- `{GAP}`, **supported (smoke)**: guillotine: {GAP} because." in holds
+    fails = text[text.index("**What fails, and why**"):text.index("**What is undecided**")]
+    assert fails.strip().splitlines()[1:] == ["", f"- `{SMOOTH}`, **not supported (smoke)**: 1 of 2 decisive records "
+                                              f"refutes it -- objectives [dino]: {SMOOTH} because."]
+    assert "- `tracker-power-iteration`, **inconclusive (no decisive record)**: no stored record decides it." in text
+
+
+def test_each_section_lists_its_records_with_reasons_and_its_rules():
+    e = _entry("objectives", [_rec(SMOOTH, "not supported", subject="dino", name="objectives", margin=-0.5)],
+               paper={"margin": 1.0, "other": 2.0})
+    text = report_md.section(e, pathlib.Path("/r/REPORT.md"), False, claims.code_digest("objectives"))
+    table = text[text.index("| claim | subject |"):text.index("*Rules*")].strip()
+    assert broken_tables(table) == []
+    row = _cells(table.splitlines()[2])
+    assert row == [f"`{SMOOTH}`", "dino", "**not supported (smoke)**", f"{SMOOTH} because", "margin = -0.5",
+                   "margin = 1"]
+    assert f"- `{SMOOTH}`: {claims.rule_text(SMOOTH)}" in text and "body of objectives" in text
+    assert "seed 0, finished 2026-12-01T10:00:00+00:00" in text and "commit aaaaaaaaaa (clean)" in text
 
 
 def test_results_without_claims_are_shown_never_dropped():
     e = _entry("whitening", [])
     e.results.pop("claims")
     e.results["verdict"] = "supported"
-    table = report_md.claim_table([e])
-    assert "pre-registry results: rerun" in table and "label whitening" in table
+    text = report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+    assert "*Verdict:* **supported** (pre-registry results: rerun)" in text
 
 
-def test_header_names_variant_and_date_of_each_section_when_they_differ():
-    same = [_entry("whitening", [_rec("thm3.1-construction", "supported")]),
-            _entry("paper_data", [_rec("released-arrays", "supported", scale="paper")],
+def test_header_names_variant_seed_and_date_of_each_section_when_they_differ():
+    """Issue 34's case: a --seed 5 whitening result beside a default run's paper_data, in one output directory."""
+    same = [_entry("whitening", [_rec("thm3.1-construction", "supported", name="whitening")]),
+            _entry("paper_data", [_rec("released-arrays", "supported", scale="paper", name="paper_data")],
                    date="2026-12-01T23:00:00+00:00")]
     text = report_md.render(same, pathlib.Path("/r/REPORT.md"), "python -m experiments.reproduce", source="results")
-    assert "Every section below comes from variant `smoke`, run on 2026-12-01." in text.splitlines()[2]
-    mixed = [same[0], _entry("paper_data", [_rec("released-arrays", "supported", scale="paper")], variant="tiny",
-                             date="2026-12-03T08:00:00+00:00")]
-    text = report_md.render(mixed, pathlib.Path("/r/REPORT.md"), "python -m experiments.reproduce", source="results")
-    assert "The sections below come from different runs" in text
-    assert "| label whitening | `smoke` | smoke | 2026-12-01T10:00:00+00:00 |" in text
-    assert "| label paper_data | `tiny` | toy | 2026-12-03T08:00:00+00:00 |" in text
-    assert "Every section below" not in text
-    # Each section says where its numbers come from, and lists its verdicts with reasons and the registry rules.
-    assert "variant `tiny` (toy scale), finished 2026-12-03T08:00:00+00:00" in text
-    assert "- `released-arrays`: **supported** -- released-arrays because" in text
-    assert f"- `released-arrays`: {claims.rule_text('released-arrays')}" in text
+    assert "Every section below comes from variant `smoke`, seed 0, run on 2026-12-01." in text.splitlines()[2]
+    for other, row in [
+            (dict(variant="tiny", date="2026-12-03T08:00:00+00:00"),
+             "| label paper_data | `tiny` | 0 | toy | 2026-12-03T08:00:00+00:00 |"),
+            (dict(seed=5), "| label paper_data | `smoke` | 5 | smoke | 2026-12-01T10:00:00+00:00 |")]:
+        mixed = [same[0], _entry("paper_data", [_rec("released-arrays", "supported", scale="paper")], **other)]
+        text = report_md.render(mixed, pathlib.Path("/r/REPORT.md"), "python -m experiments.reproduce",
+                                source="results")
+        assert "**The sections below come from different runs** (variant, seed and date of each)" in text
+        assert "| label whitening | `smoke` | 0 | smoke | 2026-12-01T10:00:00+00:00 |" in text and row in text
+        assert "Every section below" not in text
+    assert "variant `smoke` (smoke scale), seed 5, finished" in text  # and the section itself names its seed
+    old = _entry("whitening", [])
+    old.results.pop("seed")
+    old.results["config"] = {"seed": 9}  # a file written before results carried their seed: the config's
+    assert report_md.result_seed(old.results) == 9
+
+
+def test_every_table_of_a_report_renders_headers_with_pipes_included():
+    """Issue 33: header cells such as |rho| held unescaped pipes; every table cell goes through common.table_cell."""
+    table = common.markdown_table([{"|rho|": 1.23456789, "a|b": "x|y", "c": "already \\| escaped"}])
+    assert broken_tables(table) == [] and table.splitlines()[0] == "| \\|rho\\| | a\\|b | c |"
+    assert _cells(table.splitlines()[2]) == ["1.235", "x\\|y", "already \\| escaped"]  # 4 significant digits
+    assert broken_tables("| a | b |\n|---|---|\n| |x| | y |")  # the check itself fails on a raw pipe
+    mod = types.SimpleNamespace(CLAIM="c", report=lambda res, rel: table)
+    entries = [e._replace(module=mod) for e in _suite_entries()]
+    text = report_md.render(entries, pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+    assert broken_tables(text) == [] and text.count("| claim |") == 1 + len(entries)
 
 
 def test_a_section_the_experiment_cannot_read_names_the_file_and_the_fix():
@@ -106,3 +205,34 @@ def test_a_section_the_experiment_cannot_read_names_the_file_and_the_fix():
         module=types.SimpleNamespace(CLAIM="c", report=old_report))
     with pytest.raises(RuntimeError, match=r"/r/paper_data/results.json: .*KeyError.*rerun paper_data"):
         report_md.render([e], pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+
+
+# ----------------------------------------------------------------------------- README's copy
+
+
+def test_readme_table_is_the_reports_claim_level_table():
+    """README.md's "What the suite finds" table is REPORT.md's claim-level table without its statement column
+    (``python -m experiments.reproduce`` rewrites both; regenerate REPORT.md if this fails)."""
+    readme, report = (ROOT / "README.md").read_text(), (ROOT / "REPORT.md").read_text()
+    try:
+        expected = report_md.update_readme(readme, report)
+    except ValueError as err:
+        pytest.fail(f"REPORT.md has no claim-level table ({err}): regenerate it with python -m experiments.reproduce")
+    assert readme == expected, "README.md's table differs from REPORT.md's claim-level table; rerun reproduce"
+
+
+def test_readme_table_check_fails_on_a_changed_verdict_or_row():
+    text = report_md.render(_suite_entries(), pathlib.Path("/r/REPORT.md"), "cmd", source="results")
+    excerpt = report_md.readme_excerpt(text)
+    verdicts = report_md.claim_verdicts(_suite_entries())
+    assert excerpt == report_md.claim_level_table(verdicts, statement=False)  # the same function made both
+    readme = f"# x\n\n{report_md.README_TABLE_HEADING} (headline)\n\nintro\n\n{excerpt}\n\nafter\n"
+    assert report_md.update_readme(readme, text) == readme
+    changed = readme.replace("**not supported (smoke)**", "**supported (smoke)**", 1)
+    assert changed != readme and report_md.update_readme(changed, text) == readme
+    dropped = "\n".join(ln for ln in readme.splitlines() if f"`{GAP}`" not in ln) + "\n"
+    assert report_md.update_readme(dropped, text) == readme
+    with pytest.raises(ValueError, match="no '## What the suite finds' heading"):
+        report_md.update_readme("no table here\n", text)
+    with pytest.raises(ValueError, match="not the claim-level table's"):
+        report_md.readme_excerpt(f"{report_md.REPORT_TABLE_HEADING}\n\n| a |\n|---|\n| b |\n")

@@ -4,6 +4,7 @@ Exit status is the contract: 0 success, 2 bad input or a refused run, 1 a failur
 with one line naming the problem and what to do, never a traceback. A partial or non-default run never
 writes the committed ``results/`` or ``REPORT.md``.
 """
+import json
 import os
 import pathlib
 import shutil
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from experiments import reproduce, suite
+from experiments import claims, common, reproduce, suite
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -39,10 +40,24 @@ def _one_line_error(stderr: str) -> str:
     (["--variant", "huge"], "--variant"),
     (["--seed", "x"], "--seed"),
     (["--seed", "-1"], "--seed: expected an integer >= 0"),
+    (["--stale", "--seed", "1"], "--stale cannot be combined with --seed"),
+    (["--stale", "--dry-run", "--force"], "--stale cannot be combined with --dry-run, --force"),
 ])
 def test_bad_arguments_exit_2_naming_the_argument(args, named):
     rc, out, err = _run(*args)
     assert rc == 2 and named in _one_line_error(err)
+
+
+@pytest.mark.parametrize("data_dir", ["/nonexistent/tfds", "", "a_file"])
+def test_a_data_dir_that_is_not_a_directory_is_refused_before_anything_runs(tmp_path, data_dir):
+    """Issue 34: ``--data-dir /nonexistent`` was silently ignored. (A tiny partial run into tmp_path, so that a
+    broken check could never start the committed run.)"""
+    (tmp_path / "a_file").write_text("x")
+    data_dir = str(tmp_path / data_dir) if data_dir == "a_file" else data_dir
+    rc, _, err = _run("--only", "paper_data", "--variant", "tiny", "--out", str(tmp_path / "o"), "--data-dir", data_dir)
+    line = _one_line_error(err)
+    assert rc == 2 and f"--data-dir {data_dir!r}: not an existing directory" in line, line
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("args, flag", [
@@ -126,6 +141,12 @@ def test_paths_of_each_kind_of_run(monkeypatch, tmp_path):
     assert out == reproduce.DRY_RUN_DIR / "paper" and report == out / "DRY_RUN.md"
     with pytest.raises(reproduce.Refused, match="--report"):
         paths("--variant", "tiny", "--report", str(reproduce.COMMITTED_REPORT))
+    # --stale repairs the committed results by default, and a tiny run elsewhere
+    assert paths("--stale") == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
+    assert paths("--stale", "--only", "whitening")[:2] == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT)
+    assert paths("--stale", "--variant", "tiny")[:2] == (reproduce.RUNS_DIR / "tiny", reproduce.RUNS_DIR / "tiny" / "REPORT.md")
+    with pytest.raises(reproduce.Refused, match="--stale --variant tiny: the committed results are variant 'smoke'"):
+        paths("--stale", "--variant", "tiny", "--out", str(reproduce.COMMITTED_OUT))
 
 
 def test_a_dry_run_writes_its_projection_table_under_the_harness_header(tmp_path):
@@ -141,3 +162,47 @@ def test_a_dry_run_writes_its_projection_table_under_the_harness_header(tmp_path
     row = next(line for line in text.splitlines() if line.startswith("| 0. "))
     assert "| ran |" in row and row.count("|") == 9
     assert (tmp_path / "DRY_RUN.md").exists()
+
+
+def _seed5_whitening(out: pathlib.Path) -> None:
+    """A --seed 5 whitening result in ``out`` (the committed one, its seed set to 5)."""
+    res = json.loads((ROOT / "results" / "whitening" / "results.json").read_text())
+    res["seed"] = res["config"]["seed"] = 5
+    (out / "whitening").mkdir(parents=True)
+    (out / "whitening" / "results.json").write_text(json.dumps(res))
+
+
+def test_a_report_over_results_of_different_seeds_names_the_seed_of_each_section(tmp_path):
+    """Issue 34: ``--only paper_data --out DIR`` where DIR holds a --seed 5 whitening result: the report's header and
+    each section name the seed the section comes from."""
+    _seed5_whitening(tmp_path)
+    rc, out, err = _run("--only", "paper_data", "--variant", "tiny", "--out", str(tmp_path))
+    assert rc == 0, err[-2000:]
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "**The sections below come from different runs** (variant, seed and date of each)" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 0. ") or ln.startswith("| 1. ")]
+    assert rows[0].split(" | ")[1:3] == ["`tiny`", "0"] and rows[1].split(" | ")[1:3] == ["`smoke`", "5"]
+    assert "variant `smoke` (smoke scale), seed 5, finished" in text
+    assert "variant `tiny` (paper scale), seed 0, finished" in text  # paper_data's scale is the paper's
+    res = common.read_results(tmp_path / "paper_data")
+    assert res["seed"] == 0 and res["code_digest"] == claims.code_digest("paper_data")
+
+
+@pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
+def test_stale_reruns_exactly_the_stale_experiment_and_says_so(tmp_path):
+    _seed5_whitening(tmp_path)  # stale (another seed's code), but outside --only: left alone
+    whitening = (tmp_path / "whitening" / "results.json").read_bytes()
+    rc, out, err = _run("--only", "paper_data", "--variant", "tiny", "--out", str(tmp_path))
+    assert rc == 0, err[-2000:]
+    stamp = (tmp_path / "paper_data" / "results.json").stat().st_mtime_ns
+    rc, out, err = _run("--stale", "--only", "paper_data", "--variant", "tiny", "--out", str(tmp_path))
+    assert rc == 0 and f"--stale: nothing under {tmp_path}/ is stale" in out, err[-2000:]
+    assert (tmp_path / "paper_data" / "results.json").stat().st_mtime_ns == stamp
+    res = common.read_results(tmp_path / "paper_data")
+    common.write_results(tmp_path / "paper_data", {**res, "code_digest": "0" * 16})
+    rc, out, err = _run("--stale", "--only", "paper_data", "--variant", "tiny", "--out", str(tmp_path))
+    assert rc == 0, err[-2000:]
+    assert f"--stale: rerunning 1 experiment run(s) in {tmp_path}/: paper_data (variant tiny, seed 0)" in out
+    assert "paper_data: code digest 0000000000000000 != current" in out
+    assert common.read_results(tmp_path / "paper_data")["code_digest"] == claims.code_digest("paper_data")
+    assert (tmp_path / "whitening" / "results.json").read_bytes() == whitening  # not asked for: untouched

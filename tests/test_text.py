@@ -353,8 +353,11 @@ def test_experiment_tiny_contract(tmp_path):
     w = max(1, len(loss) // 10)
     expected = rules.decide_sec5(augs, orbits, negative=negative, premises={
         "loss": loss[-w:].mean() < loss[:w].mean(),
-        "rank": fr["erank_rankme_z"] >= claims.CLAIMS["sec5-metric-degeneracy"].thresholds["min_effective_rank"]})
+        "rank": fr["erank_rankme_z"] >= claims.CLAIMS["sec5-metric-degeneracy"].thresholds["min_effective_rank"]},
+        orbits_vs_untrained=orbits["vs_untrained"])
     assert item["verdict"] == expected["verdict"]
+    su, su0 = (np.asarray(m["settings"][s]["orbit_spreads"]["u"]) for s in ("frozen", "init"))
+    assert orbits["vs_untrained"]["S"] == pytest.approx(su0.mean() / su.mean(), rel=1e-12)
     assert set(negative) == {"token_shuffle_window"} and set(augs) == {"views"}
     n = cfg.data.n_eval
     for name, s in m["settings"].items():
@@ -412,11 +415,14 @@ def test_experiment_orbit_spread_of_a_sentence_by_hand():
         assert s["orbit_spreads"]["z"][i] == pytest.approx(np.mean(np.sum((views[:, i] - cz) ** 2, -1)), rel=1e-10)
 
 
-def _minilm_fake(D_views=0.5, D_init=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), loss=(3.0, 1.0), erank=50.0):
+def _minilm_fake(D_views=0.5, D_init=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), loss=(3.0, 1.0), erank=50.0, R=2.0):
+    """``R``: the head at initialisation spreads every orbit ``R`` times as much as the frozen-backbone head."""
     r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}  # noqa: E731
-    setting = lambda dv, dn, s: {"views": r(dv), "negative": r(dn), "erank_rankme_z": erank, "erank_rankme_u": 5.0,  # noqa: E731
-                                 "orbit_compression": dict(zip(("S", "lo", "hi"), s))}
-    return {"settings": {"init": setting(D_init, D_init, (1.0, 0.9, 1.1)), "frozen": setting(D_views, D_neg, S)},
+    u = np.linspace(0.1, 0.3, 8)
+    setting = lambda dv, dn, s, su: {"views": r(dv), "negative": r(dn), "erank_rankme_z": erank, "erank_rankme_u": 5.0,  # noqa: E731
+                                     "orbit_compression": dict(zip(("S", "lo", "hi"), s)),
+                                     "orbit_spreads": {"z": list(3.0 * u), "u": list(su)}}
+    return {"settings": {"init": setting(D_init, D_init, (1.0, 0.9, 1.1), R * u), "frozen": setting(D_views, D_neg, S, u)},
             "loss_curves": {"frozen": list(np.linspace(loss[0], loss[1], 40))}, "negative": {"shuffle_window": 3.0},
             "effective_hessian": {"frozen": {"H_eff_min": -1.0}}}
 
@@ -427,6 +433,7 @@ def _minilm_fake(D_views=0.5, D_init=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), loss=(3.
     ({"D_init": 0.4}, "inconclusive"),  # the untrained head is already lower
     ({"D_views": 1.3}, "not supported"),
     ({"S": (0.5, 0.4, 0.6)}, "not supported"),  # the views' orbits expand through the head
+    ({"R": 0.8}, "inconclusive"),  # the head at initialisation compresses the orbits more
     ({"loss": (1.0, 3.0)}, "premise violated"),
     ({"erank": 1.0}, "premise violated"),
 ])

@@ -13,6 +13,29 @@ under, and ``tests/test_claims.py`` fails when a stored digest differs from the 
 changed rule forces a rerun. When a rule changes, add a line to :data:`HISTORY` (date, old rule
 digest, old verdict, why): REPORT.md prints it under the claim.
 
+Verdicts tied to their code. The rule digest covers the rule's words; :func:`code_digest` covers the
+code that measured and decided (:mod:`experiments.claims.provenance`). For experiment ``name`` it is
+SHA-256 (first 16 hex digits) over the sorted (path relative to the repository root, file bytes) of
+exactly: the experiment's module (``experiments/<name>.py``, or every ``.py`` of the package
+``experiments/<name>/``), its config ``experiments/configs/<name>.py``, ``experiments/rules.py``, every
+``.py`` of ``experiments/claims/``, and the transitive closure of the modules those files import inside
+the packages ``experiments`` and ``ssl_geometry``, found statically from their ``import`` and ``from ...
+import`` statements (package ``__init__`` files and relative imports resolved; nothing executed).
+Report-only modules (``report_md.py``, ``report_claims.py``, ``reproduce.py``, ``suite.py``) enter only
+where that closure imports them; data files and tests never. :func:`code_files` lists the files (each
+contributes its path, a NUL, its length, a NUL and its bytes, in sorted path order). Every results file stores
+``code_digest``, ``code_files`` (each file's own digest, so that a stale result names what changed),
+``commit`` (``git rev-parse HEAD``) and ``clean`` (no change to any hashed file in ``git status``; both
+``None`` without git), and each claim record stores the ``code_digest`` beside its ``rule_digest``.
+``tests/test_claims.py`` fails, naming the experiments, when a committed results file's code digest
+differs from the current code's; ``python -m experiments.reproduce --stale`` reruns exactly those.
+
+One verdict per claim. Each claim names its ``combine`` rule (:data:`~experiments.claims.schema.COMBINE_RULES`:
+``theorem``, ``per-subject-all``, ``single``), by which its records -- one per experiment run and subject
+-- combine into one claim-level verdict (:func:`claim_verdict`). ``combine`` does not enter
+:func:`rule_digest`: it decides no record, so changing it leaves every record's rule digest valid (the
+code digest, which hashes the registry's files, still marks the results for a rerun).
+
 Scales. ``toy`` (the ``tiny`` variants: seconds, for tests), ``smoke`` (the committed suite:
 minutes on a CPU, reduced models and data) and ``paper`` (the authors' settings). A claim about
 every state (a theorem) may be decided at any scale: one counterexample refutes it. A claim about
@@ -30,6 +53,9 @@ import json
 from typing import Mapping
 
 from experiments.claims import sec3, sec4, sec5
+from experiments.claims.provenance import code_digest as code_digest, code_files as code_files
+from experiments.claims.provenance import file_digests as file_digests, git_state as git_state
+from experiments.claims.schema import COMBINE_RULES as COMBINE_RULES
 from experiments.claims.schema import SCALES as SCALES, VARIANT_SCALE as VARIANT_SCALE, VERDICTS as VERDICTS
 from experiments.claims.schema import Claim as Claim, Control as Control
 
@@ -48,11 +74,73 @@ CLAIMS: dict[str, Claim] = _claims()
 #: Rule changes: ``{claim id: [(date, old digest, old verdict, what changed and why), ...]}``. A rule
 #: that changes keeps its old verdict here; REPORT.md prints the line under the claim.
 HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
+    "linearised-rate-prediction": [
+        ("2026-12-06", "add9ab285a5d3a9e", "supported (smoke)",
+         "The prediction was the linearised system's slope over the run's own early window (the second half of the "
+         "stretch below 100x), not the leading eigenvalue / spectral radius the claim names, and runs with fewer "
+         "than 3 points there were dropped (the nine lr = 0.5 SGD runs, 5-110x growth per step). Now r is the "
+         "claim's own number; the window starts when the linearised solution's non-leading modes have fallen to "
+         "0.1 x its leading group (rates within 0.05 |r| of r) and ends when the run leaves the linear regime "
+         "(100 x spread or deviation at t = 0) or its spread decays below 1e-6 x its start (near float64 "
+         "resolution: a spread at roundoff is not a rate); a run without 3 saves there counts against; a finite run whose "
+         "horizon ends before its window is continued for the rate alone (at most 5000 saves); "
+         "agreement and verdict thresholds unchanged (issue 32, item 1)"),
+    ],
+    "finite-step-escape": [
+        ("2026-12-06", "a2cc057c83c67141", "supported (smoke)",
+         "The control flow only had to not escape: all six supporting states had flows at tau = 4 growing 3.6-8.8x "
+         "with a positive linearised rate, and two supporting SGD runs were non-finite divergences. Now the flow "
+         "from the same state at the same tau must stay (growth <= 1.5 and linearised rate <= 1e-8 max|lambda(J)|), "
+         "other states are reported, not counted; only escape supports, divergence is reported apart (issue 32, "
+         "item 2)"),
+    ],
+    "stationarity-forces-rho-zero": [
+        ("2026-12-06", "3b0c81d05f23fcfe", "not supported (smoke) in experiment 3 (collapse_hessians); supported "
+         "(smoke) in experiment 7 (objectives)",
+         "The derivation (every residual row r, head gradient n (dh(c)/dtheta)^T r) forces r = 0 only when "
+         "dh(c)/dtheta has full row rank, and the rule omitted that premise: experiment 3's one violator was "
+         "simsiam/relu with a dead predictor (dh/dtheta = 0, so every head is 'stationary' as 0 <= 0) and rho = 2e7, "
+         "the cosine residual of a zero output. Full row rank (sigma_min > sqrt(eps) max(k, P) sigma_max, measured "
+         "per state at the stationary head) is now a premise checked per state; a state that fails it is premise "
+         "violated for that state, reported and not counted (issue 32, item 3)"),
+    ],
+    "guillotine-probe-gap": [
+        ("2026-12-06", "1a48fa2508a1b8df", "supported (smoke): gap 0.0707 >= 0.02, the untrained head's gap 0.0427",
+         "The rule compared the trained head's gap alone with the 0.02 margin and only reported the untrained head's "
+         "beside it, so the control decided nothing: the untrained head's gap (0.043) passed the margin by itself "
+         "and training added 0.028, about one standard error at 375 test images. It is now decided on the trained "
+         "minus the untrained gap (the same margin) with a paired bootstrap 95% interval over the probe's test "
+         "images (per-image probe outcomes) and over training seeds (3 at smoke); supported only if that interval "
+         "lies above the margin and the trained gap's above 0, not supported if either lies below 0. The seeds "
+         "carry the spread between machines: a run is bitwise reproducible on one machine (the committed 0.0707 "
+         "reproduced to every bit here), but the float32 training depends on the CPU cores the process may use "
+         "(another core count trains another run), the likely cause of a fresh clone's 0.025 elsewhere "
+         "(issue 32, item 4)"),
+    ],
+    "sec5-metric-degeneracy": [
+        ("2026-12-06", "8cc3082d62c26c23", "inconclusive (smoke) in the guillotine (orbits S = 0.773, interval "
+         "[0.607, 1.007]); supported (smoke) for 15 of 16 objective/seed subjects of experiment 7 (orbits compress, "
+         "S 7.8-68.9); not supported (smoke) in minilm_geometry; inconclusive in pretrained_orbits (no checkpoint)",
+         "The orbit half had no untrained comparison, although the guillotine's untrained head compresses the orbits "
+         "5.36x while the trained head does not (0.77). Orbits now count as compressed only if S's interval lies "
+         "above 1 and so does R = S / S_0, the trained head's compression over the untrained head's on the same "
+         "orbits (rules.orbit_gain_over_untrained); where S_0 is not measured they cannot count as compressed "
+         "(issue 32, item 4)"),
+    ],
     "thm3.2-depth": [
         ("2026-12-01", "4a979347d55c2bbc", "none under that rule (the committed pre-registry 'supported' compared the "
          "16-parameter affine head with MLP heads of 132 and 404 parameters)",
          "An affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
          "layers of the depth-2 width; changed before any run under the registry"),
+    ],
+    "paper-collapse-ablation": [
+        ("2026-12-06", "0d33c90b3901b9a1", "not supported (smoke)",
+         "At smoke (one seed, 4 epochs of 10 steps) the rule could only say 'not supported': the authors' released "
+         "smooth runs fall for up to 10 epochs and peak at epochs 15-32. A minimum-horizon premise (H = 1 + the "
+         "earliest peak epoch of the released Swish/GELU runs = 16 epochs, computed from the released arrays) makes "
+         "shorter runs inconclusive (horizon), except for a forbidden escape. A run counts as escaped only if it "
+         "started collapsed (s(0) <= t): the ReLU+BN smoke run, std 0.121 > 0.0625 from epoch 0, had counted as "
+         "escaped; it is now 'not collapsed at start', its own outcome (issue 32, item 5)"),
     ],
 }
 
@@ -77,6 +165,12 @@ def rule_text(claim_id: str) -> str:
     return c.rule.format(**c.thresholds)
 
 
+def combine_text(claim_id: str) -> str:
+    """How the claim's records combine into its one verdict: ``combine (kind): the rule's words``."""
+    c = claim(claim_id)
+    return f"combine ({c.combine}): {COMBINE_RULES[c.combine]}"
+
+
 def scale_of(variant: str) -> str:
     """The scale of a config variant: ``tiny`` -> ``toy``, ``smoke`` -> ``smoke``, ``paper*`` -> ``paper``."""
     if variant.startswith("paper"):
@@ -87,11 +181,13 @@ def scale_of(variant: str) -> str:
 
 
 def record(claim_id: str, verdict: str, *, scale: str, deciding: Mapping, reason: str,
-           subject: str | None = None) -> dict:
-    """The stored form of one verdict: ``{id, subject, verdict, scale, decisive, rule_digest, deciding, reason}``.
+           subject: str | None = None, code_digest: str | None = None) -> dict:
+    """The stored form of one verdict: ``{id, subject, verdict, scale, decisive, rule_digest, code_digest,
+    deciding, reason}``.
 
     ``decisive`` is False when ``scale`` is not one at which the claim may be decided (the verdict is
-    then kept, labelled, and never counted as the claim's). ``deciding`` holds the numbers the rule read.
+    then kept, labelled, and never counted as the claim's). ``deciding`` holds the numbers the rule read;
+    ``code_digest`` is the :func:`code_digest` of the experiment that decided it (``None`` outside a run).
     """
     c = claim(claim_id)
     if verdict not in VERDICTS:
@@ -99,7 +195,8 @@ def record(claim_id: str, verdict: str, *, scale: str, deciding: Mapping, reason
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
     return {"id": claim_id, "subject": subject, "verdict": verdict, "scale": scale, "decisive": scale in c.scales,
-            "rule_digest": rule_digest(claim_id), "deciding": dict(deciding), "reason": reason}
+            "rule_digest": rule_digest(claim_id), "code_digest": code_digest, "deciding": dict(deciding),
+            "reason": reason}
 
 
 def label(rec: Mapping) -> str:
@@ -107,6 +204,9 @@ def label(rec: Mapping) -> str:
     if rec["scale"] == "paper":
         return rec["verdict"]
     return f"{rec['verdict']} ({rec['scale']}{'' if rec['decisive'] else '; not decisive'})"
+
+
+from experiments.claims.combine import claim_verdict as claim_verdict  # noqa: E402 (it reads the registry above)
 
 
 def reason_lines(records) -> list[str]:

@@ -25,7 +25,8 @@ CLAIMS = [
         controls=(),
         scales=("paper",),
         refuted_by="a recomputed value that differs from the printed one beyond rounding",
-        experiments=("paper_data",)),
+        experiments=("paper_data",),
+        combine="single"),
     Claim(
         id="thm3.1-construction",
         statement=("Thm 3.1: at a point where r = rank H_L, for every r-dimensional subspace S of the "
@@ -39,7 +40,8 @@ CLAIMS = [
         controls=(),
         scales=SCALES,
         refuted_by="a subspace S on which the constructed head's H_eff is not the identity beyond rounding",
-        experiments=("whitening",)),
+        experiments=("whitening",),
+        combine="theorem"),
     Claim(
         id="linear-heads-whiten",
         statement=("A linear head trained with an objective that does not decorrelate by construction "
@@ -59,7 +61,8 @@ CLAIMS = [
                           "measurement (not the claim) has failed"),),
         scales=("smoke", "paper"),
         refuted_by="an InfoNCE-trained linear head whose outputs are no whiter than at initialisation",
-        experiments=("whitening",)),
+        experiments=("whitening",),
+        combine="single"),
     Claim(
         id="thm3.2-depth",
         statement=("Thm 3.2: an MLP head can make H_eff epsilon-isotropic along a smooth non-self-intersecting "
@@ -80,7 +83,8 @@ CLAIMS = [
                           "a constant metric: what depth adds must be measured against it at equal size"),),
         scales=SCALES,
         refuted_by="none at this scale (existence statement); a fit failure is inconclusive",
-        experiments=("metric_adaptation",)),
+        experiments=("metric_adaptation",),
+        combine="single"),
     Claim(
         id="prop3.3-barrier",
         statement=("Prop 3.3: if the loss metric g_L(u) = hess_u L(u) has non-zero Riemann curvature, no "
@@ -98,5 +102,6 @@ CLAIMS = [
                           "a constant W can whiten it: passing shows the fit is able to find such a W"),),
         scales=SCALES,
         refuted_by="a curved loss metric that a constant W makes isotropic",
-        experiments=("metric_adaptation",)),
+        experiments=("metric_adaptation",),
+        combine="theorem"),
 ]

@@ -26,7 +26,8 @@ CLAIMS = [
         controls=(),
         scales=SCALES,
         refuted_by="one certified linear/ReLU collapsed equilibrium with lambda_min(H_eff) < -tol",
-        experiments=("collapse_hessians", "objectives")),
+        experiments=("collapse_hessians", "objectives"),
+        combine="theorem"),
     Claim(
         id="thm4.1-smooth-unstable",
         statement=("Thm 4.1, smooth part: at a collapsed equilibrium with non-zero residual and H_L PSD, a "
@@ -45,7 +46,8 @@ CLAIMS = [
         controls=(),
         scales=SCALES,
         refuted_by="one certified smooth-head collapsed equilibrium that is strictly stable (lambda_min > +tol)",
-        experiments=("collapse_hessians", "objectives")),
+        experiments=("collapse_hessians", "objectives"),
+        combine="theorem"),
     Claim(
         id="stationarity-forces-rho-zero",
         statement=("A finding of this project, not a claim of the paper: for the Siamese (SimSiam, BYOL), "
@@ -58,19 +60,27 @@ CLAIMS = [
         rule=("At each collapsed state of those families (both views at one point c; the second view's "
               "outputs and any target held fixed, the loss the Thm 4.1 certificate reads), the head is driven "
               "by BFGS to a stationary point of theta -> L; rho_ref = |rho| at that head with every parameter "
-              "perturbed by a relative {head_perturbation} (Gaussian). The state counts if |grad_theta L| <= "
-              "sqrt(eps) |dh/dtheta|_2 rho_ref (the certificate's stationarity tolerance with rho_ref as the "
-              "scale: relative to its own rho a collapsed head with identical residual rows is never "
-              "stationary unless rho = 0), or if rho_ref <= sqrt(eps) max(1, |L|) (rho vanishes there "
-              "whatever the head, so every head is stationary to working precision). Supported if every "
-              "counted state has |rho| <= max({rho_tol} rho_ref, sqrt(eps) max(1, |L|)) (the second term: "
-              "the certificate's rho = 0); not supported if one has |rho| above that bound; inconclusive if "
-              "no state was counted."),
+              "perturbed by a relative {head_perturbation} (Gaussian). Premise, checked per state at the head "
+              "reached: dh(c)/dtheta (k x P: one row's output against the P head parameters) has full row rank, "
+              "sigma_min > sqrt(eps) max(k, P) sigma_max (eps the float64 epsilon; k > P fails), its extreme "
+              "singular values from a float64 SVD of the dense Jacobian when k P <= 2^22, else from the "
+              "eigenvalues of the k x k Gram J J^T built column by column (a vjp, then a jvp); a state that "
+              "fails it (a dead head: dh/dtheta = 0) is premise violated for that state, reported and not "
+              "counted. A premise-holding state counts if |grad_theta L| <= sqrt(eps) |dh/dtheta|_2 rho_ref "
+              "(the certificate's stationarity tolerance with rho_ref as the scale: relative to its own rho a "
+              "collapsed head with identical residual rows is never stationary unless rho = 0), or if rho_ref "
+              "<= sqrt(eps) max(1, |L|) (rho vanishes there whatever the head, so every head is stationary to "
+              "working precision). Supported if every counted state has |rho| <= max({rho_tol} rho_ref, "
+              "sqrt(eps) max(1, |L|)) (the second term: the certificate's rho = 0); not supported if one has "
+              "|rho| above that bound; premise violated if no state holds the premise; inconclusive if some "
+              "do but none was counted."),
         thresholds={"rho_tol": 1e-6, "head_perturbation": 0.1},
         controls=(),
         scales=SCALES,
-        refuted_by="a head-stationary collapsed state of one of these families with rho != 0",
-        experiments=("objectives", "collapse_hessians")),
+        refuted_by=("a head-stationary collapsed state of one of these families with dh(c)/dtheta of full row "
+                    "rank (the premise) and rho != 0 (above the rule's bound)"),
+        experiments=("objectives", "collapse_hessians"),
+        combine="theorem"),
     Claim(
         id="thm4.1-frozen-head-flow",
         statement=("Thm 4.1's H_eff statement as dynamics, in its own regime (the head frozen, which the "
@@ -98,7 +108,8 @@ CLAIMS = [
         scales=SCALES,
         refuted_by=("a frozen-head linear/ReLU run that grows, or a frozen-head smooth run that does not grow at "
                     "the rate the linearised field gives"),
-        experiments=("collapse_escape",)),
+        experiments=("collapse_escape",),
+        combine="single"),
     Claim(
         id="flow-linear-relu-no-escape",
         statement=("The abstract's dynamical reading: linear and ReLU heads cannot escape collapse under "
@@ -123,7 +134,8 @@ CLAIMS = [
         controls=(),
         scales=SCALES,
         refuted_by="one premise-holding linear/ReLU gradient flow whose deviation grows past the escape growth",
-        experiments=("collapse_escape",)),
+        experiments=("collapse_escape",),
+        combine="single"),
     Claim(
         id="flow-smooth-escape",
         statement=("The abstract's dynamical reading, smooth part: with a smooth head, training escapes a "
@@ -140,7 +152,8 @@ CLAIMS = [
         controls=(),
         scales=SCALES,
         refuted_by="a premise-holding smooth-head flow with tau >= 1 that does not grow",
-        experiments=("collapse_escape",)),
+        experiments=("collapse_escape",),
+        combine="single"),
     Claim(
         id="finite-step-escape",
         statement=("The abstract's dynamical reading, discrete part: linear and ReLU heads leave collapse "
@@ -149,19 +162,28 @@ CLAIMS = [
         rule=("SGD with the config's momentum mu at each of its learning rates lr and the config's SGD head "
               "rate tau, from the same perturbed equilibria as the flows, for the horizon T of the flow at "
               "that tau in flow time (step k at t = k lr / (1 - mu), the heavy-ball clock: steps = T (1 - mu) "
-              "/ lr). Outcomes: escaped (G >= {escape_growth}), diverged (non-finite), stayed (otherwise). "
-              "Counted: linear/ReLU heads at the equilibria flow-linear-relu-no-escape counts, each seed a "
-              "run. Supported if some counted SGD run escapes or diverges from a state whose gradient flow (at "
-              "the same tau) did not escape; not supported if every counted SGD run stays; inconclusive "
-              "otherwise (an escape the flow from the same state shows too is not due to the finite step; "
-              "also when none was counted). The escaped and "
-              "diverged counts are reported apart."),
-        thresholds={"escape_growth": 10.0},
-        controls=(Control("flow", "the gradient flow from the same state (lr -> 0)",
-                          "escape that the flow also shows is not due to the finite step"),),
+              "/ lr). Outcomes by the growth G = spread(T) / spread(0): escaped (G >= {escape_growth}), diverged "
+              "(a non-finite loss or state), stayed or grew otherwise. Counted: linear/ReLU heads at the "
+              "equilibria flow-linear-relu-no-escape counts, each seed a run. Control, per state: the gradient "
+              "flow from the same perturbed state at the same tau must stay -- its growth over its horizon G <= "
+              "{no_growth} and its linearised rate (the leading eigenvalue of its field's Jacobian J among the "
+              "modes the spread sees) <= {control_rate_tol} x max|lambda(J)| (0 up to the eigensolver's "
+              "roundoff); a state whose flow grows, or is predicted to, is not a control, and its SGD runs are "
+              "reported, not counted. Only escape is support: a diverged SGD run is reported apart (count and "
+              "runs) and neither supports nor refutes. Supported if some counted SGD run at a controlled state "
+              "escapes; not supported if some counted SGD run sits at a controlled state and every such run "
+              "ends finite without escaping (stayed or grew); inconclusive otherwise (no controlled state, or "
+              "no escape there but a divergence)."),
+        thresholds={"escape_growth": 10.0, "no_growth": 1.5, "control_rate_tol": 1e-8},
+        controls=(Control("flow", "the gradient flow from the same state at the same tau (lr -> 0), which must "
+                          "stay: growth <= no_growth and linearised rate <= 0 (to control_rate_tol)",
+                          "escape from a state whose flow also leaves, or is predicted to, is not due to the "
+                          "finite step"),),
         scales=SCALES,
-        refuted_by="linear/ReLU heads that stay collapsed under SGD at every step size tried",
-        experiments=("collapse_escape",)),
+        refuted_by=("linear/ReLU heads whose SGD runs all end finite without escaping, at every step size tried, "
+                    "from states whose gradient flow stays collapsed"),
+        experiments=("collapse_escape",),
+        combine="single"),
     Claim(
         id="linearised-rate-prediction",
         statement=("Near a collapsed equilibrium the deviation of the flow grows at the rate of the leading "
@@ -171,42 +193,73 @@ CLAIMS = [
         source="the linearisation of the gradient-flow field at the equilibrium (docs/theory.md)",
         rule=("Every run (flows at each tau, SGD at each lr) from a certified collapsed equilibrium (stationary, "
               "rho != 0; the other premises of Thm 4.1 are not needed for a linearisation), each seed a run "
-              "(never seed means). Linear regime: the leading stretch of save times before any divergence at "
-              "which spread(z) <= {linear_factor} x spread(0) and the whole state's deviation |w - w_eq| <= "
-              "{linear_factor} x its start. The measured rate is the least-squares slope of log spread(z) "
-              "against flow time over the second half of that stretch; the prediction is the linearised "
-              "system's slope of the same observable over the same window from the same start. A run with "
-              "fewer than 3 points in its window is reported, not counted. Agreement: |measured / predicted - "
-              "1| <= {rate_rtol}, or both |measured| and |predicted| <= {rate_floor} x the largest |predicted "
-              "rate| among the runs of the same state and kind (the flows at every tau, or the SGD runs at "
-              "every lr). A miss by more than a factor 2: no agreement and measured / predicted outside "
-              "[1/2, 2]. Supported if at least {agree_fraction} of counted runs agree and none misses by more "
-              "than a factor 2; not supported if fewer than half agree; inconclusive otherwise."),
-        thresholds={"linear_factor": 100.0, "rate_rtol": 0.25, "rate_floor": 0.02, "agree_fraction": 0.8},
+              "(never seed means). The prediction is the claim's own number r, among the modes the observable "
+              "spread(z) (RMS of z - mean z; a mode v is seen when |O v| > 1e-6 |O| |v|, O the linear map from "
+              "the state to z - mean z) sees: for a flow the leading real part of the eigenvalues of the field's "
+              "Jacobian J at the equilibrium; for SGD ln(rho) / lr_eff, rho the spectral radius of the "
+              "linearised step map (with momentum mu its companion map), lr_eff = lr / (1 - mu) the heavy-ball "
+              "clock on which step k sits at t = k lr_eff. Rate window, from the linearised system itself: the "
+              "linearised solution from the run's own start (flow: delta(t) = sum_j a_j exp(lambda_j t) v_j; "
+              "SGD: each mode's 2 x 2 companion block from zero velocity, its two roots x each a unit of rate "
+              "ln|x| / lr_eff) is split into its leading group (the seen units whose rate is within {lead_rtol} "
+              "|r| of r, plus 1e-8 x the largest |rate|, the eigensolver's roundoff) and the rest; the window "
+              "starts at the first save from which on the rest's spread is at most {dominance} x the leading "
+              "group's (the subleading modes have decayed by that factor), and ends at the last save before the "
+              "run leaves the linear regime: spread(z) > {linear_factor} x spread(0), the whole state's "
+              "deviation |w - w_eq| > {linear_factor} x its start, spread(z) < {decay_floor} x spread(0) (a "
+              "decaying spread that has fallen that far sits near float64 resolution: the perturbation is "
+              "1e-5 |c|, so the floor is ~5e4 eps |c|), or a non-finite value. Flows are saved at "
+              "the config's num_saves equal steps of their horizon, SGD at every step. A finite run whose "
+              "horizon ends before its window holds {min_points} saves is run again from the same start on the "
+              "same save spacing, for this measurement only (its outcome stays the horizon run's), to k_a + "
+              "max(10 x {min_points}, k_a / 2) saves or the end k_b of the window [k_a, k_b) that the linearised "
+              "solution predicts for itself (its spread read as spread and deviation), whichever is first, "
+              "where that predicted window holds {min_points} saves within {max_saves} saves; else the horizon "
+              "run is measured as it is. The measured rate is "
+              "the least-squares slope of log spread(z) against flow time over the window's saves. A run whose "
+              "window holds fewer than {min_points} saves is a failure to test: it is counted and does not "
+              "agree (never dropped). Agreement: |measured / r - 1| <= {rate_rtol}, or both |measured| and |r| "
+              "<= {rate_floor} x the largest |r| among the runs of the same state and kind (the flows at every "
+              "tau, or the SGD runs at every lr). A miss by more than a factor 2: a measured rate with no "
+              "agreement and measured / r outside [1/2, 2]. Supported if at least {agree_fraction} of counted "
+              "runs agree and none misses by more than a factor 2; not supported if fewer than half agree; "
+              "inconclusive otherwise."),
+        thresholds={"linear_factor": 100.0, "decay_floor": 1e-6, "lead_rtol": 0.05, "dominance": 0.1, "min_points": 3,
+                    "max_saves": 5000, "rate_rtol": 0.25, "rate_floor": 0.02, "agree_fraction": 0.8},
         controls=(),
         scales=SCALES,
-        refuted_by="measured linear-regime rates that differ from the linearised prediction",
-        experiments=("collapse_escape",)),
+        refuted_by=("measured rates, once the leading mode dominates and before the nonlinear regime, that differ "
+                    "from the leading eigenvalue or spectral radius; or runs in which that window does not exist"),
+        experiments=("collapse_escape",),
+        combine="single"),
     Claim(
         id="paper-collapse-ablation",
         statement=("The authors' collapse ablation: from pseudo-collapse (projector weights x 0.1), SimSiam "
                    "with a smooth head (Swish, GELU) escapes collapse, a linear head stays collapsed, and a "
                    "ReLU head escapes only through BatchNorm or a large step size."),
         source="authors' experiments.py, run_collapse_experiment (line 224) and its 14 settings (line 918)",
-        rule=("A run escapes when the per-epoch mean std of its L2-normalised projector outputs (the authors' "
-              "tracked statistic) exceeds {escape_fraction} / sqrt(k) at some epoch; a run whose loss becomes "
-              "non-finite is diverged, its own outcome (neither escaped nor stayed). E_smooth: the escaped "
-              "fraction of the non-diverged Swish and GELU runs without BN at lr 0.05. Supported if E_smooth "
-              ">= {min_smooth_escape}, no linear run escapes, no ReLU run without BN at lr 0.005 escapes and "
-              "some ReLU run with BN or lr 0.5 does; not supported if a linear run escapes, E_smooth = 0, or a "
-              "ReLU run without BN at lr 0.005 escapes; inconclusive otherwise, including when one of those "
-              "four groups (smooth, linear, ReLU lr 0.005 without BN, ReLU with BN or lr 0.5) has no "
-              "non-diverged run."),
-        thresholds={"escape_fraction": 0.5, "min_smooth_escape": 0.5},
+        rule=("Each run's series s(e) is the per-epoch mean std of its L2-normalised projector outputs (the "
+              "authors' tracked statistic), threshold t = {escape_fraction} / sqrt(k). A run's outcome: diverged "
+              "if its loss becomes non-finite; else not collapsed at start if s(0) > t (it never was collapsed, so "
+              "it cannot escape); else escaped if s(e) > t at some epoch, stayed otherwise. Only escaped and stayed "
+              "runs are counted; diverged and not-collapsed runs are reported as their own outcomes. Groups: "
+              "smooth (Swish, GELU, no BN, lr 0.05), linear, ReLU without BN at lr 0.005, ReLU with BN or at lr "
+              "0.5. E_smooth: the escaped fraction of the counted smooth runs. Minimum horizon (a premise, read "
+              "from the authors' released cifar10/resnet18 arrays, every seed of Swish and GELU without BN at lr "
+              "0.05): a released run's escape epoch is the epoch of its largest s (none of them crosses t, so "
+              "there is no crossing epoch to read), and H = 1 + the earliest of those = {horizon_epochs} epochs. "
+              "Not supported if a linear run escapes or a ReLU run without BN at lr 0.005 escapes (an escape is "
+              "seen at any horizon); else inconclusive (horizon) if a counted run has fewer than H epochs; else "
+              "not supported if E_smooth = 0; inconclusive if one of the four groups has no counted run; "
+              "supported if E_smooth >= {min_smooth_escape} and some ReLU run with BN or lr 0.5 escapes; "
+              "inconclusive otherwise."),
+        thresholds={"escape_fraction": 0.5, "min_smooth_escape": 0.5, "horizon_epochs": 16},
         controls=(),
         scales=("smoke", "paper"),
-        refuted_by="a linear head that leaves pseudo-collapse, or a smooth head that does not",
-        experiments=("collapse_escape_paper",)),
+        refuted_by=("a linear head, or a ReLU head without BN at lr 0.005, that leaves pseudo-collapse (at any "
+                    "horizon); or, in runs of at least the horizon, no smooth head that does"),
+        experiments=("collapse_escape_paper",),
+        combine="single"),
     Claim(
         id="tracker-power-iteration",
         statement=("The paper's Hessian tracker (the 20-step shifted power iteration on hess_{z1} L at the "
@@ -223,5 +276,54 @@ CLAIMS = [
                           "the reference the estimator must match"),),
         scales=("smoke", "paper"),
         refuted_by="a median relative error or a wrong-sign fraction above the registry's thresholds",
-        experiments=("hessian_tracker",)),
+        experiments=("hessian_tracker",),
+        combine="single"),
+    Claim(
+        id="thm4.1-repaired-sign",
+        statement=("The repaired Thm 4.1 (docs/theory.md, section \"Thm 4.1 repaired: when a collapsed equilibrium "
+                   "is unstable\"): at a collapsed equilibrium whose loss Hessian is PSD on range(J), the "
+                   "certificate ssl_geometry.geometry.collapse_certificate predicts the sign of lambda_min(H_eff) "
+                   "from G = J^T H_L J and M = sum_a rho_a hess h_a(c) alone: unstable when M acts on null(G) or "
+                   "the residual is above its critical scale s*, degenerate when G and M vanish together on a "
+                   "direction (or s* = 1), stable otherwise."),
+        source="the project's repair of Thm 4.1 (issue 36); Thm 4.1 as the paper states it is thm4.1-smooth-unstable",
+        rule=("On every certified collapsed equilibrium the experiment builds (smooth, linear and ReLU heads, no "
+              "BatchNorm), compare the certificate's predicted sign (-1 unstable, 0 degenerate, +1 stable) with "
+              "the measured sign of lambda_min(H_eff) from the experiment's own dense/Lanczos eigensolve and its "
+              "tolerance tol: -1 if lambda_min < -tol, +1 if lambda_min > tol, 0 otherwise. A state whose "
+              "certificate concludes 'premise violated (G not PSD)' makes no prediction and is not counted. Not "
+              "supported if one counted state's prediction mismatches (the state is named); inconclusive if no "
+              "state is counted; supported if every counted prediction matches."),
+        thresholds={},
+        controls=(),
+        scales=("toy", "smoke", "paper"),
+        refuted_by=("one certified collapsed equilibrium at which the predicted sign of lambda_min(H_eff) differs "
+                    "from the measured one (e.g. predicted stable, measured lambda_min < -tol)"),
+        experiments=("collapse_hessians",),
+        combine="theorem"),
+    Claim(
+        id="thm4.1-critical-residual",
+        statement=("Along a family of collapsed equilibria whose residual is scaled by r (head, c and H_L fixed), "
+                   "lambda_min(H_eff) changes sign at r = s* r0, with s* the certificate's critical scale at the "
+                   "state of scale r0."),
+        source="the project's repair of Thm 4.1 (issue 36), part (b)",
+        rule=("For each listed smooth state (config analysis.critical_sweep) that is certified with null(G) = 0 "
+              "and whose certificate makes a prediction (not 'premise violated (G not PSD)'): "
+              "p = r0 s* from its certificate; the equilibrium is rebuilt by collapsed_equilibrium at residual "
+              "scales r on a x2 grid over the configured range (DINO capped at 1.99) and the sign of the "
+              "measured lambda_min(H_eff) located by bisection at the first change from + to -, giving m. A "
+              "state agrees if |m - p| <= {crossing_rtol} p, or, with no sign change on the sweep, if it is stable "
+              "throughout and p lies above the sweep or unstable throughout and p lies below it. Not supported "
+              "if one state disagrees (named); inconclusive if no state has a measured sign change; supported "
+              "otherwise. The construction keeps the head fixed and scales the residual linearly, so "
+              "H_eff(r) = G + (r / r0) M exactly: this tests the code (the certificate's s* against the "
+              "experiment's eigensolve), not the theory; the theory is tested where the head is solved anew for "
+              "each residual, which this construction does not do."),
+        thresholds={"crossing_rtol": 0.01},
+        controls=(),
+        scales=("toy", "smoke", "paper"),
+        refuted_by=("one swept state whose measured sign change is farther than crossing_rtol from r0 s*, or "
+                    "absent where predicted"),
+        experiments=("collapse_hessians",),
+        combine="theorem"),
 ]

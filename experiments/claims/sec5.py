@@ -18,9 +18,10 @@ _DATA = Control(
     "the data's span without its pairing: passing rules out a contraction of the whole representation "
     "subspace")
 _UNTRAINED = Control(
-    "untrained", "the same ratio for the head at its initialisation (same architecture, same inputs)",
-    "passing rules out a ratio below 1 that the architecture gives before any training, which no "
-    "invariance pressure can have caused")
+    "untrained", "the same ratio, and the same orbit compression, for the head at its initialisation (same "
+    "architecture, same inputs)",
+    "passing rules out a ratio below 1, or orbits compressed, by what the architecture gives before any "
+    "training, which no invariance pressure can have caused")
 _NEGATIVE = Control(
     "negative", "an augmentation the head was not trained on, measured the same way",
     "a negative control: it must not pass, or the test does not tell trained invariances from any "
@@ -33,7 +34,11 @@ _SEC5_RULE = (
     "D_c(a) of the trained head is below D_c(a) of the untrained head. a fails if, for some c, the "
     "interval's lower end is >= 1. Orbit compression, the paper's way: S = spread(z) / spread(h(z)) of "
     "the L2-normalised orbits (mean squared distance to the orbit centroid), with a bootstrap 95% "
-    "interval over orbits; it compresses if the lower end is > 1 and expands if the upper end is < 1. "
+    "interval over orbits; it expands if the upper end is < 1. Untrained comparison: R = S / S_0, S_0 the "
+    "same compression through the head at its initialisation on the same orbits of the same z (R = "
+    "spread(h_0(z)) / spread(h(z)), bootstrap 95% interval over orbits); the orbits compress if S's lower "
+    "end is > 1 and R's lower end is > 1 (training compresses them beyond what the architecture does before "
+    "any training), and cannot count as compressed where S_0 is not measured. "
     "Negative control: an analysed augmentation the head was not trained on must not pass. "
     "Supported: every training augmentation passes, the orbits compress and the negative control "
     "(where one is analysed) does not pass. Not supported: some training augmentation fails, or the "
@@ -53,16 +58,32 @@ CLAIMS = [
                 "run_guillotine_experiment (line 491), head_depth_ablations.py (line 80)"),
         rule=("Premises: the SimCLR loss fell (mean of the last 10% of steps below the first 10%), the "
               "backbone's rotation probe beats chance (mean of linear and MLP accuracy >= "
-              "{min_backbone_rotation_acc}) and z is not collapsed (RankMe >= {min_effective_rank}). Gap = "
-              "backbone accuracy - head accuracy (mean of linear and MLP probes). Supported if the gap is "
-              ">= {probe_margin}; not supported if it is <= 0; inconclusive otherwise."),
-        thresholds={"min_backbone_rotation_acc": 0.30, "min_effective_rank": 2.0, "probe_margin": 0.02},
-        controls=(Control("untrained", "the same probes on the head at initialisation",
-                          "reported beside the gap: a gap the untrained head already shows is architecture, "
-                          "not training"),),
+              "{min_backbone_rotation_acc}) and z is not collapsed (RankMe >= {min_effective_rank}). The gap of "
+              "a head is acc(z) - acc(head(z)) of the same probe on the same rotated test images, averaged over "
+              "the linear and MLP probes; the gap difference is the trained head's gap minus the untrained "
+              "head's (the same head at its initialisation on the same z; acc(z) cancels). Both are computed "
+              "per test image from each probe's 0/1 outcome, with a 95% bootstrap interval ({bootstrap} "
+              "resamples; paired: one resample of test images serves every representation and probe; over the "
+              "run's training seeds, the seeds are resampled too, then the test images within each). A run is "
+              "bitwise reproducible on one machine, but another CPU core count trains another float32 run, so "
+              "the spread between machines is carried by the seeds (the smoke variant trains the main head at "
+              "3). Supported if the gap difference's lower "
+              "end is > {probe_margin} and the trained gap's lower end is > 0. Not supported if the gap "
+              "difference's upper end is < 0 (training leaves the head more rotation-decodable than it was at "
+              "initialisation) or the trained gap's upper end is < 0 (rotation more decodable from h(z) than "
+              "from z). Inconclusive otherwise (an interval that reaches the margin or 0)."),
+        thresholds={"min_backbone_rotation_acc": 0.30, "min_effective_rank": 2.0, "probe_margin": 0.02,
+                    "bootstrap": 2000},
+        controls=(Control("untrained", "the same probes on the head at initialisation (same architecture, same z, "
+                          "same rotated test images)",
+                          "the verdict is decided on the trained minus the untrained gap: it rules out "
+                          "attributing to training a gap the head's architecture gives before any training (a "
+                          "random ReLU/BN projection to a lower dimension already loses rotation information), "
+                          "which no invariance pressure can have caused"),),
         scales=("smoke", "paper"),
         refuted_by="a rotation probe that is at least as accurate on h(z) as on z",
-        experiments=("guillotine",)),
+        experiments=("guillotine",),
+        combine="single"),
     Claim(
         id="sec5-metric-degeneracy",
         statement=("Sec. 5: along the augmentation directions it was trained to be invariant to, the trained "
@@ -78,5 +99,6 @@ CLAIMS = [
         scales=("smoke", "paper"),
         refuted_by=("a training augmentation whose degeneracy ratio is >= 1 against a control with "
                     "confidence, or orbits that expand through the head"),
-        experiments=("guillotine", "objectives", "minilm_geometry", "pretrained_orbits")),
+        experiments=("guillotine", "objectives", "minilm_geometry", "pretrained_orbits"),
+        combine="per-subject-all"),
 ]

@@ -15,8 +15,14 @@ any other to ``T0``; every horizon is capped at ``horizon_max``. SGD runs the ho
 its head rate in flow time: step ``k`` sits at ``t = k lr / (1 - momentum)``.
 
 Every run reports its growth ``G = spread(T) / spread(0)`` (``spread``: RMS of ``z - mean z``), its
-outcome (:func:`outcome`) and its measured rate against the linearised system's own rate over the
-same window (:func:`fit_rate`, :func:`fit_on`; ``linearised-rate-prediction``).
+outcome (:func:`outcome`), the frozen-head rule's slopes (:func:`fit_rate`, :func:`fit_on`) and, for
+``linearised-rate-prediction``, its measured rate over its rate window against the claim's rate ``r``
+(``predicted_rate``: :func:`ssl_geometry.dynamics.visible_rate` for a flow, ``ln`` of
+:func:`ssl_geometry.dynamics.sgd_growth` per unit flow time for SGD). The window comes from the
+linearised solution from the run's own start (:func:`linear_modes`): it opens once the non-leading
+modes have fallen to ``dominance`` times the leading ones and closes when the run leaves the linear
+regime (:func:`rate_window`); a run whose horizon ends before its window is continued, for the rate
+alone, as far as the linearised solution says the window reaches (:func:`rate_run_saves`).
 """
 from __future__ import annotations
 
@@ -29,10 +35,12 @@ from jax.flatten_util import ravel_pytree
 
 from experiments import claims
 from experiments.collapse_escape import problem as P
+from experiments.collapse_escape.windows import LinearModes, fit_on, fit_rate, linear_modes, rate_window, window_rate
 from ssl_geometry import dynamics, geometry
 
 #: The registry claims whose thresholds fix the horizons and the outcomes.
 FROZEN, NO_ESCAPE = "thm4.1-frozen-head-flow", "flow-linear-relu-no-escape"
+RATES = "linearised-rate-prediction"
 OUTCOMES = ("escaped", "stayed", "grew", "diverged", "censored")
 
 _SGD = {}
@@ -47,36 +55,6 @@ def _optimizer(momentum: float):
 
 def threshold(claim_id: str, name: str) -> float:
     return float(claims.CLAIMS[claim_id].thresholds[name])
-
-
-def fit_rate(ts, s, s0, linear_factor, dev=None, stop=float("inf"), min_points=3):
-    """``(slope, t_a, t_b, points)``: least-squares slope of ``log s`` against ``t`` in the linear regime.
-
-    The regime is the leading stretch of save times ``t < stop`` (the divergence time, if any) with
-    ``s <= linear_factor * s0`` and, when ``dev`` is given, ``dev <= linear_factor * dev[0]`` (the whole
-    state's deviation); its second half is fitted (the leading mode has outgrown the others by then). NaN
-    with fewer than ``min_points`` points there.
-    """
-    ts, s = np.asarray(ts, float), np.asarray(s, float)
-    good = np.isfinite(s) & (s > 0) & (s <= linear_factor * s0) & (ts < stop)
-    if dev is not None:
-        dev = np.asarray(dev, float)
-        good &= np.isfinite(dev) & (dev <= linear_factor * dev[0])
-    end = int(np.argmin(good)) if not good.all() else len(good)
-    idx = np.arange(end)[end // 2:]
-    if idx.size < min_points:
-        return float("nan"), float("nan"), float("nan"), int(idx.size)
-    slope = np.polyfit(ts[idx], np.log(s[idx]), 1)[0]
-    return float(slope), float(ts[idx[0]]), float(ts[idx[-1]]), int(idx.size)
-
-
-def fit_on(ts, s, window):
-    """Slope of ``log s`` against ``t`` over the time window ``[t_a, t_b]`` (NaN if it holds fewer than 2 points)."""
-    ts, s = np.asarray(ts, float), np.asarray(s, float)
-    sel = (ts >= window[0]) & (ts <= window[1]) & np.isfinite(s) & (s > 0)
-    if sel.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(ts[sel], np.log(s[sel]), 1)[0])
 
 
 def frozen_horizon(lambda_min_h_eff: float) -> float:
@@ -135,9 +113,10 @@ def flow_solver(cfg, lin, activation: str, T: float):
     return ("kvaerno5" if lin.stiffness > d.stiff_ratio else "tsit5"), None
 
 
-def run_flow(loss, w0, data, T, cfg, obs, solver, dt0=None):
+def run_flow(loss, w0, data, T, cfg, obs, solver, dt0=None, ts=None):
+    """The flow to ``T``, saved at ``ts`` (default: ``num_saves`` equal steps of ``[0, T]``)."""
     dcfg = cfg.dynamics
-    ts = np.linspace(0.0, T, dcfg.num_saves + 1)
+    ts = np.linspace(0.0, T, dcfg.num_saves + 1) if ts is None else np.asarray(ts, float)
     max_steps = dcfg.max_steps if dt0 is None else max(dcfg.max_steps, int(T / dt0) + len(ts) + 2)
     return dynamics.gradient_flow(loss, w0, t1=T, save_at=ts, observe=obs, args=data,
                                   solver=solver, rtol=dcfg.rtol, atol=dcfg.atol, max_steps=max_steps, dt0=dt0,
@@ -159,28 +138,71 @@ def _spread_rms(O, deltas):
     return np.where(np.isfinite(out), out, np.inf)
 
 
-def summarise(tr, predicted_spread, stop, status):
-    """Growth, outcome and measured against predicted rate of one trajectory (module docstring).
+def summarise(tr, predicted_spread, status):
+    """Growth, outcome and the frozen-head rule's slopes of one trajectory (module docstring).
 
-    ``measured_rate``/``predicted_rate_window``: in the linear regime of :func:`fit_rate` (spread and the
-    whole state's deviation, before ``stop``), the measured slope and the linearised system's slope
-    ``predicted_spread`` (same ``ts``, same start) over the same window. ``frozen_rate`` and
-    ``frozen_predicted_rate``: the slopes the frozen-head rule reads (the window from the spread only),
-    measured and of the linearised system.
+    ``frozen_rate`` and ``frozen_predicted_rate``: the slopes the frozen-head rule reads (:func:`fit_rate`,
+    the window from the spread only), measured and of the linearised system ``predicted_spread``.
     """
     lf = threshold(FROZEN, "linear_factor")
     spread = np.asarray(tr.observed["spread_z"], float)
-    dev = np.asarray(tr.observed["dev"], float)
+    ts = np.asarray(tr.ts, float)
     last = np.nonzero(tr.saved & np.isfinite(spread))[0][-1]
-    rate, t_a, t_b, points = fit_rate(tr.ts, spread, spread[0], lf, dev=dev, stop=stop)
-    frozen, f_a, f_b, _ = fit_rate(tr.ts, spread, spread[0], lf)
+    frozen, f_a, f_b, _ = fit_rate(ts, spread, spread[0], lf)
     growth = float(spread[last] / spread[0])
     return {"ok": bool(tr.ok), "status": status, "t_final": float(tr.t_final), "n_steps": int(tr.n_steps),
             "spread_0": float(spread[0]), "spread_T": float(spread[last]), "growth": growth,
-            "outcome": outcome(growth, status), "measured_rate": rate,
-            "predicted_rate_window": fit_on(tr.ts, predicted_spread, (t_a, t_b)), "fit_window": [t_a, t_b],
-            "fit_points": points, "frozen_rate": frozen, "frozen_window": [f_a, f_b],
-            "frozen_predicted_rate": fit_on(tr.ts, predicted_spread, (f_a, f_b))}
+            "outcome": outcome(growth, status), "frozen_rate": frozen, "frozen_window": [f_a, f_b],
+            "frozen_predicted_rate": fit_on(ts, predicted_spread, (f_a, f_b))}
+
+
+def rate_fields(tr, modes: LinearModes, stop) -> dict:
+    """The ``linearised-rate-prediction`` measurement of one trajectory: ``measured_rate``, the slope of log
+    spread over its rate window (:func:`rate_window` from ``modes``, the linearised solution from the same start
+    at ``tr.ts``, :func:`linear_modes`; :func:`window_rate`), its ``rate_points`` saves and the window's times.
+    ``window_found`` is False when the modal split failed (``modes.ok``); the window is then empty."""
+    spread = np.asarray(tr.observed["spread_z"], float)
+    ts = np.asarray(tr.ts, float)
+    k_a, k_b = rate_window(ts, modes.lead, modes.rest, np.where(tr.saved, spread, np.nan),
+                           np.asarray(tr.observed["dev"], float), dominance=threshold(RATES, "dominance"),
+                           linear_factor=threshold(RATES, "linear_factor"),
+                           decay_floor=threshold(RATES, "decay_floor"), stop=stop)
+    if not modes.ok:
+        k_a = k_b
+    rate, points = window_rate(ts, spread, (k_a, k_b), int(threshold(RATES, "min_points")))
+    return {"measured_rate": rate, "rate_points": points,
+            "rate_window": [float(ts[k_a]) if k_a < len(ts) else float("nan"),
+                            float(ts[k_b - 1]) if k_b > k_a else float("nan")],
+            "linear_end_t": float(ts[k_b - 1]) if k_b > 0 else float("nan"), "window_found": bool(modes.ok),
+            "rate_run_saves": len(ts) - 1}
+
+
+def rate_run_saves(J, O, delta0, dt, *, lr=None, momentum=0.0):
+    """Save intervals a run on spacing ``dt`` needs for its rate window, from the linearised solution alone; None
+    when that solution has no window of ``min_points`` saves within ``max_saves`` (``linearised-rate-prediction``).
+
+    The linearised solution's own window (:func:`rate_window`, its spread read as spread and as deviation) is
+    ``[k_a, k_b)``; the run needs ``min(k_b, k_a + max(10 min_points, k_a // 2))`` intervals (the window's start
+    and enough saves after it; a decaying solution never leaves the linear regime).
+    """
+    n_max, n_min = int(threshold(RATES, "max_saves")), int(threshold(RATES, "min_points"))
+    ts = dt * np.arange(n_max + 1)
+    m = linear_modes(J, O, delta0, ts, lr=lr, momentum=momentum, lead_rtol=threshold(RATES, "lead_rtol"))
+    with np.errstate(over="ignore"):  # past the linear regime the solution may overflow: inf ends the window
+        spread = np.exp(m.log_spread)
+    k_a, k_b = rate_window(ts, m.lead, m.rest, spread, spread, dominance=threshold(RATES, "dominance"),
+                           linear_factor=threshold(RATES, "linear_factor"),
+                           decay_floor=threshold(RATES, "decay_floor"))
+    if not m.ok or k_b - k_a < n_min:
+        return None
+    return int(min(k_b, k_a + max(10 * n_min, k_a // 2)))
+
+
+def _check_rate(modes: LinearModes, predicted: float, what: str) -> None:
+    """The modal split's leading rate must be the library's (``visible_rate`` / ``sgd_growth``): one definition."""
+    if not abs(modes.rate - predicted) <= 1e-9 * max(abs(predicted), 1e-12):
+        raise RuntimeError(f"{what}: the modal split's leading rate {modes.rate!r} differs from the predicted rate "
+                           f"{predicted!r}")
 
 
 def _delta(w, w_eq):
@@ -193,13 +215,31 @@ def _flow_row(problem, cfg, y0, tau, t0, base):
     T = t0 if tau == 0 else flow_horizon(r, t0)
     solver, dt0 = flow_solver(cfg, lin, problem.activation, T)
     w0 = P.to_w(y0, tau)
+    d0 = _delta(w0, w_eq)
     tr = run_flow(problem.loss_w, w0, data, T, cfg, problem.observe, solver, dt0)
-    pred = _spread_rms(O, dynamics.predict_flow(lin.jacobian, _delta(w0, w_eq), tr.ts))
+    pred = _spread_rms(O, dynamics.predict_flow(lin.jacobian, d0, tr.ts))
     status = "successful" if tr.ok else tr.status
+    modes = linear_modes(lin.jacobian, O, d0, tr.ts, lead_rtol=threshold(RATES, "lead_rtol"))
+    _check_rate(modes, r, f"flow tau = {tau:g}")
+    rate = rate_fields(tr, modes, tr.t_final if not tr.ok else float("inf"))
+    rate["rate_run"] = "horizon"
+    if rate["rate_points"] < threshold(RATES, "min_points") and tr.ok:
+        # the horizon ended before the window: the rate run continues on the same spacing (the outcome stays T's)
+        dt = float(tr.ts[1] - tr.ts[0])
+        n = rate_run_saves(lin.jacobian, O, d0, dt)
+        if n is None:
+            rate["rate_run"] = "horizon (the linearised solution has no window within max_saves)"
+        elif n > len(tr.ts) - 1:
+            ts = dt * np.arange(n + 1)
+            solver_r, dt0_r = flow_solver(cfg, lin, problem.activation, float(ts[-1]))
+            tr_r = run_flow(problem.loss_w, w0, data, float(ts[-1]), cfg, problem.observe, solver_r, dt0_r, ts=ts)
+            modes_r = linear_modes(lin.jacobian, O, d0, tr_r.ts, lead_rtol=threshold(RATES, "lead_rtol"))
+            rate = {**rate_fields(tr_r, modes_r, tr_r.t_final if not tr_r.ok else float("inf")),
+                    "rate_run": f"extended to t = {ts[-1]:.4g} ({tr_r.status})"}
     row = {**base["info"], "dynamics": "flow", "tau": float(tau), "lr": 0.0, "horizon": T, "predicted_rate": r,
-           "leading_rate": lin.rate, "stiffness": lin.stiffness, "field_norm_eq": lin.field_norm,
-           "solver": solver if dt0 is None else f"{solver} dt={dt0:.3g}",
-           **summarise(tr, pred, tr.t_final if not tr.ok else float("inf"), status)}
+           "leading_rate": lin.rate, "jacobian_scale": float(np.max(np.abs(lin.eigenvalues))),
+           "stiffness": lin.stiffness, "field_norm_eq": lin.field_norm,
+           "solver": solver if dt0 is None else f"{solver} dt={dt0:.3g}", **summarise(tr, pred, status), **rate}
     return row, tr, (lin, O, w_eq, data)
 
 
@@ -208,16 +248,31 @@ def _sgd_row(problem, cfg, y0, lr, T, lin_pack, base):
     mom = cfg.dynamics.momentum
     lr_eff = lr / (1.0 - mom)
     w0 = P.to_w(y0, cfg.dynamics.sgd_head_rate)
+    d0 = _delta(w0, w_eq)
     tr = run_sgd(problem.loss_w_scaled, w0, data, lr, T, cfg, problem.observe)
     with np.errstate(over="ignore", invalid="ignore"):  # an unstable map overflows: read as inf
-        path = dynamics.predict_sgd(lin.jacobian, _delta(w0, w_eq), lr, mom, len(tr.ts) - 1)
+        path = dynamics.predict_sgd(lin.jacobian, d0, lr, mom, len(tr.ts) - 1)
     growth = dynamics.sgd_growth(lin.jacobian, lr, mom, observable=O)
     t_div = float(tr.first_bad_step) * lr_eff if tr.first_bad_step is not None else float("inf")
-    status = "successful" if tr.ok else "non_finite"  # fit stops only on a non-finite step
+    status = "successful" if tr.ok else "non_finite"  # the window stops only on a non-finite step
+    predicted = math.log(max(growth, 1e-300)) / lr_eff
+    lead_rtol = threshold(RATES, "lead_rtol")
+    modes = linear_modes(lin.jacobian, O, d0, tr.ts, lr=lr, momentum=mom, lead_rtol=lead_rtol)
+    _check_rate(modes, predicted, f"SGD lr = {lr:g}")
+    rate = {**rate_fields(tr, modes, t_div), "rate_run": "horizon"}
+    if rate["rate_points"] < threshold(RATES, "min_points") and tr.ok:
+        n = rate_run_saves(lin.jacobian, O, d0, lr_eff, lr=lr, momentum=mom)
+        if n is None:
+            rate["rate_run"] = "horizon (the linearised solution has no window within max_saves)"
+        elif n > len(tr.ts) - 1:
+            tr_r = run_sgd(problem.loss_w_scaled, w0, data, lr, n * lr_eff, cfg, problem.observe)
+            t_div_r = float(tr_r.first_bad_step) * lr_eff if tr_r.first_bad_step is not None else float("inf")
+            modes_r = linear_modes(lin.jacobian, O, d0, tr_r.ts, lr=lr, momentum=mom, lead_rtol=lead_rtol)
+            rate = {**rate_fields(tr_r, modes_r, t_div_r), "rate_run": f"extended to {len(tr_r.ts) - 1} steps"}
     row = {**base["info"], "dynamics": "sgd", "tau": float(cfg.dynamics.sgd_head_rate), "lr": float(lr),
-           "lr_eff": lr_eff, "horizon": T, "predicted_rate": math.log(max(growth, 1e-300)) / lr_eff,
+           "lr_eff": lr_eff, "horizon": T, "predicted_rate": predicted,
            "predicted_growth_per_step": growth, "t_diverged": t_div if np.isfinite(t_div) else float("nan"),
-           **summarise(tr, _spread_rms(O, path), t_div, status)}
+           **summarise(tr, _spread_rms(O, path), status), **rate}
     row["t_final"] = float(len(tr.ts) - 1) * lr_eff  # on the clock to T; a diverged run is frozen from then on
     return row, tr
 
@@ -249,5 +304,5 @@ def _curve(row, tr, max_points=300):
     ts = np.asarray(tr.ts)
     keep = np.unique(np.linspace(0, len(ts) - 1, min(len(ts), max_points)).round().astype(int))
     meta = {k: row[k] for k in ("objective", "activation", "representation", "seed", "dynamics", "tau", "lr",
-                                "predicted_rate", "measured_rate", "fit_window")}
+                                "predicted_rate", "measured_rate", "rate_window")}
     return {**meta, "t": ts[keep].tolist(), "spread_z": np.asarray(tr.observed["spread_z"])[keep].tolist()}

@@ -30,8 +30,9 @@ def label(r) -> str:
 
 
 def rate_ratio(r) -> float:
-    """``measured / predicted`` over the run's linear window (NaN where either is not finite or the prediction is 0)."""
-    m, p = r["measured_rate"], r["predicted_rate_window"]
+    """``measured / r``: the run's measured window rate over the claim's prediction ``r`` (``predicted_rate``;
+    NaN where either is not finite or ``r = 0``)."""
+    m, p = r["measured_rate"], r["predicted_rate"]
     return m / p if np.isfinite(m) and np.isfinite(p) and p != 0 else float("nan")
 
 
@@ -47,10 +48,13 @@ def rate_scales(rows) -> dict:
 
 
 def rate_agreement(r, scales) -> str:
-    """``agree``, ``miss`` (no agreement, ratio outside [1/2, 2]) or ``off`` (neither): the rule of
+    """``agree``, ``miss`` (no agreement, ratio outside [1/2, 2]), ``off`` (neither) or ``no window`` (fewer than
+    ``min_points`` saves in the rate window: a failure to test, which does not agree): the rule of
     ``linearised-rate-prediction``."""
+    if r["rate_points"] < _t(RATES, "min_points"):
+        return "no window"
     floor = _t(RATES, "rate_floor") * scales.get((state_key(r), r["dynamics"]), 0.0)
-    m, p, ratio = r["measured_rate"], r["predicted_rate_window"], rate_ratio(r)
+    m, p, ratio = r["measured_rate"], r["predicted_rate"], rate_ratio(r)
     if np.isfinite(m) and np.isfinite(p) and abs(m) <= floor and abs(p) <= floor:
         return "agree"
     if np.isfinite(ratio) and abs(ratio - 1.0) <= _t(RATES, "rate_rtol"):
@@ -166,42 +170,70 @@ def decide_smooth_escape(rows) -> dict:
             f"{len(high)} smooth-head flows at tau >= 1 neither escape nor stay"}
 
 
+def flow_control(r) -> bool:
+    """Whether a flow row is a control of ``finite-step-escape``: it stays (``G <= no_growth``) and is predicted to
+    (its linearised rate ``<= control_rate_tol x max|lambda(J)|``); a diverged or censored flow is not."""
+    return bool(r["outcome"] == "stayed" and r["growth"] <= _t(FINITE, "no_growth")
+                and r["predicted_rate"] <= _t(FINITE, "control_rate_tol") * r["jacobian_scale"])
+
+
 def decide_finite_step(rows) -> dict:
     flows = {(state_key(r), r["tau"]): r for r in rows if r["dynamics"] == "flow"}
-    counted = [r for r in rows if r["dynamics"] == "sgd" and r["state_premises"] and r["head_kind"] in LINEAR_KINDS]
-    left = [r for r in counted if r["outcome"] in ("escaped", "diverged")]
-    finite = [r for r in left if flows[(state_key(r), r["tau"])]["outcome"] != "escaped"]
-    item = {"id": FINITE, "deciding": {"runs": len(counted), "escaped": sum(r["outcome"] == "escaped" for r in counted),
-                                       "diverged": sum(r["outcome"] == "diverged" for r in counted),
-                                       "left_where_the_flow_did_not": len(finite), "outcomes": _outcomes(counted)}}
+    runs = [r for r in rows if r["dynamics"] == "sgd" and r["state_premises"] and r["head_kind"] in LINEAR_KINDS]
+    counted = [r for r in runs if flow_control(flows[(state_key(r), r["tau"])])]
+    excluded = [r for r in runs if not flow_control(flows[(state_key(r), r["tau"])])]
+    escaped = [r for r in counted if r["outcome"] == "escaped"]
+    diverged = [r for r in counted if r["outcome"] == "diverged"]
+    finite = [r for r in counted if r["outcome"] in ("stayed", "grew")]
+    control = [flows[(state_key(r), r["tau"])] for r in excluded]
+    item = {"id": FINITE, "deciding": {
+        "runs": len(runs), "counted_at_controlled_states": len(counted), "escaped": len(escaped),
+        "diverged": len(diverged), "finite_without_escape": len(finite),
+        "excluded_flow_not_staying": len(excluded),
+        "excluded_escaped": sum(r["outcome"] == "escaped" for r in excluded),
+        "excluded_diverged": sum(r["outcome"] == "diverged" for r in excluded),
+        "excluded_flow_growth_min": min((f["growth"] for f in control), default=float("nan")),
+        "excluded_flow_rate_min": min((f["predicted_rate"] for f in control), default=float("nan")),
+        "outcomes": _outcomes(runs)}}
+    if escaped:
+        return {**item, "verdict": "supported", "reason": f"{len(escaped)} linear/ReLU SGD runs escape from states "
+                "whose gradient flow stays (growth <= no_growth, linearised rate <= 0): "
+                + ", ".join(label(r) for r in escaped[:4])}
+    if counted and len(finite) == len(counted):
+        return {**item, "verdict": "not supported", "reason": f"all {len(counted)} linear/ReLU SGD runs from states "
+                "whose gradient flow stays end finite without escaping"}
     if not counted:
-        return {**item, "verdict": "inconclusive", "reason": "no premise-holding linear/ReLU SGD run"}
-    if finite:
-        return {**item, "verdict": "supported", "reason": f"{len(finite)} linear/ReLU SGD runs escape or diverge where "
-                "the flow at the same tau does not: " + ", ".join(label(r) for r in finite[:4])}
-    if not left:
-        return {**item, "verdict": "not supported", "reason": f"all {len(counted)} linear/ReLU SGD runs stay"}
-    return {**item, "verdict": "inconclusive", "reason": f"{len(left)} linear/ReLU SGD runs escape or diverge, each "
-            "where the flow at the same tau escapes too"}
+        why = (f"no linear/ReLU state has a gradient flow that stays: all {len(runs)} SGD runs sit at states whose "
+               "flow at the same tau grows past no_growth or has a positive linearised rate (over those flows: "
+               f"growth >= {item['deciding']['excluded_flow_growth_min']:.3g}, linearised rate >= "
+               f"{item['deciding']['excluded_flow_rate_min']:.3g})" if runs else "no premise-holding linear/ReLU SGD run")
+        return {**item, "verdict": "inconclusive", "reason": why}
+    return {**item, "verdict": "inconclusive", "reason": f"none of {len(counted)} SGD runs at controlled states "
+            f"escapes, but {len(diverged)} diverged (divergence is not escape): "
+            + ", ".join(label(r) for r in diverged[:4])}
 
 
 def decide_rates(rows) -> dict:
-    counted = [r for r in rows if r["certified"] and r["fit_points"] >= 3]
+    counted = [r for r in rows if r["certified"]]
     scales = rate_scales(rows)
     checks = [(r, rate_agreement(r, scales)) for r in counted]
     agree = sum(c == "agree" for _, c in checks)
     misses = [label(r) for r, c in checks if c == "miss"]
+    untested = [label(r) for r, c in checks if c == "no window"]
     frac = agree / len(counted) if counted else float("nan")
     # the ratio of the runs compared relatively (not those both below the floor, whose ratio means nothing)
-    ratios = [rate_ratio(r) for r in counted if np.isfinite(rate_ratio(r)) and abs(r["predicted_rate_window"])
-              > _t(RATES, "rate_floor") * scales.get((state_key(r), r["dynamics"]), 0.0)]
-    item = {"id": RATES, "deciding": {"runs": len(counted), "not_counted": len(rows) - len(counted),
-                                      "agree_fraction": frac, "misses_beyond_factor_2": len(misses),
+    ratios = [rate_ratio(r) for r, c in checks if c != "no window" and np.isfinite(rate_ratio(r))
+              and abs(r["predicted_rate"]) > _t(RATES, "rate_floor") * scales.get((state_key(r), r["dynamics"]), 0.0)]
+    item = {"id": RATES, "deciding": {"runs": len(counted), "agree": agree, "agree_fraction": frac,
+                                      "misses_beyond_factor_2": len(misses), "no_window": len(untested),
+                                      "no_window_sgd": sum(r["dynamics"] == "sgd" for r, c in checks
+                                                           if c == "no window"),
                                       "ratio_min_above_floor": min(ratios, default=float("nan")),
                                       "ratio_max_above_floor": max(ratios, default=float("nan"))}}
-    why = f"{agree} of {len(counted)} runs agree, {len(misses)} miss by more than a factor 2"
+    why = (f"{agree} of {len(counted)} runs agree with the leading rate, {len(misses)} miss by more than a factor 2, "
+           f"{len(untested)} have no rate window (fewer than {_t(RATES, 'min_points'):g} saves: counted against)")
     if not counted:
-        return {**item, "verdict": "inconclusive", "reason": "no run has a linear window"}
+        return {**item, "verdict": "inconclusive", "reason": "no run from a certified equilibrium"}
     if frac >= _t(RATES, "agree_fraction") and not misses:
         return {**item, "verdict": "supported", "reason": why}
     if frac < 0.5:

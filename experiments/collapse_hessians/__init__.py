@@ -24,13 +24,15 @@ from __future__ import annotations
 import jax
 
 from experiments import claims, common, rules
+from experiments.collapse_hessians import certificates
 from experiments.collapse_hessians.cases import all_cases, margin, online_head, run_case, siamese_problem  # noqa: F401
 from experiments.collapse_hessians.dry_run import dry_measure
 
 NAME = "collapse_hessians"
 TITLE = "Collapse Hessians (Thm 4.1)"
 #: The registry claims (experiments/claims/) this experiment decides.
-CLAIMS = ("thm4.1-smooth-unstable", "thm4.1-linear-psd", "stationarity-forces-rho-zero")
+CLAIMS = ("thm4.1-smooth-unstable", "thm4.1-linear-psd", "stationarity-forces-rho-zero", certificates.REPAIRED_SIGN,
+          certificates.CRITICAL_RESIDUAL)
 CLAIM = ("Thm 4.1: at a collapsed equilibrium with non-zero residual and H_L PSD, a linear (or ReLU) head has "
          "H_eff = G >= 0 (no second-order escape), while a smooth head generically makes the state strictly "
          "unstable (lambda_min(H_eff) < 0). Decided per objective on certified equilibria, with the project's "
@@ -51,7 +53,9 @@ def measure(config) -> dict:
         return dry_measure(config)
     key = jax.random.PRNGKey(config.seed)
     return {"cases": [run_case(config, objective, act, bn, state, jax.random.fold_in(key, i), s)
-                      for i, (objective, act, bn, state, s) in enumerate(all_cases(config))]}
+                      for i, (objective, act, bn, state, s) in enumerate(all_cases(config))],
+            "certificates": certificates.certify_cases(config, key),  # the repaired Thm 4.1 (certificates.py)
+            "critical_sweeps": certificates.sweep_states(config, key)}
 
 
 
@@ -63,11 +67,16 @@ def _label(r) -> str:
     return f"{r['objective']}/{r['activation']}/scale {r['residual_scale']:g}"
 
 
+#: The measured ``dh(c)/dtheta`` singular values and shape the rule's full-row-rank premise reads.
+_JAC_KEYS = ("jac_sigma_min", "jac_sigma_max", "jac_rows", "jac_cols")
+
+
 def stationarity_states(rows) -> list[dict]:
     """The collapsed states as :func:`experiments.rules.decide_rho_zero` reads them."""
     return [{"label": f"{r['objective']}/{r['activation']}", "family": FAMILIES[r["objective"]],
              "stationary": r["st_stationary"], "rho": r["st_rho"], "rho_ref": r["st_rho_ref"],
-             "residual_tol": r["st_residual_tol"]} for r in rows if r["state"] == "collapsed"]
+             "residual_tol": r["st_residual_tol"], **{k: r[f"st_{k}"] for k in _JAC_KEYS}}
+            for r in rows if r["state"] == "collapsed"]
 
 
 def _sign(r) -> str:
@@ -85,7 +94,8 @@ def decide(m, config) -> dict:
     smooth = [state(r) for r in eq if r["head_kind"] == "smooth"]
     lin = [state(r) for r in eq if r["head_kind"] in ("linear", "piecewise")]
     items = [*rules.decide_smooth_unstable(smooth), rules.decide_linear_psd(lin),
-             rules.decide_rho_zero(stationarity_states(rows))]
+             rules.decide_rho_zero(stationarity_states(rows)),
+             *certificates.decide_items(m, claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["crossing_rtol"])]
     coll = [r for r in rows if r["state"] == "collapsed"]
     headline = {"equilibria_constructed": sum(r["state"] == "equilibrium" for r in rows),
                 "equilibria_certified": len(eq)}
@@ -98,7 +108,10 @@ def decide(m, config) -> dict:
         "min_lambda_min_H_eff_linear_relu": min((r["lambda_min_H_eff"] for r in eq if r["head_kind"] != "smooth"),
                                                 default=float("nan")),
         "collapsed_states": len(coll), "collapsed_states_head_stationary": sum(r["st_stationary"] for r in coll),
+        "collapsed_states_dh_dtheta_full_row_rank": sum(r["st_full_row_rank"] for r in coll),
         "collapsed_states_within_rho_bound": sum(r["st_stationary"] and r["st_within_bound"] for r in coll),
+        "collapsed_states_counted_within_rho_bound": sum(r["st_full_row_rank"] and r["st_stationary"]
+                                                         and r["st_within_bound"] for r in coll),
         "collapsed_states_where_stationarity_forces_rho_0": sum(bool(r.get("forces_zero_residual")) for r in coll),
         "simsiam_cases_H_L_indefinite": sum(not r["H_L_psd"] for r in rows if r["objective"] == "simsiam"),
         "simsiam_cases": sum(r["objective"] == "simsiam" for r in rows)})
@@ -140,7 +153,11 @@ def report(results, rel_dir) -> str:
     coll = [{"objective": r["objective"], "activation": r["activation"], "|rho| given head": r["st_rho_start"],
              "|grad_theta L| given head": r["st_grad_norm_start"], "|rho| stationary head": r["st_rho"],
              "|grad_theta L| there": r["st_grad_norm"], "rho_ref (head perturbed)": r["st_rho_ref"],
-             "bound": r["st_rho_bound"], "|dh/dtheta|": r["st_jac_norm"], "head stationary": r["st_stationary"],
+             "bound": r["st_rho_bound"], "|dh/dtheta|": r["st_jac_norm"],
+             "sigma_min/sigma_max of dh(c)/dtheta": (r["st_jac_sigma_min"] / r["st_jac_sigma_max"]
+                                                     if r["st_jac_sigma_max"] > 0 else 0.0),
+             "dh(c)/dtheta full row rank (premise)": r["st_full_row_rank"],
+             "|grad|/(sqrt(n) sigma_min)": r["st_rho_implied_bound"], "head stationary": r["st_stationary"],
              "rho = 0": r["st_within_bound"],
              "BFGS / Newton steps": f"{r['st_iterations']} / {r['st_newton_steps']}",
              "rows identical, dh/dtheta full rank": r["forces_zero_residual"]}
@@ -159,8 +176,10 @@ def report(results, rel_dir) -> str:
         f"lambda_min(H_eff) of a linear/ReLU head: {h['min_lambda_min_H_eff_linear_relu']:.3g}. Collapsed states "
         f"(both views at one point): {h['collapsed_states_head_stationary']} of {h['collapsed_states']} reached "
         f"head stationarity, {h['collapsed_states_within_rho_bound']} of those with rho = 0 within the rule's "
-        f"bound; in {h['collapsed_states_where_stationarity_forces_rho_0']} the residual rows are identical and "
-        "dh/dtheta has full row rank at the given head." + (
+        f"bound; dh(c)/dtheta has full row rank (the rule's premise) at the stationary head in "
+        f"{h['collapsed_states_dh_dtheta_full_row_rank']}, of which {h['collapsed_states_counted_within_rho_bound']} "
+        f"are stationary with rho = 0; in {h['collapsed_states_where_stationarity_forces_rho_0']} the residual rows "
+        "are identical and dh/dtheta has full row rank at the given head." + (
             f" SimSiam's H_L is indefinite in {h['simsiam_cases_H_L_indefinite']} of {h['simsiam_cases']} cases."
             if h["simsiam_cases"] else ""), "", *claims.reason_lines(results["claims"]), "",
         "Collapsed equilibria (residual scale: the one the construction used; DINO's is below 2, where the "
@@ -168,6 +187,7 @@ def report(results, rel_dir) -> str:
         "Collapsed states, the head driven to stationarity (stationarity-forces-rho-zero):", "",
         common.markdown_table(coll), "",
         "Pseudo-collapsed states (not equilibria; reported, not counted):", "", common.markdown_table(other), "",
+        *certificates.report_lines(results["measurements"]), "",
         f"![lambda_min by case]({rel_dir}/lambda_min_by_case.png)"]
     return "\n".join(text)
 

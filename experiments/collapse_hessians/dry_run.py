@@ -65,7 +65,8 @@ def _iteration_points(config, sizes) -> list:
     """``[[n, seconds per L-BFGS iteration], ...]``: the first collapsed dry case's stationarity search
     (:func:`experiments.stationary_heads.stationary_head_state`) at batch ``n``, run to each iteration cap of
     :data:`ITERATION_PROBE` (each once untimed first), the difference of the two times over the difference of the
-    iterations it made.
+    iterations it made (without the rank measurement at the head reached, ``measure_rank=False``: the same cost at
+    both caps, timed with each case).
 
     Raises:
       ValueError: when the larger cap made no more iterations, or took no longer (no cost per iteration measured).
@@ -82,7 +83,8 @@ def _iteration_points(config, sizes) -> list:
         for cap in ITERATION_PROBE:
             def search(cap=cap):
                 iters[cap] = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=key, train=train,
-                                                                    max_iter=cap, newton_steps=0)["iterations"]
+                                                                    max_iter=cap, newton_steps=0,
+                                                                    measure_rank=False)["iterations"]
             secs[cap] = projection.step_time(search, repeats=1)
         lo, hi = ITERATION_PROBE
         its, dt = iters[hi] - iters[lo], secs[hi] - secs[lo]

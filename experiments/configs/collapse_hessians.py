@@ -37,6 +37,12 @@ def base() -> ml_collections.ConfigDict:
         max_dense_dim=4096,
         # collapsed states: BFGS iterations driving the head to stationarity (experiments/stationary_heads.py)
         stationarity_max_iter=400,
+        # thm4.1-critical-residual: the smooth full-rank equilibria whose residual is swept ([objective, activation,
+        # residual_scale], each a state built above), the sweep [lo, hi] x its scale (a x2 grid, DINO capped below
+        # 2), and the bisection's relative width (experiments/collapse_hessians/certificates.py)
+        critical_sweep=[["mse_target", "swish", 0.3], ["dino_fixed_teacher", "swish", 0.3]],
+        critical_sweep_factors=[1.0 / 8, 16.0],
+        critical_sweep_rtol=1e-3,
     )
     c.expected_runtime = "about 1-2 min on 2 CPU cores"
     return c
@@ -48,6 +54,7 @@ VARIANTS = {
              "model.activations": ["identity", "swish"], "model.batch_norm": [False],
              "analysis.siamese_objectives": ["byol"],
              "analysis.residual_scales": {"mse_target": [10.0], "dino_fixed_teacher": [1.8]},
+             "analysis.critical_sweep": [["mse_target", "swish", 10.0]],
              "expected_runtime": "seconds"},
     "paper": {"data.n": 256, "data.d": 512, "model.hidden": 2048, "model.k": 2048, "model.pred_hidden": 512,
               "expected_runtime": "about 30-60 min on one H200 for all cases (Lanczos, 100 steps per operator); "

@@ -63,6 +63,15 @@ Deviations of the ``paper`` variants from the authors' code (``experiments.py``:
   RNG (``PRNGKey(seed)``, as every run of the trainer), and the trainer's per-epoch data order
   ``trainer.batch_indices``: same distributions, not the same draws (the same holds for the probes'
   rotation draws, the orbit images and every seed).
+* Reproducibility and seeds (the project's; the authors train once): a run is bitwise reproducible run to run
+  on one machine (the data order, views, initialisation and probe draws are functions of ``seed``; tested in
+  ``tests/test_experiments_guillotine.py``), but not from machine to machine: XLA's CPU code depends on the
+  cores the process may use, so the same code with another core count trains another float32 run (measured on
+  the smoke main run, x64 off: final loss 3.0994 on 2 cores, 3.0129 restricted to 1 core by ``taskset``, either
+  way also with ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``; ``jax_enable_x64``, which ``reproduce`` turns
+  on, changes it too: 3.0224 on 2 cores), and the probe gap moves with it. The rule of
+  ``guillotine-probe-gap`` therefore resamples training seeds: ``probes.gap_seeds`` runs of the main head (3 in
+  ``smoke``, 2 in ``tiny``, 1 in the paper variants), each probed on z, h(z) and h_0(z).
 * Curvature and orbits are computed twice: the paper's way (L2-normalised, undivided second
   differences on 10 angles in [0, 45] deg; orbits of 12 rotations 0..330 deg with the head applied
   to the *normalised* z, as ``run_orbit_visualization_experiment`` does) and the project's way
@@ -121,8 +130,12 @@ def base() -> ml_collections.ConfigDict:
         },
         # Rotation probes: "random" = one rotation k * 90 deg per image, k drawn uniformly (the authors'); "all":
         # each image under all four. MLP probe widths on z (hidden) and on h(z) (hidden_head).
+        # gap_seeds: training seeds of the probe gap's interval (seed, seed + 1, ...): the main run, then the main run
+        # retrained at each further seed (own data rendering, init, order, probe draws) for the rotation probes of
+        # z, h(z) and h_0(z) only. A run is bitwise reproducible on one machine, but its float32 training depends on
+        # the CPU thread count (module docstring), so the gap's interval resamples seeds.
         "probes": {"train_images": 2000, "test_images": 1000, "epochs": 20, "rotations": "random", "hidden": 256,
-                   "hidden_head": 256},
+                   "hidden_head": 256, "gap_seeds": 3},
         "analysis": {
             # Trajectory curvature on the paper's grid: 10 rotation angles in [0, 45 deg] (spacing 5 deg).
             "curvature_images": 16, "curvature_angles": 10, "curvature_max_angle_deg": 45.0,
@@ -155,7 +168,7 @@ _PAPER = {
     "train.batch_size": 256, "train.steps": 50 * (50000 // 256),
     "train.checkpoint_every": 50000 // 256,  # an epoch
     "probes.train_images": 50000, "probes.test_images": 10000, "probes.epochs": 5, "probes.hidden": 256,
-    "probes.hidden_head": 512,
+    "probes.hidden_head": 512, "probes.gap_seeds": 1,  # one 50-epoch run per head; the interval is over test images
     "analysis.curvature_images": 100, "analysis.convergence_images": 32, "analysis.degeneracy_images": 256,
     "analysis.tangent_blur_radius": 8,
     "expected_runtime": ("not run on an accelerator; estimated 4 SimCLR trainings (the main ReLU head, the Swish "
@@ -170,7 +183,7 @@ VARIANTS = {
         "model.head_hidden": 16, "model.head_out": 8, "ablation.depths": (2,),
         "train.batch_size": 32, "train.steps": 3, "augment.jitter_prob": 0.0,
         "probes.train_images": 96, "probes.test_images": 64, "probes.epochs": 2, "probes.hidden": 16,
-        "probes.hidden_head": 16, "analysis.control_directions": 2,
+        "probes.hidden_head": 16, "probes.gap_seeds": 2, "analysis.control_directions": 2,
         "analysis.curvature_images": 2, "analysis.convergence_images": 2,
         "analysis.convergence_spacings_deg": (5.0, 0.04, 0.00032), "analysis.orbit_images": 2,
         "analysis.orbit_steps": 6, "analysis.paper_orbit_steps": 6, "analysis.degeneracy_images": 8,

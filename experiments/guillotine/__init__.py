@@ -22,8 +22,11 @@ its initialisation ``h_0(z)`` (the untrained head, same inputs):
 
 Two claims of :mod:`experiments.claims` are decided: ``sec5-metric-degeneracy`` by the shared
 rule :func:`experiments.rules.decide_sec5` (training augmentations rotation and hue against every
-control and the untrained head, blur as the negative control, the paper-way orbit compression) and
-``guillotine-probe-gap`` (the rotation-probe gap z - h(z), the untrained head's gap beside it).
+control and the untrained head, blur as the negative control, the paper-way orbit compression and its
+ratio to the untrained head's) and ``guillotine-probe-gap`` (the rotation-probe gap z - h(z) of the trained
+head minus the untrained head's, with a paired bootstrap interval over the probe's test images:
+:func:`probe_gap_interval`, :func:`gap_verdict`). Training, probes and analysis are bitwise reproducible
+run to run on one machine (``tests/test_experiments_guillotine.py``).
 Everything after training runs in float64 when ``jax_enable_x64`` is on; the float32 weights are cast.
 """
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ssl_geometry import augment, data, metrics
 from . import dry_run as D
 from . import geometry as G
 from . import probing
+from .gap import GAP, PROBES, decide_gap, gap, gap_outcomes, gap_verdict, probe_gap_interval  # noqa: F401 (tests)
 from . import training as T
 from .geometry import AUGMENTATIONS as AUGMENTATIONS
 from .geometry import CONTROLS as CONTROLS
@@ -56,7 +60,6 @@ DRY_RUN = True  # honours config.dry_run (two reduced sizes of each part, a few 
 TITLE = "Guillotine and information-invariance (Sec. 5)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5, "guillotine-probe-gap")
-GAP = "guillotine-probe-gap"
 CLAIM = ("The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
          "decodable from h(z) than from the backbone z, and the head's pullback metric degenerates along the "
          "augmentation directions it was trained to be invariant to (J_h v small for v = dz/dtheta), with the "
@@ -142,6 +145,41 @@ def _train_all(cfg, train_ds, test_ds, sz, k_probe):
     return runs, probe_res, sets
 
 
+def _seed_config(cfg, seed: int):
+    """``cfg`` at another training seed (data rendering, initialisation, batch order, view and probe draws), its
+    checkpoints under ``checkpoint_dir/seed<seed>``."""
+    over = {"seed": int(seed)}
+    if cfg.train.get("checkpoint_dir"):
+        over["train.checkpoint_dir"] = f"{cfg.train.checkpoint_dir}/seed{int(seed)}"
+    return configs.apply_overrides(ml_collections.ConfigDict(cfg.to_dict()), over)
+
+
+def gap_seeds(cfg) -> list[int]:
+    """The training seeds of the probe gap: ``seed, seed + 1, ..., seed + probes.gap_seeds - 1``."""
+    n = int(cfg.probes.gap_seeds)
+    if n < 1:
+        raise ValueError(f"`probes.gap_seeds` must be >= 1; got {cfg.probes.gap_seeds!r}.")
+    return [int(cfg.seed) + i for i in range(n)]
+
+
+def _extra_seed_probes(cfg, sz) -> list[dict]:
+    """The rotation probes (z, h(z), h_0(z)) of the main run retrained at each further seed of :func:`gap_seeds`,
+    every step of it at that seed (its own data rendering, probe sets and probe key): ``[{"seed", "rotation",
+    "losses"}]``. They enter only the probe gap's interval (``guillotine-probe-gap``)."""
+    out, t0 = [], time.perf_counter()
+    for seed in gap_seeds(cfg)[1:]:
+        c = _seed_config(cfg, seed)
+        tr, te = T.load_data(c)
+        run = T.train_simclr(c, c.model.head_depth, c.model.head_activation,
+                             batch=D.run_batch(cfg, c) if cfg.dry_run else None)
+        k_probe = jax.random.split(jax.random.PRNGKey(seed), 3)[1]
+        res = probing.probe_suite(c, run, *probing.probe_sets(c, tr, te, sz), k_probe, class_probes=False,
+                                  untrained=True)
+        out.append({"seed": seed, "rotation": res["rotation"], "losses": run["losses"].tolist()})
+        _log(f"gap seed {seed}: trained and probed", t0)
+    return out
+
+
 def _check(cfg, trained: dict) -> None:
     """The Sec. 5 settings of the config: the negative control must be analysed and not trained."""
     for a in cfg.analysis.negative:
@@ -154,11 +192,14 @@ def _check(cfg, trained: dict) -> None:
         raise ValueError(f"`analysis.control_directions` must be >= 1; got {cfg.analysis.control_directions}.")
 
 
-def _sec5(deg: dict, orb: dict, trained: dict, negative) -> dict:
-    """The measurements :func:`experiments.rules.decide_sec5` reads, in its argument shapes."""
-    ratios = deg["ratios"]
+def _sec5(deg: dict, orb: dict, trained: dict, negative, seed: int) -> dict:
+    """The measurements :func:`experiments.rules.decide_sec5` reads, in its argument shapes: the orbits'
+    compression per head and the trained head's over the untrained head's (``orbits_vs_untrained``,
+    :func:`experiments.rules.orbit_gain_over_untrained` of the paper-way spreads)."""
+    ratios, sp = deg["ratios"], orb["paper_spreads"]
     return {"training": {a: ratios[a] for a in AUGMENTATIONS if trained[a]},
-            "negative": {a: ratios[a] for a in negative}, "orbits": orb["compression"]}
+            "negative": {a: ratios[a] for a in negative}, "orbits": orb["compression"],
+            "orbits_vs_untrained": rules.orbit_gain_over_untrained(sp["head"], sp["head_untrained"], seed=seed)}
 
 
 def _representation(main, images, adt) -> tuple[dict, dict]:
@@ -198,6 +239,7 @@ def measure(config) -> dict:
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
     runs, probe_res, sets = _train_all(cfg, train_ds, test_ds, sz, k_probe)
+    seed_probes = _extra_seed_probes(cfg, sz)
     main = runs["main"]
     scales, ranks = _representation(main, sets[3][0], adt)
     backbone = T.make_backbone(cfg, adt)
@@ -216,8 +258,10 @@ def measure(config) -> dict:
                     "paper_setting": (cfg.data.name, cfg.model.backbone) in PAPER_NUMBERS,
                     "rotation_probe_train_images": int(sets[0].shape[0]),
                     "rotation_probe_test_images": int(sets[1].shape[0]), "sizes": sz},
-        "probes": probe_res["main"], "representation": {**ranks, **{f"scale_{k}": v for k, v in scales.items()}},
-        "curvature": curv, "orbits": orb, "degeneracy": deg, "sec5": _sec5(deg, orb, trained, cfg.analysis.negative),
+        "probes": {**probe_res["main"], "seed": int(cfg.seed), "gap_seeds": seed_probes},
+        "representation": {**ranks, **{f"scale_{k}": v for k, v in scales.items()}},
+        "curvature": curv, "orbits": orb, "degeneracy": deg,
+        "sec5": _sec5(deg, orb, trained, cfg.analysis.negative, cfg.seed),
         "depth_ablation": [{"head_depth": d, "activation": cfg.ablation.activation if runs[d] is not main
                             else cfg.model.head_activation, "batch_size": runs[d]["batch_size"],
                             "steps": runs[d]["steps"],
@@ -245,15 +289,11 @@ def measure(config) -> dict:
     return out
 
 
-def _gap(rot: dict, head: str = "head") -> float:
-    """Rotation-probe gap z - h(z): mean over the linear and MLP probes."""
-    return 0.5 * sum(rot["backbone"][k] - rot[head][k] for k in ("linear", "mlp"))
-
-
 def headline_of(m: dict) -> dict:
     """The compared numbers, from the measurements (the paper's keys where the paper has them)."""
     rot = m["probes"]["rotation"]
-    h = {"rotation_gap_mean": _gap(rot), "rotation_gap_mean_untrained_head": _gap(rot, "head_untrained")}
+    h = {"rotation_gap_mean": gap(rot), "rotation_gap_mean_untrained_head": gap(rot, "head_untrained"),
+         "rotation_gap_difference": gap(rot) - gap(rot, "head_untrained")}
     for a, r in m["degeneracy"]["ratios"].items():
         for c in CONTROLS:
             h[f"D_{a}_vs_{c}"] = r["trained"][c]["D"]
@@ -273,28 +313,6 @@ def headline_of(m: dict) -> dict:
     return h
 
 
-def _decide_gap(m: dict) -> dict:
-    """``guillotine-probe-gap`` by the registry's rule (premises, gap margin); the untrained head's gap beside it."""
-    t, pv, rot = claims.CLAIMS[GAP].thresholds, m["premise_values"], m["probes"]["rotation"]
-    gap, gap0 = _gap(rot), _gap(rot, "head_untrained")
-    premises = {"ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
-                "backbone_encodes_rotation": pv["backbone_rotation_acc"] >= t["min_backbone_rotation_acc"],
-                "backbone_not_collapsed": pv["erank_rankme_backbone"] >= t["min_effective_rank"]}
-    deciding = {"rotation_gap_mean": gap, "rotation_gap_mean_untrained_head": gap0,
-                **{f"rot_{k[:3]}_{w}": rot[w][k] for w in ("backbone", "head", "head_untrained") for k in ("linear", "mlp")},
-                **pv}
-    item = {"id": GAP, "deciding": deciding}
-    beside = f"; the untrained head's gap is {gap0:.3g}"
-    unmet = sorted(k for k, ok in premises.items() if not ok)
-    if unmet:
-        return {**item, "verdict": "premise violated", "reason": "premises not met: " + ", ".join(unmet) + beside}
-    if gap >= t["probe_margin"]:
-        return {**item, "verdict": "supported", "reason": f"gap {gap:.3g} >= {t['probe_margin']:g}" + beside}
-    if gap <= 0.0:
-        return {**item, "verdict": "not supported", "reason": f"gap {gap:.3g} <= 0" + beside}
-    return {**item, "verdict": "inconclusive", "reason": f"gap {gap:.3g} in (0, {t['probe_margin']:g})" + beside}
-
-
 def decide(m: dict, config) -> dict:
     """Both claims by the registry's rules; thresholds from :data:`experiments.claims.CLAIMS`."""
     del config  # the settings that matter are in the measurements; the thresholds in the registry
@@ -302,6 +320,7 @@ def decide(m: dict, config) -> dict:
     premises = {"ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
                 "backbone_not_collapsed": pv["erank_rankme_backbone"]
                 >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
-    sec5 = rules.decide_sec5(s5["training"], s5["orbits"]["head"], negative=s5["negative"] or None, premises=premises)
-    return {"claims": [sec5, _decide_gap(m)], "headline": headline_of(m)}
+    sec5 = rules.decide_sec5(s5["training"], s5["orbits"]["head"], negative=s5["negative"] or None, premises=premises,
+                             orbits_vs_untrained=s5["orbits_vs_untrained"])
+    return {"claims": [sec5, decide_gap(m)], "headline": headline_of(m)}
 

@@ -34,10 +34,11 @@ def fit_epochs(cfg) -> int:
 
 def rotation_fit(feats, hidden: int, key, epochs: int) -> dict:
     """The rotation probes (linear and MLP of width ``hidden``) on ``feats = ((f_tr, k_tr), (f_te, k_te))``:
-    :func:`ssl_geometry.probes.fit_rotation_probes`, test and train accuracies."""
+    :func:`ssl_geometry.probes.fit_rotation_probes`, test and train accuracies and each probe's per-test-image
+    outcome (``linear_test_correct``, ``mlp_test_correct``: 0/1 in the test order; the gap's interval reads them)."""
     (f_tr, y_tr), (f_te, y_te) = feats
     r = probes.fit_rotation_probes(f_tr, y_tr, f_te, y_te, epochs=epochs, hidden=hidden, key=key)
-    return {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train")}
+    return {k: r[k] for k in ("linear", "mlp", "linear_train", "mlp_train", "linear_test_correct", "mlp_test_correct")}
 
 
 def class_fit(feats, hidden: int, key, epochs: int, num_classes: int | None = None) -> dict:

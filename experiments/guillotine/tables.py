@@ -111,6 +111,20 @@ def _probe_rows(pr):
     return rows
 
 
+def _gap_seed_lines(pr) -> list:
+    """The rotation gap difference (trained minus untrained head, mean of linear and MLP) at every training seed of
+    the probe gap (the main run's first), or nothing when there is one seed."""
+    extra = pr.get("gap_seeds", [])
+    if not extra:
+        return []
+    diff = lambda rot: 0.5 * sum(rot["head_untrained"][k] - rot["head"][k] for k in ("linear", "mlp"))  # noqa: E731
+    per = [(pr.get("seed", "main"), diff(pr["rotation"]))] + [(e["seed"], diff(e["rotation"])) for e in extra]
+    line = ("Rotation gap difference (z - h) - (z - h_0) per training seed (the main run first; the further seeds "
+            "retrain the main run for the rotation probes only, and the interval of `guillotine-probe-gap` resamples "
+            "them): " + ", ".join(f"seed {sd}: {d:.3g}" for sd, d in per) + ".")
+    return [line, ""]
+
+
 def _ci(r) -> str:
     return f"{r['D']:.3g} [{r['lo']:.3g}, {r['hi']:.3g}]"
 
@@ -128,6 +142,10 @@ def _sec5_text(m) -> list:
     comp = m["orbits"]["compression"]
     orbit_rows = [{"head": {"head": "trained", "head_untrained": "untrained"}[h], "S = spread(z) / spread(h)":
                    f"{r['S']:.3g} [{r['lo']:.3g}, {r['hi']:.3g}]"} for h, r in comp.items()]
+    if "orbits_vs_untrained" in m["sec5"]:
+        r = m["sec5"]["orbits_vs_untrained"]
+        orbit_rows.append({"head": "trained over untrained (S / S_0; the rule needs its lower end > 1)",
+                           "S = spread(z) / spread(h)": f"{r['S']:.3g} [{r['lo']:.3g}, {r['hi']:.3g}]"})
     return ["**Metric degeneracy** (Sec. 5, the registry's rule `sec5-metric-degeneracy`): per test image, the gain "
             "g = |J_h v|/|v| along the augmentation tangent v = dz/dt and the RMS gain over the control's directions "
             "(random N(0, I); between z_j - z_i; data: Gaussian with the covariance of z); D = exp(mean log(g_aug / "
@@ -204,6 +222,7 @@ def report(results, rel_dir) -> str:
         "",
         common.markdown_table(_probe_rows(m["probes"])),
         "",
+        *_gap_seed_lines(m["probes"]),
         *_sec5_text(m),
         "",
         *_curvature_text(m, p),

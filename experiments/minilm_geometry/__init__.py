@@ -157,12 +157,15 @@ def measure(config) -> dict:
 
 
 def _sec5_inputs(m: dict, trained: str = "frozen") -> tuple[dict, dict, dict]:
-    """``(augmentations, negative, orbits)`` of :func:`experiments.rules.decide_sec5` for the ``trained`` head."""
+    """``(augmentations, negative, orbits)`` of :func:`experiments.rules.decide_sec5` for the ``trained`` head;
+    ``orbits["vs_untrained"]`` is the rule's ``orbits_vs_untrained``: the head's orbit compression over the head at
+    initialisation on the same views (:func:`experiments.rules.orbit_gain_over_untrained`)."""
     tr, init = m["settings"][trained], m["settings"]["init"]
     augs = {VIEWS: {"trained": tr["views"], "untrained": init["views"]}}
     neg_name = "token_" + "+".join(sorted(k for k, v in m["negative"].items() if v != _NEUTRAL[k]))
     negative = {neg_name: {"trained": tr["negative"], "untrained": init["negative"]}}
-    return augs, negative, tr["orbit_compression"]
+    vs0 = rules.orbit_gain_over_untrained(tr["orbit_spreads"]["u"], init["orbit_spreads"]["u"])
+    return augs, negative, {**tr["orbit_compression"], "vs_untrained": vs0}
 
 
 def decide(m: dict, config) -> dict:
@@ -175,7 +178,7 @@ def decide(m: dict, config) -> dict:
     augs, negative, orbits = _sec5_inputs(m)
     premises = {"head_loss_decreased": last < first,
                 "backbone_not_collapsed": fr["erank_rankme_z"] >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
-    item = rules.decide_sec5(augs, orbits, negative=negative, premises=premises)
+    item = rules.decide_sec5(augs, orbits, negative=negative, premises=premises, orbits_vs_untrained=orbits["vs_untrained"])
     item["deciding"].update(frozen_loss_first=first, frozen_loss_last=last, erank_rankme_z=fr["erank_rankme_z"])
     k = min(easy_steps, len(loss)) - 1
     solved_early = bool(loss[k] < easy_loss)

@@ -271,14 +271,15 @@ for ax, act in zip(axes[0], ce_cfg.model.activations):
     ce_rows, ce_curves, _ = collapse_escape.run_case(ce_cfg, prob, 0)
     name = "linear" if act == "identity" else act
     escape[name] = {f"{r['dynamics']}{'' if r['dynamics'] == 'flow' else ' lr=%g' % r['lr']}":
-                    {"predicted": r["predicted_rate_window"], "measured": r["measured_rate"],
-                     "outcome": r["outcome"], "growth": r["growth"], "t_final": r["t_final"], "horizon": r["horizon"]}
+                    {"predicted": r["predicted_rate"], "measured": r["measured_rate"],
+                     "outcome": r["outcome"], "growth": r["growth"], "t_final": r["t_final"], "horizon": r["horizon"],
+                     "rate_run": r["rate_run"]}
                     for r in ce_rows}
     for c, col in zip(ce_curves, ("k", "tab:orange")):
         t, s = np.asarray(c["t"]), np.asarray(c["spread_z"])
         lab = "flow" if c["dynamics"] == "flow" else f"SGD+mom lr={c['lr']:g}"
         ax.semilogy(t, s, color=col, lw=1.3, label=lab)
-        ta, tb = c["fit_window"]
+        ta, tb = c["rate_window"]
         tt = np.linspace(ta, tb, 10)
         ax.semilogy(tt, np.interp(ta, t, s) * np.exp(c["predicted_rate"] * (tt - ta)), ":", color=col, lw=2.5)
     ax.set_title(f"{name} head, MSE to fixed targets", fontsize=9)

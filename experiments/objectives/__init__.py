@@ -105,7 +105,9 @@ def stationarity_states(rows) -> list[dict]:
     return [{"label": f"{r['objective']}/{r['activation']}/seed {r['seed']}",
              "family": "siamese" if r["objective"] in ("simsiam", "byol") else r["family"],
              "stationary": r["st_stationary"], "rho": r["st_rho"], "rho_ref": r["st_rho_ref"],
-             "residual_tol": r["st_residual_tol"]} for r in rows if "st_stationary" in r]
+             "residual_tol": r["st_residual_tol"],
+             **{k: r[f"st_{k}"] for k in ("jac_sigma_min", "jac_sigma_max", "jac_rows", "jac_cols")}}
+            for r in rows if "st_stationary" in r]
 
 
 def decide(m, config) -> dict:
@@ -116,6 +118,7 @@ def decide(m, config) -> dict:
     for r in rows:
         s = r["sec5"]
         items.append(rules.decide_sec5(s["augmentations"], s["orbits"], negative=s["negative"],
+                                       orbits_vs_untrained=s["orbits"].get("vs_untrained"),
                                        premises={"loss_fell": r["loss_fell"], "z_full_rank": r["z_full_rank"]},
                                        subject=f"{r['objective']} (seed {r['seed']})"))
     sec5_items = [i for i in items if i["id"] == rules.SEC5]
@@ -123,6 +126,8 @@ def decide(m, config) -> dict:
                 "dino_equilibria_certified": len(smooth) + len(lin), "dino_smooth_equilibria": len(smooth),
                 "dino_smooth_unstable": sum(s["lambda_min"] < -s["tol"] for s in smooth),
                 "collapsed_states_head_stationary": sum(s["stationary"] for s in stationarity_states(rows)),
+                "collapsed_states_dh_dtheta_full_row_rank": sum(rules.rho_zero_full_row_rank(s)
+                                                                for s in stationarity_states(rows)),
                 **{f"sec5_{v.replace(' ', '_')}": sum(i["verdict"] == v for i in sec5_items)
                    for v in ("supported", "not supported", "inconclusive", "premise violated")},
                 "orbit_compression_min": min(r["sec5"]["orbits"]["S"] for r in rows),

@@ -50,7 +50,10 @@ def report(results, rel_dir) -> str:
     rows = m["rows"]
     coll = [{"objective": r["objective"], "seed": r["seed"], "|rho| trained head": r["st_rho_start"],
              "|rho| stationary head": r["st_rho"], "|grad_theta L| there": r["st_grad_norm"],
-             "rho_ref (head perturbed)": r["st_rho_ref"], "head stationary": r["st_stationary"],
+             "rho_ref (head perturbed)": r["st_rho_ref"],
+             "sigma_min/sigma_max of dh(c)/dtheta": (r["st_jac_sigma_min"] / r["st_jac_sigma_max"]
+                                                     if r["st_jac_sigma_max"] > 0 else 0.0),
+             "dh(c)/dtheta full row rank (premise)": r["st_full_row_rank"], "head stationary": r["st_stationary"],
              "rho = 0": r["st_within_bound"], "identical rows, full rank": r["collapsed_forces_rho_0"]}
             for r in rows if "st_rho" in r]
     geo = []
@@ -67,7 +70,8 @@ def report(results, rel_dir) -> str:
         f"{h['objectives']} objectives, {h['seeds']} seeds. Certified DINO equilibria: "
         f"{h['dino_equilibria_certified']} ({h['dino_smooth_equilibria']} with a smooth head, "
         f"{h['dino_smooth_unstable']} of them strictly unstable). Collapsed states of the other objectives that "
-        f"reached head stationarity: {h['collapsed_states_head_stationary']} of {len(coll)}. Sec. 5 verdicts per "
+        f"reached head stationarity: {h['collapsed_states_head_stationary']} of {len(coll)}; dh(c)/dtheta of full "
+        f"row rank there (the rule's premise): {h['collapsed_states_dh_dtheta_full_row_rank']}. Sec. 5 verdicts per "
         f"(objective, seed): " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sec5.items() if v) +
         f"; orbit compression S from {h['orbit_compression_min']:.3g} to {h['orbit_compression_max']:.3g}.", "",
         *claims.reason_lines(results["claims"]), "",

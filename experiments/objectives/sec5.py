@@ -82,7 +82,9 @@ def orbit_spreads(head_fn, orbits) -> tuple[np.ndarray, np.ndarray]:
 def sec5_inputs(trained_fn, untrained_fn, z, dirs, orbits) -> tuple[dict, dict, dict, dict]:
     """``(augmentations, negative, orbit_compression, gains)`` as :func:`experiments.rules.decide_sec5` reads them.
 
-    ``gains``: ``{head: {kind: mean gain}}`` for the report.
+    ``orbit_compression`` is the trained head's, with ``"vs_untrained"``: the trained head's compression over
+    the untrained head's on the same orbits (:func:`experiments.rules.orbit_gain_over_untrained`, the rule's
+    ``orbits_vs_untrained``). ``gains``: ``{head: {kind: mean gain}}`` for the report.
     """
     g = {head: {kind: gains(fn, z, dirs[kind]) for kind in DIRECTIONS}
          for head, fn in (("trained", trained_fn), ("untrained", untrained_fn))}
@@ -92,6 +94,7 @@ def sec5_inputs(trained_fn, untrained_fn, z, dirs, orbits) -> tuple[dict, dict, 
                 for head in ("trained", "untrained")}
 
     sz, sh = orbit_spreads(trained_fn, orbits)
+    sh0 = orbit_spreads(untrained_fn, orbits)[1]
+    comp = {**rules.orbit_compression(sz, sh), "vs_untrained": rules.orbit_gain_over_untrained(sh, sh0)}
     mean_gains = {head: {kind: float(np.mean(v)) for kind, v in gk.items()} for head, gk in g.items()}
-    return ({"subspace": ratios("aug")}, {"orthogonal": ratios("negative")}, rules.orbit_compression(sz, sh),
-            mean_gains)
+    return ({"subspace": ratios("aug")}, {"orthogonal": ratios("negative")}, comp, mean_gains)

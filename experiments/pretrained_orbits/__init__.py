@@ -53,6 +53,7 @@ import time
 import jax
 
 import ml_collections
+import numpy as np
 
 from experiments import claims, configs, rules
 from ssl_geometry import pretrained
@@ -182,8 +183,13 @@ def _sec5_item(row: dict, aug_rows: list[dict]) -> dict:
     augs = {a["augmentation"]: role(a) for a in mine if a["in_training_augmentations"] and a["ratios"]["trained"]}
     negative = {a["augmentation"]: role(a) for a in mine if a["negative_control"] and a["ratios"]["trained"]}
     premises = {"backbone_not_collapsed": row["erank_rankme_z"] >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
+    # the trained head's orbit compression over the untrained head's, on the same pooled training-augmentation orbits
+    tr_rows = [a for a in mine if a["in_training_augmentations"]]
+    vs0 = (rules.orbit_gain_over_untrained(np.concatenate([a["orbit_spreads"]["trained"] for a in tr_rows]),
+                                           np.concatenate([a["orbit_spreads"]["untrained"] for a in tr_rows]))
+           if tr_rows and all({"trained", "untrained"} <= set(a["orbit_spreads"]) for a in tr_rows) else None)
     item = rules.decide_sec5(augs, row["orbit_compression"].get("trained"), negative=negative or None,
-                             premises=premises, subject=row["checkpoint"])
+                             premises=premises, subject=row["checkpoint"], orbits_vs_untrained=vs0)
     item["deciding"]["erank_rankme_z"] = row["erank_rankme_z"]
     if "untrained" in row["orbit_compression"]:
         item["deciding"]["orbit_compression_untrained"] = row["orbit_compression"]["untrained"]["S"]

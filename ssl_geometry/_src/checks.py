@@ -7,6 +7,8 @@ was expected. Value checks (finiteness) only run on concrete arrays.
 """
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Sequence
 
 import jax
@@ -14,11 +16,71 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["check_choice", "check_int", "check_finite", "check_last_dim", "check_min_batch", "check_positive", "check_rank",
-           "check_same_shape", "is_concrete"]
+           "check_same_shape", "is_concrete", "optional_import"]
+
+#: The extra that installs each optional package the library imports on use (pyproject.toml).
+EXTRA_OF = {"tensorflow": "data", "tensorflow_datasets": "data", "orbax": "data", "ml_collections": "data",
+            "tqdm": "data", "sklearn": "data", "safetensors": "data", "tokenizers": "data"}
+
+
+class _OnUse:
+    """A module imported by :func:`optional_import` at its first attribute access."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(optional_import(self._name), attr)
+
+    def __repr__(self):
+        return f"<{self._name}, imported on first use>"
+
+
+def optional_import(name: str, *, on_use: bool = False) -> ModuleType:
+    """Import ``name`` (e.g. ``"tensorflow_datasets"``, ``"safetensors.numpy"``), a package outside the core.
+
+    ``pip install ssl_geometry`` brings the pure library only; training data, checkpoints and pretrained
+    weights need the ``data`` extra (:data:`EXTRA_OF`). A module that needs such a package imports it with
+    this, where it is used, so that ``import ssl_geometry`` works without it. With ``on_use=True`` the
+    result is a stand-in that imports the package at its first attribute access (a module-level
+    ``ocp = optional_import("orbax.checkpoint", on_use=True)``).
+
+    Raises:
+      ImportError: the package is not installed; the message names it and the extra that installs it.
+      ValueError: ``name`` is not a package of :data:`EXTRA_OF`.
+
+    Example:
+      >>> optional_import("tensorflow_datasets", on_use=True)
+      <tensorflow_datasets, imported on first use>
+      >>> optional_import("numpy")
+      Traceback (most recent call last):
+      ...
+      ValueError: `name` must be a package of one of the extras (ml_collections, orbax, safetensors, sklearn, tensorflow, tensorflow_datasets, tokenizers, tqdm); got 'numpy'.
+    """
+    top = name.split(".")[0]
+    if top not in EXTRA_OF:
+        raise ValueError(f"`name` must be a package of one of the extras ({', '.join(sorted(EXTRA_OF))}); "
+                         f"got {name!r}.")
+    if on_use:
+        return _OnUse(name)  # type: ignore[return-value]
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.split(".")[0] != top:
+            raise  # the package is there but one of its own imports failed: its message says which
+        extra = EXTRA_OF[top]
+        raise ImportError(f"`{top}` is not installed: it comes with ssl_geometry's `{extra}` extra "
+                          f"(pip install 'ssl_geometry[{extra}]', or pip install -e '.[{extra}]' from a "
+                          "clone); the core install has the pure library only.") from err
 
 
 def is_concrete(x) -> bool:
-    """True when ``x`` holds values (not a tracer inside jit/grad/vmap)."""
+    """True when ``x`` holds values (not a tracer inside jit/grad/vmap).
+
+    The library's one test for a tracer (``jax.core.Tracer``, public in JAX 0.10 and not among the
+    ``jax.core`` names that JAX moves to ``jax.extend.core``, which has no ``Tracer``): value checks
+    call this instead of repeating it.
+    """
     return not isinstance(x, jax.core.Tracer)
 
 

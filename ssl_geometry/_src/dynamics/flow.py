@@ -242,6 +242,23 @@ _FAILURE_HINTS = {
 }
 
 
+def check_loss_signature(loss_fn, params, args) -> None:
+    """Raise ``TypeError`` naming the expected signature ``loss_fn(params, batch, args) -> scalar`` unless
+    ``loss_fn(params, None, args)`` traces (``jax.eval_shape``: nothing is computed) to a scalar."""
+    if not callable(loss_fn):
+        raise TypeError(f"`loss_fn` must be a function loss_fn(params, batch, args) -> scalar; got "
+                        f"{type(loss_fn).__name__}.")
+    try:
+        out = jax.eval_shape(loss_fn, params, None, args)
+    except TypeError as err:
+        raise TypeError(f"`loss_fn` must be loss_fn(params, batch, args) -> scalar (called as loss_fn(params0, None, "
+                        f"args)); calling it raised TypeError: {' '.join(str(err).split())[:300]}") from err
+    shape = getattr(out, "shape", None)
+    if shape != ():
+        got = f"shape {tuple(shape)}" if shape is not None else type(out).__name__
+        raise TypeError(f"`loss_fn` must be loss_fn(params, batch, args) -> scalar; it returned {got}.")
+
+
 def _check_flow_args(params0, t0, t1, save_at, solver, max_steps, igr_lr):
     """Validate :func:`gradient_flow`'s arguments; returns ``(t0, t1, save times, dtype of params0)``."""
     check_choice(solver, "solver", SOLVERS)
@@ -358,6 +375,7 @@ def gradient_flow(
       (True, True)
     """
     t0, t1, ts, dtype = _check_flow_args(params0, t0, t1, save_at, solver, max_steps, igr_lr)
+    check_loss_signature(loss_fn, params0, args)
     _, n_stages, fsal, adaptive = SOLVERS[solver]
     fixed = not adaptive
     grid, dt_arg = _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype)

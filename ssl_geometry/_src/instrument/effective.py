@@ -16,7 +16,8 @@ couples samples.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -229,6 +230,9 @@ def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d
       loss_hessian: ``(k, k)`` (shared by all samples) or ``(n, k, k)`` (one per
         sample). For a batch-coupled ``H_L`` use ``effective_hessian(...).metric``.
 
+    Raises:
+      FloatingPointError: (concrete inputs only) when ``z`` holds NaN or inf, as :func:`effective_hvp`.
+
     Example:
       >>> import jax.numpy as jnp
       >>> W = jnp.array([[1.0, 0.0], [1.0, 2.0]])
@@ -238,6 +242,7 @@ def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d
     """
     z = jnp.asarray(z)
     check_rank(z, "z", (1, 2))
+    check_finite(z, "z")
     jac = jax.jacfwd(head_fn)
     J = jac(z) if z.ndim == 1 else jax.vmap(jac)(z)
     if J.ndim != z.ndim + 1:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special
 
-from ssl_geometry._src.checks import check_choice, check_positive, check_rank, check_same_shape
+from ssl_geometry._src.checks import check_choice, check_positive, check_rank, check_same_shape, is_concrete
 
 Array = jax.Array
 
@@ -76,7 +76,7 @@ def effective_rank(z: Array, method: str, *, eps: float = 1e-7, center: bool = F
     s = _singular_values(z)
     w = s if method == "rankme" else s**2
     total = jnp.sum(w)
-    if not isinstance(total, jax.core.Tracer) and not float(total) > 0:
+    if is_concrete(total) and not float(total) > 0:
         raise ValueError("`z` is the zero matrix (or non-finite): its effective rank is undefined.")
     p = w / total + eps
     return jnp.exp(-jnp.sum(jax.scipy.special.xlogy(p, p)))
@@ -168,7 +168,7 @@ def normalized_std(z: Array, *, ddof: int = 1) -> Array:
     if z.shape[0] <= ddof:
         raise ValueError(f"`z` needs more than ddof={ddof} samples; got shape {z.shape}.")
     norms = jnp.linalg.norm(z, axis=1, keepdims=True)
-    if not isinstance(norms, jax.core.Tracer) and bool(jnp.any(norms == 0)):
+    if is_concrete(norms) and bool(jnp.any(norms == 0)):
         raise ValueError("`z` has rows of zero norm; their L2-normalised direction is undefined.")
     zn = z / norms
     return jnp.mean(jnp.std(zn, axis=0, ddof=ddof))
@@ -392,7 +392,7 @@ def metric_degeneracy(head_fn: Callable[[Array], Array], z: Array, v: Array) -> 
     v = jnp.asarray(v, z.dtype)
     check_same_shape(z, v, "z", "v")
     nv = jnp.linalg.norm(jnp.ravel(v))
-    if not isinstance(nv, jax.core.Tracer) and float(nv) == 0.0:
+    if is_concrete(nv) and float(nv) == 0.0:
         raise ValueError("`v` must be non-zero.")
     jv = jax.jvp(head_fn, (z,), (v,))[1]
     return jnp.linalg.norm(jnp.ravel(jv)) / nv

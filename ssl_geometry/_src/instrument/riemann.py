@@ -10,7 +10,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ssl_geometry._src.checks import check_rank, check_same_shape
+from ssl_geometry._src.checks import check_rank, check_same_shape, is_concrete
 
 Array = jax.Array
 MetricFn = Callable[[Array], Array]
@@ -134,7 +134,7 @@ def sectional_curvature(metric_fn: MetricFn, x: Array, u: Array, v: Array) -> Ar
     num = jnp.einsum("ijkl,i,j,k,l->", Rm, u, v, v, u)
     guu, gvv, guv = u @ g @ u, v @ g @ v, u @ g @ v
     den = guu * gvv - guv**2
-    if not isinstance(den, jax.core.Tracer):
+    if is_concrete(den):
         eps = float(jnp.finfo(x.dtype).eps)
         if not float(den) > 100 * eps * float(guu * gvv):
             raise ValueError("`u` and `v` must be linearly independent (g(u,u) g(v,v) - g(u,v)^2 ~ 0).")

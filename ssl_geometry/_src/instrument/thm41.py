@@ -20,7 +20,8 @@ Every sign decision uses :func:`ssl_geometry.geometry.sign_tolerance`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -367,7 +368,8 @@ class CollapseSpectrum(NamedTuple):
     """Extreme eigenvalues of ``H_eff`` (``"full"``), ``G`` (``"metric"``) and ``M`` (``"interaction"``).
 
     Attributes:
-      lambda_min, lambda_max: ``{name: float}``.
+      lambda_min: ``{name: float}``, the smallest eigenvalue of each matrix.
+      lambda_max: ``{name: float}``, the largest eigenvalue of each matrix.
       sign_tol: ``{name: float}`` from :func:`sign_tolerance` (plus the Lanczos residual).
       method: ``"dense"`` or ``"lanczos"``.
       residual_norms: Lanczos true residuals per matrix (``{}`` for dense).
@@ -461,9 +463,12 @@ class CollapseClassification:
         still reported). A non-C^2 (ReLU) head alone does not give ``"premise violated"``:
         Thm 4.1's ReLU statement (``M = 0`` a.e.) is about exactly that case.
       premises: the :class:`Thm41Premises`.
-      lambda_min, lambda_max: ``{"full" | "metric" | "interaction" | "loss_hessian": float}``.
+      lambda_min: ``{"full" | "metric" | "interaction" | "loss_hessian": float}``, the smallest
+        eigenvalue of each matrix.
+      lambda_max: the same keys, the largest eigenvalue of each.
       eig_tol: the sign tolerance of ``lambda_min(H_eff)`` (:func:`sign_tolerance`).
-      method: ``"dense"`` or ``"lanczos"``; head_kind: from :func:`head_smoothness`.
+      method: ``"dense"`` or ``"lanczos"``.
+      head_kind: from :func:`head_smoothness`.
       predicted: what Thm 4.1 predicts for this head kind (``None`` if nothing).
       notes: why a premise failed, convergence remarks.
       residual_norms: Lanczos residual bounds per matrix (``{}`` for dense).

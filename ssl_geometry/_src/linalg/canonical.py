@@ -102,7 +102,7 @@ class _Canonical:
         self.jaxpr, self.out_tree = jaxpr, out_tree
 
     def __call__(self, consts, *args):
-        out = jax.core.eval_jaxpr(self.jaxpr, list(consts), *jax.tree_util.tree_leaves(args))
+        out = jex.jaxpr_as_fun(jex.ClosedJaxpr(self.jaxpr, list(consts)))(*jax.tree_util.tree_leaves(args))
         return jax.tree_util.tree_unflatten(self.out_tree, out)
 
 

@@ -42,12 +42,15 @@ class HessianExtremes(NamedTuple):
     Attributes:
       smallest: ``(k,)`` smallest eigenvalue estimates, ascending (``smallest[0] = lambda_min``).
       largest: ``(k,)`` largest, descending (``largest[0] = lambda_max``).
-      smallest_residuals, largest_residuals: ``(k,)`` residual bounds ``|H y - theta y|``: an
+      smallest_residuals: ``(k,)`` residual bounds ``|H y - theta y|`` of ``smallest``: an
         eigenvalue lies within this distance of each value.
-      smallest_error_bounds, largest_error_bounds: ``(k,)`` bounds on the distance to the eigenvalue,
-        ``min(r, r^2 / delta)`` (Kato-Temple; see :class:`~ssl_geometry.curvature.LanczosResult`).
-      smallest_vectors, largest_vectors: ``(k, *x.shape)`` unit eigenvector estimates, or ``None``
+      largest_residuals: the same for ``largest``.
+      smallest_error_bounds: ``(k,)`` bounds on the distance from each value of ``smallest`` to its
+        eigenvalue, ``min(r, r^2 / delta)`` (Kato-Temple; see :class:`~ssl_geometry.curvature.LanczosResult`).
+      largest_error_bounds: the same for ``largest``.
+      smallest_vectors: ``(k, *x.shape)`` unit eigenvector estimates of ``smallest``, or ``None``
         unless ``return_vectors``.
+      largest_vectors: the same for ``largest``.
       converged: every requested residual (``error_bound="gap"``: error bound) is ``<= tol * max|theta|``.
       tol: the relative tolerance.
       method: ``"blockwise"`` or ``"full"``.
@@ -146,6 +149,9 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     Returns:
       :class:`HessianExtremes` (``method``, ``coupling`` and ``num_hvps`` say what was done).
 
+    Raises:
+      FloatingPointError: ``x``, ``loss(x, *args)`` or its gradient at ``x`` holds NaN or inf (named).
+
     Example:
       >>> import jax.numpy as jnp
       >>> W = jnp.array([[2.0, 0.0], [0.0, -1.0]])
@@ -157,12 +163,12 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"`x` must be a floating-point array; got dtype {x.dtype}.")
     dtype = as_dtype(x.dtype)
-    check_finite(x, "x")
-    check_choice(method, "method", ("auto", "blockwise", "full"))
+    check_finite(x, "x"), check_choice(method, "method", ("auto", "blockwise", "full"))
     k, num_probes = check_int(k, "k"), check_int(num_probes, "num_probes")
     k_probe, k_solve = jax.random.split(default_key(key))
     grad, lin = linearize_gradient(loss, x, args)
     check_finite(grad, "gradient of `loss` at `x`")
+    check_finite(loss(x, *args), "loss(x, *args)")  # a NaN loss can have a finite gradient (e.g. log of a constant)
     requested = method
     method, coupling, probes = _choose_method(method, lin, x.shape, dtype, k_probe, num_probes, coupling_tol)
     opts = dict(k=k, key=k_solve, tol=tol, check_every=check_every, return_vectors=return_vectors, dtype=dtype,

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -63,13 +64,16 @@ class LanczosResult(NamedTuple):
     Attributes:
       smallest: ``(k,)`` smallest Ritz values, ascending.
       largest: ``(k,)`` largest Ritz values, descending.
-      smallest_residuals, largest_residuals: ``(k,)`` residual-norm estimates
-        ``|A y - theta y|`` from the recurrence (``|beta_m s[m]|``, plus
-        breakdown terms); an eigenvalue of ``A`` lies within this distance.
-      smallest_vectors, largest_vectors: ``(k, dim)`` unit Ritz vectors (rows), or
+      smallest_residuals: ``(k,)`` residual-norm estimates ``|A y - theta y|`` of
+        ``smallest`` from the recurrence (``|beta_m s[m]|``, plus breakdown terms); an
+        eigenvalue of ``A`` lies within this distance.
+      largest_residuals: the same for ``largest``.
+      smallest_vectors: ``(k, dim)`` unit Ritz vectors (rows) of ``smallest``, or
         ``None`` unless ``return_vectors=True``.
-      smallest_true_residuals, largest_true_residuals: ``(k,)`` residuals
-        recomputed as ``|A y - theta y|`` with one matvec per vector, or ``None``.
+      largest_vectors: the same for ``largest``.
+      smallest_true_residuals: ``(k,)`` residuals of ``smallest`` recomputed as
+        ``|A y - theta y|`` with one matvec per vector, or ``None``.
+      largest_true_residuals: the same for ``largest``.
       ritz_values: all Ritz values of the final ``T_m``, ascending ``(m,)``.
       num_steps: Lanczos steps taken (matvecs used, not counting true residuals).
       converged: every requested residual estimate is ``<= tol * scale`` with
@@ -82,9 +86,10 @@ class LanczosResult(NamedTuple):
         symmetric operator in exact arithmetic; rounding level otherwise).
       num_checks: host-side convergence checks made.
       second_passes: steps whose reorthogonalisation needed the second Gram-Schmidt pass.
-      smallest_error_bounds, largest_error_bounds: ``(k,)`` bounds on the distance from each Ritz
-        value to its eigenvalue, ``min(r, r^2 / delta)`` (Kato-Temple, ``lanczos_core.gap_error_bounds``;
+      smallest_error_bounds: ``(k,)`` bounds on the distance from each Ritz value of ``smallest``
+        to its eigenvalue, ``min(r, r^2 / delta)`` (Kato-Temple, ``lanczos_core.gap_error_bounds``;
         ``delta`` the distance to the other Ritz values' residual intervals).
+      largest_error_bounds: the same for ``largest``.
       error_bound: what ``converged`` and ``tol`` were measured on: ``"residual"`` (the residual
         ``r``, an eigenvalue within ``r`` whatever the rest of the spectrum) or ``"gap"`` (the
         error bounds above).

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

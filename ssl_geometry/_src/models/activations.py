@@ -5,7 +5,7 @@ Implementation of :mod:`ssl_geometry.activations`; the conventions and formulas 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

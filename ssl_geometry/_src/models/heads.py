@@ -3,7 +3,7 @@
 Implementation of :mod:`ssl_geometry.heads`; the conventions and formulas are in its docstring.
 """
 import numbers
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,7 @@ from jaxtyping import Array, Float, ScalarLike
 from ssl_geometry._src.ops import ArrayIn
 
 from ssl_geometry._src.models import activations as _act
-from ssl_geometry._src.checks import check_last_dim, check_min_batch, check_positive, check_rank
+from ssl_geometry._src.checks import check_finite, check_last_dim, check_min_batch, check_positive, check_rank
 from ssl_geometry._src.models.base import Model
 
 
@@ -161,6 +161,7 @@ def _mlp_apply(dims, bias, bn_layers, act, bn_momentum, bn_eps):
 
     def apply(variables: dict, x: Float[ArrayIn, "*batch d"], *, train: bool = False):
         check_last_dim(x, "x", in_dim)
+        check_finite(x, "x")  # concrete inputs only (a no-op under jit/grad/vmap)
         if bn_layers and train:
             check_rank(x, "x", 2)
         check_variables(variables, dims, bias, bn_layers)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry._src.checks import check_choice, check_last_dim
+from ssl_geometry._src.checks import check_choice, check_last_dim, optional_import
 from ssl_geometry._src.models import backbones as _bb
 from ssl_geometry._src.models._checkpoint_io import CHECKPOINTS as CHECKPOINTS
 from ssl_geometry._src.models._checkpoint_io import CheckpointInfo as CheckpointInfo
@@ -434,7 +434,7 @@ def save_converted(variables, path, config: dict | None = None) -> pathlib.Path:
     A :class:`Pretrained` may be passed directly (its ``config`` is stored too, so
     :func:`load_converted` can rebuild the models). Keys are ``/``-joined paths, list items ``[i]``.
     """
-    from safetensors.numpy import save_file
+    save_file = optional_import("safetensors.numpy").save_file
 
     if isinstance(variables, Pretrained):
         config = variables.config if config is None else config
@@ -450,7 +450,8 @@ def save_converted(variables, path, config: dict | None = None) -> pathlib.Path:
 def _read_safetensors(path: pathlib.Path) -> tuple[dict, dict]:
     """``(flat tensors, config)`` of a :func:`save_converted` file; any read error is a
     :class:`CorruptCheckpointError` naming the file."""
-    from safetensors import SafetensorError, safe_open
+    st = optional_import("safetensors")
+    SafetensorError, safe_open = st.SafetensorError, st.safe_open
 
     where = repr(str(path))
     try:

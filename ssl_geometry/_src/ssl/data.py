@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry._src.ssl.augment.primitives import resample_matrix
-from ssl_geometry._src.checks import check_choice, check_int
+from ssl_geometry._src.checks import check_choice, check_int, optional_import
 from ssl_geometry._src.ssl.dataset import Dataset
 from ssl_geometry._src.ssl.shapes import make_shapes, to_uint8
 
@@ -223,7 +223,7 @@ def make_digits(split: str = "train", *, image_size: int = 32, test_fraction: fl
 @functools.lru_cache(maxsize=8)
 def _digits(split, image_size, test_fraction, split_seed, x64):
     """Cached body of :func:`make_digits` (callers get copies)."""
-    from sklearn.datasets import load_digits
+    load_digits = optional_import("sklearn.datasets").load_digits
 
     d = load_digits()
     x = d.images.astype(np.float64) / 16.0
@@ -245,7 +245,7 @@ def _digits(split, image_size, test_fraction, split_seed, x64):
 
 def _tf():
     """Import TensorFlow for the input pipeline only (hidden from GPUs/TPUs)."""
-    import tensorflow as tf
+    tf = optional_import("tensorflow")
 
     try:
         tf.config.set_visible_devices([], "GPU")
@@ -274,7 +274,7 @@ def _prepare_instructions(name: str, data_dir) -> str:
 
 
 def _builder(name: str, data_dir):
-    import tensorflow_datasets as tfds
+    tfds = optional_import("tensorflow_datasets")
 
     return tfds.builder(DATASETS[name].source.split(":", 1)[1], data_dir=data_dir)
 
@@ -295,7 +295,7 @@ def process_split(split: str, process_index: int | None = None, process_count: i
     The same as ``tfds.split_for_jax_process(split, drop_remainder=True)`` with the
     process index/count given explicitly (defaults: ``jax.process_index()/count()``).
     """
-    import tensorflow_datasets as tfds
+    tfds = optional_import("tensorflow_datasets")
 
     pi, pc = _processes(process_index, process_count)
     if pc == 1:
@@ -325,7 +325,7 @@ def _resize_fn(tf, image_size):
 
 def _tfds_pipeline(name, split, *, data_dir, image_size, batch_size, shuffle, shuffle_seed,
                    shuffle_buffer, skip_examples, drop_remainder):
-    import tensorflow_datasets as tfds
+    tfds = optional_import("tensorflow_datasets")
 
     tf = _tf()
     builder = _builder(name, data_dir)
@@ -375,7 +375,7 @@ def tfds_batches(name: str, split: str = "train", *, batch_size: int, seed: int 
     pi, pc = _processes(process_index, process_count)
     size = _default_size(name, image_size)
     sub = process_split(split, pi, pc)
-    import tensorflow_datasets as tfds
+    tfds = optional_import("tensorflow_datasets")
 
     # Fail now, not at the first batch, when the data is not prepared.
     _as_dataset(_builder(name, data_dir), name, data_dir, split=sub,
@@ -429,11 +429,13 @@ def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | No
     ``"shapes"``: :func:`make_shapes` with ``num_examples`` (default 10000 train / 2000
     test) rendered from seed stream ``(seed, split)``, so train and test differ;
     ``"digits"``: :func:`make_digits`; tfds names: :func:`load_tfds` (``data_dir``); of these two
-    the first ``num_examples`` (all when fewer). Extra ``kwargs`` go to the maker (e.g.
-    ``num_classes`` for shapes).
+    the first ``num_examples`` (all when fewer). ``num_examples`` must be an integer >= 1 (``ValueError``
+    naming it). Extra ``kwargs`` go to the maker (e.g. ``num_classes`` for shapes).
     """
     check_choice(name, "dataset name", tuple(DATASETS))
     _check_split(name, split)
+    if num_examples is not None:
+        num_examples = check_int(num_examples, "num_examples", 1)
     size = _default_size(name, image_size)
     if name == "shapes":
         n = num_examples if num_examples is not None else (10_000 if split == "train" else 2_000)

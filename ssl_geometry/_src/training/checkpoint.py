@@ -8,19 +8,30 @@ import hashlib
 import pathlib
 import shutil
 import warnings
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
+
+from ssl_geometry._src.checks import optional_import
+
+if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
+else:  # the `data` extra; imported at the first checkpoint call, so the core imports without it
+    ocp = optional_import("orbax.checkpoint", on_use=True)
 
 
-__all__ = ["CheckpointWarning", "Restored", "manager", "fingerprint", "save", "restore", "restore_latest",
+__all__ = ["CheckpointWarning", "CheckpointMismatchError", "Restored", "tree_signature", "manager", "fingerprint", "save", "restore", "restore_latest",
            "latest_meta", "quarantine"]
 
 
 class CheckpointWarning(UserWarning):
     """A saved step could not be restored; an older step was used instead."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A saved step holds another tree (structure, dtypes or shapes) than the restore target: not damage, so no
+    older step is tried and nothing is moved aside."""
 
 
 class Restored(NamedTuple):
@@ -43,6 +54,12 @@ def manager(directory, *, max_to_keep: int = 3, async_save: bool = False) -> ocp
     if not isinstance(max_to_keep, int) or max_to_keep < 1:
         raise ValueError(f"`max_to_keep` must be a positive int; got {max_to_keep!r}.")
     path = pathlib.Path(directory).absolute()
+    for entry in (path, *path.parents):
+        if entry.exists():
+            if not entry.is_dir():
+                raise NotADirectoryError(f"`directory` {str(path)!r}: {str(entry)!r} exists and is not a directory; "
+                                         "checkpoints need a directory.")
+            break
     path.mkdir(parents=True, exist_ok=True)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
@@ -70,11 +87,45 @@ def fingerprint(state) -> str | None:
     return h.hexdigest()
 
 
+def tree_signature(tree) -> dict:
+    """``{leaf path: "dtype[shape]"}`` of a pytree of arrays or ``jax.ShapeDtypeStruct`` (what :func:`save` stores
+    as ``meta["signature"]`` and :func:`restore` compares with its target)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    out = {}
+    for path, x in flat:
+        dtype = getattr(x, "dtype", None)
+        dtype = np.asarray(x).dtype if dtype is None else dtype
+        out[jax.tree_util.keystr(path)] = f"{dtype}{list(np.shape(x))}"
+    return out
+
+
+def _check_signature(saved: dict, target, step, directory) -> None:
+    """Raise :class:`CheckpointMismatchError` naming the leaves where ``target`` differs from the ``saved``
+    signature (only in one of them, or another dtype / shape)."""
+    now = tree_signature(target)
+    only_saved = sorted(set(saved) - set(now))
+    only_target = sorted(set(now) - set(saved))
+    differ = [f"{k}: saved {saved[k]}, target {now[k]}" for k in sorted(set(saved) & set(now)) if saved[k] != now[k]]
+    if not (only_saved or only_target or differ):
+        return
+    parts = []
+    if only_saved:
+        parts.append(f"leaves only in the checkpoint ({len(only_saved)}): {', '.join(only_saved[:8])}")
+    if only_target:
+        parts.append(f"leaves only in the target ({len(only_target)}): {', '.join(only_target[:8])}")
+    if differ:
+        parts.append(f"dtype or shape mismatch ({len(differ)}): {', '.join(differ[:8])}")
+    raise CheckpointMismatchError(
+        f"checkpoint step {step} in {directory} holds another tree than the restore target: {'; '.join(parts)}. "
+        "Restore into a target of the saved structure, dtypes and shapes (the files are intact).")
+
+
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict | None = None, *, force: bool = True) -> bool:
     """Save ``state`` and ``meta`` (JSON-serialisable dict) as step ``step``.
 
     Returns whether orbax wrote the step (``force=True`` always writes). The saved
-    ``meta`` gains ``"step"`` and ``"fingerprint"`` (see :func:`fingerprint`).
+    ``meta`` gains ``"step"``, ``"fingerprint"`` (see :func:`fingerprint`) and ``"signature"``
+    (:func:`tree_signature`).
     """
     step = int(step)
     if step < 0:
@@ -82,6 +133,7 @@ def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict | None = None
     meta = dict(meta or {})
     meta["step"] = step
     meta["fingerprint"] = fingerprint(state)
+    meta["signature"] = tree_signature(state)
     return bool(
         mngr.save(
             step,
@@ -107,9 +159,14 @@ def restore(mngr: ocp.CheckpointManager, step: int, target) -> Restored:
     """Restore step ``step`` into the structure, dtypes and shardings of ``target``.
 
     ``target`` is a pytree of arrays or ``jax.ShapeDtypeStruct`` (with ``sharding``
-    to place the leaves on a mesh). Raises the orbax error when the step cannot be
-    read and :class:`ValueError` when its bytes do not match the saved fingerprint.
+    to place the leaves on a mesh). Raises :class:`CheckpointMismatchError` naming the leaves when the step's
+    saved ``signature`` (steps saved by :func:`save`) differs from ``target``'s (another structure, dtype or
+    shape), the orbax error when the step cannot be read and :class:`ValueError` when its bytes do not match
+    the saved fingerprint.
     """
+    saved = dict(mngr.restore(int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"] or {})
+    if isinstance(saved.get("signature"), dict):
+        _check_signature(saved["signature"], target, step, mngr.directory)
     out = mngr.restore(
         int(step),
         args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(target)), meta=ocp.args.JsonRestore()),
@@ -138,6 +195,9 @@ def latest_meta(mngr: ocp.CheckpointManager) -> dict | None:
 def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = True) -> Restored | None:
     """Restore the newest readable step, or return ``None`` when there is no step.
 
+    A step saved with another tree than ``target`` (:class:`CheckpointMismatchError`) is raised at once:
+    the target is wrong, not the files.
+
     Steps that fail to restore (truncated / half-written files, fingerprint
     mismatch) are skipped with a :class:`CheckpointWarning` and, with
     ``move_aside`` (default), once an older step restores, moved out of the way by
@@ -154,8 +214,10 @@ def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = Tr
     for step in steps:
         try:
             out = restore(mngr, step, target)
+        except CheckpointMismatchError:
+            raise  # the caller's target is wrong, not the files: no fallback, nothing moved
         except Exception as err:  # orbax/tensorstore raise many types for damaged files
-            msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            msg = f"{type(err).__name__}: {' '.join(str(err).split())[:1000]}"
             errors.append(f"step {step}: {msg}")
             bad.append(step)
             warnings.warn(

@@ -16,8 +16,11 @@ workdir continues from the newest checkpoint.
 Exit status: 0 when the run finished, stopped at ``train.stop_after`` or was already
 complete; 2 for bad input or a refused run (bad arguments, a missing or bad config file, a bad
 config field, missing data, an unusable, locked or mismatched workdir); 1 for a failure during the
-run (a diverged loss, unreadable checkpoints, a full disk). Every failure is one line on stderr,
-``error: ...`` naming the problem and what to do, without a traceback.
+run (a diverged loss, unreadable checkpoints, a full disk, a peer that never connected); 128 + the
+signal's number (143 for SIGTERM, 130 for SIGINT) when a signal stopped the run at the next step
+boundary, after writing a checkpoint there and releasing the lock (run again to continue; a second
+signal interrupts at once). Every failure is one line on stderr, ``error: ...`` naming the problem
+and what to do, without a traceback; a warning is one line ``warning: ...``.
 """
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ import importlib.util
 import inspect
 import logging
 import pathlib
+import signal
 import sys
+import warnings
 
 import jax
 
+from ssl_geometry._src.checks import optional_import
 from ssl_geometry._src.training import workdir as _wd
 from ssl_geometry._src.training.run import train
 
@@ -46,7 +52,7 @@ def parse_args(argv):
     ``VARIANTS`` does not list, or an override ``--config.a.b=...`` of a field the config lacks.
     """
     from absl import flags  # noqa: PLC0415
-    from ml_collections import config_flags  # noqa: PLC0415
+    config_flags = optional_import("ml_collections.config_flags")
 
     _check_config_file(_flag_value(argv, "--config"))
     fv = flags.FlagValues()
@@ -56,11 +62,13 @@ def parse_args(argv):
     try:
         rest = fv(list(argv))[1:]  # absl returns the program name and the arguments it did not parse
     except (flags.Error, AttributeError, KeyError) as err:  # an unknown field: AttributeError(KeyError)
-        field = _unknown_override(argv, err)
-        if field is None:
+        found = _unknown_override(argv, err)
+        if found is None:
             raise
+        field, suggestion = found
+        hint = f" (did you mean --{suggestion}?)" if suggestion else ""
         raise ValueError(f"unknown config field {field!r} (in --{field}=...): the config file defines no such "
-                         "field; see --help for the fields.") from None
+                         f"field{hint}; see --help for the fields.") from None
     if rest:
         raise flags.IllegalFlagValueError(f"unexpected argument(s) {rest}: every setting is a flag "
                                           "(--config, --workdir, --config.a.b=value).")
@@ -87,26 +95,78 @@ def _check_config_file(spec: str | None) -> None:
     if spec is None:
         return
     path, _, variant = spec.partition(":")
+    if pathlib.Path(path).is_dir():
+        raise ValueError(f"--config {path!r} is a directory; give a Python file with get_config() in it.")
     if not pathlib.Path(path).is_file():
         raise ValueError(f"--config {path!r}: no such file (a Python file with get_config()).")
     mod_spec = importlib.util.spec_from_file_location("_ssl_geometry_config_check", path)
+    if mod_spec is None or not path.endswith(".py"):
+        raise ValueError(f"--config {path!r} is not a Python file (.py): give a file with get_config().")
     module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as err:  # a syntax error, a failed import: the file is not a config
+        raise ValueError(f"--config {path!r}: running the file raised {_named(err)}.") from None
     known = getattr(module, "VARIANTS", None)
     if variant and known is not None and variant not in known:
         listed = ", ".join(repr(v) for v in known) if known else "none (drop the ':...')"
         raise ValueError(f"--config {spec!r}: unknown variant {variant!r}; {path} defines {listed}.")
+    get_config = getattr(module, "get_config", None)
+    if not callable(get_config):
+        raise ValueError(f"--config {path!r}: the file defines no get_config() function.")
+    try:
+        config = get_config(variant) if variant else get_config()
+    except Exception as err:
+        call = f"get_config({variant!r})" if variant else "get_config()"
+        raise ValueError(f"--config {spec!r}: {call} raised {_named(err)}.") from None
+    if not hasattr(config, "items"):
+        raise ValueError(f"--config {spec!r}: get_config returned {type(config).__name__} {config!r:.60}, "
+                         "not an ml_collections.ConfigDict.")
 
 
-def _unknown_override(argv, err) -> str | None:
-    """The dotted field (``config.a.b``) of the first ``--config.*`` override that ``err`` (absl's
-    error for a missing key ``'k'``) is about, or ``None`` when ``err`` is another error."""
-    text = str(err)
+def _named(err: BaseException) -> str:
+    """``"KeyError: 'missing'"``: an exception's type and its message on one line."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
+
+
+def _unknown_override(argv, err) -> tuple[str, str | None] | None:
+    """``(field, suggestion)``: the dotted field (``config.a.b``) of the first ``--config.*`` override that
+    ``err`` (absl's error for a missing key ``'k'``) is about, and the same field with ml_collections'
+    "Did you mean" key in place of ``k`` (``None`` without one); ``None`` when ``err`` is another error."""
+    found = _missing_key(err)
+    if found is None:
+        return None
+    key, suggestion = found
     for a in argv[1:]:
         if a.startswith("--config."):
             field = a[2:].split("=", 1)[0]
-            if any(f"'{part}'" in text for part in field.split(".")[1:]):
-                return field
+            parts = field.split(".")
+            if key in parts[1:]:
+                if suggestion is None:
+                    return field, None
+                parts[parts.index(key, 1)] = suggestion
+                return field, ".".join(parts)
+    return None
+
+
+def _missing_key(err) -> tuple[str, str | None] | None:
+    """``(key, suggestion or None)`` of absl/ml_collections' error for a missing config key: a ``KeyError``
+    (possibly wrapped in an ``AttributeError`` or a flags error) whose message is ``'key'`` optionally
+    followed by ``Did you mean "other" instead of "key"?``; ``None`` for any other error."""
+    import re  # noqa: PLC0415
+
+    seen = 0
+    while err is not None and seen < 5:
+        if isinstance(err, KeyError) and err.args and isinstance(err.args[0], str):
+            text = err.args[0]
+            m = re.match(r"'([^']+)'", text)
+            if m is None:
+                return None
+            hint = re.search(r'Did you mean "([^"]+)" instead of', text)
+            return m.group(1), hint.group(1) if hint else None
+        nxt = err.args[0] if err.args and isinstance(err.args[0], BaseException) else None
+        err = nxt or err.__cause__ or err.__context__
+        seen += 1
     return None
 
 
@@ -117,6 +177,10 @@ def _usage() -> str:
 
 
 def _print_summary(summary) -> None:
+    if summary["status"] == "interrupted":
+        print(f"stopped at step {summary['step']} by {summary['signal']} (checkpointed, lock released); run again "
+              "to continue.", flush=True)
+        return
     if summary["status"] == "stopped":
         print(f"stopped at step {summary['step']} (train.stop_after); run again to continue.")
         return
@@ -146,6 +210,12 @@ def _one_line(err: BaseException) -> str:
     return msg
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning during a CLI run as one line ``warning: ...`` (no source location; recording is unaffected)."""
+    del category, filename, lineno, line
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def _fail(err: BaseException, status: int) -> int:
     print(f"error: {_one_line(err)}", file=sys.stderr, flush=True)
     return status
@@ -164,14 +234,19 @@ def main(argv=None) -> int:
     # The trainer turns a failed in-jit check into one FloatingPointError; jax's log of the callback's
     # traceback would only repeat it.
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _format_warning
     try:
         summary = train(config, workdir)
     except _REFUSED as err:
         return _fail(err, 2)
     except Exception as err:  # a failure during the run
         return _fail(err, 1)
+    finally:
+        warnings.formatwarning = formatwarning
     if jax.process_index() == 0:
         _print_summary(summary)
+    if summary["status"] == "interrupted":
+        return 128 + int(signal.Signals[summary["signal"]])
     return 0
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -27,15 +29,18 @@ def init_distributed(config) -> None:
     SLURM, Open MPI). On CPU the collectives go over gloo (``jax_cpu_collectives_implementation``).
 
     ``distributed.timeout_s`` (default 300) bounds the wait for every process to connect. Before
-    waiting, one line on stderr names the coordinator, this process and the processes it waits for:
-    jax's coordination client ends a process whose peers never connected with a C++ abort (SIGABRT,
-    no Python exception), so that line is what tells the user which processes were missing. An
+    waiting, one line on stderr names the coordinator, this process and the processes it waits for.
+    A watchdog thread ends a process still waiting after ``timeout_s`` with one ``error:`` line naming
+    the same facts and exit status 1 (``os._exit``: the wait is inside C++, and jax's coordination client,
+    given ``timeout_s + 30`` s, would otherwise end it later with a C++ abort and stack trace). An
     initialisation error that does come back to Python is a ``TimeoutError`` with the same facts.
     """
     dist = config.get("distributed", None)
     if dist is None or not dist.get("initialize", False):
         return
-    kw = {"initialization_timeout": int(max(1, round(float(dist.get("timeout_s", 300)))))}
+    timeout = int(max(1, round(float(dist.get("timeout_s", 300)))))
+    # JAX's own bound is set past the watchdog's, so the watchdog's one line ends a stuck wait, not a C++ abort.
+    kw = {"initialization_timeout": timeout + _JAX_GRACE_S}
     if dist.get("coordinator_address"):
         kw["coordinator_address"] = dist.coordinator_address
     if dist.get("num_processes", 0) > 0:
@@ -50,17 +55,39 @@ def init_distributed(config) -> None:
         facts = (f"coordinator {kw.get('coordinator_address', '(auto-detected)')}, process {me} of {n}, "
                  f"waiting for process(es) {others}")
         print(f"ssl_geometry: jax.distributed.initialize: {facts}, for at most distributed.timeout_s = "
-              f"{kw['initialization_timeout']} s (a process missing by then ends this one).", file=sys.stderr,
-              flush=True)
+              f"{timeout} s (a process missing by then ends this one).", file=sys.stderr, flush=True)
+        advice = ("Start every process with the same coordinator_address and num_processes, or raise "
+                  "distributed.timeout_s.")
+        done = threading.Event()
+        threading.Thread(target=_watchdog, args=(done, timeout, f"jax.distributed.initialize did not complete "
+                                                 f"within distributed.timeout_s = {timeout} s: {facts}. {advice}"),
+                         name="ssl_geometry-init-watchdog", daemon=True).start()
         try:
             jax.distributed.initialize(**kw)
         except Exception as err:  # the coordination service reports a timeout as several XLA error types
             raise TimeoutError(
                 f"jax.distributed.initialize did not complete within distributed.timeout_s = "
-                f"{kw['initialization_timeout']} s: {facts}. Start every process with the same "
-                f"coordinator_address and num_processes, or raise distributed.timeout_s. "
-                f"({' '.join(str(err).split())[:300]})") from None
+                f"{timeout} s: {facts}. {advice} ({' '.join(str(err).split())[:300]})") from None
+        finally:
+            done.set()
     check_same_config(config)
+
+
+#: Seconds JAX's ``initialization_timeout`` is set beyond ``distributed.timeout_s`` (the watchdog's bound).
+_JAX_GRACE_S = 30
+
+#: Exit status of a process the watchdog ends (a failure during the run, as the CLI's documented 1).
+WATCHDOG_EXIT_STATUS = 1
+
+
+def _watchdog(done: threading.Event, timeout_s: float, message: str) -> None:
+    """End the process with one ``error:`` line and :data:`WATCHDOG_EXIT_STATUS` unless ``done`` is set within
+    ``timeout_s``: jax's coordination client would otherwise abort it later with a C++ stack trace (SIGABRT), and
+    ``jax.distributed.initialize`` blocks in C++, where no Python exception can interrupt it."""
+    if done.wait(timeout_s):
+        return
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(WATCHDOG_EXIT_STATUS)
 
 
 def _field_digests(config) -> tuple[list[str], np.ndarray]:

@@ -23,7 +23,7 @@ from ssl_geometry._src.instrument import metrics as _metrics
 from ssl_geometry._src.ssl.objectives import Objective
 from ssl_geometry._src.training import probes as _probes
 
-__all__ = ["representation_metrics", "make_eval_metrics", "evaluate", "MetricLogger", "read_metrics"]
+__all__ = ["representation_metrics", "make_eval_metrics", "check_knn_k", "evaluate", "MetricLogger", "read_metrics"]
 
 
 def representation_metrics(z) -> dict:
@@ -63,15 +63,25 @@ def _apply_in_batches(fn, params, obj_state, images, batch_size=512):
     return np.concatenate(out, 0)
 
 
+def check_knn_k(knn_k, num_train: int) -> None:
+    """Raise ``ValueError`` naming ``eval.knn_k`` when the kNN probe has fewer than ``knn_k`` training images."""
+    if int(knn_k) > int(num_train):
+        raise ValueError(f"eval.knn_k: {knn_k} neighbours cannot be found among the kNN probe's {num_train} "
+                         f"training images; use eval.knn_k <= {num_train} or more examples (eval.max_train, "
+                         "data.num_train).")
+
+
 def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=None) -> dict:
     """Offline probes on frozen backbone features and projector outputs.
 
-    Ridge (closed form) and cosine kNN on ``backbone`` and ``head`` outputs of up to
+    Ridge (closed form) and cosine kNN (``k = cfg.knn_k`` exactly: fewer training images than that is a
+    ``ValueError``, never a smaller k) on ``backbone`` and ``head`` outputs of up to
     ``cfg.max_train`` / ``cfg.max_test`` images; with ``cfg.rotation`` also the
     rotation probe (linear and MLP) on both.
     """
     (xtr, ytr), (xte, yte) = train_data, test_data
     xtr, ytr = xtr[: cfg.max_train], ytr[: cfg.max_train]
+    check_knn_k(cfg.knn_k, len(xtr))
     xte, yte = xte[: cfg.max_test], yte[: cfg.max_test]
     feat = jax.jit(objective.features)
     emb = jax.jit(objective.embed)
@@ -80,7 +90,7 @@ def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=No
         ftr = _apply_in_batches(fn, params, obj_state, xtr)
         fte = _apply_in_batches(fn, params, obj_state, xte)
         out[f"{where}/ridge_acc"] = _probes.ridge_probe(ftr, ytr, fte, yte, l2=cfg.ridge_l2)["acc"]
-        out[f"{where}/knn_acc"] = _probes.knn_probe(ftr, ytr, fte, yte, k=min(cfg.knn_k, len(ftr)))["acc"]
+        out[f"{where}/knn_acc"] = _probes.knn_probe(ftr, ytr, fte, yte, k=cfg.knn_k)["acc"]
         if cfg.get("rotation", False):
             if xtr.shape[1] != xtr.shape[2]:
                 raise ValueError("eval.rotation needs square images.")

@@ -201,12 +201,16 @@ def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, 
     pred = np.asarray(jnp.argmax(apply(params, jnp.asarray(xte)), -1))
     pred_tr = np.asarray(jnp.argmax(apply(params, jnp.asarray(xtr)), -1))
     return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
-            "final_loss": float(losses[-1]), "epochs": epochs, "num_classes": c}
+            "final_loss": float(losses[-1]), "epochs": epochs, "num_classes": c,
+            "test_correct": (pred == test_y).astype(int).tolist()}
 
 
 def logistic_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, epochs: int = 20,
                    batch_size: int = 256, lr: float = 1e-2, weight_decay: float = 0.0, key=None) -> dict:
-    """Multinomial logistic regression ``softmax(x W + b)`` trained by AdamW (optax)."""
+    """Multinomial logistic regression ``softmax(x W + b)`` trained by AdamW (optax).
+
+    Returns ``{"acc", "train_acc", "final_loss", "epochs", "num_classes", "test_correct"}``; ``test_correct`` is
+    ``[1 if the test example is predicted right else 0, ...]`` in the test order (``acc`` is its mean)."""
     key = jax.random.PRNGKey(0) if key is None else key
     return _train_eval("linear", train_x, train_y, test_x, test_y, num_classes, hidden=None, epochs=epochs,
                        batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
@@ -215,7 +219,8 @@ def logistic_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None 
 def mlp_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, hidden: int = 512,
               epochs: int = 20, batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 0.0,
               key=None) -> dict:
-    """2-layer MLP probe ``softmax(relu(x W1 + b1) W2 + b2)`` trained by AdamW (optax)."""
+    """2-layer MLP probe ``softmax(relu(x W1 + b1) W2 + b2)`` trained by AdamW (optax); returns the fields of
+    :func:`logistic_probe`."""
     key = jax.random.PRNGKey(0) if key is None else key
     return _train_eval("mlp", train_x, train_y, test_x, test_y, num_classes, hidden=hidden, epochs=epochs,
                        batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
@@ -275,7 +280,9 @@ def fit_rotation_probes(train_features, train_labels, test_features, test_labels
     """The rotation probes on given features: a linear probe (key ``split(key)[0]``) and a 2-layer MLP of width
     ``hidden`` (key ``split(key)[1]``), 4 classes, Adam ``lr``, ``epochs`` epochs; test accuracy.
 
-    Returns ``{"linear": acc, "mlp": acc, "linear_train": ..., "mlp_train": ..., "epochs"}``.
+    Returns ``{"linear": acc, "mlp": acc, "linear_train": ..., "mlp_train": ..., "linear_test_correct": [0/1 per
+    test example], "mlp_test_correct": [...], "epochs"}`` (the per-example outcomes give paired intervals over
+    the test set).
     """
     key = jax.random.PRNGKey(0) if key is None else key
     k1, k2 = jax.random.split(key)
@@ -284,7 +291,7 @@ def fit_rotation_probes(train_features, train_labels, test_features, test_labels
     mlp = mlp_probe(train_features, train_labels, test_features, test_labels, num_classes=4, hidden=hidden,
                     epochs=epochs, batch_size=batch_size, lr=lr, key=k2)
     return {"linear": lin["acc"], "mlp": mlp["acc"], "linear_train": lin["train_acc"], "mlp_train": mlp["train_acc"],
-            "epochs": epochs}
+            "linear_test_correct": lin["test_correct"], "mlp_test_correct": mlp["test_correct"], "epochs": epochs}
 
 
 def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: int = 5, hidden: int = 512,

@@ -6,21 +6,26 @@ the config fields, the workdir's rules and the hooks are documented there.
 """
 from __future__ import annotations
 
+import errno
 import math
 import pathlib
 import re
+import signal
+import threading
 import time
+import warnings
 
 import jax
 import numpy as np
 
+from ssl_geometry._src.checks import optional_import
 from ssl_geometry._src.training import checkpoint as ckpt
 from ssl_geometry._src.training import workdir as _wd
 from ssl_geometry._src.training.builders import build_objective, build_optimizer
 from ssl_geometry._src.training.distributed import init_distributed
 from ssl_geometry._src.training.validate import validate_config
 from ssl_geometry._src.training.feed import make_feed
-from ssl_geometry._src.training.monitor import MetricLogger, evaluate, make_eval_metrics, read_metrics
+from ssl_geometry._src.training.monitor import MetricLogger, check_knn_k, evaluate, make_eval_metrics, read_metrics
 from ssl_geometry._src.training.state import init_train_state, make_mesh, place_state
 from ssl_geometry._src.training.step import jit_train_step, make_train_step
 
@@ -94,7 +99,9 @@ def train(config, workdir, *, verbose: bool = True, observe=None, hooks=()) -> d
 
     Returns ``{"step", "resumed_from", "status", "last", "final", "images_per_s", "step_time_s",
     "state", "objective"}``: ``resumed_from`` is ``None`` for a fresh start; ``status`` is
-    ``"finished"``, ``"stopped"`` (at ``train.stop_after``) or ``"already_complete"`` (nothing is
+    ``"finished"``, ``"stopped"`` (at ``train.stop_after``), ``"interrupted"`` (SIGTERM or SIGINT: the
+    update under way finished, was logged and checkpointed, and the run returned; ``"signal"`` names the
+    signal) or ``"already_complete"`` (nothing is
     recomputed or logged again); ``last`` the last logged metrics; ``final`` the offline probe
     accuracies; ``images_per_s`` the throughput of this invocation (compilation, evaluation and
     checkpoints excluded); ``step_time_s`` the median wall time of up to 5 updates after the
@@ -103,11 +110,42 @@ def train(config, workdir, *, verbose: bool = True, observe=None, hooks=()) -> d
     refused resume (:class:`ConfigMismatchError`), :class:`WorkdirLockedError`,
     ``NotADirectoryError`` / ``PermissionError`` for an unusable workdir.
     """
+    validate_config(config, devices=False)  # the distributed fields too, before initialize waits on them
     init_distributed(config)
     validate_config(config)
     workdir = _wd.prepare(workdir)
-    with _wd.Lock(workdir, enabled=jax.process_index() == 0):
-        return _train_locked(config, workdir, verbose, observe, tuple(hooks))
+    with _wd.Lock(workdir, enabled=jax.process_index() == 0), StopSignals() as stop:
+        return _train_locked(config, workdir, verbose, observe, tuple(hooks), stop)
+
+
+#: The signals that stop a run at the next step boundary, checkpointed (:class:`StopSignals`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignals:
+    """While active (context manager), SIGTERM and SIGINT only set :attr:`signum` (the run stops at the next
+    step boundary, checkpointed); a second signal gets the previous handler back (a second Ctrl-C interrupts at
+    once). Outside the main thread, where Python cannot install handlers, it does nothing."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        del frame
+        self.signum = signum
+        for sig, handler in self._previous.items():  # a second signal acts as before
+            signal.signal(sig, handler)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def _checkpoint_meta(config, state, position) -> dict:
@@ -130,10 +168,17 @@ def _resume(run: dict, config, workdir, verbose: bool):
         _wd.check_resume(meta, config, run["state"], allow_config_change=allow)
     restored = ckpt.restore_latest(run["mngr"], run["state"])
     if restored is None:
-        if jax.process_index() == 0:
-            _wd.truncate_metrics(workdir / "metrics.jsonl", 0)
+        if jax.process_index() == 0:  # a fresh start: earlier records are kept aside, never deleted
+            moved = _wd.set_aside(workdir / "metrics.jsonl")
+            if moved is not None:
+                warnings.warn(f"{workdir / 'metrics.jsonl'} held records but the workdir has no checkpoint to "
+                              f"continue; moved it to {moved} (unchanged) and starting a fresh run.", stacklevel=2)
         return None
     changed = _wd.check_resume(restored.meta, config, run["state"], allow_config_change=allow)
+    if "config" not in restored.meta:
+        warnings.warn(f"checkpoint step {restored.step} in {workdir / 'checkpoints'} stores no config, so this "
+                      "resume cannot be checked against the run that wrote it; continuing, and recording the "
+                      "current config as a config_change in metrics.jsonl.", stacklevel=2)
     steps = int(config.train.steps)
     if restored.step > steps:
         raise ValueError(f"workdir {workdir} holds a checkpoint at step {restored.step}, beyond `train.steps` = "
@@ -170,6 +215,35 @@ def _in_jit_failure(err: Exception, step: int, mngr) -> FloatingPointError | Non
                               f"{_last_checkpoint(mngr).capitalize()}; {_ADVICE}.")
 
 
+def _no_space(err: BaseException) -> OSError | None:
+    """The ``OSError`` with ``errno == ENOSPC`` (disk full) or ``EDQUOT`` (quota) in ``err``'s chain (orbax wraps
+    its writers' errors), or ``None``."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _save_checkpoint(run, config, state, done: int) -> None:
+    """Checkpoint step ``done`` and wait for it; a full disk (or quota) becomes one ``OSError`` naming the step,
+    the directory, the last complete checkpoint and what to do."""
+    before = run["mngr"].latest_step()
+    try:
+        ckpt.save(run["mngr"], done, state, _checkpoint_meta(config, state, run["feed"].position(done)))
+        run["mngr"].wait_until_finished()
+    except Exception as err:
+        full = _no_space(err)
+        if full is None:
+            raise
+        last = "no complete checkpoint" if before is None else f"the last complete checkpoint is step {before}"
+        raise OSError(f"no space left on the device while writing checkpoint step {done} to "
+                      f"{run['mngr'].directory} ({full.strerror or full}); {last}. Free space (or lower "
+                      "train.keep_checkpoints) and run the same command again to continue.") from None
+
+
 def _log_step(run, metrics, done, clock) -> dict:
     rec = {k: float(v) for k, v in jax.device_get(metrics).items()}
     now = time.perf_counter()
@@ -199,8 +273,7 @@ def _bookkeeping(run, config, state, metrics, done, end, clock, bar, verbose) ->
         run["logger"].write({"step": done, "event": "tracked", **{k: float(v) for k, v in em.items()}})
         clock["t_mark"] = time.perf_counter()
     if done % tc.checkpoint_every == 0 or done == end:
-        ckpt.save(run["mngr"], done, state, _checkpoint_meta(config, state, run["feed"].position(done)))
-        run["mngr"].wait_until_finished()
+        _save_checkpoint(run, config, state, done)
         if verbose and jax.process_index() == 0:
             msg = f"checkpoint saved: step {done}"
             (bar.write(msg) if bar is not None else print(msg, flush=True))
@@ -216,7 +289,7 @@ def _run_steps(run: dict, config, verbose: bool, hooks) -> tuple[dict, dict, flo
     end = min(steps, stop) if 0 < stop else steps
     bar = None
     if verbose and tc.get("progress", True) and jax.process_index() == 0:
-        from tqdm.auto import tqdm  # noqa: PLC0415
+        tqdm = optional_import("tqdm.auto").tqdm
 
         bar = tqdm(total=steps, initial=run["start"], desc=f"{config.objective.name}", dynamic_ncols=True)
     before = [h.before_step for h in hooks if hasattr(h, "before_step")]
@@ -231,6 +304,8 @@ def _run_steps(run: dict, config, verbose: bool, hooks) -> tuple[dict, dict, flo
             if converted is None:
                 raise
             raise converted from None
+        if run.get("stopped_at") is not None:
+            break
     if bar is not None:
         bar.close()
     ips = clock["n_images"] / clock["t_train"] if clock["t_train"] > 0 else float("nan")
@@ -253,6 +328,8 @@ def _one_update(run, config, s, state, last, clock, times, bar, verbose, before,
         times.append(time.perf_counter() - t0)
     for fn in after:
         fn(done, state, metrics)
+    if run["stop"].signum is not None:  # SIGTERM / SIGINT: this update is the invocation's last (checkpointed)
+        run["stopped_at"], end = done, done
     rec = _bookkeeping(run, config, state, metrics, done, end, clock, bar, verbose)
     if bar is not None:
         bar.update(1)
@@ -263,6 +340,8 @@ def _setup(config, workdir) -> dict:
     """Data, objective, optimiser, mesh, fresh placed state, checkpoint manager and logger."""
     seed, steps, batch_size = int(config.seed), int(config.train.steps), int(config.data.batch_size)
     feed = make_feed(config)
+    if config.eval.get("final_probes", True):  # before training, not at the end
+        check_knn_k(config.eval.knn_k, min(len(feed.eval_train[0]), int(config.eval.max_train)))
     objective = build_objective(config, feed.image_shape, steps)
     tx, sched = build_optimizer(config)
     mesh = make_mesh(config.mesh.data, config.mesh.model)
@@ -285,9 +364,10 @@ def _summary(run, status, step, resumed_from, *, last=None, final=None, ips=floa
             "images_per_s": ips, "step_time_s": step_time, "state": run["state"], "objective": run["objective"]}
 
 
-def _train_locked(config, workdir, verbose, observe, hooks):
+def _train_locked(config, workdir, verbose, observe, hooks, stop):
     steps = int(config.train.steps)
     run = _setup(config, workdir)
+    run["stop"] = stop
     try:
         resumed_from = _resume(run, config, workdir, verbose)
         final = _final_record(workdir) if resumed_from == steps else None
@@ -306,6 +386,10 @@ def _train_locked(config, workdir, verbose, observe, hooks):
         run["mngr"].close()
     run["state"] = state
     done = int(jax.device_get(state["step"]))
+    if run.get("stopped_at") is not None and done < steps:
+        out = _summary(run, "interrupted", done, resumed_from, last=last, ips=ips, step_time=step_time)
+        out["signal"] = signal.Signals(stop.signum).name
+        return out
     if done < steps:
         return _summary(run, "stopped", done, resumed_from, last=last, ips=ips, step_time=step_time)
     final = {}

@@ -10,6 +10,7 @@ backbone), which checks it.
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 
 import jax
@@ -135,15 +136,20 @@ def _leaves(config, prefix=""):
             yield name, v
 
 
-def validate_config(config) -> None:
+def validate_config(config, *, devices: bool = True) -> None:
     """Raise ``ValueError`` naming the dotted field for any value the run cannot train with.
 
     Each field is checked by its ``FIELDS`` entry (type and range; no 0-means-default for a
     dimension), then the checks across fields: ``eval.knn_k`` >= 1 when ``eval.final_probes`` is on,
-    ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, the batch divides over the mesh's data axis,
+    ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, ``eval.knn_k`` within the kNN probe's
+    training examples, a W-MSE batch above ``model.projector.out_dim``, the batch divides over the mesh's data axis,
     ``data.num_train`` (when set) holds a batch, ``data.shapes_max_angle_deg`` only for
     ``"shapes"``, ``data.data_dir`` / ``data.stream`` only for tfds sets, ``float64`` only
-    under x64. Called by :func:`ssl_geometry.trainer.train` before anything is built.
+    under x64, ``distributed.process_id < distributed.num_processes`` when both are set, and
+    ``data.image_size`` within host memory (:func:`_check_memory`). Called by
+    :func:`ssl_geometry.trainer.train` before anything is built, first with ``devices=False`` (every check
+    but the mesh's, which asks JAX for its devices and so would start its backend) before
+    ``jax.distributed.initialize``, then in full.
     """
     custom_augment = config.get("augment", {}).get("name") == "simclr_custom"
     for field, value in _leaves(config):
@@ -157,7 +163,7 @@ def validate_config(config) -> None:
             raise ValueError(f"`{field}`: the trainer reads no such config field (see --help for the fields).")
     for required in ("seed", "dtype", "data.name", "data.batch_size", "objective.name", "train.steps"):
         _get(config, required)
-    _check_across(config)
+    _check_across(config, devices=devices)
 
 
 def _get(config, field):
@@ -169,14 +175,19 @@ def _get(config, field):
     return node
 
 
-def _check_across(config) -> None:
+def _check_across(config, *, devices: bool = True) -> None:
     data = config.data
     if config.dtype == "float64" and not jax.config.read("jax_enable_x64"):
         raise ValueError("`dtype`: 'float64' needs jax_enable_x64 (set JAX_ENABLE_X64=1).")
+    dist = config.get("distributed", {})
+    n_proc, pid = dist.get("num_processes", 0), dist.get("process_id", -1)
+    if n_proc > 0 and pid >= n_proc:
+        raise ValueError(f"`distributed.process_id`: expected an id in [0, {n_proc - 1}] for "
+                         f"distributed.num_processes = {n_proc}, got {pid}.")
     b, mesh = data.batch_size, config.get("mesh", {})
     data_axis = mesh.get("data", -1)
     if data_axis == -1:
-        data_axis = len(jax.devices()) // max(mesh.get("model", 1), 1)
+        data_axis = len(jax.devices()) // max(mesh.get("model", 1), 1) if devices else 0
     if data_axis >= 1 and b % data_axis:
         raise ValueError(f"`data.batch_size`: {b} must divide by the mesh data axis size {data_axis}.")
     ev, tr = config.get("eval", {}), config.train
@@ -185,15 +196,53 @@ def _check_across(config) -> None:
     if tr.get("metrics_every", 0) and ev.get("metrics_images", 512) < 1:
         raise ValueError(f"eval.metrics_images: expected an integer >= 1 with train.metrics_every = "
                          f"{tr.metrics_every} (tracked metrics on), got {ev.metrics_images!r}.")
+    obj, proj = config.get("objective", {}), config.get("model", {}).get("projector", {})
+    k = proj.get("out_dim", 0)
+    if obj.get("name") == "wmse" and k and b < k + 1:
+        raise ValueError(f"`data.batch_size`: W-MSE whitens each view with the covariance of its {k} projector "
+                         f"outputs (model.projector.out_dim), which needs a batch of at least {k + 1}; got {b}. "
+                         f"Use data.batch_size >= {k + 1} or model.projector.out_dim <= {b - 1}.")
     n = data.get("num_train", 0)
     if n and n < b:
         raise ValueError(f"`data.num_train`: {n} examples cannot fill one batch of `data.batch_size` = {b}; "
                          "use num_train >= batch_size (0: the whole split).")
+    probe_train = min(ev.get("max_train", math.inf), data.get("num_train", 0) or math.inf)
+    if ev.get("final_probes", True) and ev.get("knn_k", 20) > probe_train:
+        raise ValueError(f"eval.knn_k: {ev.knn_k} neighbours cannot be found among the kNN probe's "
+                         f"{probe_train} training examples (eval.max_train = {ev.get('max_train')}, data.num_train = "
+                         f"{data.get('num_train', 0)}); use eval.knn_k <= {probe_train} or more examples.")
     if data.get("shapes_max_angle_deg", None) is not None and data.name != "shapes":
         raise ValueError(f"`data.shapes_max_angle_deg` sets the nuisance rotations of the 'shapes' set; the data set "
                          f"is {data.name!r}: leave it None.")
+    _check_memory(data)
     embedded = _data.DATASETS[data.name].source == "embedded"
     if embedded and data.get("data_dir", ""):
         raise ValueError(f"`data.data_dir`: {data.name!r} is embedded (no files are read); leave it ''.")
     if embedded and data.get("stream", False):
         raise ValueError(f"`data.stream`: {data.name!r} is embedded and held in memory; streaming reads tfds sets.")
+
+
+#: Training examples of each data set's train split (the in-memory feed holds them all; ``shapes``: the default
+#: ``num_examples``), for the memory bound of :func:`_check_memory`.
+_TRAIN_EXAMPLES = {"shapes": 10_000, "digits": 1_438, "cifar10": 50_000, "cifar100": 50_000, "stl10": 5_000,
+                   "imagenette": 9_469, "imagenet2012": 1_281_167}
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory in bytes (``os.sysconf``), the limit :func:`_check_memory` states."""
+    return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+
+
+def _check_memory(data) -> None:
+    """Refuse ``data.image_size`` when the in-memory feed's train split, resized, cannot fit in host memory:
+    ``n * image_size^2 * 3`` bytes (``uint8`` RGB; ``n`` = ``data.num_train`` or the split's size) above
+    :func:`host_memory_bytes`. A streamed set (``data.stream``) holds only ``eval.max_train`` images, not checked."""
+    if data.get("stream", False):
+        return
+    side = data.get("image_size") or _data.DATASETS[data.name].image_size or 0
+    n = data.get("num_train", 0) or _TRAIN_EXAMPLES.get(data.name, 0)
+    need, limit = n * side * side * 3, host_memory_bytes()
+    if need > limit:
+        raise ValueError(f"`data.image_size`: {side} px would make the {n} training images of {data.name!r} "
+                         f"{need / 2**30:.3g} GiB in memory, more than this host's {limit / 2**30:.3g} GiB; "
+                         "use a smaller image_size (or fewer data.num_train).")

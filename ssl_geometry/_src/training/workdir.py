@@ -14,6 +14,9 @@
 * :func:`truncate_metrics` drops the ``metrics.jsonl`` records written after the
   restored step (a run killed between a log record and the next checkpoint would
   otherwise leave duplicate steps).
+* :func:`set_aside`: a ``metrics.jsonl`` with records but no checkpoint to continue (another run's
+  log, or a run killed before its first checkpoint) is never deleted: a fresh start renames it to
+  ``metrics.orphaned-<n>.jsonl`` (byte for byte) and says so.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import jax
 import numpy as np
 
 __all__ = ["RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare", "Lock", "flatten_config",
-           "config_record", "state_signature", "digest", "check_resume", "truncate_metrics"]
+           "config_record", "state_signature", "digest", "check_resume", "truncate_metrics", "set_aside"]
 
 #: Config fields (dotted prefixes) that do not change the trained state: how often to
 #: log / evaluate / checkpoint, the probes run at the end, process set-up, where data
@@ -41,6 +44,10 @@ RUNTIME_FIELDS = ("train.progress", "train.tensorboard", "train.log_every", "tra
 
 #: Seconds after which an empty ``.lock`` (its writer killed between create and write) counts as stale.
 EMPTY_LOCK_GRACE_S = 10.0
+
+
+#: The "saved" value :func:`check_resume` reports for every field of a checkpoint that stored no config.
+NOT_SAVED = "<not saved>"
 
 
 class WorkdirLockedError(RuntimeError):
@@ -206,7 +213,9 @@ def check_resume(meta: dict, config, state, *, allow_config_change: bool = False
     clean resume; non-empty only with ``allow_config_change``). Raises
     :class:`ConfigMismatchError` naming the fields when the state shapes differ
     (never allowed) or trajectory fields differ without ``allow_config_change``.
-    Checkpoints without a stored config (older runs) are accepted as they are.
+    A checkpoint without a stored config (an older run, or meta edited by hand) cannot be checked:
+    every current field is returned as changed from ``"<not saved>"`` (whatever
+    ``allow_config_change`` says), so the caller warns and records the resume as a config change.
     """
     changed_shapes = _diff(meta.get("state_signature", {}), state_signature(state)) \
         if "state_signature" in meta else {}
@@ -217,7 +226,7 @@ def check_resume(meta: dict, config, state, *, allow_config_change: bool = False
             f"the checkpoint's state has different shapes ({len(changed_shapes)} leaves: {fields}); config fields "
             f"that differ: {sorted(cfg) or 'none'}. This cannot be resumed; use a fresh --workdir.")
     if "config" not in meta:
-        return {}
+        return {k: (NOT_SAVED, v) for k, v in config_record(config).items()}
     changed = _diff(meta["config"], config_record(config))
     if changed and not allow_config_change:
         fields = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in changed.items())
@@ -256,3 +265,18 @@ def truncate_metrics(path, step: int) -> int:
         tmp.write_text("".join(line + "\n" for line in keep))
         os.replace(tmp, path)
     return dropped
+
+
+def set_aside(path) -> pathlib.Path | None:
+    """Rename a ``metrics.jsonl`` at ``path`` that holds any record to ``metrics.orphaned-<n>.jsonl`` beside it
+    (``n`` = 1, 2, ...: the first name not taken) and return the new path; ``None`` (nothing done) when the file is
+    missing or holds only blank lines. For a fresh start over a workdir without a checkpoint: its records belong
+    to no state the run could continue, and are kept, byte for byte, instead of being deleted."""
+    path = pathlib.Path(path)
+    if not path.is_file() or not path.read_bytes().strip():
+        return None
+    n = 1
+    while (dst := path.with_name(f"{path.stem}.orphaned-{n}{path.suffix}")).exists():
+        n += 1
+    os.replace(path, dst)
+    return dst

@@ -5,7 +5,8 @@ To add a loss: write it in the family module it belongs to, export it from
 registry-parametrized tests (``tests/test_losses.py``, ``tests/test_registries.py``)
 then run on it, and ask for a NumPy reference of it.
 """
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from ssl_geometry._src.checks import check_choice
 from ssl_geometry._src.ssl.losses.contrastive import info_nce, info_nce_one_way, moco, moco_v3, spectral_contrastive

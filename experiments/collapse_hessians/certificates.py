@@ -1,0 +1,298 @@
+"""The repaired Thm 4.1 in experiment 3: the certificate's prediction against the measured ``lambda_min(H_eff)``.
+
+Two registered claims (experiments/claims/sec4.py; docs/theory.md, section "Thm 4.1 repaired: when a
+collapsed equilibrium is unstable"):
+
+* ``thm4.1-repaired-sign`` -- at every certified collapsed equilibrium the experiment builds, the sign
+  :func:`ssl_geometry.geometry.collapse_certificate` predicts for ``lambda_min(H_eff)`` is the sign the
+  experiment measures (its row's ``lambda_min_H_eff`` with tolerance ``eig_tol``: ``-1`` below ``-tol``,
+  ``+1`` above ``+tol``, ``0`` -- matched by the prediction "degenerate" -- in between).
+* ``thm4.1-critical-residual`` -- along the residual sweep of a listed state (the same head and ``c``,
+  the equilibrium rebuilt by :func:`ssl_geometry.geometry.collapsed_equilibrium` at residual scale
+  ``r``), the measured sign change of ``lambda_min(H_eff)`` sits at ``r = s* r0`` (``r0`` the stored
+  state's scale, ``s*`` its certificate's critical scale) within a relative tolerance. The
+  construction keeps the head fixed and scales the residual linearly in ``r`` (``H_L`` is the same for
+  every ``r`` at the fixed-target objectives), so ``H_eff(r) = G + (r / r0) M`` exactly: the sweep
+  tests the code, not the theory.
+
+The measurement functions rebuild the equilibria from the same keys as
+:func:`experiments.collapse_hessians.cases.run_case`; the decision functions are pure and read rows.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from experiments import common
+from experiments.collapse_hessians.cases import all_cases, online_head
+from ssl_geometry import geometry
+
+REPAIRED_SIGN = "thm4.1-repaired-sign"
+CRITICAL_RESIDUAL = "thm4.1-critical-residual"
+#: The certificate's conclusion that makes no prediction (the premise H_L >= 0 on range(J) fails).
+_NO_PREDICTION = "premise violated (G not PSD)"
+
+
+def measured_sign(lambda_min: float, tol: float) -> int:
+    """``-1`` if ``lambda_min < -tol``, ``+1`` if ``lambda_min > tol``, ``0`` otherwise (a zero eigenvalue)."""
+    if not (math.isfinite(lambda_min) and math.isfinite(tol)):
+        raise ValueError(f"`lambda_min` and `tol` must be finite; got {lambda_min!r}, {tol!r}.")
+    return -1 if lambda_min < -tol else (1 if lambda_min > tol else 0)
+
+
+def equilibrium_state(cfg, objective, activation, key, residual_scale):
+    """``(model, variables, eq)``: the equilibrium :func:`~experiments.collapse_hessians.cases.run_case` builds
+    from ``key`` (same head draw, same ``c``, same residual key), at ``residual_scale``."""
+    model = online_head(cfg, activation, False, 1.0, False)
+    variables = model.init(key)
+    c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
+    eq = geometry.collapsed_equilibrium(model, variables, objective, c, cfg.data.n, key=jax.random.fold_in(key, 2),
+                                        residual_scale=residual_scale, activation=activation)
+    return model, variables, eq
+
+
+def _certificate(cfg, model, variables, eq):
+    return geometry.collapse_certificate(model, eq.loss_fn, eq.z, variables=variables,
+                                         max_dense_dim=cfg.analysis.max_dense_dim)
+
+
+def _lambda_min(cfg, model, variables, eq, activation, key):
+    """The experiment's measurement (:func:`ssl_geometry.geometry.classify_collapse`): ``(lambda_min, tol)``."""
+    res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, activation=activation,
+                                     max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+    return float(res.lambda_min["full"]), float(res.eig_tol)
+
+
+def certify_cases(cfg, key) -> list[dict]:
+    """One certificate row per equilibrium case of :func:`~experiments.collapse_hessians.cases.all_cases`
+    (``case``: its index in the experiment's rows, whose key is ``fold_in(key, case)``)."""
+    out = []
+    for i, (objective, act, bn, state, s) in enumerate(all_cases(cfg)):
+        if state != "equilibrium" or bn:
+            continue
+        model, variables, eq = equilibrium_state(cfg, objective, act, jax.random.fold_in(key, i), s)
+        cert = _certificate(cfg, model, variables, eq)
+        out.append({"case": i, "objective": objective, "activation": act, "residual_scale": s,
+                    "conclusion": cert.conclusion, "critical_scale": cert.critical_scale,
+                    "critical_bounds": list(cert.critical_bounds), "predicted_sign": int(cert.predicted_sign),
+                    "null_dim": int(cert.null_dim), "method": cert.method, "notes": list(cert.notes),
+                    "rho_norm": float(eq.premises.residual_norm)})
+    return out
+
+
+def sign_states(rows, certs) -> list[dict]:
+    """The states :func:`decide_repaired_sign` reads: each certificate joined with its experiment row (the
+    certified equilibria only: ``state == "equilibrium"``, ``certified``, ``holds``, no BatchNorm); a
+    certificate whose rebuilt ``|rho|`` differs from its row's is refused (the states would not be the same)."""
+    by_case = {c["case"]: c for c in certs}
+    out = []
+    for i, r in enumerate(rows):
+        if not (r["state"] == "equilibrium" and r["certified"] and r["holds"] and not r["batch_norm"]):
+            continue
+        if i not in by_case:
+            raise ValueError(f"certified equilibrium row {i} ({r['objective']}/{r['activation']}) has no certificate.")
+        c = by_case[i]
+        if not math.isclose(c["rho_norm"], r["rho_norm"], rel_tol=1e-9, abs_tol=1e-300):
+            raise ValueError(f"row {i}: the certificate's rebuilt equilibrium has |rho| = {c['rho_norm']:.17g}, the "
+                             f"experiment's {r['rho_norm']:.17g}: equilibrium_state no longer rebuilds run_case's "
+                             "state.")
+        out.append({"label": f"{r['objective']}/{r['activation']}/scale {r['residual_scale']:g}",
+                    "head_kind": r["head_kind"], "conclusion": c["conclusion"],
+                    "critical_scale": c["critical_scale"], "critical_bounds": c["critical_bounds"],
+                    "predicted_sign": c["predicted_sign"], "lambda_min": r["lambda_min_H_eff"], "tol": r["eig_tol"]})
+    return out
+
+
+def decide_repaired_sign(states) -> dict:
+    """The rule of ``thm4.1-repaired-sign`` on ``[{"label", "conclusion", "predicted_sign", "lambda_min", "tol"}]``.
+
+    A state's measured sign is :func:`measured_sign`; it matches when it equals ``predicted_sign``
+    (``0`` is the prediction "degenerate"). States whose certificate concludes "premise violated (G not
+    PSD)" make no prediction and are not counted. Not supported if one counted state mismatches (named);
+    inconclusive if none is counted; supported otherwise.
+    """
+    counted = [s for s in states if s["conclusion"] != _NO_PREDICTION]
+    bad = [s for s in counted if measured_sign(s["lambda_min"], s["tol"]) != s["predicted_sign"]]
+    deciding = {"certified_equilibria": len(states), "predicted": len(counted), "mismatched": len(bad),
+                "predicted_unstable": sum(s["predicted_sign"] < 0 for s in counted),
+                "predicted_stable": sum(s["predicted_sign"] > 0 for s in counted),
+                "predicted_degenerate": sum(s["predicted_sign"] == 0 for s in counted)}
+    item = {"id": REPAIRED_SIGN, "deciding": deciding}
+    if not counted:
+        return {**item, "verdict": "inconclusive",
+                "reason": f"no certified collapsed equilibrium with a certificate prediction ({len(states)} certified)"}
+    if bad:
+        return {**item, "verdict": "not supported",
+                "reason": f"{len(bad)} of {len(counted)} predictions wrong: " + ", ".join(
+                    f"{s['label']} (predicted {s['predicted_sign']:+d}, lambda_min(H_eff) = {s['lambda_min']:.3g}, "
+                    f"tol {s['tol']:.2g})" for s in bad[:5])}
+    return {**item, "verdict": "supported",
+            "reason": f"the predicted sign of lambda_min(H_eff) matches the measured one at all {len(counted)} "
+                      f"certified equilibria ({deciding['predicted_unstable']} unstable, "
+                      f"{deciding['predicted_stable']} stable, {deciding['predicted_degenerate']} degenerate)"}
+
+
+# ----------------------------------------------------------------------------- the residual sweep
+
+
+def locate_crossing(sign_at, lo: float, hi: float, *, factor: float = 2.0, rtol: float = 1e-4,
+                    max_evals: int = 60) -> dict:
+    """The first crossing of ``sign_at`` from ``+1`` to ``-1`` on the grid ``lo factor^j < hi``, ``hi``; bisected.
+
+    ``sign_at(r)`` is the sign of the raw ``lambda_min`` (``> 0``: ``+1``). The grid starts at ``lo``;
+    the first grid interval ``[r_j, r_{j+1}]`` with ``+1`` then ``-1`` is bisected until its width is
+    ``<= rtol r``. Returns ``{"crossing": r or None, "bracket": [a, b] or None, "evaluations",
+    "first_sign"}`` (``crossing`` ``None``: ``lambda_min`` does not change sign from ``+`` to ``-`` on
+    the grid; ``first_sign = -1`` then says it is negative from ``lo`` on).
+    """
+    if not (0 < lo < hi) or factor <= 1 or rtol <= 0:
+        raise ValueError(f"need 0 < lo < hi, factor > 1, rtol > 0; got lo={lo}, hi={hi}, factor={factor}, rtol={rtol}.")
+    grid = [lo]
+    while grid[-1] * factor < hi:
+        grid.append(grid[-1] * factor)
+    grid.append(hi)
+    signs, evals = [sign_at(grid[0])], 1
+    bracket = None
+    for a, b in itertools.pairwise(grid):
+        if signs[-1] < 0:
+            break
+        signs.append(sign_at(b))
+        evals += 1
+        if signs[-2] > 0 and signs[-1] < 0:
+            bracket = [a, b]
+            break
+    if bracket is None:
+        return {"crossing": None, "bracket": None, "evaluations": evals, "first_sign": signs[0]}
+    a, b = bracket
+    while b - a > rtol * b:
+        if evals >= max_evals:
+            raise RuntimeError(f"bisection did not reach rtol {rtol} in {max_evals} evaluations: [{a}, {b}].")
+        mid = 0.5 * (a + b)
+        a, b = (mid, b) if sign_at(mid) > 0 else (a, mid)
+        evals += 1
+    return {"crossing": 0.5 * (a + b), "bracket": [a, b], "evaluations": evals, "first_sign": signs[0]}
+
+
+def sweep_range(objective: str, base: float, factor_lo: float, factor_hi: float) -> tuple[float, float]:
+    """The residual scales swept: ``[factor_lo r0, factor_hi r0]``, capped below 2 for DINO (the construction's
+    teacher probabilities stay positive only for ``r < 2``; the cap is ``1.99``)."""
+    hi = factor_hi * base
+    if objective == "dino_fixed_teacher":
+        hi = min(hi, 1.99)
+    return factor_lo * base, hi
+
+
+def sweep_states(cfg, key) -> list[dict]:
+    """The residual sweeps of ``cfg.analysis.critical_sweep`` (``[objective, activation, residual_scale]``
+    each, a state the experiment builds): the base state's certificate, then the measured crossing."""
+    a = cfg.analysis
+    wanted = [tuple(w) for w in a.critical_sweep]
+    cases = list(all_cases(cfg))
+    out = []
+    for objective, act, base in wanted:
+        idx = [i for i, (o, ac, bn, st, s) in enumerate(cases)
+               if (o, ac, st, bn, s) == (objective, act, "equilibrium", False, base)]
+        if not idx:
+            raise ValueError(f"analysis.critical_sweep lists {objective}/{act}/{base}, which the experiment does "
+                             "not build (no such equilibrium case).")
+        k = jax.random.fold_in(key, idx[0])
+        model, variables, eq = equilibrium_state(cfg, objective, act, k, base)
+        cert = _certificate(cfg, model, variables, eq)
+        lo, hi = sweep_range(objective, base, a.critical_sweep_factors[0], a.critical_sweep_factors[1])
+
+        def sign_at(r, objective=objective, act=act, k=k):
+            m, v, e = equilibrium_state(cfg, objective, act, k, r)
+            if not e.certified:
+                raise RuntimeError(f"the sweep's equilibrium {objective}/{act} at residual scale {r:g} is not "
+                                   "certified.")
+            lmin, _ = _lambda_min(cfg, m, v, e, act, k)
+            return 1 if lmin > 0 else -1
+        found = locate_crossing(sign_at, lo, hi, rtol=a.critical_sweep_rtol)
+        out.append({"label": f"{objective}/{act}/scale {base:g}", "base_scale": base, "certified": bool(eq.certified),
+                    "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
+                    "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
+                    "predicted_crossing": base * cert.critical_scale, "sweep": [lo, hi], **found})
+    return out
+
+
+def decide_critical_residual(states, rtol: float) -> dict:
+    """The rule of ``thm4.1-critical-residual`` on the sweep rows of :func:`sweep_states`.
+
+    Counted: certified base states with ``null_dim = 0`` (full rank: ``0 < s* <= inf``) and a
+    certificate prediction. Per counted state, ``p = predicted_crossing`` and the sweep ``[lo, hi]``:
+    agrees if a crossing ``m`` was measured and ``|m - p| <= rtol p``, or if none was measured and
+    either the sweep is stable throughout and ``p > hi`` or unstable from ``lo`` on and ``p < lo``;
+    disagrees otherwise. Not supported if one
+    disagrees (named); inconclusive if no counted state has a measured crossing; supported otherwise.
+    """
+    if not (rtol > 0):
+        raise ValueError(f"`rtol` must be positive; got {rtol!r}.")
+    counted = [s for s in states if s["certified"] and s["null_dim"] == 0 and s["conclusion"] != _NO_PREDICTION]
+    bad, compared = [], []
+    for s in counted:
+        p, (lo, hi), m = s["predicted_crossing"], s["sweep"], s["crossing"]
+        if m is not None:
+            compared.append(s)
+            ok = math.isfinite(p) and abs(m - p) <= rtol * p
+        else:  # no sign change on the sweep: the prediction must lie outside it, on the side the sweep shows
+            ok = (s["first_sign"] > 0 and p > hi) or (s["first_sign"] < 0 and p < lo)
+        if not ok:
+            bad.append(s)
+    errs = [abs(s["crossing"] - s["predicted_crossing"]) / s["predicted_crossing"] for s in compared
+            if math.isfinite(s["predicted_crossing"])]
+    deciding = {"swept": len(states), "counted": len(counted), "with_measured_crossing": len(compared),
+                "disagreeing": len(bad), "max_relative_error": max(errs, default=float("nan"))}
+    item = {"id": CRITICAL_RESIDUAL, "deciding": deciding}
+    if bad:
+        return {**item, "verdict": "not supported",
+                "reason": f"{len(bad)} of {len(counted)} sweeps disagree with the predicted crossing: " + ", ".join(
+                    f"{s['label']} (predicted r = {s['predicted_crossing']:.4g}, measured "
+                    f"{'none' if s['crossing'] is None else format(s['crossing'], '.4g')} on "
+                    f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}])" for s in bad[:5])}
+    if not compared:
+        return {**item, "verdict": "inconclusive",
+                "reason": f"no measured sign change in {len(counted)} counted sweeps ({len(states)} swept)"}
+    return {**item, "verdict": "supported",
+            "reason": f"the measured crossing matches r0 s* within {rtol:g} in all {len(compared)} sweeps with a "
+                      f"crossing (largest relative error {deciding['max_relative_error']:.2g}); fixed-head family: "
+                      "tests the code, not the theory"}
+
+
+def decide_items(measurements, crossing_rtol: float) -> list[dict]:
+    """Both claims' items from the experiment's measurements. A dry run (``"dry_run"`` in ``measurements``)
+    measures neither the certificates nor the sweeps: both are then inconclusive, saying so."""
+    if "certificates" not in measurements and "dry_run" in measurements:
+        why = "dry run: the certificates and residual sweeps are not measured"
+        return [{"id": cid, "verdict": "inconclusive", "reason": why, "deciding": {}}
+                for cid in (REPAIRED_SIGN, CRITICAL_RESIDUAL)]
+    return [decide_repaired_sign(sign_states(measurements["cases"], measurements["certificates"])),
+            decide_critical_residual(measurements["critical_sweeps"], crossing_rtol)]
+
+
+def report_lines(measurements) -> list[str]:
+    """The report's tables: the certificate's prediction against the measured ``lambda_min(H_eff)`` per certified
+    equilibrium, and each residual sweep's predicted against measured crossing (none in a dry run)."""
+    if "certificates" not in measurements:
+        return ["Repaired Thm 4.1: no certificates measured (dry run)."]
+    rows, certs = measurements["cases"], measurements["certificates"]
+    states = sign_states(rows, certs)
+    sign = [{"state": s["label"], "head": s["head_kind"], "conclusion": s["conclusion"],
+             "predicted s*": s["critical_scale"],
+             "bracket": f"[{s['critical_bounds'][0]:.4g}, {s['critical_bounds'][1]:.4g}]",
+             "predicted sign": s["predicted_sign"], "lambda_min(H_eff)": s["lambda_min"], "tol": s["tol"],
+             "measured sign": measured_sign(s["lambda_min"], s["tol"]),
+             "match": (s["conclusion"] == _NO_PREDICTION
+                       or measured_sign(s["lambda_min"], s["tol"]) == s["predicted_sign"])}
+            for s in states]
+    sweeps = [{"state": s["label"], "s*": s["critical_scale"], "predicted crossing r0 s*": s["predicted_crossing"],
+               "measured crossing": "none" if s["crossing"] is None else s["crossing"],
+               "swept r": f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}]", "evaluations": s["evaluations"]}
+              for s in measurements["critical_sweeps"]]
+    return [("Repaired Thm 4.1 (thm4.1-repaired-sign): the certificate's prediction against the measured "
+             "lambda_min(H_eff) at each certified equilibrium (sign -1 unstable, 0 degenerate, +1 stable):"), "",
+            common.markdown_table(sign), "",
+            ("Residual sweeps (thm4.1-critical-residual; head and c fixed, the residual scaled: tests the code, not "
+             "the theory):"), "", common.markdown_table(sweeps)]

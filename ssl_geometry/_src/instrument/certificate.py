@@ -1,0 +1,486 @@
+"""Thm 4.1 repaired: a certificate that predicts, from one collapsed state, whether it is unstable.
+
+docs/theory.md, section "Thm 4.1 repaired: when a collapsed equilibrium is unstable", derives what
+this module computes. At a collapsed state ``z_i = c`` of a sample-wise head and a loss whose
+Hessian ``H_L`` has no blocks coupling two samples, the effective Hessian is block diagonal by
+sample, block ``i`` being ``G_i + M_i`` with
+
+    G_i = J^T H_L,ii J,      M_i = sum_a rho_ia hess h_a(c),      J = dh/dz(c).
+
+Along the family ``rho -> s rho`` (head, ``c`` and ``H_L`` fixed; ``s = 1`` is the given state)
+block ``i`` is ``G_i + s M_i`` and ``f_i(s) = lambda_min(G_i + s M_i)`` is concave in ``s`` (a
+minimum of affine functions) with ``f_i(0) = lambda_min(G_i) >= 0`` where ``H_L >= 0``. So the
+block is stable on ``[0, s*_i]`` and unstable beyond, and ``s* = min_i s*_i`` is the critical
+residual scale. :func:`collapse_certificate` computes it per block (``N_i = null(G_i)``,
+``Q_i`` an orthonormal basis of it, ``B_i = Q_i^T M_i Q_i``):
+
+1. ``lambda_min(B_i) < 0``, or a null direction ``y`` of ``B_i`` with ``M_i Q_i y != 0``: then
+   ``G_i + s M_i`` has a negative Rayleigh quotient at every ``s > 0``, ``s*_i = 0``;
+2. otherwise ``G_i`` and ``M_i`` both vanish on ``K_i = Q_i null(B_i)``: exact zero eigenvalues at
+   every ``s`` (degenerate directions), and on ``V_i = K_i^perp`` (``G'`` and ``M'`` the compressions):
+   ``s*_i = 1 / mu_i`` with ``mu_i = lambda_max(-G'^{-1/2} M' G'^{-1/2})`` when ``G' > 0``
+   (``s*_i = inf`` when ``mu_i <= 0``), or, when ``G'`` is singular (``B_i > 0`` on part of
+   ``N_i``), the root of ``f`` by Newton from the right (monotone for a concave ``f``);
+3. the bracket ``lambda_min(G')/|lambda_min(M')| <= s*_i <= min(lambda_min(G')/(-q^T M' q),
+   w^T G' w/(-w^T M' w))`` (``q``, ``w`` the unit bottom eigenvectors of ``G'`` and ``M'``; a
+   term is ``inf`` when its denominator is not positive): Weyl's inequality below, two Rayleigh
+   quotients above.
+
+Up to the dense limit (``min(max_dense_dim, MATRIX_FREE_ABOVE)``, the latter
+:data:`ssl_geometry.geometry.MATRIX_FREE_ABOVE`) everything is computed densely in float64 (``eigh`` of
+each ``d x d`` block). Above it the certificate is matrix-free on the whole ``n d``-dimensional
+operators: Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`) for the extremes of ``G`` and
+``M``, and ``s*`` as the root of ``f(s) = lambda_min(G + s M)`` by Newton with ``f'(s) = q^T M q``;
+that path needs ``G > 0`` (a non-trivial ``null(G)`` is refused by name there).
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float
+
+from ssl_geometry._src.checks import check_finite, check_positive, check_rank
+from ssl_geometry._src.instrument.effective import effective_hvp_operator, flat_problem
+from ssl_geometry._src.instrument.premises import sign_tolerance
+from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE
+from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.models.base import Model, as_function
+
+__all__ = ["CERTIFICATE_CONCLUSIONS", "CollapseCertificate", "collapse_certificate"]
+
+#: The conclusions :func:`collapse_certificate` can reach (the repaired Thm 4.1's vocabulary).
+CERTIFICATE_CONCLUSIONS = (
+    "unstable (M on null(G))",             # s* = 0: negative curvature at every residual scale s > 0
+    "unstable (residual above critical)",  # 0 < s* < 1
+    "stable (residual below critical)",    # s* > 1 (inf included) and no exact zero direction
+    "degenerate",                          # s* > 1 with G = M = 0 on some direction, or s* = 1
+    "premise violated (G not PSD)",        # lambda_min(G) < -tol: H_L is not PSD on range(J)
+)
+
+
+class CollapseCertificate(NamedTuple):
+    """The repaired Thm 4.1 at one collapsed state (see the module docstring for the formulas).
+
+    Attributes:
+      conclusion: one of :data:`CERTIFICATE_CONCLUSIONS`.
+      critical_scale: ``s* = min_i s*_i`` (``0.0``: unstable at every ``s > 0``; ``inf``: stable
+        at every ``s >= 0``).
+      critical_bounds: ``(lower, upper)`` with ``lower <= s* <= upper`` (module docstring, item 3).
+      predicted_sign: the sign of ``lambda_min(H_eff)`` at ``s = 1``: ``-1`` (``s* < 1``), ``0``
+        (degenerate: an exact zero direction, or ``s* = 1`` within ``critical_rtol``), ``+1``.
+      null_dim: ``dim null(G) = sum_i dim null(G_i)``.
+      block_null_dims: ``dim null(G_i)`` per block.
+      null_curvature: ``max_i max|lambda(Q_i^T M_i Q_i)|``, the size of ``M`` on ``null(G)``.
+      null_curvature_min: ``min_i lambda_min(Q_i^T M_i Q_i)`` (``0.0`` where ``null(G) = {0}``).
+      null_coupling: ``max_i |M_i K_i|_2`` over the null directions ``K_i`` of ``B_i``
+        (non-zero: ``M`` maps a direction of ``null(G)`` out of it, unstable at every ``s > 0``).
+      zero_dim: ``sum_i dim K_i``: directions on which ``G`` and ``M`` both vanish.
+      lambda_min_metric: ``min_i lambda_min(G_i)``.
+      lambda_max_metric: ``max_i lambda_max(G_i)``.
+      lambda_min_interaction: ``min_i lambda_min(M_i)``.
+      lambda_max_interaction: ``max_i lambda_max(M_i)``.
+      interaction_sum: ``|sum_i M_i|_2 / max_i sum_a |rho_ia| |hess h_a(c)|_F`` (round-off when
+        ``sum_i rho_i`` is in the kernel of ``r -> sum_a r_a hess h_a``, e.g. at a head-stationary
+        state; ``nan`` when ``rho = 0`` or when ``H_L`` couples the samples).
+      blocks: the number of blocks (``n`` when ``H_L`` has no coupling blocks, else ``1``).
+      block_dim: the size of each block.
+      metric_tol: the largest tolerance used on ``G`` (:func:`ssl_geometry.geometry.sign_tolerance`
+        of ``G_i``).
+      interaction_tol: the largest tolerance used on ``M``: ``dim eps sum_a |rho_ia| |hess h_a(c)|_F``
+        (the rounding of ``M_i``, whose terms may cancel) times ``1 + 2 |G_i|_2 / gap_i`` for the
+        error of the computed null space.
+      method: ``"dense"`` or ``"lanczos"`` (then ``blocks = 1`` of ``n d`` dimensions, the null-space
+        fields are ``0`` because ``G > 0`` was required, and ``interaction_sum`` is ``nan``).
+      notes: how ``s*`` was found where it was not the direct eigensolve, and any refusal reason.
+    """
+
+    conclusion: str
+    critical_scale: float
+    critical_bounds: tuple
+    predicted_sign: int
+    null_dim: int
+    block_null_dims: tuple
+    null_curvature: float
+    null_curvature_min: float
+    null_coupling: float
+    zero_dim: int
+    lambda_min_metric: float
+    lambda_max_metric: float
+    lambda_min_interaction: float
+    lambda_max_interaction: float
+    interaction_sum: float
+    blocks: int
+    block_dim: int
+    metric_tol: float
+    interaction_tol: float
+    method: str
+    notes: tuple
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dictionary (tuples as lists)."""
+        d = self._asdict()
+        for name in ("critical_bounds", "block_null_dims", "notes"):
+            d[name] = list(d[name])
+        return d
+
+
+def _sym(a):
+    return 0.5 * (a + a.T)
+
+
+def _newton_root(G, M, tol, notes, max_iter=200):
+    """The positive root of the concave ``f(s) = lambda_min(G + s M)`` (``f(0) = 0``, ``f > 0`` just after).
+
+    Newton from an ``s`` with ``f(s) <= 0``: each tangent of a concave function lies above it,
+    so the iterates decrease monotonically to the root. ``f'(s) = q^T M q`` (``q`` the bottom
+    eigenvector; a supergradient where the eigenvalue is multiple).
+    """
+    eM, vM = np.linalg.eigh(M)
+    if eM[0] >= -tol:
+        return float("inf")
+    w = vM[:, 0]
+    s = float(w @ G @ w) / float(-(w @ M @ w))
+    for _ in range(max_iter):
+        e, v = np.linalg.eigh(_sym(G + s * M))
+        f, fp = float(e[0]), float(v[:, 0] @ M @ v[:, 0])
+        if f >= 0.0 or fp >= 0.0:
+            return s
+        s_new = s - f / fp
+        if abs(s_new - s) <= 4 * np.finfo(np.float64).eps * s:
+            return s_new
+        s = s_new
+    notes.append(f"Newton for s* did not settle in {max_iter} steps; last s = {s:.17g}.")
+    return s
+
+
+def _block(G, M, m_scale, dtype, notes):
+    """The per-block quantities of the module docstring, as a dict."""
+    dim = G.shape[0]
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    eG, vG = np.linalg.eigh(G)
+    eM = np.linalg.eigvalsh(M)
+    g_tol = sign_tolerance(eG, dtype)
+    m_norm = float(np.max(np.abs(eM)))
+    g_norm = float(np.max(np.abs(eG)))
+    out = {"lmin_G": float(eG[0]), "lmax_G": float(eG[-1]), "lmin_M": float(eM[0]), "lmax_M": float(eM[-1]),
+           "g_tol": g_tol, "m_norm": m_norm}
+    if eG[0] < -g_tol:
+        return {**out, "psd": False, "null_dim": 0, "null_curv": 0.0, "null_min": 0.0, "coupling": 0.0,
+                "zero_dim": 0, "m_tol": 0.0, "s": float("nan"), "lower": float("nan"), "upper": float("nan")}
+    null = eG <= g_tol
+    Q = vG[:, null]
+    above = eG[~null]
+    gap = float(above[0]) if above.size else g_norm
+    # M's rounding: its entries are sums sum_a rho_a hess h_a that may cancel (M = 0 exactly at some
+    # equilibria), so their error is eps times the size of the terms, m_scale = sum_a |rho_a| |hess h_a|_F
+    # >= |M|_2; plus the error of the computed null space (Davis-Kahan: its angle is at most
+    # |E_G| / gap with |E_G| <= dim eps |G|), which moves Q^T M Q by twice that times |M|.
+    m_tol = dim * eps * m_scale * (1.0 + 2.0 * g_norm / gap) if gap > 0 else dim * eps * m_scale
+    res = {**out, "psd": True, "null_dim": int(Q.shape[1]), "m_tol": float(m_tol)}
+    if Q.shape[1]:
+        eB, vB = np.linalg.eigh(_sym(Q.T @ M @ Q))
+        K = Q @ vB[:, np.abs(eB) <= m_tol] if eB[0] >= -m_tol else Q[:, :0]
+        coupling = float(np.linalg.norm(M @ K, 2)) if K.shape[1] else 0.0
+        res.update(null_curv=float(np.max(np.abs(eB))), null_min=float(eB[0]), coupling=coupling,
+                   zero_dim=int(K.shape[1]))
+        if eB[0] < -m_tol or coupling > m_tol:
+            return {**res, "zero_dim": 0, "s": 0.0, "lower": 0.0, "upper": 0.0}
+    else:
+        K = Q
+        res.update(null_curv=0.0, null_min=0.0, coupling=0.0, zero_dim=0)
+    if K.shape[1]:
+        V = np.linalg.svd(K, full_matrices=True)[0][:, K.shape[1]:]  # orthonormal basis of K^perp
+        Gp, Mp = _sym(V.T @ G @ V), _sym(V.T @ M @ V)
+    else:
+        Gp, Mp = G, M
+    if Gp.shape[0] == 0:
+        return {**res, "s": float("inf"), "lower": float("inf"), "upper": float("inf")}
+    eGp, vGp = np.linalg.eigh(Gp)
+    eMp, vMp = np.linalg.eigh(Mp)
+    m_neg = eMp[0] < -m_tol
+    # bracket: Weyl below, Rayleigh quotients at q (bottom of G') and w (bottom of M') above
+    q, w = vGp[:, 0], vMp[:, 0]
+    qMq, wMw = float(q @ Mp @ q), float(w @ Mp @ w)
+    lower = float(max(eGp[0], 0.0) / -eMp[0]) if m_neg else float("inf")
+    upper = min(float(eGp[0] / -qMq) if qMq < -m_tol else float("inf"),
+                float((w @ Gp @ w) / -wMw) if wMw < -m_tol else float("inf"))
+    if not m_neg:
+        s = float("inf")
+    elif eGp[0] > g_tol:
+        W = vGp / np.sqrt(eGp)[None, :]          # W^T G' W = I
+        kappa = np.linalg.eigvalsh(_sym(-(W.T @ Mp @ W)))
+        mu = float(kappa[-1])
+        # M' is known to m_tol, so mu to m_tol / lambda_min(G'): a mu inside that is zero
+        s = 1.0 / mu if mu > m_tol / eGp[0] else float("inf")
+    else:
+        notes.append("G is singular off the degenerate directions (M > 0 on part of null(G)): s* from Newton "
+                     "on lambda_min(G + s M).")
+        s = _newton_root(Gp, Mp, m_tol, notes)
+    return {**res, "s": s, "lower": min(lower, s), "upper": max(upper, s) if np.isfinite(s) else upper}
+
+
+def _blocks(head_fn, loss_fn, z):
+    """``(G blocks, M blocks, M rounding scales, coupled?)``: per-sample ``(n, d, d)`` blocks, or one block when
+    ``H_L`` couples; the scale of block ``i`` is ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``)."""
+    z, _, loss_flat, uf, u_shape = flat_problem(head_fn, loss_fn, z)
+    if len(u_shape) != 2 or u_shape[0] != z.shape[0]:
+        raise ValueError(f"`head` must map a batch (n, d) = {z.shape} to outputs (n, k); got {u_shape}.")
+    n, d = z.shape
+    k = u_shape[1]
+
+    def h1(x):
+        return head_fn(x[None, :])[0]
+
+    Jb = jax.vmap(jax.jacfwd(h1))(z)                                   # (n, k, d)
+    rho = jax.grad(loss_flat)(uf).reshape(n, k)
+    check_finite(rho, "residual rho = grad_u L at the given `z`")
+    Mb = jax.vmap(lambda zi, ri: jax.hessian(lambda x: jnp.vdot(ri, h1(x)))(zi))(z, rho)
+    hvp = jax.vmap(lambda t: jax.jvp(jax.grad(loss_flat), (uf,), (t,))[1])
+    # G_ij = J_i^T H_L,ij J_j, column block j at a time: H_L applied to the d tangents of sample j
+    Gfull = np.zeros((n, d, n, d))
+    for j in range(n):
+        T = jnp.zeros((d, n, k)).at[:, j, :].set(Jb[j].T).reshape(d, n * k)
+        HT = hvp(T).reshape(d, n, k)                                    # (d, n, k): (H_L J_j)^T
+        Gfull[:, :, j, :] = np.asarray(jnp.einsum("ipa,bip->iab", Jb, HT))
+    Mb = np.asarray(Mb, np.float64)
+    hess_norms = jnp.sqrt(jnp.sum(jax.hessian(h1)(z[0]) ** 2, axis=(1, 2)))            # (k,)
+    scales = np.asarray(jnp.abs(rho) @ hess_norms, np.float64)                           # (n,)
+    check_finite(Gfull, "metric G = J^T H_L J at the given `z`")
+    check_finite(Mb, "interaction M = sum rho_a hess h_a at the given `z`")
+    diag = np.stack([Gfull[i, :, i, :] for i in range(n)])
+    off = Gfull.copy()
+    for i in range(n):
+        off[i, :, i, :] = 0.0
+    scale = float(np.max(np.abs(Gfull))) if Gfull.size else 0.0
+    coupled = bool(np.max(np.abs(off)) > n * d * np.finfo(np.float64).eps * scale) if n > 1 else False
+    if not coupled:
+        return diag, Mb, scales, False
+    Mfull = np.zeros((n, d, n, d))
+    for i in range(n):
+        Mfull[i, :, i, :] = Mb[i]
+    return Gfull.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), True
+
+
+def _matrix_free(head_fn, loss_fn, z, lanczos_steps, key, notes):
+    """``s*`` on the whole batch operator by Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`).
+
+    Needs ``G > 0`` (full column rank): ``lambda_min(G)`` within its tolerance is refused, since
+    the null space of ``G`` and ``M`` on it are not resolved matrix-free. ``s*`` is the root of the
+    concave ``f(s) = lambda_min(G + s M)``, by Newton from the Rayleigh upper bound at the bottom
+    Ritz vector ``w`` of ``M`` (monotone from the right), ``f'(s) = q^T M q`` at the bottom Ritz
+    vector ``q``; each ``f(s)`` is a Lanczos run whose true residual enters the tolerances.
+    """
+    mv_g, args_g = effective_hvp_operator(head_fn, loss_fn, z, part="metric")
+    mv_m, args_m = effective_hvp_operator(head_fn, loss_fn, z, part="interaction")
+    n_g, dim, dtype = len(args_g), int(z.size), z.dtype
+
+    def pencil(v, s, *args):
+        return mv_g(v, *args[:n_g]) + s * mv_m(v, *args[n_g:])
+
+    def lanczos(mv, args, i):
+        r = extreme_eigenvalues(mv, dim, k=1, num_steps=min(lanczos_steps, dim), key=jax.random.fold_in(key, i),
+                                args=args, return_vectors=True, dtype=dtype)
+        lo, hi = float(np.asarray(r.smallest)[0]), float(np.asarray(r.largest)[0])
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise FloatingPointError(f"Lanczos returned non-finite extreme eigenvalues: {lo}, {hi}.")
+        res = float(np.asarray(r.smallest_true_residuals)[0])
+        if not r.converged:
+            notes.append(f"Lanczos run {i} did not meet its tolerance in {r.num_steps} steps (true residual "
+                         f"{res:.3e}).")
+        return lo, hi, jnp.asarray(r.smallest_vectors)[0], res
+
+    def quad(mv, args, v):
+        return float(jnp.vdot(v, mv(v, *args)))
+
+    lmin_g, lmax_g, q0, res_g = lanczos(mv_g, tuple(args_g), 0)
+    lmin_m, lmax_m, w, res_m = lanczos(mv_m, tuple(args_m), 1)
+    g_tol = sign_tolerance([lmin_g, lmax_g], dtype, dim=dim, residual=res_g)
+    m_tol = sign_tolerance([lmin_m, lmax_m], dtype, dim=dim, residual=res_m)
+    out = {"lmin_G": lmin_g, "lmax_G": lmax_g, "lmin_M": lmin_m, "lmax_M": lmax_m, "g_tol": g_tol, "m_tol": m_tol}
+    if lmin_g < -g_tol:
+        return {**out, "psd": False}
+    if lmin_g <= g_tol:
+        raise ValueError(f"lambda_min(G) = {lmin_g:.3e} is within its tolerance {g_tol:.3e}: null(G) is not trivial, "
+                         f"and the matrix-free path of collapse_certificate needs G > 0 (the {dim}-dimensional "
+                         "operator is above the dense limit, where null(G) and M on it would be resolved).")
+    if lmin_m >= -m_tol:
+        return {**out, "psd": True, "s": float("inf"), "lower": float("inf"), "upper": float("inf")}
+    s = quad(mv_g, args_g, w) / -quad(mv_m, args_m, w)
+    upper = s
+    q0_m = quad(mv_m, args_m, q0)
+    if q0_m < -m_tol:
+        upper = min(upper, lmin_g / -q0_m)
+    lower = lmin_g / -lmin_m
+    for i in range(2, 52):
+        f, _, q, res = lanczos(pencil, (jnp.asarray(s, dtype), *args_g, *args_m), i)
+        fp = quad(mv_m, args_m, q)
+        if f >= -res or fp >= 0.0:
+            break
+        s_new = s - f / fp
+        if abs(s_new - s) <= 1e-12 * s:
+            s = s_new
+            break
+        s = s_new
+    else:
+        notes.append(f"Newton for s* did not settle in 50 Lanczos runs; last s = {s:.17g}.")
+    return {**out, "psd": True, "s": float(s), "lower": min(lower, s), "upper": max(upper, s)}
+
+
+def _checked_arguments(head, variables, z, critical_rtol, max_dense_dim, lanczos_steps, collapse_tol):
+    """``(head_fn, z)`` after :func:`collapse_certificate`'s argument checks (each error names its argument)."""
+    if isinstance(head, Model):
+        if not isinstance(variables, dict) or "params" not in variables:
+            raise ValueError("`variables` must be the head's variables dict with a 'params' entry when `head` is a "
+                             f"Model; got {type(variables).__name__}.")
+        head_fn = as_function(head, variables, train=False)
+    elif callable(head):
+        if variables is not None:
+            raise ValueError("`variables` must be None when `head` is a plain function z -> u.")
+        head_fn = head
+    else:
+        raise TypeError(f"`head` must be a Model or a callable z -> u; got {type(head).__name__}.")
+    z = jnp.asarray(z)
+    check_rank(z, "z", 2)
+    check_positive(critical_rtol, "critical_rtol")
+    if not isinstance(max_dense_dim, int) or isinstance(max_dense_dim, bool) or max_dense_dim < 1:
+        raise ValueError(f"`max_dense_dim` must be a positive int; got {max_dense_dim!r}.")
+    if not isinstance(lanczos_steps, int) or isinstance(lanczos_steps, bool) or lanczos_steps < 2:
+        raise ValueError(f"`lanczos_steps` must be an int >= 2; got {lanczos_steps!r}.")
+    if z.shape[0] < 1 or z.shape[1] < 1:
+        raise ValueError(f"`z` must be a non-empty batch (n, d); got shape {z.shape}.")
+    if jnp.issubdtype(z.dtype, jnp.floating):
+        zc = np.asarray(z, np.float64)
+        check_finite(zc, "z")
+        centre = zc.mean(axis=0)
+        spread = float(np.max(np.linalg.norm(zc - centre, axis=1)))
+        c_tol = 1e-6 * max(1.0, float(np.linalg.norm(centre))) if collapse_tol is None else float(collapse_tol)
+        if spread > c_tol:
+            raise ValueError(f"`z` must be a collapsed state (every row the same point c): max_i |z_i - mean z| = "
+                             f"{spread:.3e} > collapse_tol = {c_tol:.3e}.")
+    return head_fn, z
+
+
+def _conclusion(s_star: float, zero_dim: int, critical_rtol: float) -> tuple[str, int]:
+    """``(conclusion, sign of lambda_min(H_eff) at s = 1)`` from ``s*`` and the shared zero directions."""
+    if s_star == 0.0:
+        return CERTIFICATE_CONCLUSIONS[0], -1
+    elif s_star < 1.0 - critical_rtol:
+        return CERTIFICATE_CONCLUSIONS[1], -1
+    elif s_star <= 1.0 + critical_rtol or zero_dim > 0:
+        return CERTIFICATE_CONCLUSIONS[3], 0
+    return CERTIFICATE_CONCLUSIONS[2], 1
+
+
+def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key):
+    """Each block's ``G``/``M`` spectra and ``s*_i`` (dense ``eigh``, or Lanczos above the dense limit):
+    ``(per-block dicts, interaction_sum, blocks, block_dim, dense, notes)``."""
+    limit = min(max_dense_dim, MATRIX_FREE_ABOVE)
+    n, d = z.shape
+    dense = d <= limit
+    if dense:
+        G, M, m_scales, coupled = _blocks(head_fn, loss_fn, z)
+        dense = G.shape[1] <= limit
+    notes = []
+    if dense:
+        if coupled:
+            notes.append("H_L couples the samples: G is not block diagonal; one block of size n*d.")
+        per = [_block(_sym(G[b]), _sym(M[b]), float(m_scales[b]), z.dtype, notes) for b in range(G.shape[0])]
+        m_sum = np.linalg.norm(_sym(M.sum(axis=0)), 2) if not coupled else float("nan")
+        m_max = float(np.max(m_scales))
+        m_sum = float(m_sum / m_max) if m_max > 0 else float("nan")
+        blocks, block_dim = int(G.shape[0]), int(G.shape[1])
+    else:
+        notes.append(f"above the dense limit min(max_dense_dim, MATRIX_FREE_ABOVE) = {limit}: Lanczos on the whole "
+                     f"{n * d}-dimensional operators G and M (full column rank required).")
+        key = jax.random.PRNGKey(0) if key is None else key
+        per = [{**_matrix_free(head_fn, loss_fn, z, lanczos_steps, key, notes), "null_dim": 0, "null_curv": 0.0,
+                "null_min": 0.0, "coupling": 0.0, "zero_dim": 0}]
+        m_sum, blocks, block_dim = float("nan"), 1, n * d
+    return per, m_sum, blocks, block_dim, dense, notes
+
+
+def collapse_certificate(
+    head: Model | Callable[[Array], Array],
+    loss_fn: Callable[[Array], Array],
+    z: Float[ArrayLike, "n d"],
+    *,
+    variables: dict | None = None,
+    max_dense_dim: int = MATRIX_FREE_ABOVE,
+    critical_rtol: float = 1e-8,
+    collapse_tol: float | None = None,
+    lanczos_steps: int = 200,
+    key: Array | None = None,
+) -> CollapseCertificate:
+    """The repaired Thm 4.1 at a collapsed state: ``s*``, the predicted sign, and why.
+
+    With ``G_i = J^T H_L,ii J`` and ``M_i = sum_a rho_ia hess h_a(c)`` the sample blocks of
+    ``H_eff = G + M`` at ``z_i = c`` (module docstring; docs/theory.md, section "Thm 4.1 repaired:
+    when a collapsed equilibrium is unstable"):
+
+    * ``s* = 0`` when ``M`` acts on ``null(G)`` (``lambda_min(Q_i^T M_i Q_i) < 0`` or
+      ``M_i K_i != 0``): ``"unstable (M on null(G))"``, negative curvature at every residual scale;
+    * else ``s* = min_i 1 / lambda_max(-G_i'^{-1/2} M_i' G_i'^{-1/2})`` on the complement of the
+      directions where ``G_i = M_i = 0`` (``inf`` when that is ``<= 0``);
+    * conclusion at the given state (``s = 1``): ``"unstable (residual above critical)"`` when
+      ``s* < 1 - critical_rtol``, ``"degenerate"`` when ``|s* - 1| <= critical_rtol`` or when
+      ``G`` and ``M`` both vanish on some direction, ``"stable (residual below critical)"``
+      otherwise; ``"premise violated (G not PSD)"`` when ``lambda_min(G_i) < -tol`` (``H_L`` not
+      PSD on ``range(J)``; the rest is then not computed).
+
+    The state must be collapsed (rows of ``z`` equal up to ``collapse_tol``, default
+    ``1e-6 max(1, |mean z|)``) and the head sample-wise (a :class:`~ssl_geometry.Model` is applied
+    in eval mode). Whether the state is an *equilibrium* is not checked here
+    (:func:`ssl_geometry.geometry.thm41_premises` does): the algebra of ``s*`` holds at any state,
+    the sum rule ``sum_i M_i = 0`` (reported as ``interaction_sum``) needs head stationarity.
+
+    Args:
+      head: a head :class:`~ssl_geometry.Model` with ``variables``, or a plain batch function
+        ``(n, d) -> (n, k)`` with ``variables=None``.
+      loss_fn: ``u (n, k) -> scalar``.
+      z: the collapsed state ``(n, d)``, float64 for the float64-exact result.
+      max_dense_dim: the largest block solved densely (never above :data:`MATRIX_FREE_ABOVE`); larger
+        ones go matrix-free (``max_dense_dim=1``: matrix-free at every size).
+      critical_rtol: relative width of "``s* = 1``".
+      lanczos_steps, key: the most Lanczos steps per run and the start-vector key (matrix-free path).
+
+    Returns:
+      :class:`CollapseCertificate`. Computed on the host with NumPy ``eigh`` or Lanczos (the conclusion is a
+      word and the null spaces have data-dependent sizes, so the function is not traced under ``jit``;
+      the derivative pieces are JAX).
+
+    Raises:
+      TypeError / ValueError: naming the argument (``head``, ``variables``, ``z`` not ``(n, d)`` or not
+        collapsed, ``critical_rtol``, ``max_dense_dim``, ``lanczos_steps``; a non-trivial ``null(G)`` on the
+        matrix-free path).
+      FloatingPointError: a non-finite ``rho``, ``G`` or ``M`` at ``z``.
+    """
+    head_fn, z = _checked_arguments(head, variables, z, critical_rtol, max_dense_dim, lanczos_steps,
+                                    collapse_tol)
+    per, m_sum, blocks, block_dim, dense, notes = _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps,
+                                                               key)
+    common = dict(
+        block_null_dims=tuple(p["null_dim"] for p in per), null_dim=int(sum(p["null_dim"] for p in per)),
+        lambda_min_metric=min(p["lmin_G"] for p in per), lambda_max_metric=max(p["lmax_G"] for p in per),
+        lambda_min_interaction=min(p["lmin_M"] for p in per), lambda_max_interaction=max(p["lmax_M"] for p in per),
+        interaction_sum=m_sum, blocks=blocks, block_dim=block_dim, metric_tol=max(p["g_tol"] for p in per),
+        interaction_tol=max(p["m_tol"] for p in per), method="dense" if dense else "lanczos")
+    if not all(p["psd"] for p in per):
+        notes.append(f"lambda_min(G) = {common['lambda_min_metric']:.3e} < -tol: H_L is not PSD on range(J), the "
+                     "repaired theorem's premise; s* is not computed.")
+        return CollapseCertificate(conclusion=CERTIFICATE_CONCLUSIONS[4], critical_scale=float("nan"),
+                                   critical_bounds=(float("nan"), float("nan")), predicted_sign=-1,
+                                   null_curvature=float("nan"), null_curvature_min=float("nan"),
+                                   null_coupling=float("nan"), zero_dim=0, notes=tuple(notes), **common)
+    s_star = min(p["s"] for p in per)
+    lower, upper = min(p["lower"] for p in per), min(p["upper"] for p in per)
+    zero_dim = int(sum(p["zero_dim"] for p in per))
+    notes = list(dict.fromkeys(notes))  # one line per remark, not one per block
+    conclusion, sign = _conclusion(s_star, zero_dim, critical_rtol)
+    return CollapseCertificate(
+        conclusion=conclusion, critical_scale=float(s_star), critical_bounds=(float(lower), float(upper)),
+        predicted_sign=sign, null_curvature=max(p["null_curv"] for p in per),
+        null_curvature_min=min(p["null_min"] for p in per), null_coupling=max(p["coupling"] for p in per),
+        zero_dim=zero_dim, notes=tuple(notes), **common)
