@@ -1,7 +1,7 @@
 """The repaired Thm 4.1 in experiment 3: the certificate's prediction against the measured ``lambda_min(H_eff)``.
 
-Two registered claims (experiments/claims/sec4.py; docs/theory.md, section "Thm 4.1 repaired: when a
-collapsed equilibrium is unstable"):
+Two registered claims (experiments/claims/sec4.py; docs/theory.md, section
+"Thm 4.1 repaired: when a collapsed equilibrium is unstable"):
 
 * ``thm4.1-repaired-sign`` -- at every certified collapsed equilibrium the experiment builds, the sign
   :func:`ssl_geometry.geometry.collapse_certificate` predicts for ``lambda_min(H_eff)`` is the sign the

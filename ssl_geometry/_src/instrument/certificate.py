@@ -417,8 +417,8 @@ def collapse_certificate(
     """The repaired Thm 4.1 at a collapsed state: ``s*``, the predicted sign, and why.
 
     With ``G_i = J^T H_L,ii J`` and ``M_i = sum_a rho_ia hess h_a(c)`` the sample blocks of
-    ``H_eff = G + M`` at ``z_i = c`` (module docstring; docs/theory.md, section "Thm 4.1 repaired:
-    when a collapsed equilibrium is unstable"):
+    ``H_eff = G + M`` at ``z_i = c`` (module docstring; docs/theory.md, section
+    "Thm 4.1 repaired: when a collapsed equilibrium is unstable"):
 
     * ``s* = 0`` when ``M`` acts on ``null(G)`` (``lambda_min(Q_i^T M_i Q_i) < 0`` or
       ``M_i K_i != 0``): ``"unstable (M on null(G))"``, negative curvature at every residual scale;

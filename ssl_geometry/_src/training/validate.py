@@ -146,7 +146,7 @@ def validate_config(config, *, devices: bool = True) -> None:
     ``data.num_train`` (when set) holds a batch, ``data.shapes_max_angle_deg`` only for
     ``"shapes"``, ``data.data_dir`` / ``data.stream`` only for tfds sets, ``float64`` only
     under x64, ``distributed.process_id < distributed.num_processes`` when both are set, and
-    ``data.image_size`` within host memory (:func:`_check_memory`). Called by
+    ``data.image_size`` within host memory (``_check_memory``). Called by
     :func:`ssl_geometry.trainer.train` before anything is built, first with ``devices=False`` (every check
     but the mesh's, which asks JAX for its devices and so would start its backend) before
     ``jax.distributed.initialize``, then in full.
@@ -223,13 +223,13 @@ def _check_across(config, *, devices: bool = True) -> None:
 
 
 #: Training examples of each data set's train split (the in-memory feed holds them all; ``shapes``: the default
-#: ``num_examples``), for the memory bound of :func:`_check_memory`.
+#: ``num_examples``), for the memory bound of ``_check_memory``.
 _TRAIN_EXAMPLES = {"shapes": 10_000, "digits": 1_438, "cifar10": 50_000, "cifar100": 50_000, "stl10": 5_000,
                    "imagenette": 9_469, "imagenet2012": 1_281_167}
 
 
 def host_memory_bytes() -> int:
-    """The host's physical memory in bytes (``os.sysconf``), the limit :func:`_check_memory` states."""
+    """The host's physical memory in bytes (``os.sysconf``), the limit ``_check_memory`` states."""
     return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
 
 
