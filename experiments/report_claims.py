@@ -2,10 +2,10 @@
 README.md's copy of the claim-level table (:mod:`experiments.report_md` writes the rest of the report).
 
 :func:`claim_verdicts` combines the stored records of each claim by its registered ``combine`` rule
-(:func:`experiments.claims.claim_verdict`); :func:`claim_level_table` prints one row per claim, the
-statement in a ``<details>`` collapsible and the rule history under it; :func:`summary` says what holds,
-what fails and why, one line per claim from its ``why``. README's table is the claim-level table
-without the statement column (:func:`readme_excerpt`, written into README by :func:`update_readme`).
+(:func:`experiments.claims.claim_verdict`); :func:`claim_level_table` prints one row per claim and, under the
+table, each statement in a ``<details>`` collapsible with its rule history (:func:`statement_item`);
+:func:`summary` says what holds, what fails and why, one line per claim from its ``why``. README's table is the claim-level table
+without the statements (:func:`readme_excerpt`, written into README by :func:`update_readme`).
 Every cell goes through :func:`experiments.common.table_cell`.
 """
 from __future__ import annotations
@@ -20,9 +20,8 @@ MAX_SUBJECTS = 6
 #: The heading of REPORT's claim-level table, and of README's copy of it.
 REPORT_TABLE_HEADING = "## Claims and verdicts"
 README_TABLE_HEADING = "## What the suite finds"
-#: The claim-level table's columns; README's copy drops :data:`STATEMENT`.
-CLAIM_COLUMNS = ("claim", "verdict", "scale", "experiments", "subjects", "why", "statement")
-STATEMENT = "statement"
+#: The claim-level table's columns (README's copy has the same; the statements follow REPORT's table).
+CLAIM_COLUMNS = ("claim", "verdict", "scale", "experiments", "subjects", "why")
 
 
 def table_row(cells) -> str:
@@ -87,20 +86,22 @@ def claim_label(v: dict) -> str:
     return f"{v['verdict']} ({v['scale']})"
 
 
-def _statement_cell(cid: str) -> str:
+def statement_item(cid: str) -> str:
+    """One bullet of the statements under the claim-level table: the claim's statement in a collapsible
+    ``<details>`` (its source and combine rule inside), then its rule history (:data:`experiments.claims.HISTORY`)."""
     c = _claims.CLAIMS[cid]
-    text = (f"<details><summary>statement</summary>{c.statement}<br><br>*Source:* {c.source}<br><br>"
-            f"*Its records combine as:* {c.combine}</details>")
-    text += "".join(f"<br>*Rule history, {date}:* before, rule {digest} gave *{old}*. {why}"
+    text = (f"- `{cid}`: <details><summary>{c.statement}</summary>*Source:* {c.source}. *Its records combine as:* "
+            f"{c.combine}.</details>")
+    text += "".join(f" *Rule history, {date}:* before, rule {digest} gave *{old}*. {why}."
                     for date, digest, old, why in _claims.HISTORY.get(cid, []))
     return text
 
 
 def claim_level_table(verdicts: dict[str, dict], *, statement: bool = True) -> str:
     """The claim-level table (module docstring): one row per claim of ``verdicts`` (:func:`claim_verdicts`), columns
-    :data:`CLAIM_COLUMNS` (without :data:`STATEMENT` when ``statement`` is False: README's copy)."""
-    cols = [c for c in CLAIM_COLUMNS if statement or c != STATEMENT]
-    lines = [table_row(cols), "|" + "---|" * len(cols)]
+    :data:`CLAIM_COLUMNS`; with ``statement`` (REPORT's copy; README's has none) a blank line and then one
+    :func:`statement_item` per claim, so that the table stays as narrow as its column."""
+    lines = [table_row(CLAIM_COLUMNS), "|" + "---|" * len(CLAIM_COLUMNS)]
     for cid, v in verdicts.items():
         subjects = v["subjects"][:MAX_SUBJECTS]
         more = len(v["subjects"]) - len(subjects)
@@ -109,9 +110,11 @@ def claim_level_table(verdicts: dict[str, dict], *, statement: bool = True) -> s
                  "scale": v["scale"] or "-",
                  "experiments": ", ".join(v["experiments"]) or "-",
                  "subjects": ", ".join(subjects) + (f" and {more} more" if more else "") or "-",
-                 "why": v["why"],
-                 "statement": _statement_cell(cid) if cid in _claims.CLAIMS else "-"}
-        lines.append(table_row(_cell(cells[c]) for c in cols))
+                 "why": v["why"]}
+        lines.append(table_row(_cell(cells[c]) for c in CLAIM_COLUMNS))
+    if statement:
+        lines += ["", "**Statements** (click one to read it; its source, combine rule and rule history follow):", ""]
+        lines += [statement_item(cid) for cid in verdicts if cid in _claims.CLAIMS]
     return "\n".join(lines)
 
 
@@ -167,18 +170,14 @@ def _table_span(lines: list[str], heading: str) -> tuple[int, int]:
 
 
 def readme_excerpt(report_text: str) -> str:
-    """README's table: REPORT's claim-level table (under :data:`REPORT_TABLE_HEADING`) without its statement column."""
+    """README's table: REPORT's claim-level table (under :data:`REPORT_TABLE_HEADING`), without the statements below it."""
     lines = report_text.splitlines()
     first, end = _table_span(lines, REPORT_TABLE_HEADING)
     header = _split_cells(lines[first])
     if header != list(CLAIM_COLUMNS):
         raise ValueError(f"the table under {REPORT_TABLE_HEADING!r} has columns {header}, not the claim-level table's "
                          f"{list(CLAIM_COLUMNS)}")
-    keep = [i for i, c in enumerate(header) if c != STATEMENT]
-    rows = [_split_cells(ln) for ln in lines[first:end]]
-    out = [table_row(r[i] for i in keep) for r in rows]
-    out[1] = "|" + "---|" * len(keep)  # the separator row
-    return "\n".join(out)
+    return "\n".join(lines[first:end])
 
 
 def update_readme(readme_text: str, report_text: str) -> str:

@@ -17,7 +17,7 @@ directory -- one :class:`Entry` per stored ``results.json`` -- and writes, for a
   numbers the rule read, marked stale where the rule or the code changed since), the registry rules it
   applied, then its module's ``report``.
 
-README.md's "What the suite finds" table is the claim-level table without the statement column
+README.md's "What the suite finds" table is the claim-level table without the statements under it
 (:func:`~experiments.report_claims.readme_excerpt`, written into README by
 :func:`~experiments.report_claims.update_readme`). Every table cell goes through
 :func:`experiments.common.table_cell`, so every table renders on GitHub and in mkdocs.

@@ -72,14 +72,17 @@ def test_the_claim_level_table_has_one_row_per_registered_claim_with_its_one_ver
     table = report_md.claim_level_table(verdicts)
     lines = table.splitlines()
     assert _cells(lines[0]) == list(report_md.CLAIM_COLUMNS) and broken_tables(table) == []
-    assert [_cells(ln)[0].strip("`") for ln in lines[2:]] == list(claims.CLAIMS)  # every claim once, registry order
+    rows = lines[2:lines.index("")]
+    assert [_cells(ln)[0].strip("`") for ln in rows] == list(claims.CLAIMS)  # every claim once, registry order
+    assert [ln.split("`")[1] for ln in lines if ln.startswith("- `")] == list(claims.CLAIMS)  # and its statement
     (smooth,) = _rows(table, SMOOTH)
     col = dict(zip(report_md.CLAIM_COLUMNS, smooth))
     assert col["verdict"] == "**not supported (smoke)**" and col["scale"] == "smoke"  # one refuting subject decides
     assert col["experiments"] == "objectives" and col["subjects"] == "dino"
     assert col["why"] == "1 of 2 decisive records refutes it -- objectives [dino]: thm4.1-smooth-unstable because"
-    assert col["statement"].startswith("<details><summary>statement</summary>Thm 4.1, smooth part")
-    assert col["statement"].endswith("*Its records combine as:* theorem</details>")
+    (item,) = [ln for ln in lines if ln.startswith(f"- `{SMOOTH}`: ")]  # its statement, under the table
+    assert item.startswith(f"- `{SMOOTH}`: <details><summary>Thm 4.1, smooth part")
+    assert item.endswith("*Its records combine as:* theorem.</details>")
     col = dict(zip(report_md.CLAIM_COLUMNS, _rows(table, SEC5)[0]))  # guillotine's subject is undecided
     assert col["verdict"] == "**inconclusive (smoke)**" and col["experiments"] == "guillotine"
     col = dict(zip(report_md.CLAIM_COLUMNS, _rows(table, "released-arrays")[0]))
@@ -88,7 +91,8 @@ def test_the_claim_level_table_has_one_row_per_registered_claim_with_its_one_ver
     assert col["verdict"] == "**inconclusive (no decisive record)**" and col["why"] == "no stored record decides it"
     assert col["experiments"] == col["subjects"] == col["scale"] == "-"
     readme = report_md.claim_level_table(verdicts, statement=False)
-    assert _cells(readme.splitlines()[0]) == [c for c in report_md.CLAIM_COLUMNS if c != "statement"]
+    assert _cells(readme.splitlines()[0]) == list(report_md.CLAIM_COLUMNS) and "<details>" not in readme
+    assert readme == "\n".join(lines[:lines.index("")])  # README's copy: the same table, no statements
 
 
 def test_stale_records_are_marked_in_the_claim_table_the_section_and_the_summary(monkeypatch):
@@ -119,9 +123,9 @@ def test_rule_history_prints_under_its_claim(monkeypatch):
     monkeypatch.setitem(claims.HISTORY, GAP, [("2026-11-30", "abcdef0123456789", "inconclusive",
                                                "control changed | before the rerun")])
     table = report_md.claim_level_table(report_md.claim_verdicts([_entry("guillotine", [_rec(GAP, "supported")])]))
-    (row,) = _rows(table, GAP)
-    assert row[-1].endswith("</details><br>*Rule history, 2026-11-30:* before, rule abcdef0123456789 gave "
-                            "*inconclusive*. control changed \\| before the rerun")
+    (item,) = [ln for ln in table.splitlines() if ln.startswith(f"- `{GAP}`: ")]
+    assert item.endswith("</details> *Rule history, 2026-11-30:* before, rule abcdef0123456789 gave "
+                         "*inconclusive*. control changed | before the rerun.")
     assert broken_tables(table) == []
 
 
