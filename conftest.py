@@ -7,14 +7,15 @@ jaxtyping annotations (``Float[ArrayIn, "n k"]``). A call with mismatched shapes
 ``jaxtyping.TypeCheckError`` in every test. Tests that check a library's own error message for
 such a call (what a user without the hook sees) use the ``no_shape_checks`` fixture.
 """
+
 import os
 import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import jax  # noqa: E402
-import jaxtyping  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import jaxtyping
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 
@@ -42,8 +43,10 @@ try:
     SHAPE_CHECKER = "beartype.beartype"
 except ImportError:  # the type tests fail with this message; the rest of the suite still runs
     SHAPE_CHECKER = None
-    warnings.warn("beartype is not installed (pip install -e '.[test]'): jaxtyping annotations are "
-                  "not checked in this test run.", stacklevel=1)
+    warnings.warn(
+        "beartype is not installed (pip install -e '.[test]'): jaxtyping annotations are not checked in this test run.",
+        stacklevel=1,
+    )
 
 if SHAPE_CHECKER is not None:
     jaxtyping.install_import_hook(TYPECHECKED_MODULES, SHAPE_CHECKER)

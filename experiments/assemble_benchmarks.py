@@ -25,6 +25,7 @@ significant digits too; the tables and commands are kept as written.
 
     python -m experiments.assemble_benchmarks [--require-quiet]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,24 +36,47 @@ import sys
 __all__ = ["ORDER", "status", "findings", "assemble", "main"]
 
 ORDER = [
-    ("bench_hessian.md", "Extreme eigenvalues of the SimSiam Hessian: Lanczos vs the paper's power iteration",
-     "experiments/bench_hessian.py"),
-    ("bench_hessian_h200.md", "Extreme eigenvalues of the SimSiam Hessian on an H200: JAX and PyTorch on the same GPU",
-     "experiments/bench_hessian.py"),
-    ("dry_run_paper.md", "Projected wall time of the paper variants: training and analysis from two measured sizes",
-     "experiments/reproduce.py --variant paper --dry-run (its PROJECTION.md)"),
-    ("bench_train.md", "Training throughput: SimSiam ResNet-18 step, JAX vs PyTorch eager", "experiments/bench_train.py"),
-    ("bench_conv.md", "One convolution's forward, input and weight gradients: XLA:CPU vs PyTorch", "experiments/bench_conv.py"),
+    (
+        "bench_hessian.md",
+        "Extreme eigenvalues of the SimSiam Hessian: Lanczos vs the paper's power iteration",
+        "experiments/bench_hessian.py",
+    ),
+    (
+        "bench_hessian_h200.md",
+        "Extreme eigenvalues of the SimSiam Hessian on an H200: JAX and PyTorch on the same GPU",
+        "experiments/bench_hessian.py",
+    ),
+    (
+        "dry_run_paper.md",
+        "Projected wall time of the paper variants: training and analysis from two measured sizes",
+        "experiments/reproduce.py --variant paper --dry-run (its PROJECTION.md)",
+    ),
+    (
+        "bench_train.md",
+        "Training throughput: SimSiam ResNet-18 step, JAX vs PyTorch eager",
+        "experiments/bench_train.py",
+    ),
+    (
+        "bench_conv.md",
+        "One convolution's forward, input and weight gradients: XLA:CPU vs PyTorch",
+        "experiments/bench_conv.py",
+    ),
     ("bench_scaling.md", "Scaling of the instruments' cost", "experiments/bench_scaling.py"),
     ("bench_flow.md", "Gradient flow: adaptive diffrax vs fixed-step RK4", "experiments/bench_flow.py"),
-    ("bench_forward.md", "Forward throughput: ViT-S/16 and ResNet-50 at 224 px, JAX vs PyTorch eager",
-     "experiments/bench_forward.py"),
+    (
+        "bench_forward.md",
+        "Forward throughput: ViT-S/16 and ResNet-50 at 224 px, JAX vs PyTorch eager",
+        "experiments/bench_forward.py",
+    ),
     ("bench_text.md", "MiniLM forward throughput, JAX vs PyTorch eager", "experiments/bench_text.py"),
-    ("bench_device.md", "Device run (GPU): training MFU, Lanczos at paper size, dry run, scaling",
-     "experiments/bench_device.sh"),
+    (
+        "bench_device.md",
+        "Device run (GPU): training MFU, Lanczos at paper size, dry run, scaling",
+        "experiments/bench_device.sh",
+    ),
 ]
 
-_HARNESS_MARK = "1-minute load average"   # the harness header's load line
+_HARNESS_MARK = "1-minute load average"  # the harness header's load line
 
 
 def status(text: str) -> str:
@@ -124,22 +148,28 @@ def _find_hessian(text):
         ours = [r for r in rows if r[header.index("method")].startswith("curvature.hessian_extremes")]
         if base and ours:
             m, s = header.index("method"), header.index("signs")
-            out.append(f"`curvature.hessian_extremes` ({ours[0][m].split('(')[1].split(')')[0]}) against the paper's "
-                       f"20-step power iteration, problem `{problem.group(1) if problem else '?'}`: time ours / theirs "
-                       f"{_num(ours[0][header.index('ratio')])}, signs {ours[0][s]} vs {base[0][s].strip('*')}")
+            out.append(
+                f"`curvature.hessian_extremes` ({ours[0][m].split('(')[1].split(')')[0]}) against the paper's "
+                f"20-step power iteration, problem `{problem.group(1) if problem else '?'}`: time ours / theirs "
+                f"{_num(ours[0][header.index('ratio')])}, signs {ours[0][s]} vs {base[0][s].strip('*')}"
+            )
     return out
 
 
 def _find_columns(table_key, label, ratio, what, by):
     """A finding reader for a table holding column ``ratio``, one clause per row (``by`` names the row)."""
+
     def read(text):
         for _, header, rows in _tables(text):
             if table_key in header and ratio in header:
                 rows = [r for r in rows if r[header.index(ratio)]]
                 if rows:
-                    return [f"{label}: {what} " + ", ".join(f"{_num(r[header.index(ratio)])} ({by(header, r)})"
-                                                           for r in rows)]
+                    return [
+                        f"{label}: {what} "
+                        + ", ".join(f"{_num(r[header.index(ratio)])} ({by(header, r)})" for r in rows)
+                    ]
         return []
+
     return read
 
 
@@ -154,13 +184,16 @@ def _find_dry_run(text):
     if not latest:
         return []
     top = max(latest, key=latest.get)
-    return [f"paper variants projected from dry runs (latest row of each): {sig4(sum(latest.values()))} h in all "
-            f"over {len(latest)} runs, the longest {sig4(latest[top])} h ({top})"]
+    return [
+        f"paper variants projected from dry runs (latest row of each): {sig4(sum(latest.values()))} h in all "
+        f"over {len(latest)} runs, the longest {sig4(latest[top])} h ({top})"
+    ]
 
 
 def _cols(*names):
-    return lambda header, r: ", ".join(f"{n} {r[header.index(n)]}" if n != "layer" else r[header.index(n)]
-                                       for n in names)
+    return lambda header, r: ", ".join(
+        f"{n} {r[header.index(n)]}" if n != "layer" else r[header.index(n)] for n in names
+    )
 
 
 #: How the finding of each report is read from its table.
@@ -168,19 +201,44 @@ FINDERS = {
     "bench_hessian.md": _find_hessian,
     "bench_hessian_h200.md": _find_hessian,
     "dry_run_paper.md": _find_dry_run,
-    "bench_train.md": _find_columns("variant", "JAX training step against PyTorch eager",
-                                    "speed_vs_torch_median", "speed (PyTorch time / JAX time, median)",
-                                    _cols("variant", "batch")),
-    "bench_conv.md": _find_columns("layer", "3x3 convolution backward (dx + dw), XLA:CPU against PyTorch", "ratio_bwd",
-                                   "PyTorch time / JAX time", _cols("layer", "dtype")),
-    "bench_scaling.md": _find_columns("P", "matrix-free against dense spectrum", "ratio_free_over_dense",
-                                      "time ratio", _cols("P")),
-    "bench_flow.md": _find_columns("method", "gradient flow against fixed-step RK4 (dt = 1/lambda_0)",
-                                   "wall / RK4(1/lambda_0)", "wall-time ratio", _cols("method", "rel. error at t1")),
-    "bench_forward.md": _find_columns("model", "forward throughput against PyTorch eager", "ratio_jax_over_torch",
-                                      "PyTorch time / JAX time (median)", _cols("model", "batch")),
-    "bench_text.md": _find_columns("batch", "MiniLM forward against PyTorch eager", "ratio_jax_over_torch",
-                                   "PyTorch time / JAX time (median)", _cols("batch", "length")),
+    "bench_train.md": _find_columns(
+        "variant",
+        "JAX training step against PyTorch eager",
+        "speed_vs_torch_median",
+        "speed (PyTorch time / JAX time, median)",
+        _cols("variant", "batch"),
+    ),
+    "bench_conv.md": _find_columns(
+        "layer",
+        "3x3 convolution backward (dx + dw), XLA:CPU against PyTorch",
+        "ratio_bwd",
+        "PyTorch time / JAX time",
+        _cols("layer", "dtype"),
+    ),
+    "bench_scaling.md": _find_columns(
+        "P", "matrix-free against dense spectrum", "ratio_free_over_dense", "time ratio", _cols("P")
+    ),
+    "bench_flow.md": _find_columns(
+        "method",
+        "gradient flow against fixed-step RK4 (dt = 1/lambda_0)",
+        "wall / RK4(1/lambda_0)",
+        "wall-time ratio",
+        _cols("method", "rel. error at t1"),
+    ),
+    "bench_forward.md": _find_columns(
+        "model",
+        "forward throughput against PyTorch eager",
+        "ratio_jax_over_torch",
+        "PyTorch time / JAX time (median)",
+        _cols("model", "batch"),
+    ),
+    "bench_text.md": _find_columns(
+        "batch",
+        "MiniLM forward against PyTorch eager",
+        "ratio_jax_over_torch",
+        "PyTorch time / JAX time (median)",
+        _cols("batch", "length"),
+    ),
 }
 
 
@@ -197,14 +255,18 @@ def findings(fname: str, text: str) -> list[str]:
 def assemble(root: str | pathlib.Path = ".") -> tuple[str, dict]:
     """``(BENCHMARKS.md text, {file: status})`` from the reports present under ``root/docs``."""
     root = pathlib.Path(root)
-    parts = ["# BENCHMARKS", "",
-             "Every table below was printed by the script named in its section, with the exact command, "
-             "the load average before and after, the other processes' CPU share during the run (tables written since "
-             "that measure exists), the library versions and the device at its top "
-             "(`experiments/benchmarks/harness.py`). Competing implementations were timed interleaved "
-             "(A B A B ...), and ratios are medians of per-round ratios with their spread. Status per section: "
-             "quiet (not loaded by the harness's rule at the time it ran), FORCED UNDER LOAD, or legacy (no harness header; "
-             "not verified).", ""]
+    parts = [
+        "# BENCHMARKS",
+        "",
+        "Every table below was printed by the script named in its section, with the exact command, "
+        "the load average before and after, the other processes' CPU share during the run (tables written since "
+        "that measure exists), the library versions and the device at its top "
+        "(`experiments/benchmarks/harness.py`). Competing implementations were timed interleaved "
+        "(A B A B ...), and ratios are medians of per-round ratios with their spread. Status per section: "
+        "quiet (not loaded by the harness's rule at the time it ran), FORCED UNDER LOAD, or legacy (no harness header; "
+        "not verified).",
+        "",
+    ]
     index, bodies, states, found = [], [], {}, []
     for fname, title, script in ORDER:
         path = root / "docs" / fname
@@ -218,10 +280,20 @@ def assemble(root: str | pathlib.Path = ".") -> tuple[str, dict]:
         if body and body[0].startswith("# "):
             body = body[1:]
         body = ["#" + line if line.startswith("#") else _tidy_prose(line) for line in body]  # nest under the section
+        # Figures linked relative to docs/ stay valid from the repository root (the site hook maps docs/ back).
+        body = [re.sub(r"(!\[[^\]]*\]\()(?![a-z]+:|/|docs/)", r"\1docs/", line) for line in body]
         bodies.append("\n".join([f"## {title}", "", f"Status: **{states[fname]}**.", "", *body, ""]))
-    head = ["# BENCHMARKS", "", "## Findings", "",
-            "One line per benchmark: what was timed against what, the ratio (median, with its spread where the "
-            "table gives one) and the machine; each section below has the table and its command.", "", *found, ""]
+    head = [
+        "# BENCHMARKS",
+        "",
+        "## Findings",
+        "",
+        "One line per benchmark: what was timed against what, the ratio (median, with its spread where the "
+        "table gives one) and the machine; each section below has the table and its command.",
+        "",
+        *found,
+        "",
+    ]
     return "\n".join(head + parts[2:] + index + [""] + bodies), states
 
 
@@ -232,8 +304,11 @@ def main(argv=None, root: str | pathlib.Path = ".") -> str:
     text, states = assemble(root)
     bad = {f: s for f, s in states.items() if s != "quiet"}
     if args.require_quiet and bad:
-        print("not assembling: sections that are not quiet-machine tables: "
-              + ", ".join(f"{f} ({s})" for f, s in bad.items()), file=sys.stderr)
+        print(
+            "not assembling: sections that are not quiet-machine tables: "
+            + ", ".join(f"{f} ({s})" for f, s in bad.items()),
+            file=sys.stderr,
+        )
         raise SystemExit(1)
     (pathlib.Path(root) / "BENCHMARKS.md").write_text(text)
     print("wrote BENCHMARKS.md" + (f" (not quiet: {', '.join(bad)})" if bad else ""))

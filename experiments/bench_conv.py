@@ -10,6 +10,7 @@ weight gradient (``dw``), each jitted alone; PyTorch ``conv2d`` forward and its 
 ``dw`` together, as autograd runs them). Rounds interleaved by :mod:`experiments.benchmarks.harness`.
 ``ratio_*`` = PyTorch time / JAX time (above 1: JAX faster).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,17 +62,33 @@ def bench(batch: int = 128, repeats: int = 5, warmup: int = 1, layers=LAYERS, dt
             return wt.grad
 
         out = {}
-        times = harness.interleave({"jax_fwd": lambda: fwd(xj, wj), "jax_dx": lambda: dx(xj, wj, g),
-                                    "jax_dw": lambda: dw(xj, wj, g), "torch_fwd": t_fwd, "torch_bwd": t_bwd},
-                                   repeats=repeats, warmup=warmup, results=out)
+        times = harness.interleave(
+            {
+                "jax_fwd": lambda: fwd(xj, wj),
+                "jax_dx": lambda: dx(xj, wj, g),
+                "jax_dw": lambda: dw(xj, wj, g),
+                "torch_fwd": t_fwd,
+                "torch_bwd": t_bwd,
+            },
+            repeats=repeats,
+            warmup=warmup,
+            results=out,
+        )
         med = {k: statistics.median(v) for k, v in times.items()}
         dw_t = out["torch_bwd"].float().numpy().transpose(2, 3, 1, 0)
         err = float(np.max(np.abs(np.asarray(out["jax_dw"], np.float32) - dw_t)) / np.max(np.abs(dw_t)))
-        rows.append({"layer": f"{size}x{size}x{ch}", "batch": batch, "dtype": dtype, **{f"{k}_s": v for k, v in med.items()},
-                     "jax_dw_over_fwd": med["jax_dw"] / med["jax_fwd"],
-                     "ratio_fwd": med["torch_fwd"] / med["jax_fwd"],
-                     "ratio_bwd": med["torch_bwd"] / (med["jax_dx"] + med["jax_dw"]),
-                     "dw_rel_diff": err})
+        rows.append(
+            {
+                "layer": f"{size}x{size}x{ch}",
+                "batch": batch,
+                "dtype": dtype,
+                **{f"{k}_s": v for k, v in med.items()},
+                "jax_dw_over_fwd": med["jax_dw"] / med["jax_fwd"],
+                "ratio_fwd": med["torch_fwd"] / med["jax_fwd"],
+                "ratio_bwd": med["torch_bwd"] / (med["jax_dx"] + med["jax_dw"]),
+                "dw_rel_diff": err,
+            }
+        )
     return rows
 
 
@@ -87,16 +104,27 @@ def main(argv=None) -> str:
     args = ap.parse_args(argv)
     load0, cpu0 = harness.load_average(), harness.cpu_sample()
     rows = [r for dt in args.dtypes.split(",") for r in bench(args.batch, args.repeats, args.warmup, dtype=dt.strip())]
-    text = ("3x3 convolution, stride 1, padding 1, batch " f"{args.batch} (one view of a batch-128 step). "
-            "`ratio_bwd` = PyTorch backward (dx + dw) / (JAX dx + JAX dw); `jax_dw_over_fwd`: XLA's weight-gradient "
-            "convolution against its forward (a direct convolution does the same FLOPs in each). `dw_rel_diff`: "
-            "largest weight-gradient difference relative to PyTorch's largest entry.\n\n"
-            + markdown_table(rows, floatfmt=".3g") + "\n")
+    text = (
+        "3x3 convolution, stride 1, padding 1, batch "
+        f"{args.batch} (one view of a batch-128 step). "
+        "`ratio_bwd` = PyTorch backward (dx + dw) / (JAX dx + JAX dw); `jax_dw_over_fwd`: XLA's weight-gradient "
+        "convolution against its forward (a direct convolution does the same FLOPs in each). `dw_rel_diff`: "
+        "largest weight-gradient difference relative to PyTorch's largest entry.\n\n"
+        + markdown_table(rows, floatfmt=".3g")
+        + "\n"
+    )
     print(text)
     if args.out:
-        harness.write_table(args.out, "One convolution's three passes: XLA:CPU vs PyTorch (CPU)", text,
-                            command=harness.command_line("experiments.bench_conv", argv), load_before=load0,
-                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
+        harness.write_table(
+            args.out,
+            "One convolution's three passes: XLA:CPU vs PyTorch (CPU)",
+            text,
+            command=harness.command_line("experiments.bench_conv", argv),
+            load_before=load0,
+            cpu_start=cpu0,
+            threshold=args.load_threshold,
+            force=args.force,
+        )
     return text
 
 

@@ -18,6 +18,7 @@ Usage::
 
     python -m experiments.bench_flow [--t1 50] [--repeats 3] [--out docs/bench_flow.md] [--force]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,11 @@ import argparse
 import jax
 
 jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
-from experiments.benchmarks import harness  # noqa: E402
-from ssl_geometry import dynamics, heads  # noqa: E402
+from experiments.benchmarks import harness
+from ssl_geometry import dynamics, heads
 
 
 def problem(n: int = 32, width: int = 16):
@@ -57,8 +58,9 @@ def run(t1: float, repeats: int) -> tuple[list[dict], dict]:
     save_at = np.linspace(0.0, t1, 11)
     sharp = jax.jit(lambda p, d: dynamics.sharpness(loss, p, d))
     lam0 = float(sharp(p0, data))
-    ref = dynamics.gradient_flow(loss, p0, t1=t1, save_at=save_at, args=data, rtol=1e-12, atol=1e-14,
-                                 max_steps=1_000_000)
+    ref = dynamics.gradient_flow(
+        loss, p0, t1=t1, save_at=save_at, args=data, rtol=1e-12, atol=1e-14, max_steps=1_000_000
+    )
     ref_sharp = jax.vmap(sharp, in_axes=(0, None))(ref.observed, data)
     lam_max_traj = float(jnp.max(ref_sharp))
     theta_ref = flat(ref.params)
@@ -69,13 +71,18 @@ def run(t1: float, repeats: int) -> tuple[list[dict], dict]:
         ("RK4 dt=0.5/lambda_max(theta_0)", dict(solver="rk4", dt0=0.5 / lam0)),
         ("RK4 dt=1/max_t lambda_max", dict(solver="rk4", dt0=1.0 / lam_max_traj)),
     ]
-    counted = {name: dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, count_evals=True,
-                                            throw=False, max_steps=1_000_000, **kw) for name, kw in configs}
+    counted = {
+        name: dynamics.gradient_flow(
+            loss, p0, t1=t1, save_at=[t1], args=data, count_evals=True, throw=False, max_steps=1_000_000, **kw
+        )
+        for name, kw in configs
+    }
     runs = {}
 
     def solve(kw):
-        return lambda: dynamics.gradient_flow(loss, p0, t1=t1, save_at=[t1], args=data, throw=False,
-                                              max_steps=1_000_000, **kw)
+        return lambda: dynamics.gradient_flow(
+            loss, p0, t1=t1, save_at=[t1], args=data, throw=False, max_steps=1_000_000, **kw
+        )
 
     # interleaved rounds over the configurations (harness): every row sees the same load drift
     times = harness.interleave({name: solve(kw) for name, kw in configs}, repeats=repeats, warmup=1, results=runs)
@@ -83,40 +90,64 @@ def run(t1: float, repeats: int) -> tuple[list[dict], dict]:
     for name, _ in configs:
         tr = runs[name]
         err = np.linalg.norm(flat(tr.params) - theta_ref) / np.linalg.norm(theta_ref) if tr.ok else float("nan")
-        rows.append({"method": name, "status": tr.status, "steps": tr.n_steps, "grad evals": counted[name].n_grad_evals,
-                     "rel. error": err, "wall s (median)": float(np.median(times[name])),
-                     "t reached": tr.t_final})
-    info = {"lambda_max(theta_0)": lam0, "max_t lambda_max (reference)": lam_max_traj,
-            "reference steps": ref.n_steps, "t1": t1,
-            "sharpness along reference": [float(s) for s in ref_sharp]}
+        rows.append(
+            {
+                "method": name,
+                "status": tr.status,
+                "steps": tr.n_steps,
+                "grad evals": counted[name].n_grad_evals,
+                "rel. error": err,
+                "wall s (median)": float(np.median(times[name])),
+                "t reached": tr.t_final,
+            }
+        )
+    info = {
+        "lambda_max(theta_0)": lam0,
+        "max_t lambda_max (reference)": lam_max_traj,
+        "reference steps": ref.n_steps,
+        "t1": t1,
+        "sharpness along reference": [float(s) for s in ref_sharp],
+    }
     return rows, info
 
 
 def table(rows: list[dict], info: dict) -> str:
     base = next(r for r in rows if r["method"] == "RK4 dt=1/lambda_max(theta_0)")
-    lines = ["| method | status | steps | grad evals | evals / RK4(1/lambda_0) | rel. error at t1 | wall s | wall / RK4(1/lambda_0) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method | status | steps | grad evals | evals / RK4(1/lambda_0) | rel. error at t1 | wall s | wall / RK4(1/lambda_0) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['status']}" + (f" (t={r['t reached']:.3g})" if r["status"] != "successful" else "")
-                     + f" | {r['steps']} | {r['grad evals']} | {r['grad evals'] / base['grad evals']:.3g} | "
-                     f"{r['rel. error']:.2e} | {r['wall s (median)']:.4f} | {r['wall s (median)'] / base['wall s (median)']:.3g} |")
+        lines.append(
+            f"| {r['method']} | {r['status']}"
+            + (f" (t={r['t reached']:.3g})" if r["status"] != "successful" else "")
+            + f" | {r['steps']} | {r['grad evals']} | {r['grad evals'] / base['grad evals']:.3g} | "
+            f"{r['rel. error']:.2e} | {r['wall s (median)']:.4f} | {r['wall s (median)'] / base['wall s (median)']:.3g} |"
+        )
     s = "\n".join(lines)
-    s += (f"\n\nlambda_max(H) at theta_0 = {info['lambda_max(theta_0)']:.4g}; largest along the reference flow "
-          f"= {info['max_t lambda_max (reference)']:.4g}; sharpness at t = 0, t1/10, ..., t1: "
-          + ", ".join(f"{v:.3g}" for v in info["sharpness along reference"]) + ".")
+    s += (
+        f"\n\nlambda_max(H) at theta_0 = {info['lambda_max(theta_0)']:.4g}; largest along the reference flow "
+        f"= {info['max_t lambda_max (reference)']:.4g}; sharpness at t = 0, t1/10, ..., t1: "
+        + ", ".join(f"{v:.3g}" for v in info["sharpness along reference"])
+        + "."
+    )
     r0 = next(r for r in rows if r["method"] == "RK4 dt=1/lambda_max(theta_0)")
     dt0 = 1.0 / info["lambda_max(theta_0)"]
     tsit = [r for r in rows if r["method"].startswith("Tsit5") and r["status"] == "successful"]
-    s += (f"\n\nReading (computed from the rows above): along the reference flow the sharpness grows from "
-          f"{info['lambda_max(theta_0)']:.3g} to {info['max_t lambda_max (reference)']:.3g}, so the fixed step "
-          f"dt = 1/lambda_max(theta_0) = {dt0:.3g} ends with dt * lambda_max = "
-          f"{dt0 * info['max_t lambda_max (reference)']:.3g}, beyond RK4's stability limit 2.785 on the negative "
-          f"real axis; RK4 with that step ended with relative error {r0['rel. error']:.2e} "
-          f"(status {r0['status']}).")
+    s += (
+        f"\n\nReading (computed from the rows above): along the reference flow the sharpness grows from "
+        f"{info['lambda_max(theta_0)']:.3g} to {info['max_t lambda_max (reference)']:.3g}, so the fixed step "
+        f"dt = 1/lambda_max(theta_0) = {dt0:.3g} ends with dt * lambda_max = "
+        f"{dt0 * info['max_t lambda_max (reference)']:.3g}, beyond RK4's stability limit 2.785 on the negative "
+        f"real axis; RK4 with that step ended with relative error {r0['rel. error']:.2e} "
+        f"(status {r0['status']})."
+    )
     if tsit:
         best = min(tsit, key=lambda r: r["grad evals"])
-        s += (f" The cheapest Tsit5 row ({best['method']}) used {best['grad evals']} gradient evaluations "
-              f"({best['grad evals'] / r0['grad evals']:.3g}x) for relative error {best['rel. error']:.2e}.")
+        s += (
+            f" The cheapest Tsit5 row ({best['method']}) used {best['grad evals']} gradient evaluations "
+            f"({best['grad evals'] / r0['grad evals']:.3g}x) for relative error {best['rel. error']:.2e}."
+        )
     return s
 
 
@@ -131,11 +162,20 @@ def main(argv=None):
     md = table(rows, info)
     print(md)
     if a.out:
-        body = (f"{__doc__.split('Usage::')[0].split(chr(10), 1)[1].strip()}\n\n"
-                f"Float64; wall times are medians of {a.repeats} rounds interleaved over the rows.\n\n{md}\n")
-        harness.write_table(a.out, "Gradient flow: adaptive Tsit5 vs fixed-step RK4 (sharpness rule)", body,
-                            command=harness.command_line("experiments.bench_flow", argv), load_before=load0,
-                            cpu_start=cpu0, threshold=a.load_threshold, force=a.force)
+        body = (
+            f"{__doc__.split('Usage::')[0].split(chr(10), 1)[1].strip()}\n\n"
+            f"Float64; wall times are medians of {a.repeats} rounds interleaved over the rows.\n\n{md}\n"
+        )
+        harness.write_table(
+            a.out,
+            "Gradient flow: adaptive Tsit5 vs fixed-step RK4 (sharpness rule)",
+            body,
+            command=harness.command_line("experiments.bench_flow", argv),
+            load_before=load0,
+            cpu_start=cpu0,
+            threshold=a.load_threshold,
+            force=a.force,
+        )
     return rows, info
 
 

@@ -16,6 +16,7 @@ Usage::
 
     python -m experiments.bench_forward --batch 16 --repeats 5 --warmup 2 [--markdown docs/bench_forward.md]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ import numpy as np
 def _torch_models():
     """PyTorch ViT-S/16 (DINO layout) and ResNet-50 (torchvision layout), without heads."""
     import torch
-    from torch import nn
     import torch.nn.functional as F
+    from torch import nn
 
     class Attention(nn.Module):
         def __init__(self, dim, heads):
@@ -107,7 +108,9 @@ def _torch_models():
             for i, n in enumerate([3, 4, 6, 3]):
                 planes, stride = 64 * 2**i, 1 if i == 0 else 2
                 down = nn.Sequential(nn.Conv2d(inplanes, 4 * planes, 1, stride, bias=False), nn.BatchNorm2d(4 * planes))
-                blocks = [Bottleneck(inplanes, planes, stride, down)] + [Bottleneck(4 * planes, planes) for _ in range(n - 1)]
+                blocks = [Bottleneck(inplanes, planes, stride, down)] + [
+                    Bottleneck(4 * planes, planes) for _ in range(n - 1)
+                ]
                 setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
                 inplanes = 4 * planes
 
@@ -119,8 +122,9 @@ def _torch_models():
     return {"vit_small16": ViT, "resnet50": ResNet50}
 
 
-def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, reps: int = 5, warmup: int = 2,
-          seed: int = 0) -> list[dict]:
+def bench(
+    models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, reps: int = 5, warmup: int = 2, seed: int = 0
+) -> list[dict]:
     """Time both frameworks on each model; return one row per model."""
     import jax
     import jax.numpy as jnp
@@ -153,17 +157,27 @@ def bench(models=("vit_small16", "resnet50"), batch: int = 16, size: int = 224, 
                 return tm(x_t)
 
         out = {}
-        times = harness.interleave({"jax": lambda: fwd(variables, xj), "torch": run_torch},
-                                   repeats=reps, warmup=warmup, results=out)
+        times = harness.interleave(
+            {"jax": lambda: fwd(variables, xj), "torch": run_torch}, repeats=reps, warmup=warmup, results=out
+        )
         z_t = out["torch"]
         st = harness.ratio_stats(times["torch"], times["jax"])  # torch time / jax time = JAX speed-up
         t_jax, t_torch = statistics.median(times["jax"]), statistics.median(times["torch"])
         err = float(np.max(np.abs(np.asarray(z) - z_t.numpy())) / np.max(np.abs(z_t.numpy())))
-        rows.append({"model": name, "batch": batch, "px": size,
-                     "jax_img_s": batch / t_jax, "torch_img_s": batch / t_torch,
-                     "ratio_jax_over_torch": st["median"], "ratio_q25": st["q25"], "ratio_q75": st["q75"],
-                     "jax_first_call_s": compile_s,
-                     "max_rel_diff": err})
+        rows.append(
+            {
+                "model": name,
+                "batch": batch,
+                "px": size,
+                "jax_img_s": batch / t_jax,
+                "torch_img_s": batch / t_torch,
+                "ratio_jax_over_torch": st["median"],
+                "ratio_q25": st["q25"],
+                "ratio_q75": st["q75"],
+                "jax_first_call_s": compile_s,
+                "max_rel_diff": err,
+            }
+        )
     return rows
 
 
@@ -182,17 +196,26 @@ def main(argv=None) -> str:
     load0, cpu0 = harness.load_average(), harness.cpu_sample()
     rows = bench(tuple(args.models.split(",")), args.batch, args.size, args.repeats, args.warmup)
     table = markdown_table(rows, floatfmt=".3g")
-    text = ("Same weights on both sides (random init in the official key layouts, converted with "
-            "`ssl_geometry.pretrained`); `max_rel_diff` is the largest output difference relative to the "
-            "largest PyTorch output. `jax_first_call_s` is the first JAX call (compilation + one run). "
-            f"JAX and PyTorch calls interleaved over {args.repeats} rounds after {args.warmup} warm-up rounds; "
-            "ratio = per-round PyTorch time / JAX time (median, quartiles), images/s from the medians.\n\n"
-            f"{table}\n")
+    text = (
+        "Same weights on both sides (random init in the official key layouts, converted with "
+        "`ssl_geometry.pretrained`); `max_rel_diff` is the largest output difference relative to the "
+        "largest PyTorch output. `jax_first_call_s` is the first JAX call (compilation + one run). "
+        f"JAX and PyTorch calls interleaved over {args.repeats} rounds after {args.warmup} warm-up rounds; "
+        "ratio = per-round PyTorch time / JAX time (median, quartiles), images/s from the medians.\n\n"
+        f"{table}\n"
+    )
     print(text)
     if args.markdown:
-        harness.write_table(args.markdown, "Forward throughput: JAX jit vs PyTorch eager (CPU)", text,
-                            command=harness.command_line("experiments.bench_forward", argv), load_before=load0,
-                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
+        harness.write_table(
+            args.markdown,
+            "Forward throughput: JAX jit vs PyTorch eager (CPU)",
+            text,
+            command=harness.command_line("experiments.bench_forward", argv),
+            load_before=load0,
+            cpu_start=cpu0,
+            threshold=args.load_threshold,
+            force=args.force,
+        )
     return text
 
 

@@ -51,17 +51,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # per product is far from the criterion's 1e-4; PyTorch's side turns TF32 off too); recorded in the table's header
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
-from experiments.benchmarks import harness  # noqa: E402
-from experiments.benchmarks.hessian_problems import PAPER, SMALL, Problem, TorchPaper, torch_device  # noqa: E402,F401
-from experiments.common import markdown_table  # noqa: E402
-from ssl_geometry import curvature as cv  # noqa: E402
+from experiments.benchmarks import harness
+from experiments.benchmarks.hessian_problems import PAPER, SMALL, Problem, TorchPaper, torch_device
+from experiments.common import markdown_table
+from ssl_geometry import curvature as cv
 
 CRITERIA = {"blockwise": 0.25, "coupled": 0.5}  # the largest admissible time ratio ours / paper
 GOAL = {"coupled": 0.25}
@@ -163,7 +163,7 @@ def convergence_report(rows, m: dict) -> str:
     """The :func:`steps_to_tol` table, and the time ratio each stop would give at the run's measured unit costs."""
     paper, ours = m["paper"], m["recommended"]
     extra = ours["hvps"] - ours["lanczos_steps"]  # probes
-    ratio = lambda k: ((k + extra) * ours["hvp_s"] + ours["setup_s"]) / paper["wall_s_median"]  # noqa: E731
+    ratio = lambda k: ((k + extra) * ours["hvp_s"] + ours["setup_s"]) / paper["wall_s_median"]
     table = markdown_table([{**r, **{f"ratio at {k}": f"{ratio(r[k]):.2f}" for k in ("oracle", "gap")}} for r in rows])
     med = {k: float(np.median([r[k] for r in rows])) for k in ("oracle", "gap", "residual")}
     return (f"Steps to tol {m['setting']['tol']:g} of full float32 Lanczos from {len(rows)} start vectors "

@@ -33,15 +33,15 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
-from experiments.benchmarks import harness  # noqa: E402
-from experiments.common import markdown_table  # noqa: E402
+from experiments.benchmarks import harness
+from experiments.common import markdown_table
 
 PRESETS = {
     "smoke": {"lanczos_n": [4, 8], "lanczos_d": [8, 16], "lanczos_fixed_n": 4, "lanczos_fixed_d": 8,
@@ -120,8 +120,8 @@ def dense_table(cfg) -> list[dict]:
     d, k = 8, 16
     W1 = jax.random.normal(jax.random.PRNGKey(0), (d, k), jnp.float64) / math.sqrt(d)
     W2 = jax.random.normal(jax.random.PRNGKey(1), (k, k), jnp.float64) / math.sqrt(k)
-    head = lambda z: jnp.tanh(z @ W1) @ W2  # noqa: E731  (sample-wise, so per_sample applies)
-    loss = lambda u: -jnp.mean(jnp.sum(u * jnp.roll(u, 1, axis=0), axis=1) / (1e-3 + jnp.sum(u**2, axis=1)))  # noqa: E731
+    head = lambda z: jnp.tanh(z @ W1) @ W2  # sample-wise, so per_sample applies
+    loss = lambda u: -jnp.mean(jnp.sum(u * jnp.roll(u, 1, axis=0), axis=1) / (1e-3 + jnp.sum(u**2, axis=1)))
     rows = []
     for P in cfg["dense_P"]:
         n = max(P // d, 1)
@@ -182,37 +182,80 @@ def flow_table(cfg) -> list[dict]:
 # ----------------------------------------------------------------------------- figures and report
 
 
-def _loglog(ax, x, y, label):
-    p = fit_exponent(x, y)
-    ax.loglog(x, y, "o-", label=f"{label} (exponent {p:.2f})")
-    return p
+#: Per table, its panels: (y key, y label with unit, x key, x label, [series]); series ``None`` = all rows.
+FIGURE_SPECS = {
+    "lanczos": [("wall_s", "wall time [s]", "n*d", "problem size n d (batch x dim)", ["vary n", "vary d"]),
+                ("hvps", "Hessian-vector products [count]", "n*d", "problem size n d (batch x dim)", ["vary n", "vary d"])],
+    "dense": [(("dense_s", "matrix_free_s"), "wall time [s]", "P", "dimension P = n d", [None])],
+    "train": [("s_per_step", "time per training step [s]", "batch", "batch size [images]", [None])],
+    "flow": [("grad_evals", "gradient evaluations [count]", "t1", "horizon t1 (stiffness 1)", ["vary t1"]),
+             ("grad_evals", "gradient evaluations [count]", "stiffness", "stiffness factor s (t1 = 5)", ["vary s"])],
+}
+_TITLES = {"lanczos": "blockwise Lanczos on the SimSiam head", "dense": "dense spectrum vs matrix-free",
+           "train": "SimSiam ResNet-18 training step", "flow": "gradient flow (Tsit5, rtol 1e-6)"}
 
 
 def figures(tables: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-    """One log-log figure per table, exponents in the legends; returns the written paths."""
-    from experiments.common import pyplot, save_figure
+    """One log-log figure per table (:data:`FIGURE_SPECS`: a panel per measured quantity, y labels with units),
+    the fitted exponent p of ``y ~ x^p`` in each series' legend entry; returns the written paths."""
+    from experiments import plotting as pl
 
-    plt = pyplot()
     paths = []
-    specs = {
-        "lanczos": [("vary n", "n*d", "wall_s"), ("vary d", "n*d", "wall_s"), ("vary n", "n*d", "hvps")],
-        "dense": [(None, "P", "dense_s"), (None, "P", "matrix_free_s")],
-        "train": [(None, "batch", "s_per_step")],
-        "flow": [("vary t1", "t1", "grad_evals"), ("vary s", "stiffness", "grad_evals")],
-    }
     for name, rows in tables.items():
         if not rows:
             continue
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        for series, xk, yk in specs[name]:
-            sel = [r for r in rows if series is None or r.get("series") == series]
-            if len(sel) >= 1:
-                _loglog(ax, [r[xk] for r in sel], [r[yk] for r in sel], f"{yk} ({series or 'all'})")
-        ax.set_xlabel(specs[name][0][1])
-        ax.set_title(f"scaling: {name}")
-        ax.legend(fontsize=7)
-        paths.append(save_figure(fig, out_dir, f"scaling_{name}"))
+        specs = FIGURE_SPECS[name]
+        fig, axes = pl.figure(1, len(specs), height=3.4, width=pl.TEXT_WIDTH_IN if len(specs) > 1 else 4.6)
+        k = 0
+        for ax, (yks, ylabel, xk, xlabel, series) in zip(axes[0], specs):
+            for yk in (yks if isinstance(yks, tuple) else (yks,)):
+                for ser in series:
+                    sel = [r for r in rows if ser is None or r.get("series") == ser]
+                    x, y = [r[xk] for r in sel], [r[yk] for r in sel]
+                    what = ", ".join(w for w in (ylabel.split(" [")[0] if len(specs) > 1 else yk, ser) if w)
+                    ax.loglog(x, y, "-", **pl.series_style(k), label=f"{what}: ~ size^{fit_exponent(x, y):.2f}")
+                    k += 1
+            if name == "dense":
+                cx = crossing([r["P"] for r in rows], [r["matrix_free_s"] for r in rows], [r["dense_s"] for r in rows])
+                if math.isfinite(cx):
+                    pl.threshold(ax, cx, f"crossing P = {cx:.3g}", axis="x")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            pl.tidy_log_ticks(ax)
+        handles = [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]]
+        pl.legend_outside(fig, loc="below", ncol=2, handles=handles)
+        fig.suptitle(_TITLES[name])
+        paths.append(pl.save_figure(fig, out_dir, f"scaling_{name}"))
     return paths
+
+
+def tables_from_markdown(text: str) -> dict:
+    """``{table: rows}`` read back from a markdown file :func:`report` wrote (each ``## name`` section's
+    first table; numbers parsed, ``True``/``False`` as booleans), so the figures can be redrawn without
+    rerunning the benchmark."""
+    tables, name, header = {}, None, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            name, header = line[3:].strip(), None
+            continue
+        if name not in TABLES or not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+            tables[name] = []
+        elif set("".join(cells)) <= set("-: "):
+            continue
+        else:
+            def val(c):
+                if c in ("True", "False"):
+                    return c == "True"
+                try:
+                    return float(c) if any(ch in c for ch in ".e") or c in ("nan", "inf") else int(c)
+                except ValueError:
+                    return c
+            tables[name].append(dict(zip(header, (val(c) for c in cells))))
+    return tables
 
 
 def exponents(tables: dict) -> dict:
@@ -278,8 +321,14 @@ def main(argv=None):
     ap.add_argument("--train-batches", default=None, help="comma-separated batch sizes (overrides the preset)")
     ap.add_argument("--out", default="docs/bench_scaling.md", help="markdown file ('' to skip)")
     ap.add_argument("--fig-dir", default=None, help="figures directory (default: next to --out, bench_scaling/)")
+    ap.add_argument("--redraw", action="store_true",
+                    help="redraw the figures from the tables already in --out (no benchmark is run)")
     harness.add_arguments(ap, repeats=3, warmup=1)
     args = ap.parse_args(argv)
+    if args.redraw:
+        out = pathlib.Path(args.out)
+        fig_dir = pathlib.Path(args.fig_dir) if args.fig_dir else out.parent / "bench_scaling"
+        return figures(tables_from_markdown(out.read_text()), fig_dir)
     load0, cpu0 = harness.load_average(), harness.cpu_sample()
     tb = [int(b) for b in args.train_batches.split(",") if b] if args.train_batches else None
     tables = run(args.preset, tuple(t for t in args.tables.split(",") if t), train_batches=tb,

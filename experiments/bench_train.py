@@ -113,7 +113,8 @@ def jax_trainer(batch: int, seed: int = 0, *, all_devices: bool = False) -> _Jax
     mesh = trainer.make_mesh(len(devices), 1, devices)
     state = trainer.place_state(trainer.init_train_state(obj, tx, jax.random.PRNGKey(seed), 10), mesh)
     step = trainer.jit_train_step(trainer.make_train_step(obj, tx, sched), mesh, state)
-    return _JaxRunner(f"jax trainer (ssl_geometry.trainer, jit, {len(devices)}-device data mesh)", step, state, trainer.place_batch(_host_batch(batch, seed), mesh))
+    return _JaxRunner(f"jax trainer (ssl_geometry.trainer, jit, {len(devices)}-device data mesh)", step, state,
+                      trainer.place_batch(_host_batch(batch, seed), mesh))
 
 
 def jax_plain(batch: int, seed: int = 0, *, fused: bool = False) -> _JaxRunner:
@@ -179,7 +180,8 @@ def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
             "flops_per_step": r.flops_per_step, "loss": r.loss()}
 
 
-VARIANTS = {"trainer": jax_trainer, "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True), "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
+VARIANTS = {"trainer": jax_trainer, "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True),
+            "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
             "torch": None}
 
 
@@ -242,8 +244,8 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     h = jnp.ones((batch, 512), jnp.float32)
     stats = {c: v for c, v in vb.items() if c != "params"}
 
-    bb_fwd = lambda p, x: bb.apply({"params": p, **stats}, x, train=True)[0]  # noqa: E731
-    bb_loss = lambda p, x: jnp.sum(bb_fwd(p, x) ** 2)  # noqa: E731
+    bb_fwd = lambda p, x: bb.apply({"params": p, **stats}, x, train=True)[0]
+    bb_loss = lambda p, x: jnp.sum(bb_fwd(p, x) ** 2)
 
     def heads_loss(pp, pq, h):
         sp, sq = ({c: v for c, v in vs.items() if c != "params"} for vs in (vp, vq))
@@ -257,7 +259,7 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     probe = {"w": jnp.zeros((512, 10)), "b": jnp.zeros(10)}
     labels = jnp.asarray(_host_batch(batch, seed)["labels"])
 
-    probe_loss = lambda pr, h: jnp.mean(  # noqa: E731
+    probe_loss = lambda pr, h: jnp.mean(
         optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
 
     def update(p, g, o):
@@ -267,8 +269,10 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     parts = {
         "backbone forward, 2 views": (jax.jit(lambda p: (bb_fwd(p, x), bb_fwd(p, x[:, :, ::-1]))), (vb["params"],)),
         "backbone forward, views fused (2n batch)": (jax.jit(bb_fwd), (vb["params"], xs)),
-        "backbone forward+backward, 2 views": (jax.jit(lambda p: (jax.grad(bb_loss)(p, x), jax.grad(bb_loss)(p, x[:, :, ::-1]))), (vb["params"],)),
-        "heads forward+backward (projector + predictor, 2 views)": (jax.jit(jax.grad(heads_loss, argnums=(0, 1))), (vp["params"], vq["params"], h)),
+        "backbone forward+backward, 2 views": (
+            jax.jit(lambda p: (jax.grad(bb_loss)(p, x), jax.grad(bb_loss)(p, x[:, :, ::-1]))), (vb["params"],)),
+        "heads forward+backward (projector + predictor, 2 views)": (
+            jax.jit(jax.grad(heads_loss, argnums=(0, 1))), (vp["params"], vq["params"], h)),
         "SGD momentum update (backbone params)": (jax.jit(update), (vb["params"], vb["params"], opt)),
         "online probe forward+backward": (jax.jit(jax.grad(probe_loss)), (probe, h)),
     }

@@ -2,6 +2,7 @@
 outcome from its per-epoch std series, the minimum horizon read from the authors' released arrays, and the
 verdict on a set of runs (:func:`apply_rule`), each as the registry words it (:mod:`experiments.claims`).
 """
+
 from __future__ import annotations
 
 import math
@@ -103,8 +104,10 @@ def group_counts(runs) -> dict:
     if bad:
         raise ValueError(f"`runs`: every run needs an `outcome` in {OUTCOMES}, got {bad}.")
     ok = [r for r in runs if r["outcome"] in ("escaped", "stayed")]
-    return {name: (sum(r["outcome"] == "escaped" for r in ok if pred(r)), sum(1 for r in ok if pred(r)))
-            for name, pred in GROUPS}
+    return {
+        name: (sum(r["outcome"] == "escaped" for r in ok if pred(r)), sum(1 for r in ok if pred(r)))
+        for name, pred in GROUPS
+    }
 
 
 def apply_rule(runs) -> tuple[str, str, dict]:
@@ -120,23 +123,39 @@ def apply_rule(runs) -> tuple[str, str, dict]:
     counted = [r for r in runs if r["outcome"] in ("escaped", "stayed")]
     epochs = min((int(r["epochs_run"]) for r in counted), default=0)
     e_smooth = g["smooth"][0] / g["smooth"][1] if g["smooth"][1] else float("nan")
-    deciding = {"E_smooth": e_smooth, **{f"{k}_escaped": v[0] for k, v in g.items()}, **{f"{k}_runs": v[1] for k, v in
-                g.items()}, "diverged_runs": sum(r["outcome"] == "diverged" for r in runs),
-                "not_collapsed_at_start_runs": sum(r["outcome"] == "not collapsed at start" for r in runs),
-                "epochs_run": epochs, "horizon_epochs": horizon}
+    deciding = {
+        "E_smooth": e_smooth,
+        **{f"{k}_escaped": v[0] for k, v in g.items()},
+        **{f"{k}_runs": v[1] for k, v in g.items()},
+        "diverged_runs": sum(r["outcome"] == "diverged" for r in runs),
+        "not_collapsed_at_start_runs": sum(r["outcome"] == "not collapsed at start" for r in runs),
+        "epochs_run": epochs,
+        "horizon_epochs": horizon,
+    }
     why = ", ".join(f"{k} {v[0]}/{v[1]} escaped" for k, v in g.items())
     if deciding["not_collapsed_at_start_runs"]:
         why += f"; {deciding['not_collapsed_at_start_runs']} not collapsed at start"
     if deciding["diverged_runs"]:
         why += f"; {deciding['diverged_runs']} diverged"
-    refuted = [msg for cond, msg in ((g["linear"][0] > 0, "a linear run escapes"),
-                                     (g["relu_small_lr_no_bn"][0] > 0, "a ReLU run at lr 0.005 without BN escapes"))
-               if cond]
+    refuted = [
+        msg
+        for cond, msg in (
+            (g["linear"][0] > 0, "a linear run escapes"),
+            (g["relu_small_lr_no_bn"][0] > 0, "a ReLU run at lr 0.005 without BN escapes"),
+        )
+        if cond
+    ]
     if refuted:
         return "not supported", "; ".join(refuted) + f" ({why})", deciding
     if counted and epochs < horizon:
-        return "inconclusive", (f"horizon: the runs have {epochs} epochs, fewer than the {horizon} the earliest "
-                                f"released smooth run needed to reach its escape peak ({why})"), deciding
+        return (
+            "inconclusive",
+            (
+                f"horizon: the runs have {epochs} epochs, fewer than the {horizon} the earliest "
+                f"released smooth run needed to reach its escape peak ({why})"
+            ),
+            deciding,
+        )
     if g["smooth"][1] and e_smooth == 0:
         return "not supported", f"no smooth run escapes ({why})", deciding
     missing = [k for k, v in g.items() if v[1] == 0]

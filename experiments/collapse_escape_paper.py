@@ -29,8 +29,20 @@ import numpy as np
 
 from experiments import claims, common, paper_simsiam, projection
 from experiments.collapse_ablation import (  # noqa: F401 (the rule's names, read here and by the tests)
-    ABLATION, GROUPS, HORIZON_KEYS, OUTCOMES, apply_rule, escape_threshold, escaped, group_counts, horizon_epochs,
-    peak_epoch, released_collapse_arrays, released_horizon, run_outcome)
+    ABLATION,
+    GROUPS,
+    HORIZON_KEYS,
+    OUTCOMES,
+    apply_rule,
+    escape_threshold,
+    escaped,
+    group_counts,
+    horizon_epochs,
+    peak_epoch,
+    released_collapse_arrays,
+    released_horizon,
+    run_outcome,
+)
 from ssl_geometry import curvature, losses
 from ssl_geometry import trainer as _trainer
 
@@ -121,7 +133,7 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     projector, predictor = heads64
     f = _first_view_loss(projector, predictor)
     z1, z2 = run.features(state, images)
-    cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
+    cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)
     hp = cast({k: state["params"][k] for k in ("projector", "predictor")})
     bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
     z1 = jnp.asarray(z1, jnp.float64)
@@ -259,22 +271,31 @@ def decide(measurements, config) -> dict:
 
 
 def figures(results, out_dir) -> None:
-    """``escape_std_paper.png``: per-epoch std of L2-normalised projector outputs of every run."""
-    plt = common.pyplot()
+    """``escape_std_paper.png``: per-epoch std of L2-normalised projector outputs / backbone features of every
+    run, the escape threshold and the registered horizon (runs not collapsed at start drawn apart, hollow grey)."""
+    from experiments import plotting as pl
+
     rows = results["measurements"]["rows"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for r in rows:
-        lab = f"{r['activation']} bn={int(r['batch_norm'])} {r['lr_name']} s{r['seed']}"
-        axes[0].plot(r["epochs"].get("std_head", []), label=lab)
-        axes[1].plot(r["epochs"].get("std_backbone", []), label=lab)
-    for ax, what in zip(axes, ("projector outputs", "backbone features")):
+    d = next((c["deciding"] for c in results["claims"] if c["id"] == ABLATION), {})
+    fig, axes = pl.figure(1, 2, height=3.6, sharex=True)
+    for k, r in enumerate(rows):
+        lab = f"{r['activation']}, {'BN' if r['batch_norm'] else 'no BN'}, lr {r['lr_name']}"
+        apart = r["outcome"] == "not collapsed at start"
+        st = {"color": pl.APART_COLOUR, "marker": "o", "mfc": "none", "ls": ":"} if apart else pl.series_style(k)
+        for ax, key in zip(axes[0], ("std_head", "std_backbone")):
+            v = r["epochs"].get(key, [])
+            ax.plot(np.arange(1, len(v) + 1), v, ms=4, **st, label=lab + (" (not collapsed at start)" if apart else ""))
+    for ax, what in zip(axes[0], ("projector outputs", "backbone features")):
         ax.set_yscale("log")
-        ax.set_xlabel("epoch", fontsize=7)
-        ax.set_ylabel(f"std of L2-normalised {what}", fontsize=7)
-        ax.tick_params(labelsize=6)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"std of L2-normalised {what}")
     if rows:
-        axes[0].axhline(rows[0]["escape_threshold"], color="k", ls=":", lw=1)
-        axes[0].legend(fontsize=5)
+        pl.threshold(axes[0, 0], rows[0]["escape_threshold"], f"escape threshold {rows[0]['escape_threshold']:g}", at=0.01)
+    if "horizon_epochs" in d:
+        for ax in axes[0]:
+            pl.threshold(ax, d["horizon_epochs"], f"horizon: {d['horizon_epochs']:g} epochs", axis="x", color="tab:red")
+        axes[0, 0].set_xlim(0.5, max(d["horizon_epochs"], d.get("epochs_run", 0)) + 1)
+    pl.legend_outside(axes[0, 0], loc="below", ncol=2)
     common.save_figure(fig, out_dir, "escape_std_paper")
 
 
@@ -316,7 +337,8 @@ def report(results, rel_dir) -> str:
         tr, an = dr["training"], dr["analysis"]
         text.insert(0, f"**Dry run** ({dr['steps_run']} steps, mock data, head paths {', '.join(dr['paths_run'])}; the {dr['timed_path']} "
                        f"path timed at batches {dr['batches']}): training {tr['projected_s'] / 3600:.3g} h (p = "
-                       f"{tr['exponent']:.3g}; a step at {projection.points_text(tr)}; {dr['steps_full']} steps at batch {dr['batch_full']}), "
+                       f"{tr['exponent']:.3g}; a step at {projection.points_text(tr)}; {dr['steps_full']} steps "
+                       f"at batch {dr['batch_full']}), "
                        f"analysis {an['projected_s'] / 3600:.3g} h (p = {an['exponent']:.3g}; a curvature at {projection.points_text(an)}; "
                        f"{dr['curvatures_full']} of them); projected full variant "
                        f"{dr['projected_wall_time_s'] / 3600:.3g} h on {dr['device']}.\n")

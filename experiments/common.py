@@ -26,6 +26,7 @@ atomically, then draws the figures from what it wrote. JSON has no NaN or infini
 stored as the strings ``"nan"``, ``"inf"``, ``"-inf"`` by :func:`to_jsonable` and turned back into
 floats by :func:`read_results` -- here, once, for every experiment.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -40,6 +41,8 @@ import numpy as np
 
 from experiments import claims
 from experiments.benchmarks import harness
+from experiments.plotting import pyplot, save_figure  # noqa: F401 - re-exported: the figure standard lives in plotting
+
 
 def require_x64(experiment: str) -> None:
     """Raise ``RuntimeError`` unless float64 is enabled (exact Hessians and eigenvalues need it).
@@ -50,8 +53,10 @@ def require_x64(experiment: str) -> None:
     import jax
 
     if not jax.config.read("jax_enable_x64"):
-        raise RuntimeError(f"{experiment} computes exact Hessians in float64: call "
-                           "jax.config.update('jax_enable_x64', True) first (experiments.reproduce does).")
+        raise RuntimeError(
+            f"{experiment} computes exact Hessians in float64: call "
+            "jax.config.update('jax_enable_x64', True) first (experiments.reproduce does)."
+        )
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -90,7 +95,9 @@ def check_verdict(results: dict) -> None:
             raise ValueError(f"experiment results lack the required key {key!r}.")
     for rec in results["claims"]:
         if rec.get("verdict") not in claims.VERDICTS:
-            raise ValueError(f"claim {rec.get('id')!r}: verdict {rec.get('verdict')!r} is not one of {claims.VERDICTS}.")
+            raise ValueError(
+                f"claim {rec.get('id')!r}: verdict {rec.get('verdict')!r} is not one of {claims.VERDICTS}."
+            )
 
 
 def write_results(out_dir, results: dict, config=None) -> pathlib.Path:
@@ -129,28 +136,17 @@ def read_results(out_dir) -> dict:
     return from_jsonable(json.loads((pathlib.Path(out_dir) / "results.json").read_text()))
 
 
-def rule_text(module, config) -> str:
-    """The experiment's stated rule, ``module.RULE`` formatted with the config's fields."""
-    cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    return " ".join(module.RULE.format(**cfg).split())
-
-
 def _claim_records(module, decision: dict, scale: str, code_digest: str | None = None) -> list[dict]:
-    """The stored claim records of one ``decide`` result (see :func:`run_experiment`).
-
-    A ``decide`` not yet moved to the registry returns its one old ``verdict``: it is stored as a
-    record of the module's first claim with ``rule_digest = "legacy"`` (stale by construction:
-    ``tests/testclaims.py`` fails on it until the experiment is migrated and rerun).
-    """
+    """The stored claim records of one ``decide`` result (see :func:`run_experiment`): one per item of its
+    ``claims`` list, each decided by the registry's rule."""
     declared = tuple(getattr(module, "CLAIMS", ()))
     if not declared:
         raise ValueError(f"{module.__name__} declares no CLAIMS (the registry ids it decides).")
-    if "claims" not in decision:  # a module whose decide still returns one verdict: a legacy record
-        reason = decision.get("verdict_reason", "")
-        rec = claims.record(declared[0], decision["verdict"], scale=scale, deciding=decision.get("headline", {}),
-                             reason=reason, code_digest=code_digest)
-        rec["rule_digest"] = "legacy"  # decided by the module's old RULE, not the registry's: stale by construction
-        return [rec]
+    if "claims" not in decision:
+        raise ValueError(
+            f"{module.__name__}.decide returned no 'claims' list (one item per registry claim it "
+            f"decides, among {declared})."
+        )
     records = []
     for item in decision["claims"]:
         unknown = set(item) - {"id", "verdict", "deciding", "reason", "subject"}
@@ -158,9 +154,17 @@ def _claim_records(module, decision: dict, scale: str, code_digest: str | None =
             raise ValueError(f"{module.__name__}.decide: a claim item has unknown keys {sorted(unknown)}.")
         if item["id"] not in declared:
             raise ValueError(f"{module.__name__}.decide decided {item['id']!r}, which is not in its CLAIMS {declared}.")
-        records.append(claims.record(item["id"], item["verdict"], scale=scale, deciding=item.get("deciding", {}),
-                                      reason=item.get("reason", ""), subject=item.get("subject"),
-                                      code_digest=code_digest))
+        records.append(
+            claims.record(
+                item["id"],
+                item["verdict"],
+                scale=scale,
+                deciding=item.get("deciding", {}),
+                reason=item.get("reason", ""),
+                subject=item.get("subject"),
+                code_digest=code_digest,
+            )
+        )
     missing = sorted(set(declared) - {r["id"] for r in records})
     if missing:
         raise ValueError(f"{module.__name__}.decide did not decide its claims {missing}.")
@@ -190,22 +194,30 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
     t0 = _time.perf_counter()
     measurements = module.measure(config)
     decision = module.decide(measurements, config)
-    allowed = {"claims", "headline"} if "claims" in decision else {"verdict", "headline", "paper", "verdict_reason"}
+    allowed = {"claims", "headline"}
     unknown = set(decision) - allowed
     if unknown or "headline" not in decision:
-        raise ValueError(f"{module.__name__}.decide must return {sorted(allowed)}; got {sorted(decision)} (the "
-                         "paper's numbers belong in measurements['paper'], config checks in measure).")
+        raise ValueError(
+            f"{module.__name__}.decide must return {sorted(allowed)}; got {sorted(decision)} (the "
+            "paper's numbers belong in measurements['paper'], config checks in measure)."
+        )
     variant = variant or config.variant
     scale = getattr(module, "SCALE", None) or claims.scale_of(variant)
     records = _claim_records(module, decision, scale, code_digest)
     seed = config.get("seed") if hasattr(config, "get") else None
-    results = {"variant": variant, "seed": seed, "scale": scale, "code_digest": code_digest, "commit": commit,
-               "clean": clean, "claims": records, "headline": decision["headline"],
-               "paper": measurements.get("paper", decision.get("paper", {})), "measurements": measurements,
-               "code_files": files}
-    if "claims" not in decision:  # legacy decide: its one verdict and rule kept beside the record, until migrated
-        results.update(verdict=decision["verdict"], verdict_rule=rule_text(module, config),
-                       verdict_reason=decision.get("verdict_reason", ""))
+    results = {
+        "variant": variant,
+        "seed": seed,
+        "scale": scale,
+        "code_digest": code_digest,
+        "commit": commit,
+        "clean": clean,
+        "claims": records,
+        "headline": decision["headline"],
+        "paper": measurements.get("paper", {}),
+        "measurements": measurements,
+        "code_files": files,
+    }
     results["wall_time_s"] = _time.perf_counter() - t0
     results["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     write_results(out_dir, results, config)
@@ -237,35 +249,3 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt:
     lines = ["| " + " | ".join(table_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(table_cell(fmt(r.get(c, ""))) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def plot_normalised_curves(ax, curves: dict, *, fontsize: int = 7) -> None:
-    """Plot each loss curve as ``(v - min) / range + 1e-6`` on a log axis (shapes comparable)."""
-    for name, vals in curves.items():
-        v = np.asarray(vals)
-        ax.plot((v - v.min()) / max(v.max() - v.min(), 1e-300) + 1e-6, label=name)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("(loss - min) / range")
-    ax.legend(fontsize=fontsize)
-
-
-def pyplot():
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (set here, once, for every experiment)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, out_dir, name: str) -> pathlib.Path:
-    """Save a matplotlib figure as ``out_dir/name.png`` (100 dpi) and close it."""
-    plt = pyplot()
-    out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path

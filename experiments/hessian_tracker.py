@@ -35,8 +35,7 @@ import numpy as np
 
 from experiments import claims, common, paper_simsiam, projection
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
-from ssl_geometry import curvature, metrics
-from ssl_geometry import losses
+from ssl_geometry import curvature, losses, metrics
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"

@@ -1,6 +1,7 @@
 """Dry runs (``config.dry_run``): the step time of a paper path, measured on whatever device runs it, and the
 wall time of the full variant projected from it (the record every dry run stores as ``measurements["dry_run"]``).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,16 +45,23 @@ def power_law_projection(points, full_size: float, count: float = 1.0) -> dict:
         times, and ``full_size`` and ``count`` are finite and positive.
     """
     pts = [(float(n), float(t)) for n, t in points]
-    if len({n for n, _ in pts}) < 2 or not all(math.isfinite(n) and n > 0 and math.isfinite(t) and t > 0
-                                               for n, t in pts):
-        raise ValueError(f"power_law_projection: `points` must hold at least two distinct positive sizes with "
-                         f"finite positive times; got {points!r}.")
+    if len({n for n, _ in pts}) < 2 or not all(
+        math.isfinite(n) and n > 0 and math.isfinite(t) and t > 0 for n, t in pts
+    ):
+        raise ValueError(
+            f"power_law_projection: `points` must hold at least two distinct positive sizes with "
+            f"finite positive times; got {points!r}."
+        )
     for name, value in (("full_size", full_size), ("count", count)):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"power_law_projection: `{name}` must be finite and positive; got {value!r}.")
     p, log_a = np.polyfit(np.log([n for n, _ in pts]), np.log([t for _, t in pts]), 1)
-    rec = {"points": [[n, t] for n, t in pts], "exponent": float(p), "full_size": float(full_size),
-           "count": float(count)}
+    rec = {
+        "points": [[n, t] for n, t in pts],
+        "exponent": float(p),
+        "full_size": float(full_size),
+        "count": float(count),
+    }
     if p < 0:
         n_max, t_max = max(pts)
         rec["note"] = "negative fitted exponent (timing noise): projected at the largest size's time, exponent 0"
@@ -86,14 +94,17 @@ def reduced_sizes(full_size: int, fractions=(1 / 8, 1 / 4), minimum: int = 2) ->
     if len(sizes) < 2:
         sizes = sorted({max(int(minimum), int(full_size) // 2), int(full_size)})
     if len(sizes) < 2:
-        raise ValueError(f"reduced_sizes: `full_size` = {full_size!r} is too small to time at two distinct "
-                         f"sizes of at least {minimum} (fractions {tuple(fractions)}, then half and full); "
-                         f"an exponent needs two.")
+        raise ValueError(
+            f"reduced_sizes: `full_size` = {full_size!r} is too small to time at two distinct "
+            f"sizes of at least {minimum} (fractions {tuple(fractions)}, then half and full); "
+            f"an exponent needs two."
+        )
     return sizes
 
 
-def project_at_sizes(make_unit: Callable[[int], Callable[[], object]], full_size: int, count: float, *,
-                     sizes=None, repeats: int = 2) -> dict:
+def project_at_sizes(
+    make_unit: Callable[[int], Callable[[], object]], full_size: int, count: float, *, sizes=None, repeats: int = 2
+) -> dict:
     """Time one unit (a training step, an analysis case) at reduced sizes and project ``count`` of them at
     ``full_size``: :func:`time_at_sizes` then :func:`power_law_projection` (``t(n) = a n^p``).
 
@@ -105,9 +116,16 @@ def project_at_sizes(make_unit: Callable[[int], Callable[[], object]], full_size
     return power_law_projection(time_at_sizes(make_unit, sizes, repeats), full_size, count)
 
 
-def dry_run_record(step_time_s: float, n_steps: int | None = None, other_s: float = 0.0, *,
-                   projected_wall_time_s: float | None = None, training: dict | None = None,
-                   analysis: dict | None = None, **extra) -> dict:
+def dry_run_record(
+    step_time_s: float,
+    n_steps: int | None = None,
+    other_s: float = 0.0,
+    *,
+    projected_wall_time_s: float | None = None,
+    training: dict | None = None,
+    analysis: dict | None = None,
+    **extra,
+) -> dict:
     """``measurements["dry_run"]``: the measured step time and the projected wall time of the full variant.
 
     One of three forms:
@@ -128,10 +146,12 @@ def dry_run_record(step_time_s: float, n_steps: int | None = None, other_s: floa
     """
     measured = training is not None or analysis is not None
     if sum((n_steps is not None, projected_wall_time_s is not None, measured)) != 1:
-        raise ValueError("dry_run_record: give exactly one of `n_steps`, `projected_wall_time_s` and "
-                         "`training`/`analysis`.")
-    parts = {name: float(r["projected_s"]) for name, r in (("training", training), ("analysis", analysis))
-             if r is not None}
+        raise ValueError(
+            "dry_run_record: give exactly one of `n_steps`, `projected_wall_time_s` and `training`/`analysis`."
+        )
+    parts = {
+        name: float(r["projected_s"]) for name, r in (("training", training), ("analysis", analysis)) if r is not None
+    }
     if measured:
         projected = sum(parts.values())
     elif projected_wall_time_s is None:
@@ -141,8 +161,12 @@ def dry_run_record(step_time_s: float, n_steps: int | None = None, other_s: floa
     for name, value in (("step_time_s", step_time_s), ("projected_wall_time_s", projected)):
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"dry_run_record: `{name}` must be a finite non-negative time; got {value!r}.")
-    rec = {"step_time_s": float(step_time_s), "projected_wall_time_s": projected,
-           "device": harness.environment()["device"], **extra}
+    rec = {
+        "step_time_s": float(step_time_s),
+        "projected_wall_time_s": projected,
+        "device": harness.environment()["device"],
+        **extra,
+    }
     if n_steps is not None:
         rec["n_steps"] = int(n_steps)
     for name, r in (("training", training), ("analysis", analysis)):

@@ -13,9 +13,15 @@ directory -- one :class:`Entry` per stored ``results.json`` -- and writes, for a
   (:func:`experiments.claims.claim_verdict`, by the claim's ``combine`` rule), labelled with its scale, the
   experiments and subjects behind it and one line of why; the statement and the combine rule in a
   ``<details>`` collapsible, the claim's rule history (:data:`experiments.claims.HISTORY`) under it;
+* the formulas of the claim-level part, the section claims and the records' reasons as maths
+  (:func:`experiments.report_claims.as_maths`: ``$\\lambda_{\\min}(H_{\\mathrm{eff}})$``, typeset on GitHub and the site);
 * one section per experiment: its records (:func:`record_table`: every stored verdict, its reason and the
   numbers the rule read, marked stale where the rule or the code changed since), the registry rules it
   applied, then its module's ``report``.
+
+The site (``docs/hooks/site.py``) shows the report as one page per experiment: :func:`split_report` cuts the
+text into the part above the first section (header, summary, claim-level table) and one :class:`Part` per section,
+named by the results directory its footer cites; REPORT.md itself stays one file.
 
 README.md's "What the suite finds" table is the claim-level table without the statements under it
 (:func:`~experiments.report_claims.readme_excerpt`, written into README by
@@ -27,16 +33,28 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import pathlib
+import re
 from typing import NamedTuple
 
 from experiments import claims as _claims
 from experiments import projection as _projection
 from experiments.common import table_cell as _cell
 from experiments.report_claims import CLAIM_COLUMNS as CLAIM_COLUMNS
-from experiments.report_claims import COMBINE_WORDS, REPORT_TABLE_HEADING, table_row, current_codes, stale_reason
+from experiments.report_claims import (
+    COMBINE_WORDS,
+    REPORT_TABLE_HEADING,
+    as_maths,
+    claim_level_table,
+    claim_verdicts,
+    current_codes,
+    stale_reason,
+    summary,
+    table_row,
+)
 from experiments.report_claims import README_TABLE_HEADING as README_TABLE_HEADING
-from experiments.report_claims import claim_label as claim_label, claim_level_table, claim_verdicts, summary
-from experiments.report_claims import readme_excerpt as readme_excerpt, update_readme as update_readme
+from experiments.report_claims import claim_label as claim_label
+from experiments.report_claims import readme_excerpt as readme_excerpt
+from experiments.report_claims import update_readme as update_readme
 
 #: How many of a record's deciding numbers the record table shows (all are in results.json).
 MAX_DECIDING = 6
@@ -99,7 +117,7 @@ def record_table(e: Entry, current_code: str | None = None) -> str:
     lines = [table_row(["claim", "subject", "verdict", "reason", "deciding numbers (ours)", "paper"]), "|---|---|---|---|---|---|"]
     for rec in e.results.get("claims") or []:
         lines.append(table_row(_cell(c) for c in (
-            f"`{rec['id']}`", rec.get("subject") or "-", verdict_cell(rec, current_code), rec.get("reason") or "-",
+            f"`{rec['id']}`", rec.get("subject") or "-", verdict_cell(rec, current_code), as_maths(rec.get("reason") or "-"),
             _numbers(rec.get("deciding", {}), MAX_DECIDING), _paper_cell(rec, e.results.get("paper", {})))))
     return "\n".join(lines)
 
@@ -165,11 +183,9 @@ def _records_and_rules(e: Entry, current_code: str | None) -> str:
         return f"*Verdict:* **{res.get('verdict', '-')}** (pre-registry results: rerun)"
     lines = ["*Records* (one per claim and subject; the claim-level verdicts are at the top):", "",
              record_table(e, current_code)]
-    if res.get("verdict_rule"):  # a decide not yet on the registry: the rule it applied, not the registry's
-        return "\n".join(lines + ["", f"*Rule applied (the experiment's own, pre-registry):* {res['verdict_rule']}"])
     ids = [cid for cid in dict.fromkeys(r["id"] for r in recs) if cid in _claims.CLAIMS]
     lines += ["", "*Rules* (`experiments/claims/`):", ""]
-    lines += [f"- `{cid}`: {_claims.rule_text(cid)}" for cid in ids]
+    lines += [f"- `{cid}`: {as_maths(_claims.rule_text(cid))}" for cid in ids]
     return "\n".join(lines)
 
 
@@ -199,11 +215,48 @@ def section(e: Entry, report_path: pathlib.Path, dry_run: bool, current_code: st
         raise RuntimeError(f"{e.out_dir}/results.json: {e.name}'s report cannot read these stored results "
                            f"({type(err).__name__}: {err}); rerun {e.name}") from err
     return (
-        f"## {e.label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {e.module.CLAIM}\n\n"
+        f"## {e.label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {as_maths(e.module.CLAIM)}\n\n"
         f"{_records_and_rules(e, current_code)}\n\n{body}\n\n"
         f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), seed {result_seed(res)}, finished "
         f"{result_date(res)}, wall time {res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax "
         f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; results: `{rel}/results.json`</sub>\n")
+
+
+class Part(NamedTuple):
+    """One experiment section of a report: its results directory's name, its heading, and its text below the heading."""
+
+    name: str
+    title: str
+    text: str
+
+
+_SECTION_HEADING = re.compile(r"^## (.+?)\s*$")
+_RESULTS_CITED = re.compile(r"results: `(?:[^`]*/)?([^`/]+)/results\.json`</sub>")
+
+
+def split_report(text: str) -> tuple[str, list[Part]]:
+    """``(head, parts)`` of a report written by :func:`render`: ``head`` is everything above the first experiment
+    section (the header, the summary and the claim-level table with its statements); each :class:`Part` is one
+    section: every ``## `` heading after :data:`REPORT_TABLE_HEADING` starts one, and it is named by the results
+    directory its footer cites (``results: `results/<name>/results.json```, written by :func:`section`).
+    ``ValueError`` naming the section when a section cites no results file, or two cite the same one."""
+    lines = text.split("\n")
+    table = next((i for i, ln in enumerate(lines) if ln.strip() == REPORT_TABLE_HEADING), None)
+    if table is None:
+        raise ValueError(f"the report has no {REPORT_TABLE_HEADING!r} heading: not a report written by render()")
+    starts = [i for i in range(table + 1, len(lines)) if _SECTION_HEADING.match(lines[i])]
+    head = "\n".join(lines[:starts[0]] if starts else lines).rstrip() + "\n"
+    parts: list[Part] = []
+    for k, start in enumerate(starts):
+        title = _SECTION_HEADING.match(lines[start]).group(1)
+        body = "\n".join(lines[start + 1:starts[k + 1] if k + 1 < len(starts) else len(lines)]).strip("\n")
+        cited = _RESULTS_CITED.findall(body)
+        if not cited:
+            raise ValueError(f"report section {title!r} cites no results file (results: `.../<name>/results.json`)")
+        if cited[-1] in {p.name for p in parts}:
+            raise ValueError(f"report sections cite {cited[-1]}/results.json twice (the second: {title!r})")
+        parts.append(Part(cited[-1], title, body + "\n"))
+    return head, parts
 
 
 VERDICT_WORDS = (

@@ -58,10 +58,10 @@ import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import jax  # noqa: E402
+import jax
 
-from experiments import common, report_md, suite  # noqa: E402
-from experiments.benchmarks import harness  # noqa: E402
+from experiments import common, report_md, suite
+from experiments.benchmarks import harness
 
 #: The variant of the committed run.
 DEFAULT_VARIANT = "smoke"

@@ -8,7 +8,7 @@ At a collapsed state (both views at one point ``c``) of an objective whose sampl
 exchangeable, every residual row is the same ``r`` and the head's gradient is
 ``n (dh(c)/dtheta)^T r``; when ``dh(c)/dtheta`` has full row rank, a stationary head forces
 ``r = 0`` (:func:`ssl_geometry.geometry.identical_rows_finding` measures the bound). Here the head
-is *driven* to a stationary point of ``theta -> L(h_theta(z))`` (BFGS on the flattened head
+is *driven* to a stationary point of ``theta -> L(h_theta(z))`` (BFGS or L-BFGS on the flattened head
 parameters, the state's other arrays held fixed) and the residual is read there, beside the
 residual ``rho_ref`` of the same state with the head perturbed, and beside the extreme singular
 values of ``dh(c)/dtheta`` at the head reached (:func:`head_jacobian_singular_values`): the rule's
@@ -16,14 +16,17 @@ premise that it has full row rank (:func:`experiments.rules.rho_zero_full_row_ra
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 from experiments import claims, rules
-from ssl_geometry import geometry
+from ssl_geometry import curvature, geometry
 
 __all__ = ["head_jacobian_singular_values", "stationary_head_state"]
 
@@ -117,14 +120,109 @@ def _newton_polish(fg, hessian, x, steps):
     return x, kept
 
 
+#: L-BFGS's memory (pairs of curvature vectors), scipy's L-BFGS-B default ``maxcor``.
+LBFGS_MEMORY = 10
+#: Why :func:`_lbfgs_search` stopped, by its status code.
+SEARCH_STOPS = ("running", "max_iter", "gtol", "line search failed", "non-finite", "no decrease")
+
+
+def _objective_program(model, variables, loss_fn, z, train):
+    """``(canon, consts, theta0)``: ``L(theta) = loss_fn(h_theta(z))`` at the flat head ``theta0``, closure-converted
+    (:func:`ssl_geometry.curvature.closure_convert`, the library's one caching policy): ``canon`` is equal for every
+    state of the same code, and every array it reads (``z``, the head's other state, the arrays ``loss_fn`` closes
+    over) is in ``consts``, an argument of the compiled search, so one compilation serves every such state."""
+    flat0, unravel = ravel_pytree(variables["params"])
+    flat0 = jnp.asarray(flat0, jnp.float64)
+    rest = {k: v for k, v in variables.items() if k != "params"}
+
+    def objective(theta):
+        return loss_fn(model.apply({**rest, "params": unravel(theta)}, z, train=train)[0])
+
+    canon, consts, out = curvature.closure_convert(objective, flat0)
+    if getattr(out, "shape", None) != ():
+        raise ValueError(f"`loss_fn` must return a scalar; got shape {getattr(out, 'shape', None)}.")
+    return canon, consts, flat0
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _lbfgs_run(canon, theta0, consts, max_iter, gtol):
+    """The jitted search on ``L = canon(consts, .)`` (compiled once per program and shapes):
+    ``(theta, value, grad, iterations, status)``.
+
+    ``optax.lbfgs`` (memory :data:`LBFGS_MEMORY`, its zoom line search: strong Wolfe conditions, at most 20
+    trial steps) in a ``jax.lax.while_loop``. From ``theta_0`` each iteration ``t`` takes the step the line search
+    returns where it does not raise ``L`` (``L_{t+1} <= L_t``, finite, gradient finite); the loop stops (``status``,
+    :data:`SEARCH_STOPS`) when ``t = max_iter``, when ``|grad L|_inf <= gtol`` (scipy's ``gtol``), when the line
+    search finds no step of sufficient decrease (``decrease_error > 0``: the round-off floor of ``L``), when the
+    step did not lower ``L`` (``L_{t+1} >= L_t``: its approximate Wolfe condition accepts such steps at the
+    round-off floor; scipy's BFGS stops there too), or when ``L`` or its gradient at the step is non-finite.
+    """
+    opt = optax.lbfgs(memory_size=LBFGS_MEMORY)
+
+    def f(theta):
+        return canon(consts, theta)
+
+    v0, g0 = jax.value_and_grad(f)(theta0)
+    finite0 = jnp.isfinite(v0) & jnp.all(jnp.isfinite(g0))
+    status0 = jnp.where(~finite0, 4, jnp.where(max_iter <= 0, 1, jnp.where(jnp.max(jnp.abs(g0)) <= gtol, 2, 0)))
+
+    def body(carry):
+        theta, state, v, g, it, _ = carry
+        updates, new_state = opt.update(g, state, theta, value=v, grad=g, value_fn=f)
+        theta_new = optax.apply_updates(theta, updates)
+        v_new = optax.tree_utils.tree_get(new_state, "value")
+        g_new = optax.tree_utils.tree_get(new_state, "grad")
+        info = optax.tree_utils.tree_get(new_state, "info")
+        finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new))
+        failed = info.decrease_error > 0
+        take, v_old = finite & (v_new <= v), v
+        # a step not taken ends the loop (status 3, 4 or 5), so the optimiser's state needs no selection
+        theta, v, g = jax.tree.map(lambda a, b: jnp.where(take, a, b), (theta_new, v_new, g_new), (theta, v, g))
+        it = it + take.astype(it.dtype)
+        status = jnp.where(~finite, 4, jnp.where(failed, 3, jnp.where(~(v_new < v_old), 5, jnp.where(
+            jnp.max(jnp.abs(g)) <= gtol, 2, jnp.where(it >= max_iter, 1, 0)))))
+        return theta, new_state, v, g, it, status
+
+    carry = (theta0, opt.init(theta0), v0, g0, jnp.asarray(0, jnp.int32), status0)
+    theta, _, v, g, it, status = jax.lax.while_loop(lambda c: c[-1] == 0, body, carry)
+    return theta, v, g, it, status
+
+
+def _lbfgs_search(model, variables, loss_fn, z, train, *, max_iter: int, gtol: float = 0.0):
+    """Run the jitted L-BFGS of :func:`_lbfgs_run` on ``theta -> loss_fn(h_theta(z))`` from
+    ``variables["params"]`` (flat); returns ``(theta, iterations, stop)``, ``stop`` one of :data:`SEARCH_STOPS`.
+
+    Raises:
+      FloatingPointError: ``L`` or its gradient non-finite at the start or at a step the line search returned.
+    """
+    canon, consts, theta0 = _objective_program(model, variables, loss_fn, z, train)
+    theta, _, _, it, status = _lbfgs_run(canon, theta0, consts, jnp.asarray(int(max_iter), jnp.int32),
+                                         jnp.asarray(float(gtol), jnp.float64))
+    stop = SEARCH_STOPS[int(status)]
+    if stop == "non-finite":
+        raise FloatingPointError(f"the head's loss or gradient became non-finite after {int(it)} L-BFGS iterations "
+                                 "while driving it to stationarity.")
+    return theta, int(it), stop
+
+
 def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = False, max_iter: int = 400,
-                          newton_steps: int = 5, measure_rank: bool = True) -> dict:
+                          gtol: float = 0.0, newton_steps: int = 5, measure_rank: bool = True,
+                          method: str = "auto") -> dict:
     """Drive the head to stationarity at ``z`` and measure the residual there (module docstring).
 
-    BFGS (scipy, float64, exact gradients; L-BFGS beyond :data:`MAX_DENSE_PARAMS` parameters) minimises ``L(theta) = loss_fn(h_theta(z))`` from
-    ``variables["params"]`` for at most ``max_iter`` iterations (it stops earlier where the line search
-    can no longer decrease ``L``: round-off), then at most ``newton_steps`` Newton steps polish the
-    gradient (:func:`_newton_polish`) where BFGS's head is not yet stationary. At the head ``theta*``
+    A quasi-Newton search (float64, exact gradients) minimises ``L(theta) = loss_fn(h_theta(z))`` from
+    ``variables["params"]`` for at most ``max_iter`` iterations, stopping earlier where ``|grad L|_inf <= gtol``
+    or where the line search can no longer decrease ``L`` (round-off); ``method``:
+
+    * ``"lbfgs"``: the jitted L-BFGS of :func:`_lbfgs_run` (``optax.lbfgs``, zoom line search, the loop a
+      ``jax.lax.while_loop`` on the device, every array the loss reads passed as an argument, so a state with the
+      same program and shapes reuses the compiled search);
+    * ``"bfgs"``: scipy's BFGS (dense inverse Hessian; only for at most :data:`MAX_DENSE_PARAMS` parameters);
+    * ``"auto"`` (default): ``"bfgs"`` up to :data:`MAX_DENSE_PARAMS` parameters (a tiny head: the compiled
+      search costs more to compile than scipy takes to run), ``"lbfgs"`` beyond.
+
+    Then, for at most :data:`MAX_DENSE_PARAMS` parameters only, at most ``newton_steps`` Newton steps polish the
+    gradient (:func:`_newton_polish`) where the head reached is not yet stationary. At the head ``theta*``
     reached:
 
     * ``grad_norm = |grad_theta L|``, ``jac_norm = |dh/dtheta|_2`` (:func:`ssl_geometry.geometry.operator_norm`);
@@ -141,12 +239,23 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
       implies when the rows are identical (``grad = n J^T r``, ``|rho| = sqrt(n) |r|``), reported; all of these
       only with ``measure_rank`` (``False`` is for timing probes of the search alone: the state then carries no
       premise and :func:`experiments.rules.decide_rho_zero` cannot read it);
-    * ``rho_start``, ``grad_norm_start``: the same at the head it started from.
+    * ``rho_start``, ``grad_norm_start``: the same at the head it started from;
+    * ``iterations`` (quasi-Newton iterations made), ``search_stop`` (why it stopped: ``"max_iter"``, ``"gtol"``,
+      ``"line search failed"``, ``"no decrease"``; see :data:`SEARCH_STOPS`), ``search_method`` (``"lbfgs"`` or
+      ``"scipy bfgs"``), ``newton_steps`` (Newton steps kept).
 
     Raises:
-      ValueError: the rows of ``z`` are not all equal (not a collapsed batch).
-      FloatingPointError: a non-finite loss, gradient or Jacobian on the way.
+      ValueError: the rows of ``z`` are not all equal (not a collapsed batch); ``max_iter`` not a non-negative int,
+        ``gtol`` not finite and >= 0, ``method`` unknown or ``"bfgs"`` above :data:`MAX_DENSE_PARAMS` parameters.
+      FloatingPointError: a non-finite loss, gradient or Jacobian on the way (L-BFGS: at the start or at a step its
+        line search returned).
     """
+    if method not in ("auto", "lbfgs", "bfgs"):
+        raise ValueError(f"`method` must be 'auto', 'lbfgs' or 'bfgs'; got {method!r}.")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 0:
+        raise ValueError(f"`max_iter` must be a non-negative int; got {max_iter!r}.")
+    if not (np.isfinite(gtol) and gtol >= 0):
+        raise ValueError(f"`gtol` must be a finite float >= 0; got {gtol!r}.")
     z = jnp.asarray(z)
     if z.ndim != 2 or not bool(jnp.all(z == z[:1])):
         raise ValueError(f"`z` must be a collapsed batch (n, d) with every row equal; got shape {z.shape}"
@@ -180,19 +289,28 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
 
     start = at(np.asarray(flat0))
     dense = flat0.size <= MAX_DENSE_PARAMS
-    opt = scipy.optimize.minimize(fg, np.asarray(flat0), jac=True, method="BFGS" if dense else "L-BFGS-B",
-                                  options={"gtol": 0.0, "maxiter": int(max_iter)})
-    state, newton = at(opt.x), 0
-    if not state["stationary"] and newton_steps and dense:
-        x, newton = _newton_polish(fg, jax.jit(jax.hessian(lambda th: loss_fn(out(th)))), opt.x, newton_steps)
-        state = at(x)
+    if method == "bfgs" and not dense:
+        raise ValueError(f"`method` 'bfgs' keeps a dense P x P inverse Hessian: only for at most {MAX_DENSE_PARAMS} "
+                         f"parameters; this head has {flat0.size} (use 'lbfgs' or 'auto').")
+    if method == "lbfgs" or (method == "auto" and not dense):
+        theta, iterations, stop = _lbfgs_search(model, variables, loss_fn, z, train, max_iter=max_iter, gtol=gtol)
+        x, method = np.asarray(theta, np.float64), "lbfgs"
     else:
-        x = opt.x
+        opt = scipy.optimize.minimize(fg, np.asarray(flat0), jac=True, method="BFGS",
+                                      options={"gtol": float(gtol), "maxiter": int(max_iter)})
+        x, iterations, method = opt.x, int(opt.nit), "scipy bfgs"
+        if opt.status == 3:  # scipy: "NaN result encountered"
+            raise FloatingPointError(f"the head's loss or gradient became non-finite in scipy's BFGS: {opt.message}")
+        stop = "gtol" if opt.status == 0 else "max_iter" if opt.status == 1 else "line search failed"
+    state, newton = at(x), 0
+    if not state["stationary"] and newton_steps and dense:
+        x, newton = _newton_polish(fg, jax.jit(jax.hessian(lambda th: loss_fn(out(th)))), x, newton_steps)
+        state = at(x)
     if measure_rank:
         sv = head_jacobian_singular_values(lambda th: out(th)[0], jnp.asarray(x))
         state.update({f"jac_{k}": v for k, v in sv.items() if k != "method"}, jac_method=sv["method"])
         state["full_row_rank"] = rules.rho_zero_full_row_rank(state)
         s_min, n = state["jac_sigma_min"], int(z.shape[0])
         state["rho_implied_bound"] = float(state["grad_norm"] / (np.sqrt(n) * s_min)) if s_min > 0 else float("inf")
-    return {**state, "rho_start": start["rho"], "grad_norm_start": start["grad_norm"], "iterations": int(opt.nit),
-            "newton_steps": newton}
+    return {**state, "rho_start": start["rho"], "grad_norm_start": start["grad_norm"], "iterations": iterations,
+            "search_stop": stop, "search_method": method, "newton_steps": newton}

@@ -5,6 +5,7 @@ Each experiment is one module ``experiments/<name>`` with its config ``experimen
 sibling ``paper_*`` variant in a directory of its own (:func:`variants_of`, :func:`run_dir`).
 :func:`run_one` runs (or reuses) one of them; ``python -m experiments.reproduce`` runs them all.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -60,8 +61,9 @@ def run_dir(name: str, variant: str) -> str:
     return f"{name}-{variant}" if is_paper_variant(variant) and variant != "paper" else name
 
 
-def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: str | None = None,
-                dry_run: bool = False):
+def make_config(
+    name: str, variant: str, *, seed: int | None = None, data_dir: str | None = None, dry_run: bool = False
+):
     """The config of ``name`` in ``variant`` with the command-line overrides applied.
 
     ``data_dir`` goes to ``config.data.data_dir`` (or a top-level ``data_dir``) where the config has
@@ -71,8 +73,10 @@ def make_config(name: str, variant: str, *, seed: int | None = None, data_dir: s
     """
     module, cfg_module = load(name)
     if dry_run and not getattr(module, "DRY_RUN", False):
-        raise NotImplementedError(f"{name}: module {module.__name__} does not declare DRY_RUN = True (it does not "
-                                  "honour config.dry_run), so a dry run would run its full variant.")
+        raise NotImplementedError(
+            f"{name}: module {module.__name__} does not declare DRY_RUN = True (it does not "
+            "honour config.dry_run), so a dry run would run its full variant."
+        )
     config = cfg_module.get_config(variant)
     if seed is not None and "seed" in config:
         config.seed = seed
@@ -115,8 +119,15 @@ def is_done(out_dir: pathlib.Path, config, code_digest: str | None = None) -> bo
     return json.dumps(stored.get("config"), sort_keys=True) == json.dumps(common.to_jsonable(config), sort_keys=True)
 
 
-def run_one(name: str, variant: str, out_root: pathlib.Path, force: bool = False, seed: int | None = None,
-            data_dir: str | None = None, dry_run: bool = False) -> dict:
+def run_one(
+    name: str,
+    variant: str,
+    out_root: pathlib.Path,
+    force: bool = False,
+    seed: int | None = None,
+    data_dir: str | None = None,
+    dry_run: bool = False,
+) -> dict:
     """Run (or reuse) one experiment; returns its results dict (see :func:`make_config` for the options)."""
     module, _ = load(name)
     config = make_config(name, variant, seed=seed, data_dir=data_dir, dry_run=dry_run)
@@ -178,7 +189,9 @@ def stale_runs(out_root, names=None, *, root=None) -> list[Stale]:
     for name in NAMES:
         if names is not None and name not in names:
             continue
-        dirs = [d for d in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))] if (d / "results.json").exists()]
+        dirs = [
+            d for d in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))] if (d / "results.json").exists()
+        ]
         if not dirs:
             out.append(Stale(name, name, None, None, f"no stored results ({out_root / name / 'results.json'})"))
             continue
@@ -209,8 +222,9 @@ def jobs(names, variant: str, seed: int | None) -> tuple[list[tuple[str, str, in
     return out, skipped
 
 
-def stale_jobs(out_root, names, variant: str, *, root=None) -> tuple[list[tuple[str, str, int | None]], dict,
-                                                                      list[Stale]]:
+def stale_jobs(
+    out_root, names, variant: str, *, root=None
+) -> tuple[list[tuple[str, str, int | None]], dict, list[Stale]]:
     """``reproduce --stale``: the (experiment, variant, seed) runs that replace the stale results under ``out_root``
     (:func:`stale_runs`; ``root``: whose code is current, default this repository), each at its stored variant and
     seed, a missing or unreadable one at ``variant`` (its config's seed); the skipped ones (:func:`jobs`); and the
@@ -231,8 +245,10 @@ def stale_message(stale: list[Stale], out_root) -> str:
     """What a reader must do about ``stale`` (one line per run); empty when nothing is stale."""
     if not stale:
         return ""
-    lines = [f"{len(stale)} stored result(s) under {out_root} do not come from the current code and registry "
-             f"(stale: {sorted({s.run_dir for s in stale})}); rerun exactly those with "
-             "`python -m experiments.reproduce --stale`:"]
+    lines = [
+        f"{len(stale)} stored result(s) under {out_root} do not come from the current code and registry "
+        f"(stale: {sorted({s.run_dir for s in stale})}); rerun exactly those with "
+        "`python -m experiments.reproduce --stale`:"
+    ]
     lines += [f"  {s.run_dir}: {s.why}" for s in stale]
     return "\n".join(lines)

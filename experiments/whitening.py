@@ -301,9 +301,38 @@ def decide(m, config) -> dict:
 
 
 def figures(results, out_dir) -> None:
-    plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    common.plot_normalised_curves(ax, results["measurements"]["curves"])
+    """``training_curves.png``: the deciding decorrelation error (init -> trained, thresholds) and loss curves."""
+    from experiments import plotting as pl
+
+    m = results["measurements"]
+    d = next(c["deciding"] for c in results["claims"] if c["id"] == "linear-heads-whiten")
+    fig, axes = pl.figure(1, 2, height=3.4, gridspec_kw={"width_ratios": [1.3, 1]})
+    ax, ax2 = axes[0]
+    counted = [r for r in m["trained"] if r["view_noise"] == m["view_noise"]]
+    for i, r in enumerate(counted):
+        st = pl.series_style(i)
+        ax.plot([0, 1], [r["decorrelation_error_init"], r["decorrelation_error_trained"]], "-", color=st["color"],
+                marker=st["marker"], lw=2.2 if r["loss"] == SUBJECT else 1.0,
+                label=r["loss"] + (" (decides the claim)" if r["loss"] == SUBJECT else ""))
+        ax.plot([1], [r["decorrelation_error_init"] / d["improvement"]], "_", color=st["color"], ms=14, mew=1.5)
+    pl.scale_from(ax, [r[f"decorrelation_error_{k}"] for r in counted for k in ("init", "trained")]
+                  + [d["whitening_tol"]], decades=0.5)
+    other = [r for r in m["trained"] if r["view_noise"] != m["view_noise"]]
+    pl.draw_apart(ax, [1.04] * len(other), [r["decorrelation_error_trained"] for r in other],
+                  label="trained, other view noise (not deciding)")
+    pl.threshold(ax, d["whitening_tol"], f"whitening tol {d['whitening_tol']:g}", at=0.03)
+    ax.set_title(f"{SUBJECT}: {d[SUBJECT + '_init']:.3g} -> {d[SUBJECT + '_trained']:.3g} (deciding)")
+    ax.set_xticks([0, 1], ["initialisation", "trained"])
+    ax.set_xlim(-0.15, 1.15)
+    ax.set_xlabel(f"linear head, view noise {m['view_noise']:g} (bar: start / {d['improvement']:g})")
+    ax.set_ylabel("decorrelation error $\\max_i|\\lambda_i(R) - 1|$")
+    for name, vals in m["curves"].items():
+        ax2.plot(*pl.loss_shape(vals, floor=1e-3), lw=1.0, label=name)
+    ax2.set_yscale("log")
+    ax2.set_xlabel("training step")
+    ax2.set_ylabel("loss, (mean25 - min) / range")
+    pl.legend_outside(ax, loc="below", ncol=2)
+    fig.legend(*ax2.get_legend_handles_labels(), loc="outside right upper", title="loss curves")
     common.save_figure(fig, out_dir, "training_curves")
 
 

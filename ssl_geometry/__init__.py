@@ -23,29 +23,56 @@ attribute access (``ssl_geometry.heads``) or with ``from ssl_geometry import hea
 
 The implementation is private (``ssl_geometry/_src/``, grouped by layer; ``docs/architecture.md``).
 """
+
 import importlib as _importlib
 
+from ssl_geometry._src.core.loop import FitError as FitError
+from ssl_geometry._src.core.loop import FitResult as FitResult
+from ssl_geometry._src.core.loop import fit as fit
 from ssl_geometry._src.models.base import Model as Model
 from ssl_geometry._src.models.base import Variables as Variables
 from ssl_geometry._src.models.base import as_function as as_function
 from ssl_geometry._src.models.base import merge_state as merge_state
 from ssl_geometry._src.models.base import param_count as param_count
-from ssl_geometry._src.core.loop import FitError as FitError
-from ssl_geometry._src.core.loop import FitResult as FitResult
-from ssl_geometry._src.core.loop import fit as fit
 
 __version__ = "0.1.0"
 
 #: The public namespaces, imported on first attribute access (``ssl_geometry.heads``).
 NAMESPACES = (
-    "activations", "heads", "backbones", "pretrained", "text",
-    "losses", "objectives", "augment", "data",
-    "geometry", "riemann", "metrics", "paper", "curvature",
-    "dynamics", "trainer", "checkpoint", "probes", "ops", "train",
+    "activations",
+    "heads",
+    "backbones",
+    "pretrained",
+    "text",
+    "losses",
+    "objectives",
+    "augment",
+    "data",
+    "geometry",
+    "riemann",
+    "metrics",
+    "paper",
+    "curvature",
+    "dynamics",
+    "trainer",
+    "checkpoint",
+    "probes",
+    "ops",
+    "train",
 )
 
-__all__ = ["Model", "Variables", "as_function", "merge_state", "param_count", "fit", "FitResult", "FitError",
-           "NAMESPACES", "__version__"]
+__all__ = [
+    "Model",
+    "Variables",
+    "as_function",
+    "merge_state",
+    "param_count",
+    "fit",
+    "FitResult",
+    "FitError",
+    "NAMESPACES",
+    "__version__",
+]
 
 
 def __getattr__(name):

@@ -17,19 +17,29 @@ registered has class ``"unknown"`` (:data:`UNKNOWN`) unless it comes as an
 (PyTorch default). A :class:`~ssl_geometry.Model` carries the records of its layers in
 ``Model.activations``.
 """
+
 from ssl_geometry._src.models.activations import ACTIVATIONS as ACTIVATIONS
 from ssl_geometry._src.models.activations import AFFINE_ACTIVATIONS as AFFINE_ACTIVATIONS
-from ssl_geometry._src.models.activations import Activation as Activation
 from ssl_geometry._src.models.activations import C2_ACTIVATIONS as C2_ACTIVATIONS
 from ssl_geometry._src.models.activations import NON_C2_ACTIVATIONS as NON_C2_ACTIVATIONS
 from ssl_geometry._src.models.activations import PIECEWISE_LINEAR as PIECEWISE_LINEAR
 from ssl_geometry._src.models.activations import SMOOTHNESS as SMOOTHNESS
 from ssl_geometry._src.models.activations import UNKNOWN as UNKNOWN
+from ssl_geometry._src.models.activations import Activation as Activation
 from ssl_geometry._src.models.activations import get as get
 from ssl_geometry._src.models.activations import lookup as lookup
 from ssl_geometry._src.models.activations import smoothness as smoothness
 
 __all__ = [
-    "ACTIVATIONS", "AFFINE_ACTIVATIONS", "Activation", "C2_ACTIVATIONS", "NON_C2_ACTIVATIONS",
-    "PIECEWISE_LINEAR", "SMOOTHNESS", "UNKNOWN", "get", "lookup", "smoothness",
+    "ACTIVATIONS",
+    "AFFINE_ACTIVATIONS",
+    "Activation",
+    "C2_ACTIVATIONS",
+    "NON_C2_ACTIVATIONS",
+    "PIECEWISE_LINEAR",
+    "SMOOTHNESS",
+    "UNKNOWN",
+    "get",
+    "lookup",
+    "smoothness",
 ]

@@ -46,11 +46,12 @@ rounded integer sizes, fallback to the centre crop with the ratio clamped) and
 resamples the crop with ``jax.image.scale_and_translate`` (bilinear, antialiased
 when downscaling, as torchvision's ``antialias=True``).
 """
-from ssl_geometry._src.ssl.augment.pipelines import AugmentConfig as AugmentConfig
+
 from ssl_geometry._src.ssl.augment.pipelines import BYOL_VIEW1 as BYOL_VIEW1
 from ssl_geometry._src.ssl.augment.pipelines import BYOL_VIEW2 as BYOL_VIEW2
 from ssl_geometry._src.ssl.augment.pipelines import SIMCLR_CIFAR as SIMCLR_CIFAR
 from ssl_geometry._src.ssl.augment.pipelines import SIMCLR_IMAGENET as SIMCLR_IMAGENET
+from ssl_geometry._src.ssl.augment.pipelines import AugmentConfig as AugmentConfig
 from ssl_geometry._src.ssl.augment.pipelines import augment_image as augment_image
 from ssl_geometry._src.ssl.augment.pipelines import orbit as orbit
 from ssl_geometry._src.ssl.augment.pipelines import orbit_tangents as orbit_tangents
@@ -90,11 +91,46 @@ from ssl_geometry._src.ssl.augment.primitives import solarize as solarize
 from ssl_geometry._src.ssl.augment.primitives import to_float as to_float
 
 __all__ = [
-    "to_float", "normalize", "grayscale", "rgb_to_hsv", "hsv_to_rgb", "adjust_brightness", "adjust_contrast",
-    "adjust_saturation", "adjust_hue", "solarize", "hflip", "blur_radius", "gaussian_kernel1d",
-    "gaussian_blur", "rotate", "crop_and_resize", "random_flip", "random_crop_window", "random_resized_crop",
-    "random_color_jitter", "random_apply", "random_grayscale", "random_gaussian_blur", "random_solarize",
-    "random_rotation", "batch_augment", "GRAY_WEIGHTS", "IMAGENET_MEAN", "IMAGENET_STD", "CIFAR10_MEAN",
-    "CIFAR10_STD", "AugmentConfig", "augment_image", "simclr_augment", "simsiam_cifar_augment", "two_views",
-    "orbit", "orbit_tangents", "SIMCLR_IMAGENET", "SIMCLR_CIFAR", "BYOL_VIEW1", "BYOL_VIEW2",
+    "to_float",
+    "normalize",
+    "grayscale",
+    "rgb_to_hsv",
+    "hsv_to_rgb",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_saturation",
+    "adjust_hue",
+    "solarize",
+    "hflip",
+    "blur_radius",
+    "gaussian_kernel1d",
+    "gaussian_blur",
+    "rotate",
+    "crop_and_resize",
+    "random_flip",
+    "random_crop_window",
+    "random_resized_crop",
+    "random_color_jitter",
+    "random_apply",
+    "random_grayscale",
+    "random_gaussian_blur",
+    "random_solarize",
+    "random_rotation",
+    "batch_augment",
+    "GRAY_WEIGHTS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "AugmentConfig",
+    "augment_image",
+    "simclr_augment",
+    "simsiam_cifar_augment",
+    "two_views",
+    "orbit",
+    "orbit_tangents",
+    "SIMCLR_IMAGENET",
+    "SIMCLR_CIFAR",
+    "BYOL_VIEW1",
+    "BYOL_VIEW2",
 ]

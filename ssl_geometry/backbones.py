@@ -54,6 +54,7 @@ PyTorch key                                 Flax variable path
 ``num_batches_tracked`` (a PyTorch BatchNorm counter) has no counterpart: PyTorch uses it
 only when ``momentum=None``.
 """
+
 from ssl_geometry._src.models.backbones import BatchNorm as BatchNorm
 from ssl_geometry._src.models.backbones import bicubic_resize_matrix as bicubic_resize_matrix
 from ssl_geometry._src.models.backbones import interpolate_pos_embed as interpolate_pos_embed
@@ -68,6 +69,16 @@ from ssl_geometry._src.models.backbones import vit_small16 as vit_small16
 from ssl_geometry._src.models.backbones import vit_tiny as vit_tiny
 
 __all__ = [
-    "BatchNorm", "mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16", "vit", "resnet",
-    "bicubic_resize_matrix", "interpolate_pos_embed", "torch_key",
+    "BatchNorm",
+    "mlp",
+    "small_cnn",
+    "resnet18_cifar",
+    "resnet50",
+    "vit_tiny",
+    "vit_small16",
+    "vit",
+    "resnet",
+    "bicubic_resize_matrix",
+    "interpolate_pos_embed",
+    "torch_key",
 ]

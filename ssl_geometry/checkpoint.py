@@ -29,6 +29,7 @@ Example:
   (10, [0.0, 1.0, 2.0], 10)
   >>> mngr.close()
 """
+
 from ssl_geometry._src.training.checkpoint import CheckpointMismatchError as CheckpointMismatchError
 from ssl_geometry._src.training.checkpoint import CheckpointWarning as CheckpointWarning
 from ssl_geometry._src.training.checkpoint import Restored as Restored
@@ -42,6 +43,15 @@ from ssl_geometry._src.training.checkpoint import save as save
 from ssl_geometry._src.training.checkpoint import tree_signature as tree_signature
 
 __all__ = [
-    "CheckpointWarning", "CheckpointMismatchError", "Restored", "manager", "fingerprint", "save", "restore",
-    "restore_latest", "latest_meta", "quarantine", "tree_signature",
+    "CheckpointWarning",
+    "CheckpointMismatchError",
+    "Restored",
+    "manager",
+    "fingerprint",
+    "save",
+    "restore",
+    "restore_latest",
+    "latest_meta",
+    "quarantine",
+    "tree_signature",
 ]

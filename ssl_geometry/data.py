@@ -49,9 +49,9 @@ one permutation shared by all processes. ``process_index`` / ``process_count``
 default to ``jax.process_index()`` / ``jax.process_count()``; ``batch_size`` is per
 process.
 """
-from ssl_geometry._src.ssl.dataset import Dataset as Dataset
-from ssl_geometry._src.ssl.data import BatchIterator as BatchIterator
+
 from ssl_geometry._src.ssl.data import DATASETS as DATASETS
+from ssl_geometry._src.ssl.data import BatchIterator as BatchIterator
 from ssl_geometry._src.ssl.data import DataNotFoundError as DataNotFoundError
 from ssl_geometry._src.ssl.data import DatasetInfo as DatasetInfo
 from ssl_geometry._src.ssl.data import Position as Position
@@ -65,18 +65,39 @@ from ssl_geometry._src.ssl.data import make_digits as make_digits
 from ssl_geometry._src.ssl.data import process_split as process_split
 from ssl_geometry._src.ssl.data import subset as subset
 from ssl_geometry._src.ssl.data import tfds_batches as tfds_batches
-from ssl_geometry._src.ssl.shapes import SHAPE_NAMES as SHAPE_NAMES
+from ssl_geometry._src.ssl.dataset import Dataset as Dataset
 from ssl_geometry._src.ssl.shapes import FACTOR_NAMES as FACTOR_NAMES
+from ssl_geometry._src.ssl.shapes import SHAPE_NAMES as SHAPE_NAMES
 from ssl_geometry._src.ssl.shapes import ShapesConfig as ShapesConfig
+from ssl_geometry._src.ssl.shapes import make_shapes as make_shapes
 from ssl_geometry._src.ssl.shapes import render_shape as render_shape
 from ssl_geometry._src.ssl.shapes import render_shapes as render_shapes
 from ssl_geometry._src.ssl.shapes import shapes_factors as shapes_factors
 from ssl_geometry._src.ssl.shapes import to_uint8 as to_uint8
-from ssl_geometry._src.ssl.shapes import make_shapes as make_shapes
 
 __all__ = [
-    "Dataset", "BatchIterator", "DATASETS", "DataNotFoundError", "DatasetInfo", "Position", "batches",
-    "epoch_order", "info", "load", "load_tfds", "make_batches", "make_digits", "process_split", "subset",
-    "tfds_batches", "SHAPE_NAMES", "FACTOR_NAMES", "ShapesConfig", "render_shape", "render_shapes",
-    "shapes_factors", "to_uint8", "make_shapes",
+    "Dataset",
+    "BatchIterator",
+    "DATASETS",
+    "DataNotFoundError",
+    "DatasetInfo",
+    "Position",
+    "batches",
+    "epoch_order",
+    "info",
+    "load",
+    "load_tfds",
+    "make_batches",
+    "make_digits",
+    "process_split",
+    "subset",
+    "tfds_batches",
+    "SHAPE_NAMES",
+    "FACTOR_NAMES",
+    "ShapesConfig",
+    "render_shape",
+    "render_shapes",
+    "shapes_factors",
+    "to_uint8",
+    "make_shapes",
 ]

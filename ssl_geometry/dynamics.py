@@ -13,29 +13,47 @@ Every loss here has the signature of :func:`ssl_geometry.fit`, ``loss_fn(params,
 in :func:`gradient_flow`, :func:`sharpness` and :func:`gradient_field` (the full-batch loss, its data
 in ``args``), so one loss drives the flow, the optimisers and the linearisation.
 """
-from ssl_geometry._src.dynamics.trajectory import Trajectory as Trajectory
-from ssl_geometry._src.dynamics.trajectory import DynamicsError as DynamicsError
+
+from ssl_geometry._src.dynamics.discrete import discrete as discrete
+from ssl_geometry._src.dynamics.escape import ESCAPE_CRITERIA as ESCAPE_CRITERIA
+from ssl_geometry._src.dynamics.escape import EscapeResult as EscapeResult
+from ssl_geometry._src.dynamics.escape import escape_time as escape_time
 from ssl_geometry._src.dynamics.flow import RK4 as RK4
 from ssl_geometry._src.dynamics.flow import SOLVERS as SOLVERS
 from ssl_geometry._src.dynamics.flow import gradient_flow as gradient_flow
-from ssl_geometry._src.dynamics.discrete import discrete as discrete
-from ssl_geometry._src.dynamics.escape import EscapeResult as EscapeResult
-from ssl_geometry._src.dynamics.escape import ESCAPE_CRITERIA as ESCAPE_CRITERIA
-from ssl_geometry._src.dynamics.escape import escape_time as escape_time
-from ssl_geometry._src.dynamics.sharpness import sharpness as sharpness
 from ssl_geometry._src.dynamics.linearise import Linearisation as Linearisation
-from ssl_geometry._src.dynamics.linearise import gradient_field as gradient_field
-from ssl_geometry._src.dynamics.linearise import field_jacobian as field_jacobian
-from ssl_geometry._src.dynamics.linearise import linearise as linearise
-from ssl_geometry._src.dynamics.linearise import visible_rate as visible_rate
-from ssl_geometry._src.dynamics.linearise import sgd_map as sgd_map
-from ssl_geometry._src.dynamics.linearise import sgd_growth as sgd_growth
 from ssl_geometry._src.dynamics.linearise import amplification as amplification
+from ssl_geometry._src.dynamics.linearise import field_jacobian as field_jacobian
+from ssl_geometry._src.dynamics.linearise import gradient_field as gradient_field
+from ssl_geometry._src.dynamics.linearise import linearise as linearise
 from ssl_geometry._src.dynamics.linearise import predict_flow as predict_flow
 from ssl_geometry._src.dynamics.linearise import predict_sgd as predict_sgd
+from ssl_geometry._src.dynamics.linearise import sgd_growth as sgd_growth
+from ssl_geometry._src.dynamics.linearise import sgd_map as sgd_map
+from ssl_geometry._src.dynamics.linearise import visible_rate as visible_rate
+from ssl_geometry._src.dynamics.sharpness import sharpness as sharpness
+from ssl_geometry._src.dynamics.trajectory import DynamicsError as DynamicsError
+from ssl_geometry._src.dynamics.trajectory import Trajectory as Trajectory
 
 __all__ = [
-    "Trajectory", "DynamicsError", "RK4", "SOLVERS", "gradient_flow", "discrete", "EscapeResult",
-    "ESCAPE_CRITERIA", "escape_time", "sharpness", "Linearisation", "gradient_field", "field_jacobian",
-    "linearise", "visible_rate", "sgd_map", "sgd_growth", "amplification", "predict_flow", "predict_sgd",
+    "Trajectory",
+    "DynamicsError",
+    "RK4",
+    "SOLVERS",
+    "gradient_flow",
+    "discrete",
+    "EscapeResult",
+    "ESCAPE_CRITERIA",
+    "escape_time",
+    "sharpness",
+    "Linearisation",
+    "gradient_field",
+    "field_jacobian",
+    "linearise",
+    "visible_rate",
+    "sgd_map",
+    "sgd_growth",
+    "amplification",
+    "predict_flow",
+    "predict_sgd",
 ]

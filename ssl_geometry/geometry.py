@@ -24,48 +24,75 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
 (arXiv 2605.17180, ICML 2026), Thm 3.1 and Thm 4.1.
 """
+
+from ssl_geometry._src.instrument.certificate import CERTIFICATE_CONCLUSIONS as CERTIFICATE_CONCLUSIONS
+from ssl_geometry._src.instrument.certificate import CollapseCertificate as CollapseCertificate
+from ssl_geometry._src.instrument.certificate import collapse_certificate as collapse_certificate
 from ssl_geometry._src.instrument.effective import EffectiveHessian as EffectiveHessian
 from ssl_geometry._src.instrument.effective import PullbackMetric as PullbackMetric
 from ssl_geometry._src.instrument.effective import effective_hessian as effective_hessian
-from ssl_geometry._src.instrument.effective import pullback_metric as pullback_metric
 from ssl_geometry._src.instrument.effective import effective_hvp as effective_hvp
 from ssl_geometry._src.instrument.effective import effective_hvp_operator as effective_hvp_operator
-from ssl_geometry._src.instrument.premises import Premises as Premises
-from ssl_geometry._src.instrument.premises import premises as premises
-from ssl_geometry._src.instrument.premises import sign_structure as sign_structure
-from ssl_geometry._src.instrument.premises import sign_tolerance as sign_tolerance
-from ssl_geometry._src.instrument.whitening import WhiteningHead as WhiteningHead
-from ssl_geometry._src.instrument.whitening import WhiteningCheck as WhiteningCheck
-from ssl_geometry._src.instrument.whitening import whitening_head as whitening_head
-from ssl_geometry._src.instrument.whitening import check_whitening as check_whitening
-from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
-from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE as MATRIX_FREE_ABOVE
-from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
-from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
-from ssl_geometry._src.instrument.thm41 import HEAD_KINDS as HEAD_KINDS
-from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
-from ssl_geometry._src.instrument.thm41 import classify_collapse as classify_collapse
-from ssl_geometry._src.instrument.thm41 import collapse_spectrum as collapse_spectrum
-from ssl_geometry._src.instrument.thm41 import head_smoothness as head_smoothness
-from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
-from ssl_geometry._src.instrument.thm41 import thm41_conclusion as thm41_conclusion
-from ssl_geometry._src.instrument.thm41 import thm41_premises as thm41_premises
+from ssl_geometry._src.instrument.effective import pullback_metric as pullback_metric
 from ssl_geometry._src.instrument.equilibria import EQUILIBRIUM_OBJECTIVES as EQUILIBRIUM_OBJECTIVES
 from ssl_geometry._src.instrument.equilibria import CollapsedEquilibrium as CollapsedEquilibrium
 from ssl_geometry._src.instrument.equilibria import collapsed_equilibrium as collapsed_equilibrium
 from ssl_geometry._src.instrument.equilibria import identical_rows_finding as identical_rows_finding
 from ssl_geometry._src.instrument.equilibria import null_space_residuals as null_space_residuals
-from ssl_geometry._src.instrument.certificate import CERTIFICATE_CONCLUSIONS as CERTIFICATE_CONCLUSIONS
-from ssl_geometry._src.instrument.certificate import CollapseCertificate as CollapseCertificate
-from ssl_geometry._src.instrument.certificate import collapse_certificate as collapse_certificate
+from ssl_geometry._src.instrument.premises import Premises as Premises
+from ssl_geometry._src.instrument.premises import premises as premises
+from ssl_geometry._src.instrument.premises import sign_structure as sign_structure
+from ssl_geometry._src.instrument.premises import sign_tolerance as sign_tolerance
+from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
+from ssl_geometry._src.instrument.thm41 import HEAD_KINDS as HEAD_KINDS
+from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE as MATRIX_FREE_ABOVE
+from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
+from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
+from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
+from ssl_geometry._src.instrument.thm41 import classify_collapse as classify_collapse
+from ssl_geometry._src.instrument.thm41 import collapse_spectrum as collapse_spectrum
+from ssl_geometry._src.instrument.thm41 import head_smoothness as head_smoothness
+from ssl_geometry._src.instrument.thm41 import thm41_conclusion as thm41_conclusion
+from ssl_geometry._src.instrument.thm41 import thm41_premises as thm41_premises
+from ssl_geometry._src.instrument.whitening import WhiteningCheck as WhiteningCheck
+from ssl_geometry._src.instrument.whitening import WhiteningHead as WhiteningHead
+from ssl_geometry._src.instrument.whitening import check_whitening as check_whitening
+from ssl_geometry._src.instrument.whitening import whitening_head as whitening_head
+from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
 
 __all__ = [
-    "EffectiveHessian", "PullbackMetric", "effective_hessian", "pullback_metric", "effective_hvp",
-    "effective_hvp_operator", "Premises", "premises", "sign_structure", "sign_tolerance", "WhiteningHead",
-    "WhiteningCheck", "whitening_head", "check_whitening", "CONCLUSIONS", "MATRIX_FREE_ABOVE",
-    "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "Thm41Premises",
-    "classify_collapse", "collapse_spectrum", "head_smoothness", "operator_norm", "thm41_conclusion",
-    "thm41_premises", "EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium",
-    "identical_rows_finding", "null_space_residuals", "CERTIFICATE_CONCLUSIONS", "CollapseCertificate",
+    "EffectiveHessian",
+    "PullbackMetric",
+    "effective_hessian",
+    "pullback_metric",
+    "effective_hvp",
+    "effective_hvp_operator",
+    "Premises",
+    "premises",
+    "sign_structure",
+    "sign_tolerance",
+    "WhiteningHead",
+    "WhiteningCheck",
+    "whitening_head",
+    "check_whitening",
+    "CONCLUSIONS",
+    "MATRIX_FREE_ABOVE",
+    "CollapseClassification",
+    "CollapseSpectrum",
+    "HEAD_KINDS",
+    "Thm41Premises",
+    "classify_collapse",
+    "collapse_spectrum",
+    "head_smoothness",
+    "operator_norm",
+    "thm41_conclusion",
+    "thm41_premises",
+    "EQUILIBRIUM_OBJECTIVES",
+    "CollapsedEquilibrium",
+    "collapsed_equilibrium",
+    "identical_rows_finding",
+    "null_space_residuals",
+    "CERTIFICATE_CONCLUSIONS",
+    "CollapseCertificate",
     "collapse_certificate",
 ]

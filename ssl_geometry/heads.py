@@ -23,6 +23,7 @@ Variables layout::
                 "bn": [{"scale": (out,), "bias": (out,)}, ...]},
      "batch_stats": {"bn": [{"mean": (out,), "var": (out,)}, ...]}}
 """
+
 from ssl_geometry._src.models.heads import batchnorm as batchnorm
 from ssl_geometry._src.models.heads import check_batchnorm_hparams as check_batchnorm_hparams
 from ssl_geometry._src.models.heads import check_shapes as check_shapes
@@ -35,6 +36,14 @@ from ssl_geometry._src.models.heads import simsiam_predictor as simsiam_predicto
 from ssl_geometry._src.models.heads import simsiam_projector as simsiam_projector
 
 __all__ = [
-    "batchnorm", "check_batchnorm_hparams", "check_shapes", "check_variables", "compose", "linear", "mlp",
-    "scale_weights", "simsiam_predictor", "simsiam_projector",
+    "batchnorm",
+    "check_batchnorm_hparams",
+    "check_shapes",
+    "check_variables",
+    "compose",
+    "linear",
+    "mlp",
+    "scale_weights",
+    "simsiam_predictor",
+    "simsiam_projector",
 ]

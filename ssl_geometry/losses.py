@@ -54,6 +54,7 @@ Example:
   >>> loss.shape, bool(loss > 0)
   ((), True)
 """
+
 from ssl_geometry._src.ssl.losses.contrastive import info_nce as info_nce
 from ssl_geometry._src.ssl.losses.contrastive import info_nce_one_way as info_nce_one_way
 from ssl_geometry._src.ssl.losses.contrastive import moco as moco
@@ -70,17 +71,38 @@ from ssl_geometry._src.ssl.losses.redundancy import barlow_twins as barlow_twins
 from ssl_geometry._src.ssl.losses.redundancy import cholesky_whiten as cholesky_whiten
 from ssl_geometry._src.ssl.losses.redundancy import vicreg as vicreg
 from ssl_geometry._src.ssl.losses.redundancy import wmse as wmse
-from ssl_geometry._src.ssl.losses.registry import BatchNeeds as BatchNeeds
 from ssl_geometry._src.ssl.losses.registry import LOSSES as LOSSES
-from ssl_geometry._src.ssl.losses.registry import LossSpec as LossSpec
 from ssl_geometry._src.ssl.losses.registry import NEEDS_BATCH as NEEDS_BATCH
 from ssl_geometry._src.ssl.losses.registry import REGISTRY as REGISTRY
+from ssl_geometry._src.ssl.losses.registry import BatchNeeds as BatchNeeds
+from ssl_geometry._src.ssl.losses.registry import LossSpec as LossSpec
 from ssl_geometry._src.ssl.losses.registry import get as get
 from ssl_geometry._src.ssl.losses.registry import min_batch_size as min_batch_size
 from ssl_geometry._src.ssl.losses.registry import spec as spec
 
 __all__ = [
-    "byol", "byol_decay_schedule", "ema_update", "mse", "negative_cosine", "simsiam", "info_nce", "info_nce_one_way",
-    "moco", "moco_v3", "spectral_contrastive", "barlow_twins", "cholesky_whiten", "vicreg", "wmse", "dino",
-    "BatchNeeds", "LOSSES", "LossSpec", "NEEDS_BATCH", "REGISTRY", "get", "min_batch_size", "spec",
+    "byol",
+    "byol_decay_schedule",
+    "ema_update",
+    "mse",
+    "negative_cosine",
+    "simsiam",
+    "info_nce",
+    "info_nce_one_way",
+    "moco",
+    "moco_v3",
+    "spectral_contrastive",
+    "barlow_twins",
+    "cholesky_whiten",
+    "vicreg",
+    "wmse",
+    "dino",
+    "BatchNeeds",
+    "LOSSES",
+    "LossSpec",
+    "NEEDS_BATCH",
+    "REGISTRY",
+    "get",
+    "min_batch_size",
+    "spec",
 ]

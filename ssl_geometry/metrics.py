@@ -15,6 +15,7 @@
 * :func:`metric_degeneracy`, :func:`augmentation_metric_degeneracy` -- ``|J_h v| / |v|``
   along augmentation tangents (Sec. 5 of arXiv 2605.17180).
 """
+
 from ssl_geometry._src.instrument.metrics import EFFECTIVE_RANK_METHODS as EFFECTIVE_RANK_METHODS
 from ssl_geometry._src.instrument.metrics import OrbitStatistics as OrbitStatistics
 from ssl_geometry._src.instrument.metrics import augmentation_metric_degeneracy as augmentation_metric_degeneracy
@@ -29,7 +30,16 @@ from ssl_geometry._src.instrument.metrics import spearman as spearman
 from ssl_geometry._src.instrument.metrics import trajectory_curvature as trajectory_curvature
 
 __all__ = [
-    "EFFECTIVE_RANK_METHODS", "effective_rank", "spearman", "covariance_condition_number", "normalized_std",
-    "relative_update_size", "OrbitStatistics", "orbit_statistics", "trajectory_curvature",
-    "fd_trajectory_curvature", "metric_degeneracy", "augmentation_metric_degeneracy",
+    "EFFECTIVE_RANK_METHODS",
+    "effective_rank",
+    "spearman",
+    "covariance_condition_number",
+    "normalized_std",
+    "relative_update_size",
+    "OrbitStatistics",
+    "orbit_statistics",
+    "trajectory_curvature",
+    "fd_trajectory_curvature",
+    "metric_degeneracy",
+    "augmentation_metric_degeneracy",
 ]

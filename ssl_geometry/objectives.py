@@ -37,15 +37,21 @@ one-directional cross-entropy of the paper authors' guillotine experiment), ``mo
 ``dino`` (Caron et al. 2021), ``spectral_contrastive`` (HaoChen et al. 2021),
 ``wmse`` (Ermolov et al. 2021).
 """
+
 from ssl_geometry._src.ssl.objectives import EMA_METHODS as EMA_METHODS
 from ssl_geometry._src.ssl.objectives import OBJECTIVES as OBJECTIVES
-from ssl_geometry._src.ssl.objectives import Objective as Objective
 from ssl_geometry._src.ssl.objectives import PREDICTOR_METHODS as PREDICTOR_METHODS
+from ssl_geometry._src.ssl.objectives import Objective as Objective
 from ssl_geometry._src.ssl.objectives import ema_decay as ema_decay
 from ssl_geometry._src.ssl.objectives import identity_views as identity_views
 from ssl_geometry._src.ssl.objectives import make_objective as make_objective
 
 __all__ = [
-    "OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
+    "OBJECTIVES",
+    "EMA_METHODS",
+    "PREDICTOR_METHODS",
+    "Objective",
+    "ema_decay",
+    "identity_views",
     "make_objective",
 ]

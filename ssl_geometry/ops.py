@@ -27,6 +27,7 @@ Example:
   >>> [round(float(v), 6) for v in u[0]]
   [0.6, 0.8]
 """
+
 from ssl_geometry._src.ops import ArrayIn as ArrayIn
 from ssl_geometry._src.ops import check_finite_result as check_finite_result
 from ssl_geometry._src.ops import check_positive_traced as check_positive_traced
@@ -37,6 +38,12 @@ from ssl_geometry._src.ops import safe_scale as safe_scale
 from ssl_geometry._src.ops import upcast as upcast
 
 __all__ = [
-    "ArrayIn", "check_finite_result", "check_positive_traced", "check_unit_interval_traced", "compute_dtype",
-    "l2_normalize", "safe_scale", "upcast",
+    "ArrayIn",
+    "check_finite_result",
+    "check_positive_traced",
+    "check_unit_interval_traced",
+    "compute_dtype",
+    "l2_normalize",
+    "safe_scale",
+    "upcast",
 ]

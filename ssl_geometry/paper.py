@@ -25,6 +25,7 @@ under ``jax_enable_x64``); the orbit functions, which group rows by integer ids,
 NumPy float64 and return floats. Shapes: ``n`` samples,
 ``d`` features, ``T`` orbit/trajectory steps.
 """
+
 from ssl_geometry._src.instrument.paper import CONDITION_CLAMP as CONDITION_CLAMP
 from ssl_geometry._src.instrument.paper import CURVATURE_ANGLES as CURVATURE_ANGLES
 from ssl_geometry._src.instrument.paper import ROTATION_ORBIT_ANGLES as ROTATION_ORBIT_ANGLES
@@ -40,7 +41,17 @@ from ssl_geometry._src.instrument.paper import representation_std as representat
 from ssl_geometry._src.instrument.paper import timescale_ratio as timescale_ratio
 
 __all__ = [
-    "CONDITION_CLAMP", "ROTATION_ORBIT_ANGLES", "CURVATURE_ANGLES", "representation_std",
-    "clamped_condition_number", "fd_curvature", "curvature_ratio", "orbit_spreads", "orbit_metrics",
-    "orbit_compression", "orbits_by_class", "effective_rank_squared", "timescale_ratio",
+    "CONDITION_CLAMP",
+    "ROTATION_ORBIT_ANGLES",
+    "CURVATURE_ANGLES",
+    "representation_std",
+    "clamped_condition_number",
+    "fd_curvature",
+    "curvature_ratio",
+    "orbit_spreads",
+    "orbit_metrics",
+    "orbit_compression",
+    "orbits_by_class",
+    "effective_rank_squared",
+    "timescale_ratio",
 ]

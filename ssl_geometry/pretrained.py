@@ -50,15 +50,17 @@ holds the training arguments), and everything that is not a tensor is dropped. A
 other pickled object (e.g. a code-execution payload) is refused with :class:`UnsafeCheckpointError`
 before anything in it runs; a file that is not a checkpoint or is damaged (a torch file, or a
 safetensors file for :func:`load_converted`: truncated, another format, a config that is not JSON)
-raises :class:`CorruptCheckpointError` naming the path, one without tensors :class:`CheckpointLayoutError`. ``torch`` is imported lazily: this module imports without it, and
-:func:`save_converted` / :func:`load_converted` need only NumPy and ``safetensors``.
+raises :class:`CorruptCheckpointError` naming the path, one without tensors :class:`CheckpointLayoutError`.
+``torch`` is imported lazily: this module imports without it, and :func:`save_converted` /
+:func:`load_converted` need only NumPy and ``safetensors``.
 """
+
 from ssl_geometry._src.models.pretrained import CHECKPOINTS as CHECKPOINTS
+from ssl_geometry._src.models.pretrained import IMAGENET_MEAN as IMAGENET_MEAN
+from ssl_geometry._src.models.pretrained import IMAGENET_STD as IMAGENET_STD
 from ssl_geometry._src.models.pretrained import CheckpointInfo as CheckpointInfo
 from ssl_geometry._src.models.pretrained import CheckpointLayoutError as CheckpointLayoutError
 from ssl_geometry._src.models.pretrained import CorruptCheckpointError as CorruptCheckpointError
-from ssl_geometry._src.models.pretrained import IMAGENET_MEAN as IMAGENET_MEAN
-from ssl_geometry._src.models.pretrained import IMAGENET_STD as IMAGENET_STD
 from ssl_geometry._src.models.pretrained import Pretrained as Pretrained
 from ssl_geometry._src.models.pretrained import UnsafeCheckpointError as UnsafeCheckpointError
 from ssl_geometry._src.models.pretrained import barlowtwins_projector as barlowtwins_projector
@@ -77,9 +79,26 @@ from ssl_geometry._src.models.pretrained import vicreg_projector as vicreg_proje
 from ssl_geometry._src.models.pretrained import vit_from_torch as vit_from_torch
 
 __all__ = [
-    "CHECKPOINTS", "IMAGENET_MEAN", "IMAGENET_STD", "CheckpointInfo", "CheckpointLayoutError",
-    "CorruptCheckpointError", "Pretrained", "UnsafeCheckpointError", "barlowtwins_projector",
-    "convert_barlowtwins_resnet50", "convert_dino_resnet50", "convert_dino_vits16", "convert_vicreg_resnet50",
-    "dino_head", "imagenet_normalize", "load_converted", "load_torch_checkpoint", "resnet_from_torch",
-    "save_converted", "variables_from_torch", "vicreg_projector", "vit_from_torch",
+    "CHECKPOINTS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "CheckpointInfo",
+    "CheckpointLayoutError",
+    "CorruptCheckpointError",
+    "Pretrained",
+    "UnsafeCheckpointError",
+    "barlowtwins_projector",
+    "convert_barlowtwins_resnet50",
+    "convert_dino_resnet50",
+    "convert_dino_vits16",
+    "convert_vicreg_resnet50",
+    "dino_head",
+    "imagenet_normalize",
+    "load_converted",
+    "load_torch_checkpoint",
+    "resnet_from_torch",
+    "save_converted",
+    "variables_from_torch",
+    "vicreg_projector",
+    "vit_from_torch",
 ]

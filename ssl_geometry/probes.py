@@ -26,6 +26,7 @@ Example:
   >>> float(knn_probe(x, y, x, y, k=1)["acc"]), float(ridge_probe(x, y, x, y)["acc"])
   (1.0, 1.0)
 """
+
 from ssl_geometry._src.training.probes import features_in_batches as features_in_batches
 from ssl_geometry._src.training.probes import fit_rotation_probes as fit_rotation_probes
 from ssl_geometry._src.training.probes import knn_probe as knn_probe
@@ -39,6 +40,15 @@ from ssl_geometry._src.training.probes import rotation_views as rotation_views
 from ssl_geometry._src.training.probes import standardize as standardize
 
 __all__ = [
-    "standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images",
-    "rotation_dataset", "features_in_batches", "rotation_views", "fit_rotation_probes", "rotation_probe",
+    "standardize",
+    "ridge_probe",
+    "knn_probe",
+    "logistic_probe",
+    "mlp_probe",
+    "rotate_images",
+    "rotation_dataset",
+    "features_in_batches",
+    "rotation_views",
+    "fit_rotation_probes",
+    "rotation_probe",
 ]

@@ -32,6 +32,7 @@ Prop 3.3 (curvature barrier, arXiv 2605.17180): for the loss metric
 constant linear head makes the pulled-back metric isotropic everywhere; a
 quadratic loss (constant ``g_L``, curvature exactly 0) is the negative control.
 """
+
 from ssl_geometry._src.instrument.riemann import christoffel as christoffel
 from ssl_geometry._src.instrument.riemann import loss_metric as loss_metric
 from ssl_geometry._src.instrument.riemann import lowered_riemann as lowered_riemann
@@ -43,6 +44,13 @@ from ssl_geometry._src.instrument.riemann import scalar_curvature as scalar_curv
 from ssl_geometry._src.instrument.riemann import sectional_curvature as sectional_curvature
 
 __all__ = [
-    "metric_derivatives", "christoffel", "riemann_tensor", "lowered_riemann", "ricci_tensor",
-    "scalar_curvature", "sectional_curvature", "loss_metric", "pullback",
+    "metric_derivatives",
+    "christoffel",
+    "riemann_tensor",
+    "lowered_riemann",
+    "ricci_tensor",
+    "scalar_curvature",
+    "sectional_curvature",
+    "loss_metric",
+    "pullback",
 ]

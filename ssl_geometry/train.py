@@ -10,6 +10,7 @@ returns the exit status: 0 on success, 2 for bad input or a refused run, 1 for a
 the run. The config fields, the workdir's guarantees and the resume rules are documented in
 :func:`ssl_geometry.trainer.train`.
 """
+
 import sys
 
 from ssl_geometry._src.training.cli import main as main

@@ -78,70 +78,117 @@ epoch])``), and the step RNG is ``fold_in(rng, s)``; the checkpoint stores the
 state (with ``rng`` and ``step``) and the data position, so a resumed run
 reproduces the uninterrupted one bit for bit.
 """
-from ssl_geometry._src.training.distributed import init_distributed as init_distributed
-from ssl_geometry._src.training.distributed import check_same_config as check_same_config
-from ssl_geometry._src.training.distributed import PER_PROCESS_FIELDS as PER_PROCESS_FIELDS
-from ssl_geometry._src.training.run import train as train
-from ssl_geometry._src.training.builders import BACKBONES as BACKBONES
+
 from ssl_geometry._src.training.builders import AUGMENTS as AUGMENTS
+from ssl_geometry._src.training.builders import BACKBONES as BACKBONES
 from ssl_geometry._src.training.builders import DTYPES as DTYPES
-from ssl_geometry._src.training.builders import load_dataset as load_dataset
-from ssl_geometry._src.training.builders import load_split as load_split
-from ssl_geometry._src.training.builders import build_augment as build_augment
 from ssl_geometry._src.training.builders import augment_config as augment_config
+from ssl_geometry._src.training.builders import build_augment as build_augment
 from ssl_geometry._src.training.builders import build_backbone as build_backbone
 from ssl_geometry._src.training.builders import build_head as build_head
 from ssl_geometry._src.training.builders import build_objective as build_objective
 from ssl_geometry._src.training.builders import build_optimizer as build_optimizer
-from ssl_geometry._src.training.validate import validate_config as validate_config
-from ssl_geometry._src.training.optimizer import OPTIMIZERS as OPTIMIZERS
-from ssl_geometry._src.training.optimizer import SCHEDULES as SCHEDULES
-from ssl_geometry._src.training.optimizer import make_schedule as make_schedule
-from ssl_geometry._src.training.optimizer import make_optimizer as make_optimizer
-from ssl_geometry._src.training.step import make_train_step as make_train_step
-from ssl_geometry._src.training.step import jit_train_step as jit_train_step
-from ssl_geometry._src.training.state import make_mesh as make_mesh
-from ssl_geometry._src.training.state import state_shardings as state_shardings
-from ssl_geometry._src.training.state import batch_sharding as batch_sharding
-from ssl_geometry._src.training.state import init_probe as init_probe
-from ssl_geometry._src.training.state import init_train_state as init_train_state
-from ssl_geometry._src.training.state import unalias as unalias
-from ssl_geometry._src.training.state import place_state as place_state
-from ssl_geometry._src.training.state import place_batch as place_batch
+from ssl_geometry._src.training.builders import load_dataset as load_dataset
+from ssl_geometry._src.training.builders import load_split as load_split
 from ssl_geometry._src.training.data_order import batch_indices as batch_indices
 from ssl_geometry._src.training.data_order import host_slice as host_slice
+from ssl_geometry._src.training.distributed import PER_PROCESS_FIELDS as PER_PROCESS_FIELDS
+from ssl_geometry._src.training.distributed import check_same_config as check_same_config
+from ssl_geometry._src.training.distributed import init_distributed as init_distributed
 from ssl_geometry._src.training.feed import MemoryFeed as MemoryFeed
 from ssl_geometry._src.training.feed import StreamFeed as StreamFeed
 from ssl_geometry._src.training.feed import make_feed as make_feed
-from ssl_geometry._src.training.monitor import representation_metrics as representation_metrics
-from ssl_geometry._src.training.monitor import make_eval_metrics as make_eval_metrics
-from ssl_geometry._src.training.monitor import evaluate as evaluate
 from ssl_geometry._src.training.monitor import MetricLogger as MetricLogger
-from ssl_geometry._src.training.monitor import read_metrics as read_metrics
-from ssl_geometry._src.training.workdir import RUNTIME_FIELDS as RUNTIME_FIELDS
-from ssl_geometry._src.training.workdir import WorkdirLockedError as WorkdirLockedError
-from ssl_geometry._src.training.workdir import ConfigMismatchError as ConfigMismatchError
-from ssl_geometry._src.training.workdir import prepare as prepare
-from ssl_geometry._src.training.workdir import Lock as Lock
-from ssl_geometry._src.training.workdir import flatten_config as flatten_config
-from ssl_geometry._src.training.workdir import config_record as config_record
-from ssl_geometry._src.training.workdir import state_signature as state_signature
-from ssl_geometry._src.training.workdir import digest as digest
-from ssl_geometry._src.training.workdir import check_resume as check_resume
-from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
-from ssl_geometry._src.training.workdir import set_aside as set_aside
-from ssl_geometry._src.training.workdir import NOT_SAVED as NOT_SAVED
 from ssl_geometry._src.training.monitor import check_knn_k as check_knn_k
+from ssl_geometry._src.training.monitor import evaluate as evaluate
+from ssl_geometry._src.training.monitor import make_eval_metrics as make_eval_metrics
+from ssl_geometry._src.training.monitor import read_metrics as read_metrics
+from ssl_geometry._src.training.monitor import representation_metrics as representation_metrics
+from ssl_geometry._src.training.optimizer import OPTIMIZERS as OPTIMIZERS
+from ssl_geometry._src.training.optimizer import SCHEDULES as SCHEDULES
+from ssl_geometry._src.training.optimizer import make_optimizer as make_optimizer
+from ssl_geometry._src.training.optimizer import make_schedule as make_schedule
 from ssl_geometry._src.training.run import STOP_SIGNALS as STOP_SIGNALS
+from ssl_geometry._src.training.run import train as train
+from ssl_geometry._src.training.state import batch_sharding as batch_sharding
+from ssl_geometry._src.training.state import init_probe as init_probe
+from ssl_geometry._src.training.state import init_train_state as init_train_state
+from ssl_geometry._src.training.state import make_mesh as make_mesh
+from ssl_geometry._src.training.state import place_batch as place_batch
+from ssl_geometry._src.training.state import place_state as place_state
+from ssl_geometry._src.training.state import state_shardings as state_shardings
+from ssl_geometry._src.training.state import unalias as unalias
+from ssl_geometry._src.training.step import jit_train_step as jit_train_step
+from ssl_geometry._src.training.step import make_train_step as make_train_step
+from ssl_geometry._src.training.validate import validate_config as validate_config
+from ssl_geometry._src.training.workdir import NOT_SAVED as NOT_SAVED
+from ssl_geometry._src.training.workdir import RUNTIME_FIELDS as RUNTIME_FIELDS
+from ssl_geometry._src.training.workdir import ConfigMismatchError as ConfigMismatchError
+from ssl_geometry._src.training.workdir import Lock as Lock
+from ssl_geometry._src.training.workdir import WorkdirLockedError as WorkdirLockedError
+from ssl_geometry._src.training.workdir import check_resume as check_resume
+from ssl_geometry._src.training.workdir import config_record as config_record
+from ssl_geometry._src.training.workdir import digest as digest
+from ssl_geometry._src.training.workdir import flatten_config as flatten_config
+from ssl_geometry._src.training.workdir import prepare as prepare
+from ssl_geometry._src.training.workdir import set_aside as set_aside
+from ssl_geometry._src.training.workdir import state_signature as state_signature
+from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
 
 __all__ = [
-    "init_distributed", "check_same_config", "PER_PROCESS_FIELDS", "train", "BACKBONES", "AUGMENTS", "DTYPES",
-    "load_dataset", "load_split", "build_augment", "augment_config", "build_backbone", "build_head",
-    "build_objective", "build_optimizer", "validate_config", "OPTIMIZERS", "SCHEDULES", "make_schedule",
-    "make_optimizer", "make_train_step", "jit_train_step", "make_mesh", "state_shardings", "batch_sharding",
-    "init_probe", "init_train_state", "unalias", "place_state", "place_batch", "batch_indices", "host_slice",
-    "MemoryFeed", "StreamFeed", "make_feed", "representation_metrics", "make_eval_metrics", "evaluate",
-    "MetricLogger", "read_metrics", "RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare",
-    "Lock", "flatten_config", "config_record", "state_signature", "digest", "check_resume", "truncate_metrics",
-    "set_aside", "NOT_SAVED", "check_knn_k", "STOP_SIGNALS",
+    "init_distributed",
+    "check_same_config",
+    "PER_PROCESS_FIELDS",
+    "train",
+    "BACKBONES",
+    "AUGMENTS",
+    "DTYPES",
+    "load_dataset",
+    "load_split",
+    "build_augment",
+    "augment_config",
+    "build_backbone",
+    "build_head",
+    "build_objective",
+    "build_optimizer",
+    "validate_config",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "make_schedule",
+    "make_optimizer",
+    "make_train_step",
+    "jit_train_step",
+    "make_mesh",
+    "state_shardings",
+    "batch_sharding",
+    "init_probe",
+    "init_train_state",
+    "unalias",
+    "place_state",
+    "place_batch",
+    "batch_indices",
+    "host_slice",
+    "MemoryFeed",
+    "StreamFeed",
+    "make_feed",
+    "representation_metrics",
+    "make_eval_metrics",
+    "evaluate",
+    "MetricLogger",
+    "read_metrics",
+    "RUNTIME_FIELDS",
+    "WorkdirLockedError",
+    "ConfigMismatchError",
+    "prepare",
+    "Lock",
+    "flatten_config",
+    "config_record",
+    "state_signature",
+    "digest",
+    "check_resume",
+    "truncate_metrics",
+    "set_aside",
+    "NOT_SAVED",
+    "check_knn_k",
+    "STOP_SIGNALS",
 ]

@@ -1,4 +1,5 @@
 """Counting XLA compilations in tests: a compiled-once claim is tested by what JAX logs."""
+
 import logging
 
 import jax

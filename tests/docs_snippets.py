@@ -28,6 +28,7 @@ ELLIPSIS); every number is compared with ``|got - shown| <= atol + rtol |shown|`
 ``python tests/docs_snippets.py docs/howto/theorem.md`` prints what each block prints (to write
 or refresh a page).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +43,9 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-_FENCE = re.compile(r"(?:<!--\s*output:(?P<opts>[^>]*)-->\s*\n)?^```(?P<info>[^\n]*)\n(?P<body>.*?)^```[ \t]*$",
-                    re.M | re.S)
+_FENCE = re.compile(
+    r"(?:<!--\s*output:(?P<opts>[^>]*)-->\s*\n)?^```(?P<info>[^\n]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S
+)
 NUMBER = r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)"
 _TOKEN = re.compile(rf"(\.\.\.)|({NUMBER})|(\s+)")
 
@@ -85,8 +87,15 @@ def snippets(page: pathlib.Path) -> list[Snippet]:
     blocks = []
     for m in _FENCE.finditer(text):
         info = m.group("info").strip()
-        blocks.append((info.split()[0] if info else "", info, m.group("body"), m.group("opts"),
-                       text.count("\n", 0, m.start()) + 1))
+        blocks.append(
+            (
+                info.split()[0] if info else "",
+                info,
+                m.group("body"),
+                m.group("opts"),
+                text.count("\n", 0, m.start()) + 1,
+            )
+        )
     out = []
     rel = str(page.relative_to(ROOT)) if page.is_absolute() and page.is_relative_to(ROOT) else str(page)
     for i, (lang, info, body, _, line) in enumerate(blocks):
@@ -104,15 +113,22 @@ def run(snippet: Snippet, namespace: dict) -> str:
     """Run one block (python: in ``namespace``; bash: a subprocess) and return what it printed."""
     if snippet.language == "bash":
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.run(["bash", "-e", "-c", snippet.code], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)
+        proc = subprocess.run(
+            ["bash", "-e", "-c", snippet.code],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
         return proc.stdout
     buf = io.StringIO()
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         with contextlib.redirect_stdout(buf):
-            exec(compile(snippet.code, snippet.where, "exec"), namespace)  # noqa: S102 (the page's own code)
+            exec(compile(snippet.code, snippet.where, "exec"), namespace)  # the page's own code
     finally:
         os.chdir(cwd)
     return buf.getvalue()
@@ -124,7 +140,7 @@ def mismatch(shown: str, got: str, rtol: float = 1e-3, atol: float = 1e-12) -> s
     pos = 0
     shown = shown.strip()
     for m in _TOKEN.finditer(shown):
-        pattern.append(re.escape(shown[pos:m.start()]))
+        pattern.append(re.escape(shown[pos : m.start()]))
         if m.group(1):
             pattern.append(r".*?")
         elif m.group(2):
@@ -148,8 +164,13 @@ def mismatch(shown: str, got: str, rtol: float = 1e-3, atol: float = 1e-12) -> s
 
 def build_site(dest: pathlib.Path) -> pathlib.Path:
     """``mkdocs build --strict`` into ``dest``; a failed build raises with mkdocs' own messages."""
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(dest)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(dest)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         raise AssertionError("mkdocs build --strict failed:\n" + proc.stderr[-6000:])
     return dest

@@ -7,11 +7,13 @@ gradients against finite differences, BatchNorm state handling and that ``apply`
 variables of a different width. Activations have their own registry,
 :data:`ssl_geometry.activations.ACTIVATIONS`.
 """
+
 from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 
-from ssl_geometry import Model, heads as _heads, pretrained
+from ssl_geometry import Model, pretrained
+from ssl_geometry import heads as _heads
 
 
 class HeadSpec(NamedTuple):
@@ -34,30 +36,54 @@ class HeadSpec(NamedTuple):
 
 #: Every head, by name.
 HEADS: dict[str, HeadSpec] = {
-    "mlp": HeadSpec(_heads.mlp, dict(in_dim=3, hidden=(5,), out_dim=4, activation="swish"),
-                    dict(in_dim=3, hidden=(6,), out_dim=4, activation="swish"), False, "heads.mlp"),
-    "mlp_bn": HeadSpec(_heads.mlp, dict(in_dim=3, hidden=(5,), out_dim=4, batch_norm=True, final_batch_norm=True),
-                       dict(in_dim=3, hidden=(5,), out_dim=5, batch_norm=True, final_batch_norm=True), True,
-                       "heads.mlp (SimSiam-style BatchNorm)"),
+    "mlp": HeadSpec(
+        _heads.mlp,
+        dict(in_dim=3, hidden=(5,), out_dim=4, activation="swish"),
+        dict(in_dim=3, hidden=(6,), out_dim=4, activation="swish"),
+        False,
+        "heads.mlp",
+    ),
+    "mlp_bn": HeadSpec(
+        _heads.mlp,
+        dict(in_dim=3, hidden=(5,), out_dim=4, batch_norm=True, final_batch_norm=True),
+        dict(in_dim=3, hidden=(5,), out_dim=5, batch_norm=True, final_batch_norm=True),
+        True,
+        "heads.mlp (SimSiam-style BatchNorm)",
+    ),
     "linear": HeadSpec(_heads.linear, dict(in_dim=3, out_dim=4), dict(in_dim=3, out_dim=5), False, "heads.linear"),
-    "simsiam_projector": HeadSpec(_heads.simsiam_projector, dict(in_dim=3, width=6), dict(in_dim=3, width=7), True,
-                                  "SimSiam projector (paper)"),
-    "simsiam_predictor": HeadSpec(_heads.simsiam_predictor, dict(dim=4, bottleneck=2), dict(dim=4, bottleneck=3),
-                                  True, "SimSiam predictor"),
-    "dino_head": HeadSpec(pretrained.dino_head, dict(in_dim=3, out_dim=5, hidden_dim=6, bottleneck_dim=4, nlayers=3),
-                          dict(in_dim=3, out_dim=6, hidden_dim=6, bottleneck_dim=4, nlayers=3), False,
-                          "DINO DINOHead"),
-    "dino_head_bn": HeadSpec(pretrained.dino_head, dict(in_dim=3, out_dim=5, hidden_dim=6, bottleneck_dim=4, nlayers=2,
-                                             use_bn=True),
-                             dict(in_dim=3, out_dim=5, hidden_dim=7, bottleneck_dim=4, nlayers=2, use_bn=True), True,
-                             "DINO DINOHead (--use_bn_in_head)"),
-    "vicreg_projector": HeadSpec(pretrained.vicreg_projector, dict(dims=(3, 6, 6, 4)), dict(dims=(3, 6, 7, 4)), True,
-                                 "VICReg expander"),
-    "barlowtwins_projector": HeadSpec(pretrained.barlowtwins_projector, dict(dims=(3, 6, 4)), dict(dims=(3, 7, 4)), True,
-                                      "Barlow Twins projector"),
-    "barlowtwins_projector_loss_bn": HeadSpec(pretrained.barlowtwins_projector, dict(dims=(3, 6, 4), loss_bn=True),
-                                              dict(dims=(3, 6, 5), loss_bn=True), True,
-                                              "Barlow Twins projector + loss BatchNorm"),
+    "simsiam_projector": HeadSpec(
+        _heads.simsiam_projector, dict(in_dim=3, width=6), dict(in_dim=3, width=7), True, "SimSiam projector (paper)"
+    ),
+    "simsiam_predictor": HeadSpec(
+        _heads.simsiam_predictor, dict(dim=4, bottleneck=2), dict(dim=4, bottleneck=3), True, "SimSiam predictor"
+    ),
+    "dino_head": HeadSpec(
+        pretrained.dino_head,
+        dict(in_dim=3, out_dim=5, hidden_dim=6, bottleneck_dim=4, nlayers=3),
+        dict(in_dim=3, out_dim=6, hidden_dim=6, bottleneck_dim=4, nlayers=3),
+        False,
+        "DINO DINOHead",
+    ),
+    "dino_head_bn": HeadSpec(
+        pretrained.dino_head,
+        dict(in_dim=3, out_dim=5, hidden_dim=6, bottleneck_dim=4, nlayers=2, use_bn=True),
+        dict(in_dim=3, out_dim=5, hidden_dim=7, bottleneck_dim=4, nlayers=2, use_bn=True),
+        True,
+        "DINO DINOHead (--use_bn_in_head)",
+    ),
+    "vicreg_projector": HeadSpec(
+        pretrained.vicreg_projector, dict(dims=(3, 6, 6, 4)), dict(dims=(3, 6, 7, 4)), True, "VICReg expander"
+    ),
+    "barlowtwins_projector": HeadSpec(
+        pretrained.barlowtwins_projector, dict(dims=(3, 6, 4)), dict(dims=(3, 7, 4)), True, "Barlow Twins projector"
+    ),
+    "barlowtwins_projector_loss_bn": HeadSpec(
+        pretrained.barlowtwins_projector,
+        dict(dims=(3, 6, 4), loss_bn=True),
+        dict(dims=(3, 6, 5), loss_bn=True),
+        True,
+        "Barlow Twins projector + loss BatchNorm",
+    ),
 }
 
 

@@ -1,4 +1,5 @@
 """BENCHMARKS.md opens with its findings, read from each report's own table (experiments/assemble_benchmarks.py)."""
+
 from __future__ import annotations
 
 from experiments import assemble_benchmarks as ab
@@ -23,8 +24,16 @@ FORWARD = """| model | batch | ratio_jax_over_torch |
 
 
 def _write(docs, name, body, env):
-    harness.write_table(docs / name, "T", body, command="python -m x --out docs/x.md", load_before=0.5,
-                        load_after=0.5, threshold=2, env=env)
+    harness.write_table(
+        docs / name,
+        "T",
+        body,
+        command="python -m x --out docs/x.md",
+        load_before=0.5,
+        load_after=0.5,
+        threshold=2,
+        env=env,
+    )
 
 
 def test_findings_come_first_with_ratio_machine_and_4_digits(tmp_path):
@@ -51,8 +60,11 @@ def test_findings_come_first_with_ratio_machine_and_4_digits(tmp_path):
 
 def test_sig4_and_the_dry_run_total():
     assert [ab.sig4(x) for x in (0.16046544040940405, 1779.5, 2.0, 1.43e-01)] == ["0.1605", "1780", "2", "0.143"]
-    table = ("| experiment | status | projected full run |\n|---|---|---|\n| a | ran | 2 h |\n| b | ran | 10.5 h |\n\n"
-             "| experiment | status | projected full run |\n|---|---|---|\n| a | ran | 7 h |\n| c | skipped | - |\n")
+    table = (
+        "| experiment | status | projected full run |\n|---|---|---|\n| a | ran | 2 h |\n| b | ran | 10.5 h |\n\n"
+        "| experiment | status | projected full run |\n|---|---|---|\n| a | ran | 7 h |\n| c | skipped | - |\n"
+    )
     # the first row of an experiment is its latest: a = 2 h (not 7), c has no projection
     assert ab._find_dry_run(table) == [
-        "paper variants projected from dry runs (latest row of each): 12.5 h in all over 2 runs, the longest 10.5 h (b)"]
+        "paper variants projected from dry runs (latest row of each): 12.5 h in all over 2 runs, the longest 10.5 h (b)"
+    ]

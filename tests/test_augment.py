@@ -1,4 +1,5 @@
 """On-device augmentations: exact checks against NumPy/SciPy/colorsys references."""
+
 import colorsys
 
 import jax
@@ -55,8 +56,15 @@ def test_hue_identities_and_colorsys_reference(img):
     np.testing.assert_allclose(A.adjust_hue(img, 0.0), img, atol=1e-12)
     np.testing.assert_allclose(A.adjust_hue(img, 1.0), img, atol=1e-12)
     for delta in (0.3, -0.45):
-        ref = np.array([[colorsys.hsv_to_rgb(*((lambda h, s, v: ((h + delta) % 1.0, s, v))(
-            *colorsys.rgb_to_hsv(*p)))) for p in row] for row in img])
+        ref = np.array(
+            [
+                [
+                    colorsys.hsv_to_rgb(*((lambda h, s, v: ((h + delta) % 1.0, s, v))(*colorsys.rgb_to_hsv(*p))))
+                    for p in row
+                ]
+                for row in img
+            ]
+        )
         np.testing.assert_allclose(A.adjust_hue(img, delta), ref, atol=1e-12)
     hsv = np.array([[colorsys.rgb_to_hsv(*p) for p in row] for row in img])
     np.testing.assert_allclose(A.rgb_to_hsv(img), hsv, atol=1e-12)
@@ -71,11 +79,11 @@ def test_saturation_brightness_contrast(img):
     gray = img @ np.array([0.2989, 0.587, 0.114])
     np.testing.assert_allclose(A.adjust_saturation(img, 0.0), np.repeat(gray[..., None], 3, -1), atol=1e-12)
     np.testing.assert_allclose(A.adjust_saturation(img, 1.0), img, atol=1e-12)
-    np.testing.assert_allclose(A.adjust_saturation(img, 1.7), np.clip(1.7 * img - 0.7 * gray[..., None], 0, 1),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        A.adjust_saturation(img, 1.7), np.clip(1.7 * img - 0.7 * gray[..., None], 0, 1), atol=1e-12
+    )
     np.testing.assert_allclose(A.adjust_brightness(img, 1.3), np.clip(1.3 * img, 0, 1), atol=1e-12)
-    np.testing.assert_allclose(A.adjust_contrast(img, 0.4), np.clip(0.4 * img + 0.6 * gray.mean(), 0, 1),
-                               atol=1e-12)
+    np.testing.assert_allclose(A.adjust_contrast(img, 0.4), np.clip(0.4 * img + 0.6 * gray.mean(), 0, 1), atol=1e-12)
     np.testing.assert_allclose(A.adjust_contrast(img, 1.0), img, atol=1e-12)
 
 
@@ -89,7 +97,7 @@ def test_gaussian_blur_matches_scipy(img, mode):
 
 
 def test_gaussian_blur_sigma_derivative_and_traced_radius(img):
-    f = lambda s: A.gaussian_blur(img, s, radius=4)  # noqa: E731
+    f = lambda s: A.gaussian_blur(img, s, radius=4)
     t = jax.jvp(f, (0.8,), (1.0,))[1]
     np.testing.assert_allclose(t, _fd(f, 0.8), atol=1e-7)
     # Tiny sigma is the identity; a traced sigma needs a static radius.
@@ -103,10 +111,11 @@ def test_gaussian_blur_sigma_derivative_and_traced_radius(img):
 
 def test_crop_and_resize_matches_scale_and_translate():
     x = np.random.default_rng(2).random((12, 10, 3))
-    for (top, left, h, w, size) in [(2, 1, 7, 6, (9, 11)), (0, 0, 12, 10, (5, 4))]:  # up- and downscaling
+    for top, left, h, w, size in [(2, 1, 7, 6, (9, 11)), (0, 0, 12, 10, (5, 4))]:  # up- and downscaling
         scale = np.array([size[0] / h, size[1] / w])
-        ref = jax.jit(lambda x, s, t: jax.image.scale_and_translate(
-            x, (*size, 3), (0, 1), s, t, method="linear", antialias=True))(x, scale, -scale * [top, left])
+        ref = jax.jit(
+            lambda x, s, t: jax.image.scale_and_translate(x, (*size, 3), (0, 1), s, t, method="linear", antialias=True)
+        )(x, scale, -scale * [top, left])
         got = jax.jit(lambda x: A.crop_and_resize(x, top, left, h, w, size))(x)
         np.testing.assert_allclose(got, ref, atol=1e-12)
 
@@ -171,18 +180,37 @@ def test_pipeline_rotation_is_random_rotation_on_its_own_key(batch_u8):
     """``rotation_deg``: RandomRotation after crop and flip, from ``fold_in(key, 7)``; 0 leaves the view as before."""
     key = jax.random.key(4)
     x = A.to_float(batch_u8[0])
-    only_rot = A.AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0, rotation_deg=45.0,
-                               jitter_prob=0.0, gray_prob=0.0, blur_prob=0.0)
+    only_rot = A.AugmentConfig(
+        crop_scale=(1.0, 1.0),
+        crop_ratio=(1.0, 1.0),
+        flip_prob=0.0,
+        rotation_deg=45.0,
+        jitter_prob=0.0,
+        gray_prob=0.0,
+        blur_prob=0.0,
+    )
     got = A.augment_image(key, x, only_rot)
     want = A.random_rotation(jax.random.fold_in(key, 7), x, np.radians(45.0))
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert float(jnp.abs(got - x).max()) > 1e-2  # it did rotate
     # The other factors draw the same numbers with or without rotation (a config without it is unchanged).
     no_rot = only_rot._replace(rotation_deg=0.0, jitter_prob=1.0)
-    np.testing.assert_allclose(A.augment_image(key, x, no_rot),
-                               A.augment_image(key, x, A.AugmentConfig(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0),
-                                                                       flip_prob=0.0, jitter_prob=1.0, gray_prob=0.0,
-                                                                       blur_prob=0.0)), atol=0)
+    np.testing.assert_allclose(
+        A.augment_image(key, x, no_rot),
+        A.augment_image(
+            key,
+            x,
+            A.AugmentConfig(
+                crop_scale=(1.0, 1.0),
+                crop_ratio=(1.0, 1.0),
+                flip_prob=0.0,
+                jitter_prob=1.0,
+                gray_prob=0.0,
+                blur_prob=0.0,
+            ),
+        ),
+        atol=0,
+    )
 
 
 def test_simsiam_two_views_and_orbits(batch_u8):

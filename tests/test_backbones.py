@@ -4,6 +4,7 @@ The PyTorch reference networks below are written here in the torchvision ResNet 
 ViT key layouts (torchvision cannot be installed next to torch 2.13 in this environment);
 ``tests/test_pretrained.py`` imports them too.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,10 @@ class TorchResNet(nn.Module):
     def _make_layer(self, block, planes, blocks, stride):
         down = None
         if stride != 1 or self.inplanes != planes * block.expansion:
-            down = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
-                                 nn.BatchNorm2d(planes * block.expansion))
+            down = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
         mods = [block(self.inplanes, planes, stride, down)]
         self.inplanes = planes * block.expansion
         mods += [block(self.inplanes, planes) for _ in range(1, blocks)]
@@ -185,7 +188,9 @@ class TorchViT(nn.Module):
         w0, h0 = w0 + 0.1, h0 + 0.1
         patch_pos_embed = F.interpolate(
             patch_pos_embed.reshape(1, int(math.sqrt(N)), int(math.sqrt(N)), dim).permute(0, 3, 1, 2),
-            scale_factor=(w0 / math.sqrt(N), h0 / math.sqrt(N)), mode="bicubic")
+            scale_factor=(w0 / math.sqrt(N), h0 / math.sqrt(N)),
+            mode="bicubic",
+        )
         assert int(w0) == patch_pos_embed.shape[-2] and int(h0) == patch_pos_embed.shape[-1]
         patch_pos_embed = patch_pos_embed.permute(0, 2, 3, 1).view(1, -1, dim)
         return torch.cat((class_pos_embed.unsqueeze(0), patch_pos_embed), dim=1)
@@ -220,12 +225,15 @@ def torch_count(m):
 
 
 # ----------------------------------------------------------------------------- counts
-@pytest.mark.parametrize("factory,expected,torch_factory", [
-    (B.resnet18_cifar, 11_168_832, torch_resnet18_cifar),
-    (B.resnet50, 23_508_032, torch_resnet50),
-    (B.vit_tiny, 1_357_056, lambda: TorchViT(32, 4, 192, 3, 3)),
-    (B.vit_small16, 21_665_664, lambda: TorchViT(224, 16, 384, 12, 6)),
-])
+@pytest.mark.parametrize(
+    "factory,expected,torch_factory",
+    [
+        (B.resnet18_cifar, 11_168_832, torch_resnet18_cifar),
+        (B.resnet50, 23_508_032, torch_resnet50),
+        (B.vit_tiny, 1_357_056, lambda: TorchViT(32, 4, 192, 3, 3)),
+        (B.vit_small16, 21_665_664, lambda: TorchViT(224, 16, 384, 12, 6)),
+    ],
+)
 def test_parameter_counts(factory, expected, torch_factory):
     model = factory()
     shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0))
@@ -266,7 +274,9 @@ def test_resnet18_cifar_parity_eval(rn18_pair):
     assert z.shape == (3, 512) and z.dtype == jnp.float32
     assert rel_err(z, torch_forward(tm, x)) < 1e-4
     # eval mode returns the running statistics unchanged
-    chex_equal = jax.tree_util.tree_map(lambda a, b: bool(jnp.all(a == b)), state["batch_stats"], variables["batch_stats"])
+    chex_equal = jax.tree_util.tree_map(
+        lambda a, b: bool(jnp.all(a == b)), state["batch_stats"], variables["batch_stats"]
+    )
     assert all(jax.tree_util.tree_leaves(chex_equal))
 
 
@@ -279,8 +289,11 @@ def test_resnet18_cifar_parity_train_mode_bn_update(rn18_pair):
     z, state = train_fn(variables, jnp.asarray(x))
     assert rel_err(z, z_t) < 1e-4
     ts = tm_copy.state_dict()
-    for path, key in [(("bn1",), "bn1"), (("layer2_0", "downsample_1"), "layer2.0.downsample.1"),
-                      (("layer4_1", "bn2"), "layer4.1.bn2")]:
+    for path, key in [
+        (("bn1",), "bn1"),
+        (("layer2_0", "downsample_1"), "layer2.0.downsample.1"),
+        (("layer4_1", "bn2"), "layer4.1.bn2"),
+    ]:
         node = state["batch_stats"]
         for p in path:
             node = node[p]
@@ -301,8 +314,9 @@ def test_batchnorm_running_update_formula():
     flat = x.reshape(-1, 4)
     np.testing.assert_allclose(mut["batch_stats"]["mean"], 0.1 * flat.mean(0), rtol=1e-12)
     np.testing.assert_allclose(mut["batch_stats"]["var"], 0.9 + 0.1 * flat.var(0, ddof=1), rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(y).reshape(-1, 4), (flat - flat.mean(0)) / np.sqrt(flat.var(0) + 1e-5),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(y).reshape(-1, 4), (flat - flat.mean(0)) / np.sqrt(flat.var(0) + 1e-5), rtol=1e-10
+    )
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ The dry run runs every step end to end at shrunk sizes, so the first GPU run doe
 (about a minute on a quiet 2-core machine). The backend check refuses a device run on a CPU backend,
 where no MFU can be reported.
 """
+
 import os
 import pathlib
 import subprocess
@@ -18,8 +19,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def test_bench_device_refuses_a_device_run_on_a_cpu_backend(tmp_path):
     md = tmp_path / "report" / "bench_device.md"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(["bash", str(ROOT / "experiments" / "bench_device.sh"), "--out", str(md)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "experiments" / "bench_device.sh"), "--out", str(md)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "JAX backend: cpu" in proc.stderr
     assert "error: the JAX backend is cpu" in proc.stderr and "--cpu-smoke" in proc.stderr
@@ -32,8 +39,14 @@ def test_bench_device_refuses_a_device_run_on_a_cpu_backend(tmp_path):
 def test_bench_device_cpu_smoke_runs_every_step(tmp_path):
     md = tmp_path / "bench_device.md"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(["bash", str(ROOT / "experiments" / "bench_device.sh"), "--cpu-smoke", "--out", str(md)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "experiments" / "bench_device.sh"), "--cpu-smoke", "--out", str(md)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     text = md.read_text()
     assert proc.returncode == 0, proc.stderr[-3000:] + text[-3000:]
     for section in ("## environment", "## train", "## lanczos", "## dry_run", "## scaling"):

@@ -1,4 +1,5 @@
 """The benchmark harness's logic: interleaving order, ratio statistics, load refusal (milliseconds)."""
+
 import math
 import os
 
@@ -38,11 +39,11 @@ def test_interleave_calls_in_turn_and_discards_warmup():
             calls.append(name)
             clock.t += next(durations[name])
             return name.lower()
+
         return fn
 
     results = {}
-    times = harness.interleave({"A": make("A"), "B": make("B")}, repeats=3, warmup=1, clock=clock,
-                               results=results)
+    times = harness.interleave({"A": make("A"), "B": make("B")}, repeats=3, warmup=1, clock=clock, results=results)
     assert calls == ["A", "B"] * 4
     assert times == {"A": [1.0, 2.0, 3.0], "B": [2.0, 4.0, 6.0]}  # the 9 s warm-up rounds dropped
     assert results == {"A": "a", "B": "b"}
@@ -50,7 +51,7 @@ def test_interleave_calls_in_turn_and_discards_warmup():
 
 def test_ratio_stats_are_per_round_ratios():
     st = harness.ratio_stats([1.0, 2.0, 3.0, 10.0], [2.0, 4.0, 6.0, 5.0])
-    assert st["median"] == pytest.approx(0.5)          # ratios 0.5, 0.5, 0.5, 2.0
+    assert st["median"] == pytest.approx(0.5)  # ratios 0.5, 0.5, 0.5, 2.0
     assert st["q25"] == pytest.approx(0.5) and st["q75"] == pytest.approx(0.875)
     assert st["min"] == 0.5 and st["max"] == 2.0 and st["n"] == 4
     assert st["spread"] == pytest.approx(0.75)
@@ -67,17 +68,24 @@ def test_load_guard_refuses_then_marks_when_forced(tmp_path):
         harness.check_load(1.0, 2.5, threshold=2)  # the other processes' share unmeasured: the load after decides
     path = tmp_path / "t.md"
     with pytest.raises(harness.LoadTooHigh):
-        harness.write_table(path, "T", "| a |", command="python -m x", load_before=3.0, load_after=1.0,
-                            threshold=2, env={"device": "cpu:cpu", "processor": "x", "cpu_count": 2,
-                                              "python": "3", "versions": {"jax": "0"}})
+        harness.write_table(
+            path,
+            "T",
+            "| a |",
+            command="python -m x",
+            load_before=3.0,
+            load_after=1.0,
+            threshold=2,
+            env={"device": "cpu:cpu", "processor": "x", "cpu_count": 2, "python": "3", "versions": {"jax": "0"}},
+        )
     assert not path.exists()
     env = {"device": "cpu:cpu", "processor": "x86", "cpu_count": 2, "python": "3.12", "versions": {"jax": "9"}}
-    text = harness.write_table(path, "T", "| a |", command="python -m x --y", load_before=3.0, load_after=1.0,
-                               threshold=2, force=True, env=env)
+    text = harness.write_table(
+        path, "T", "| a |", command="python -m x --y", load_before=3.0, load_after=1.0, threshold=2, force=True, env=env
+    )
     assert "FORCED UNDER LOAD" in text and path.read_text() == text
     assert "`python -m x --y`" in text and "3.00 before" in text and "jax 9" in text and "cpu:cpu" in text
-    quiet = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=0.7,
-                                threshold=2, env=env)
+    quiet = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=0.7, threshold=2, env=env)
     assert "FORCED" not in quiet
 
 
@@ -91,8 +99,9 @@ def test_a_run_that_loads_the_machine_itself_is_quiet_and_other_processes_are_no
     with pytest.raises(harness.LoadTooHigh, match=r"3.00 before the run"):
         harness.check_load(3.0, 1.0, threshold=2, other_share=0.0)
     env = {"device": "cpu:cpu", "processor": "x86", "cpu_count": 2, "python": "3.12", "versions": {"jax": "9"}}
-    text = harness.write_table(None, "T", "| a |", command="c", load_before=0.5, load_after=2.08, threshold=2,
-                               other_share=0.004, env=env)
+    text = harness.write_table(
+        None, "T", "| a |", command="c", load_before=0.5, load_after=2.08, threshold=2, other_share=0.004, env=env
+    )
     assert "FORCED" not in text and "other processes used 0.4% of the CPU during the run (threshold 10%)" in text
 
 
@@ -144,10 +153,12 @@ def test_assemble_marks_each_section_and_can_require_quiet(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     env = {"device": "cpu:cpu", "processor": "x", "cpu_count": 2, "python": "3", "versions": {"jax": "0"}}
-    harness.write_table(docs / "bench_hessian.md", "H", "| q |", command="c", load_before=0.5, load_after=0.5,
-                        threshold=2, env=env)
-    harness.write_table(docs / "bench_flow.md", "F", "| f |", command="c", load_before=5, load_after=5,
-                        threshold=2, force=True, env=env)
+    harness.write_table(
+        docs / "bench_hessian.md", "H", "| q |", command="c", load_before=0.5, load_after=0.5, threshold=2, env=env
+    )
+    harness.write_table(
+        docs / "bench_flow.md", "F", "| f |", command="c", load_before=5, load_after=5, threshold=2, force=True, env=env
+    )
     (docs / "bench_forward.md").write_text("# old\n\n| x |\n")
     text, states = ab.assemble(tmp_path)
     assert states == {"bench_hessian.md": "quiet", "bench_flow.md": "FORCED UNDER LOAD", "bench_forward.md": "legacy"}
@@ -216,9 +227,12 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
     assert m["reference"]["lambda_min"] < 0 < m["reference"]["lambda_max"]
     text = bh.report(m, 1)
     assert "the paper's 20-step power iteration, PyTorch float32 (42 HVPs)" in text
-    assert rec["error_bound"] == "gap"   # the recommended path stops on the eigenvalue error bound
-    assert ("curvature.hessian_extremes (full Lanczos, error bound gap)" in text if batch_norm
-            else "blockwise Lanczos (target union)" in text)
+    assert rec["error_bound"] == "gap"  # the recommended path stops on the eigenvalue error bound
+    assert (
+        "curvature.hessian_extremes (full Lanczos, error bound gap)" in text
+        if batch_norm
+        else "blockwise Lanczos (target union)" in text
+    )
     assert f"ratio_le_{bh.CRITERIA[m['problem']]}" in text and "reference: " in text
     # the PyTorch baseline sees the same loss as the JAX side
     assert "JAX on cpu, PyTorch on cpu" in text
@@ -237,6 +251,6 @@ def test_bench_hessian_runs_both_problems_at_small_size(batch_norm):
         assert f"| 0 | {rows[0]['oracle']} | {rows[0]['gap']} | {rows[0]['residual']} | {ratio:.2f} |" in conv
     with pytest.raises(ValueError, match="`torch_device` must be 'auto', 'cpu' or 'cuda'; got 'tpu'"):
         bh.torch_device("tpu")
-    assert bh.torch_device("auto") == "cpu"   # JAX on the CPU here: the baseline on the CPU too
+    assert bh.torch_device("auto") == "cpu"  # JAX on the CPU here: the baseline on the CPU too
     paper = bh.TorchPaper(pb)
     assert float(paper.loss().detach()) == pytest.approx(float(pb.loss(*pb.args(jnp.float32))), rel=1e-5, abs=1e-7)

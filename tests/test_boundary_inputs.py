@@ -1,5 +1,6 @@
 """Bad input at the public boundary (issue 34): non-finite points, empty sizes, mismatched checkpoint trees and
 losses of the wrong signature are refused with the exception type and a message naming the argument."""
+
 import warnings
 
 import jax
@@ -40,10 +41,10 @@ def test_pullback_metric_refuses_a_non_finite_z(act):
 def test_hessian_extremes_refuses_a_point_where_the_loss_is_nan():
     # log(-1) is a NaN constant: the gradient and the Hessian are finite, the loss is not
     with pytest.raises(FloatingPointError, match=r"`loss\(x, \*args\)` contains 1 non-finite value"):
-        curvature.hessian_extremes(lambda z: jnp.sum(z ** 2) + jnp.log(-1.0), jnp.ones((3, 2)))
+        curvature.hessian_extremes(lambda z: jnp.sum(z**2) + jnp.log(-1.0), jnp.ones((3, 2)))
     with pytest.raises(FloatingPointError, match="gradient of `loss` at `x`"):
         curvature.hessian_extremes(lambda z: jnp.sum(jnp.sqrt(z)), jnp.zeros(2))
-    r = curvature.hessian_extremes(lambda z: jnp.sum(z ** 2), jnp.ones((3, 2)))
+    r = curvature.hessian_extremes(lambda z: jnp.sum(z**2), jnp.ones((3, 2)))
     assert np.allclose(r.largest, 2.0, rtol=1e-4) and np.allclose(r.smallest, 2.0, rtol=1e-4)
 
 
@@ -66,13 +67,18 @@ def saved(tmp_path):
     return mngr
 
 
-@pytest.mark.parametrize("target, needles", [
-    ({"a": jnp.zeros(3, jnp.float32)}, ["leaves only in the checkpoint (1): ['b']"]),
-    ({"a": jnp.zeros(3, jnp.float32), "c": jnp.zeros(2)}, ["leaves only in the checkpoint (1): ['b']",
-                                              "leaves only in the target (1): ['c']"]),
-    ({"a": jnp.zeros(3, jnp.int32), "b": jnp.zeros(2)}, ["['a']: saved float32[3], target int32[3]"]),
-    ({"a": jnp.zeros(4, jnp.float32), "b": jnp.zeros(2)}, ["['a']: saved float32[3], target float32[4]"]),
-])
+@pytest.mark.parametrize(
+    "target, needles",
+    [
+        ({"a": jnp.zeros(3, jnp.float32)}, ["leaves only in the checkpoint (1): ['b']"]),
+        (
+            {"a": jnp.zeros(3, jnp.float32), "c": jnp.zeros(2)},
+            ["leaves only in the checkpoint (1): ['b']", "leaves only in the target (1): ['c']"],
+        ),
+        ({"a": jnp.zeros(3, jnp.int32), "b": jnp.zeros(2)}, ["['a']: saved float32[3], target int32[3]"]),
+        ({"a": jnp.zeros(4, jnp.float32), "b": jnp.zeros(2)}, ["['a']: saved float32[3], target float32[4]"]),
+    ],
+)
 def test_restore_latest_into_another_tree_names_the_leaves_and_moves_nothing(saved, target, needles):
     with warnings.catch_warnings():
         warnings.simplefilter("error", checkpoint.CheckpointWarning)  # no fallback to an older step
@@ -96,11 +102,14 @@ def test_manager_on_a_file_names_the_path(tmp_path):
     assert f.read_text() == "x"
 
 
-@pytest.mark.parametrize("loss, needle", [
-    (lambda p: jnp.sum(p ** 2), "calling it raised TypeError"),
-    (lambda p, batch, args: p ** 2, "it returned shape (2,)"),
-    ("not a function", "got str"),
-])
+@pytest.mark.parametrize(
+    "loss, needle",
+    [
+        (lambda p: jnp.sum(p**2), "calling it raised TypeError"),
+        (lambda p, batch, args: p**2, "it returned shape (2,)"),
+        ("not a function", "got str"),
+    ],
+)
 def test_gradient_flow_refuses_a_loss_of_the_wrong_signature(loss, needle):
     with pytest.raises(TypeError, match=r"`loss_fn` must be") as err:
         dynamics.gradient_flow(loss, jnp.ones(2), t1=1.0, save_at=jnp.array([0.0, 1.0]))

@@ -1,17 +1,26 @@
 """Orbax checkpointing: round trip, keep-last-N, fallback from a damaged latest step."""
+
+import json
+import os
 import pathlib
+import subprocess
+import sys
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_train_objectives import cli_argv, read_records
 
 from ssl_geometry import checkpoint as ckpt
+from ssl_geometry import train, trainer
 
 
 def _state(v):
-    return {"params": {"w": jnp.full((4, 3), float(v), jnp.float32), "b": jnp.arange(3, dtype=jnp.float32) + v},
-            "step": jnp.asarray(v, jnp.int32)}
+    return {
+        "params": {"w": jnp.full((4, 3), float(v), jnp.float32), "b": jnp.arange(3, dtype=jnp.float32) + v},
+        "step": jnp.asarray(v, jnp.int32),
+    }
 
 
 def _fill(tmp_path, steps, keep=5):
@@ -109,14 +118,6 @@ def test_all_steps_damaged_moves_nothing(tmp_path):
 # ----------------------------------------------------------------------------- workdirs through the CLI
 # Tiny SimCLR runs (MLP backbone, 4-6 steps) through ssl_geometry.train.main.
 
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-from ssl_geometry import train, trainer  # noqa: E402
-from test_train_objectives import cli_argv, read_records  # noqa: E402
-
 
 def _run(wd, *extra, name="simclr"):
     return train.main(cli_argv(wd, name, "--config.train.steps=6", *extra))
@@ -158,8 +159,16 @@ def test_mismatched_resume_is_refused_naming_the_fields(tmp_path, capsys):
     assert _run(wd, "--config.train.steps=1", "--config.train.allow_config_change=True") == 2
     assert "beyond `train.steps` = 1" in capsys.readouterr().err
     # runtime fields (logging, checkpoint cadence, probes) never count; the lr change with the hatch resumes
-    assert _run(wd, "--config.optimizer.lr=0.01", "--config.train.allow_config_change=True",
-                "--config.train.log_every=3", "--config.eval.knn_k=5") == 0
+    assert (
+        _run(
+            wd,
+            "--config.optimizer.lr=0.01",
+            "--config.train.allow_config_change=True",
+            "--config.train.log_every=3",
+            "--config.eval.knn_k=5",
+        )
+        == 0
+    )
     change = [r for r in read_records(wd) if r.get("event") == "config_change"]
     assert len(change) == 1 and change[0]["step"] == 2
     assert change[0]["fields"] == {"optimizer.lr": {"saved": 3e-3, "now": 0.01}}
@@ -168,14 +177,16 @@ def test_mismatched_resume_is_refused_naming_the_fields(tmp_path, capsys):
 def test_workdir_lock_and_stale_lock(tmp_path, capsys):
     wd = tmp_path / "w"
     wd.mkdir()
-    (wd / ".lock").write_text(json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(),
-                                          "since": "now"}))
+    (wd / ".lock").write_text(
+        json.dumps({"pid": os.getpid(), "host": __import__("socket").gethostname(), "since": "now"})
+    )
     assert _run(wd) == 2
     assert "in use by another run" in capsys.readouterr().err and not (wd / "checkpoints").exists()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (wd / ".lock").write_text(json.dumps({"pid": dead.pid, "host": __import__("socket").gethostname(),
-                                          "since": "then"}))
+    (wd / ".lock").write_text(
+        json.dumps({"pid": dead.pid, "host": __import__("socket").gethostname(), "since": "then"})
+    )
     with pytest.warns(UserWarning, match="stale lock"):
         assert _run(wd, "--config.train.stop_after=2") == 0
     assert not (wd / ".lock").exists()  # released at the end
@@ -203,6 +214,12 @@ def test_truncate_metrics_drops_later_and_half_written_records(tmp_path):
 def test_config_record_ignores_runtime_fields():
     import ml_collections
 
-    c = ml_collections.ConfigDict({"seed": 0, "train": {"steps": 3, "log_every": 1, "stop_after": 0},
-                                   "eval": {"knn_k": 3}, "optimizer": {"lr": 0.1}})
+    c = ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "train": {"steps": 3, "log_every": 1, "stop_after": 0},
+            "eval": {"knn_k": 3},
+            "optimizer": {"lr": 0.1},
+        }
+    )
     assert trainer.config_record(c) == {"seed": 0, "train.steps": 3, "optimizer.lr": 0.1}

@@ -7,6 +7,7 @@ run makes its stored verdict stale, and :func:`test_committed_results_carry_the_
 and :func:`test_committed_results_were_made_by_the_current_code` fail until the experiment is rerun
 (``python -m experiments.reproduce --stale``).
 """
+
 import ast
 import dataclasses
 import importlib
@@ -39,8 +40,10 @@ def stale_records(results_root: pathlib.Path) -> list[str]:
             if rec["id"] not in claims.CLAIMS:
                 out.append(f"{path.parent.name}: {rec['id']} is not a registered claim")
             elif rec["rule_digest"] != claims.rule_digest(rec["id"]):
-                out.append(f"{path.parent.name}: {rec['id']} decided under {rec['rule_digest']}, "
-                           f"registry has {claims.rule_digest(rec['id'])}")
+                out.append(
+                    f"{path.parent.name}: {rec['id']} decided under {rec['rule_digest']}, "
+                    f"registry has {claims.rule_digest(rec['id'])}"
+                )
         if not res.get("claims"):
             out.append(f"{path.parent.name}: no claims stored")
     return out
@@ -87,8 +90,9 @@ def test_a_changed_rule_changes_the_digest_and_makes_stored_verdicts_stale(tmp_p
     changed = dataclasses.replace(claims.CLAIMS[cid], thresholds={**claims.CLAIMS[cid].thresholds, "probe_margin": 0.0})
     monkeypatch.setitem(claims.CLAIMS, cid, changed)
     assert claims.rule_digest(cid) != rec["rule_digest"]
-    assert stale_records(tmp_path) == [f"guillotine: {cid} decided under {rec['rule_digest']}, registry has "
-                                       f"{claims.rule_digest(cid)}"]
+    assert stale_records(tmp_path) == [
+        f"guillotine: {cid} decided under {rec['rule_digest']}, registry has {claims.rule_digest(cid)}"
+    ]
     for field, value in [("rule", changed.rule + " "), ("controls", ()), ("scales", ("paper",))]:
         monkeypatch.setitem(claims.CLAIMS, cid, dataclasses.replace(claims.CLAIMS[cid], **{field: value}))
         assert claims.rule_digest(cid) != rec["rule_digest"], field
@@ -140,11 +144,16 @@ def test_code_files_follow_imports_statically_and_exactly(tmp_path):
         "experiments/configs/__init__.py": "",
         "experiments/configs/toy.py": "from experiments.configs import build\n",
         "experiments/rules.py": "from ssl_geometry import ops\n",
-        "experiments/claims/__init__.py": "", "experiments/claims/sec9.py": "",
+        "experiments/claims/__init__.py": "",
+        "experiments/claims/sec9.py": "",
         "experiments/report_md.py": "from experiments import toy\n",  # imports the experiment; not imported by it
         "experiments/other.py": "",
-        "ssl_geometry/__init__.py": "", "ssl_geometry/ops.py": "", "ssl_geometry/dyn.py": "",
-        "ssl_geometry/sub/__init__.py": "", "ssl_geometry/sub/leaf.py": "", "ssl_geometry/unused.py": "",
+        "ssl_geometry/__init__.py": "",
+        "ssl_geometry/ops.py": "",
+        "ssl_geometry/dyn.py": "",
+        "ssl_geometry/sub/__init__.py": "",
+        "ssl_geometry/sub/leaf.py": "",
+        "ssl_geometry/unused.py": "",
     }
     for rel, text in files.items():
         _write(tmp_path, rel, text)
@@ -167,13 +176,20 @@ def test_code_files_of_the_suite_are_what_the_registry_says():
     for name in suite.NAMES:
         files = set(claims.code_files(name))
         module = ROOT / "experiments" / name
-        own = ({p.relative_to(ROOT).as_posix() for p in module.rglob("*.py")} if module.is_dir()
-               else {f"experiments/{name}.py"})
+        own = (
+            {p.relative_to(ROOT).as_posix() for p in module.rglob("*.py")}
+            if module.is_dir()
+            else {f"experiments/{name}.py"}
+        )
         registry = {p.relative_to(ROOT).as_posix() for p in (ROOT / "experiments" / "claims").glob("*.py")}
         assert own | registry | {f"experiments/configs/{name}.py", "experiments/rules.py"} <= files, name
         assert {"experiments/common.py", "ssl_geometry/__init__.py"} <= files, name  # imported by every experiment
-        assert not files & {"experiments/report_md.py", "experiments/report_claims.py", "experiments/reproduce.py",
-                            "experiments/suite.py"}, name
+        assert not files & {
+            "experiments/report_md.py",
+            "experiments/report_claims.py",
+            "experiments/reproduce.py",
+            "experiments/suite.py",
+        }, name
     assert "experiments/whitening.py" not in claims.code_files("paper_data")
 
 
@@ -190,7 +206,9 @@ def _touch_decide(path: pathlib.Path) -> None:
     """Insert one statement at the top of the body of ``decide`` in ``path``."""
     lines = path.read_text().splitlines(keepends=True)
     fn = next(n for n in ast.parse("".join(lines)).body if isinstance(n, ast.FunctionDef) and n.name == "decide")
-    first = fn.body[1] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else fn.body[0]
+    first = (
+        fn.body[1] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else fn.body[0]
+    )
     lines.insert(first.lineno - 1, " " * first.col_offset + "_touched = True\n")
     path.write_text("".join(lines))
 
@@ -199,10 +217,20 @@ def _stored(name: str, root: pathlib.Path, variant: str = "smoke", seed: int = 0
     """A hand-made results file of ``name`` that is fresh for the code under ``root``: every registered claim of the
     experiment decided under the registry's rule digest and the code's digest."""
     digest = claims.code_digest(name, root=root)
-    recs = [claims.record(cid, "supported", scale="smoke", deciding={}, reason="r", code_digest=digest)
-            for cid, c in claims.CLAIMS.items() if name in c.experiments]
-    return {"variant": variant, "seed": seed, "code_digest": digest, "code_files": claims.file_digests(name, root=root),
-            "claims": recs, "headline": {}, "paper": {}}
+    recs = [
+        claims.record(cid, "supported", scale="smoke", deciding={}, reason="r", code_digest=digest)
+        for cid, c in claims.CLAIMS.items()
+        if name in c.experiments
+    ]
+    return {
+        "variant": variant,
+        "seed": seed,
+        "code_digest": digest,
+        "code_files": claims.file_digests(name, root=root),
+        "claims": recs,
+        "headline": {},
+        "paper": {},
+    }
 
 
 def test_touching_a_decide_makes_exactly_that_experiment_stale_and_stale_selects_it(tmp_path):
@@ -266,8 +294,10 @@ def test_run_experiment_stores_code_digest_commit_clean_and_seed(tmp_path):
     mod = types.ModuleType("experiments.whitening")
     mod.CLAIMS = ("thm3.1-construction", "linear-heads-whiten")
     mod.measure = lambda config: {"x": 1.0, "paper": {}}
-    mod.decide = lambda m, config: {"claims": [{"id": cid, "verdict": "supported", "reason": "r"} for cid in mod.CLAIMS],
-                                    "headline": {}}
+    mod.decide = lambda m, config: {
+        "claims": [{"id": cid, "verdict": "supported", "reason": "r"} for cid in mod.CLAIMS],
+        "headline": {},
+    }
     config = config_dict.ConfigDict({"variant": "tiny", "seed": 7})
     res = common.run_experiment(mod, config, tmp_path)
     digest = claims.code_digest("whitening")
@@ -284,7 +314,7 @@ def test_git_state_names_the_commit_and_whether_the_hashed_files_changed(tmp_pat
     git = shutil.which("git")
     if git is None:
         pytest.skip("needs git")
-    run = lambda *a: subprocess.run([git, "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)  # noqa: E731
+    run = lambda *a: subprocess.run([git, "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)
     run("init", "-q")
     assert provenance.git_state(["a.py"], root=tmp_path) == (None, None)  # no commit yet
     _write(tmp_path, "a.py", "x = 1\n")
@@ -293,7 +323,7 @@ def test_git_state_names_the_commit_and_whether_the_hashed_files_changed(tmp_pat
     run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
     head = run("rev-parse", "HEAD").stdout.strip()
     assert provenance.git_state(["a.py"], root=tmp_path) == (head, True)
-    _write(tmp_path, "results/r.json", "{\"changed\": 1}")  # results/ changes do not count
+    _write(tmp_path, "results/r.json", '{"changed": 1}')  # results/ changes do not count
     _write(tmp_path, "REPORT.md", "new")
     assert provenance.git_state(["a.py"], root=tmp_path) == (head, True)
     _write(tmp_path, "a.py", "x = 2\n")
@@ -310,8 +340,15 @@ def test_git_state_names_the_commit_and_whether_the_hashed_files_changed(tmp_pat
 
 def _r(cid, verdict, scale="smoke", experiment="exp", subject=None, decisive=True, reason=None):
     """A hand-made claim record as ``claim_verdict`` reads it."""
-    return {"id": cid, "verdict": verdict, "scale": scale, "decisive": decisive, "subject": subject,
-            "experiment": experiment, "reason": reason or f"{experiment} {subject} {verdict}"}
+    return {
+        "id": cid,
+        "verdict": verdict,
+        "scale": scale,
+        "decisive": decisive,
+        "subject": subject,
+        "experiment": experiment,
+        "reason": reason or f"{experiment} {subject} {verdict}",
+    }
 
 
 def test_every_claim_names_a_combine_rule_and_it_does_not_enter_the_rule_digest(monkeypatch):
@@ -332,23 +369,63 @@ def test_every_claim_names_a_combine_rule_and_it_does_not_enter_the_rule_digest(
 THM = "thm4.1-smooth-unstable"  # combine: theorem, scales toy/smoke/paper
 
 
-@pytest.mark.parametrize("records, verdict, scale, experiments, subjects", [
-    # one sound counterexample anywhere refutes, at any scale, whatever else holds
-    ([_r(THM, "supported", "paper", "a"), _r(THM, "not supported", "toy", "b", "dino"), _r(THM, "inconclusive", "smoke", "c")],
-     "not supported", "toy", ["b"], ["dino"]),
-    # no counterexample, one undecided record: inconclusive ('premise violated' says nothing)
-    ([_r(THM, "supported", "smoke", "a"), _r(THM, "inconclusive", "smoke", "b"), _r(THM, "premise violated", "paper", "c")],
-     "inconclusive", "smoke", ["b"], []),
-    # every record that says something supports: supported, at the largest scale among them
-    ([_r(THM, "supported", "smoke", "a", "mse"), _r(THM, "supported", "paper", "b", "dino"),
-      _r(THM, "premise violated", "paper", "c")], "supported", "paper", ["a", "b"], ["mse", "dino"]),
-    ([_r(THM, "premise violated", "smoke", "a"), _r(THM, "premise violated", "smoke", "b")],
-     "premise violated", "smoke", ["a", "b"], []),
-    # a record at a scale the claim may not be decided at never decides
-    ([_r(THM, "not supported", "toy", "a", decisive=False), _r(THM, "supported", "smoke", "b")],
-     "supported", "smoke", ["b"], []),
-    ([_r(THM, "not supported", "toy", "a", decisive=False)], "inconclusive", None, [], []),
-])
+@pytest.mark.parametrize(
+    "records, verdict, scale, experiments, subjects",
+    [
+        # one sound counterexample anywhere refutes, at any scale, whatever else holds
+        (
+            [
+                _r(THM, "supported", "paper", "a"),
+                _r(THM, "not supported", "toy", "b", "dino"),
+                _r(THM, "inconclusive", "smoke", "c"),
+            ],
+            "not supported",
+            "toy",
+            ["b"],
+            ["dino"],
+        ),
+        # no counterexample, one undecided record: inconclusive ('premise violated' says nothing)
+        (
+            [
+                _r(THM, "supported", "smoke", "a"),
+                _r(THM, "inconclusive", "smoke", "b"),
+                _r(THM, "premise violated", "paper", "c"),
+            ],
+            "inconclusive",
+            "smoke",
+            ["b"],
+            [],
+        ),
+        # every record that says something supports: supported, at the largest scale among them
+        (
+            [
+                _r(THM, "supported", "smoke", "a", "mse"),
+                _r(THM, "supported", "paper", "b", "dino"),
+                _r(THM, "premise violated", "paper", "c"),
+            ],
+            "supported",
+            "paper",
+            ["a", "b"],
+            ["mse", "dino"],
+        ),
+        (
+            [_r(THM, "premise violated", "smoke", "a"), _r(THM, "premise violated", "smoke", "b")],
+            "premise violated",
+            "smoke",
+            ["a", "b"],
+            [],
+        ),
+        # a record at a scale the claim may not be decided at never decides
+        (
+            [_r(THM, "not supported", "toy", "a", decisive=False), _r(THM, "supported", "smoke", "b")],
+            "supported",
+            "smoke",
+            ["b"],
+            [],
+        ),
+        ([_r(THM, "not supported", "toy", "a", decisive=False)], "inconclusive", None, [], []),
+    ],
+)
 def test_theorem_combine(records, verdict, scale, experiments, subjects):
     v = claims.claim_verdict(THM, records)
     assert (v["verdict"], v["scale"], v["experiments"], v["subjects"]) == (verdict, scale, experiments, subjects)
@@ -356,46 +433,101 @@ def test_theorem_combine(records, verdict, scale, experiments, subjects):
 
 
 def test_theorem_combine_says_why_in_one_line():
-    v = claims.claim_verdict(THM, [_r(THM, "supported", "smoke", "a", reason="all stable"),
-                                   _r(THM, "not supported", "smoke", "b", "dino", reason="7 of 9 strictly stable")])
+    v = claims.claim_verdict(
+        THM,
+        [
+            _r(THM, "supported", "smoke", "a", reason="all stable"),
+            _r(THM, "not supported", "smoke", "b", "dino", reason="7 of 9 strictly stable"),
+        ],
+    )
     assert v["why"] == "1 of 2 decisive records refutes it -- b [dino]: 7 of 9 strictly stable"
     v = claims.claim_verdict(THM, [_r(THM, "not supported", "smoke", "b", reason="x " * 200)])
     assert "\n" not in v["why"] and v["why"].endswith(" ...") and len(v["why"]) < 220
     assert claims.claim_verdict(THM, [])["why"] == "no stored record decides it"
-    assert "may be decided only at smoke, paper" in claims.claim_verdict(
-        "guillotine-probe-gap", [_r("guillotine-probe-gap", "supported", "toy", "guillotine", decisive=False)])["why"]
+    assert (
+        "may be decided only at smoke, paper"
+        in claims.claim_verdict(
+            "guillotine-probe-gap", [_r("guillotine-probe-gap", "supported", "toy", "guillotine", decisive=False)]
+        )["why"]
+    )
 
 
 SEC5 = "sec5-metric-degeneracy"  # combine: per-subject-all, scales smoke/paper
 
 
-@pytest.mark.parametrize("records, verdict, scale, subjects", [
-    # one subject not supported: not supported, whatever the others say
-    ([_r(SEC5, "supported", subject="A"), _r(SEC5, "not supported", subject="B"), _r(SEC5, "inconclusive", subject="C")],
-     "not supported", "smoke", ["B"]),
-    # a subject's paper-scale record supersedes its smoke-scale one
-    ([_r(SEC5, "not supported", "smoke", subject="A"), _r(SEC5, "supported", "paper", subject="A"),
-      _r(SEC5, "supported", "smoke", subject="B")], "supported", "paper", ["A", "B"]),
-    # ... but not another subject's: B's smoke failure stands beside A's paper support
-    ([_r(SEC5, "supported", "paper", subject="A"), _r(SEC5, "not supported", "smoke", subject="B")],
-     "not supported", "smoke", ["B"]),
-    ([_r(SEC5, "supported", subject="A"), _r(SEC5, "inconclusive", subject="B"), _r(SEC5, "premise violated", subject="C")],
-     "inconclusive", "smoke", ["B"]),
-    ([_r(SEC5, "supported", subject="A"), _r(SEC5, "supported", subject="B"), _r(SEC5, "premise violated", subject="C")],
-     "supported", "smoke", ["A", "B"]),
-    ([_r(SEC5, "premise violated", subject="A"), _r(SEC5, "premise violated", subject="B")],
-     "premise violated", "smoke", ["A", "B"]),
-    ([_r(SEC5, "supported", "toy", subject="A", decisive=False)], "inconclusive", None, []),
-])
+@pytest.mark.parametrize(
+    "records, verdict, scale, subjects",
+    [
+        # one subject not supported: not supported, whatever the others say
+        (
+            [
+                _r(SEC5, "supported", subject="A"),
+                _r(SEC5, "not supported", subject="B"),
+                _r(SEC5, "inconclusive", subject="C"),
+            ],
+            "not supported",
+            "smoke",
+            ["B"],
+        ),
+        # a subject's paper-scale record supersedes its smoke-scale one
+        (
+            [
+                _r(SEC5, "not supported", "smoke", subject="A"),
+                _r(SEC5, "supported", "paper", subject="A"),
+                _r(SEC5, "supported", "smoke", subject="B"),
+            ],
+            "supported",
+            "paper",
+            ["A", "B"],
+        ),
+        # ... but not another subject's: B's smoke failure stands beside A's paper support
+        (
+            [_r(SEC5, "supported", "paper", subject="A"), _r(SEC5, "not supported", "smoke", subject="B")],
+            "not supported",
+            "smoke",
+            ["B"],
+        ),
+        (
+            [
+                _r(SEC5, "supported", subject="A"),
+                _r(SEC5, "inconclusive", subject="B"),
+                _r(SEC5, "premise violated", subject="C"),
+            ],
+            "inconclusive",
+            "smoke",
+            ["B"],
+        ),
+        (
+            [
+                _r(SEC5, "supported", subject="A"),
+                _r(SEC5, "supported", subject="B"),
+                _r(SEC5, "premise violated", subject="C"),
+            ],
+            "supported",
+            "smoke",
+            ["A", "B"],
+        ),
+        (
+            [_r(SEC5, "premise violated", subject="A"), _r(SEC5, "premise violated", subject="B")],
+            "premise violated",
+            "smoke",
+            ["A", "B"],
+        ),
+        ([_r(SEC5, "supported", "toy", subject="A", decisive=False)], "inconclusive", None, []),
+    ],
+)
 def test_per_subject_all_combine(records, verdict, scale, subjects):
     v = claims.claim_verdict(SEC5, records)
     assert (v["verdict"], v["scale"], v["subjects"]) == (verdict, scale, subjects)
 
 
 def test_per_subject_all_counts_subjects_and_keeps_experiments_apart():
-    recs = [_r(SEC5, "supported", experiment="objectives", subject="dino"),
-            _r(SEC5, "not supported", experiment="minilm_geometry", reason="ratio >= 1"),
-            _r(SEC5, "supported", experiment="guillotine"), _r(SEC5, "supported", experiment="guillotine")]
+    recs = [
+        _r(SEC5, "supported", experiment="objectives", subject="dino"),
+        _r(SEC5, "not supported", experiment="minilm_geometry", reason="ratio >= 1"),
+        _r(SEC5, "supported", experiment="guillotine"),
+        _r(SEC5, "supported", experiment="guillotine"),
+    ]
     v = claims.claim_verdict(SEC5, recs)
     assert v["experiments"] == ["minilm_geometry"]
     assert v["why"] == "1 of 3 subjects refutes it -- minilm_geometry: ratio >= 1"
@@ -404,20 +536,41 @@ def test_per_subject_all_counts_subjects_and_keeps_experiments_apart():
 GAP = "guillotine-probe-gap"  # combine: single, scales smoke/paper
 
 
-@pytest.mark.parametrize("records, verdict, scale, experiments", [
-    # the paper-scale record supersedes the smoke-scale one
-    ([_r(GAP, "not supported", "smoke", "guillotine"), _r(GAP, "supported", "paper", "guillotine")],
-     "supported", "paper", ["guillotine"]),
-    # sibling paper variants at the same scale: one that refutes decides
-    ([_r(GAP, "supported", "paper", "guillotine"), _r(GAP, "not supported", "paper", "guillotine-paper_vit_tiny")],
-     "not supported", "paper", ["guillotine-paper_vit_tiny"]),
-    ([_r(GAP, "supported", "paper", "guillotine"), _r(GAP, "inconclusive", "paper", "guillotine-paper_cifar100")],
-     "inconclusive", "paper", ["guillotine-paper_cifar100"]),
-    ([_r(GAP, "supported", "smoke", "guillotine")], "supported", "smoke", ["guillotine"]),
-    ([_r(GAP, "premise violated", "smoke", "guillotine")], "premise violated", "smoke", ["guillotine"]),
-    ([_r(GAP, "not supported", "smoke", "guillotine")], "not supported", "smoke", ["guillotine"]),
-    ([], "inconclusive", None, []),
-])
+@pytest.mark.parametrize(
+    "records, verdict, scale, experiments",
+    [
+        # the paper-scale record supersedes the smoke-scale one
+        (
+            [_r(GAP, "not supported", "smoke", "guillotine"), _r(GAP, "supported", "paper", "guillotine")],
+            "supported",
+            "paper",
+            ["guillotine"],
+        ),
+        # sibling paper variants at the same scale: one that refutes decides
+        (
+            [
+                _r(GAP, "supported", "paper", "guillotine"),
+                _r(GAP, "not supported", "paper", "guillotine-paper_vit_tiny"),
+            ],
+            "not supported",
+            "paper",
+            ["guillotine-paper_vit_tiny"],
+        ),
+        (
+            [
+                _r(GAP, "supported", "paper", "guillotine"),
+                _r(GAP, "inconclusive", "paper", "guillotine-paper_cifar100"),
+            ],
+            "inconclusive",
+            "paper",
+            ["guillotine-paper_cifar100"],
+        ),
+        ([_r(GAP, "supported", "smoke", "guillotine")], "supported", "smoke", ["guillotine"]),
+        ([_r(GAP, "premise violated", "smoke", "guillotine")], "premise violated", "smoke", ["guillotine"]),
+        ([_r(GAP, "not supported", "smoke", "guillotine")], "not supported", "smoke", ["guillotine"]),
+        ([], "inconclusive", None, []),
+    ],
+)
 def test_single_combine(records, verdict, scale, experiments):
     v = claims.claim_verdict(GAP, records)
     assert (v["verdict"], v["scale"], v["experiments"]) == (verdict, scale, experiments)

@@ -1,6 +1,7 @@
 """Failures a script can see: ``python -m ssl_geometry.train`` exits 0 only on success, 2 for bad input or
 a refused run, 1 for a failure during the run, always with one ``error: ...`` line and no traceback; the
 whole config is checked before anything is built."""
+
 import json
 import math
 import os
@@ -26,8 +27,14 @@ FREE_TEXT = {"expected_runtime": "a note for the reader of the config, never rea
 
 def _cli(*args, timeout=600):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "ssl_geometry.train", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ssl_geometry.train", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _assert_one_line_error(r, status, *needles):
@@ -67,7 +74,7 @@ def test_bad_input_exits_2_naming_it(tmp_path, case):
 
 @pytest.mark.parametrize("case", sorted(_IN_PROCESS))
 def test_bad_input_returns_2_naming_it(tmp_path, case, capsys):
-    from ssl_geometry import train  # noqa: PLC0415
+    from ssl_geometry import train
 
     args, needles = _IN_PROCESS[case]
     status = train.main(["train", *map(str, args), "--workdir", str(tmp_path / "w")])
@@ -86,11 +93,22 @@ def test_metrics_file_that_is_a_directory_exits_2_naming_it(tmp_path):
 def test_divergence_inside_jit_exits_1_with_the_trainers_message(tmp_path):
     """Spectral contrastive at lr 50 overflows float32: the loss's in-jit check fires inside the
     update; the CLI reports the trainer's FloatingPointError (update, last checkpoint, advice)."""
-    r = _cli("--config", TINY, "--workdir", tmp_path / "w", "--config.objective.name=spectral_contrastive",
-             "--config.optimizer.lr=50.0", "--config.train.steps=20", "--config.train.log_every=1",
-             "--config.train.metrics_every=0", "--config.train.checkpoint_every=5", "--config.train.progress=False")
-    _assert_one_line_error(r, 1, "FloatingPointError", "spectral_contrastive", "checkpoint",
-                           "lower optimizer.lr", "float64")
+    r = _cli(
+        "--config",
+        TINY,
+        "--workdir",
+        tmp_path / "w",
+        "--config.objective.name=spectral_contrastive",
+        "--config.optimizer.lr=50.0",
+        "--config.train.steps=20",
+        "--config.train.log_every=1",
+        "--config.train.metrics_every=0",
+        "--config.train.checkpoint_every=5",
+        "--config.train.progress=False",
+    )
+    _assert_one_line_error(
+        r, 1, "FloatingPointError", "spectral_contrastive", "checkpoint", "lower optimizer.lr", "float64"
+    )
     assert "equinox.filter_jit" not in r.stderr and "CpuCallback" not in r.stderr
 
 
@@ -204,7 +222,9 @@ def test_num_train_and_num_test_are_honoured_by_every_embedded_set(name):
 def test_a_stray_positional_argument_is_refused(tmp_path, capsys):
     from ssl_geometry import train
 
-    rc = train.main(["train", "--config", str(ROOT / "experiments/configs/tiny.py"), "--workdir", str(tmp_path), "extra"])
+    rc = train.main(
+        ["train", "--config", str(ROOT / "experiments/configs/tiny.py"), "--workdir", str(tmp_path), "extra"]
+    )
     assert rc == 2 and "unexpected argument(s) ['extra']" in capsys.readouterr().err
 
 
@@ -230,16 +250,21 @@ def _tiny(**over):
 
 
 def _main(tmp_path, capsys, *args, workdir=None):
-    from ssl_geometry import train  # noqa: PLC0415
+    from ssl_geometry import train
 
-    status = train.main(["train", "--config", str(TINY), "--workdir", str(workdir or tmp_path / "w"),
-                         *map(str, args)])
+    status = train.main(["train", "--config", str(TINY), "--workdir", str(workdir or tmp_path / "w"), *map(str, args)])
     out = capsys.readouterr()
     return subprocess.CompletedProcess([], status, out.out, out.err)
 
 
-_QUICK = ("--config.train.steps=2", "--config.train.checkpoint_every=2", "--config.train.progress=False",
-          "--config.train.metrics_every=0", "--config.eval.max_train=100", "--config.eval.max_test=50")
+_QUICK = (
+    "--config.train.steps=2",
+    "--config.train.checkpoint_every=2",
+    "--config.train.progress=False",
+    "--config.train.metrics_every=0",
+    "--config.eval.max_train=100",
+    "--config.eval.max_test=50",
+)
 
 
 @pytest.mark.slow
@@ -256,7 +281,8 @@ def test_old_metrics_without_a_checkpoint_are_moved_aside_byte_for_byte(tmp_path
     assert len(warned) == 1 and str(kept) in warned[0] and "no checkpoint" in warned[0], r.stderr
     assert [json.loads(x)["step"] for x in (w / "metrics.jsonl").read_text().splitlines()] == [2, 2]  # log, final
     # a second fresh start over another orphan takes the next name and keeps the first
-    import shutil  # noqa: PLC0415
+    import shutil
+
     shutil.rmtree(w / "checkpoints")
     second = (w / "metrics.jsonl").read_bytes()
     with pytest.warns(UserWarning, match="moved it to .*metrics.orphaned-2.jsonl"):
@@ -294,14 +320,25 @@ def test_check_resume_reports_every_field_of_a_meta_without_config():
     assert trainer.check_resume({"config": trainer.config_record(cfg)}, cfg, {}) == {}
 
 
-@pytest.mark.parametrize("over, needles", [
-    ({"eval.final_probes": True, "eval.max_train": 5}, ["eval.knn_k: 20 neighbours", "5 training examples", "eval.knn_k <= 5"]),
-    ({"eval.final_probes": True, "data.num_train": 64, "eval.knn_k": 65}, ["eval.knn_k: 65", "64 training"]),
-    ({"data.image_size": 100_000}, ["`data.image_size`: 100000 px", "GiB in memory", "host's"]),
-    ({"objective.name": "wmse", "data.batch_size": 32}, ["`data.batch_size`", "at least 65", "got 32",
-                                                         "model.projector.out_dim <= 31"]),
-    ({"distributed.num_processes": 2, "distributed.process_id": 5}, ["`distributed.process_id`", "[0, 1]", "got 5"]),
-])
+@pytest.mark.parametrize(
+    "over, needles",
+    [
+        (
+            {"eval.final_probes": True, "eval.max_train": 5},
+            ["eval.knn_k: 20 neighbours", "5 training examples", "eval.knn_k <= 5"],
+        ),
+        ({"eval.final_probes": True, "data.num_train": 64, "eval.knn_k": 65}, ["eval.knn_k: 65", "64 training"]),
+        ({"data.image_size": 100_000}, ["`data.image_size`: 100000 px", "GiB in memory", "host's"]),
+        (
+            {"objective.name": "wmse", "data.batch_size": 32},
+            ["`data.batch_size`", "at least 65", "got 32", "model.projector.out_dim <= 31"],
+        ),
+        (
+            {"distributed.num_processes": 2, "distributed.process_id": 5},
+            ["`distributed.process_id`", "[0, 1]", "got 5"],
+        ),
+    ],
+)
 def test_values_the_run_would_adjust_or_cannot_hold_are_refused_by_name(over, needles):
     cfg = _tiny(**over)
     with pytest.raises(ValueError) as err:
@@ -329,27 +366,32 @@ def test_image_size_beyond_memory_exits_2_naming_it(tmp_path, capsys):
     assert "Unable to allocate" not in r.stderr
 
 
-@pytest.mark.parametrize("override, field, suggestion", [
-    ("--config.optimizer.lrr=0.1", "config.optimizer.lrr", "--config.optimizer.lr?"),
-    ("--config.optimiser.lr=0.1", "config.optimiser.lr", "--config.optimizer.lr?"),
-])
-def test_a_misspelt_field_names_it_and_the_suggestion_on_one_clean_line(tmp_path, capsys, override, field,
-                                                                        suggestion):
+@pytest.mark.parametrize(
+    "override, field, suggestion",
+    [
+        ("--config.optimizer.lrr=0.1", "config.optimizer.lrr", "--config.optimizer.lr?"),
+        ("--config.optimiser.lr=0.1", "config.optimiser.lr", "--config.optimizer.lr?"),
+    ],
+)
+def test_a_misspelt_field_names_it_and_the_suggestion_on_one_clean_line(tmp_path, capsys, override, field, suggestion):
     r = _main(tmp_path, capsys, override)
     _assert_one_line_error(r, 2, f"unknown config field '{field}'", f"did you mean {suggestion}")
     assert "\\'" not in r.stderr and "\\n" not in r.stderr
 
 
-@pytest.mark.parametrize("body, needles", [
-    ("def get_config():\n    raise KeyError('missing')\n", ["get_config() raised KeyError: 'missing'"]),
-    ("def get_config():\n    return None\n", ["get_config returned NoneType None", "ConfigDict"]),
-    ("x = 1\n", ["defines no get_config() function"]),
-    ("import no_such_module_h7\n", ["running the file raised ModuleNotFoundError", "no_such_module_h7"]),
-])
+@pytest.mark.parametrize(
+    "body, needles",
+    [
+        ("def get_config():\n    raise KeyError('missing')\n", ["get_config() raised KeyError: 'missing'"]),
+        ("def get_config():\n    return None\n", ["get_config returned NoneType None", "ConfigDict"]),
+        ("x = 1\n", ["defines no get_config() function"]),
+        ("import no_such_module_h7\n", ["running the file raised ModuleNotFoundError", "no_such_module_h7"]),
+    ],
+)
 def test_config_file_failures_name_the_file_and_what_get_config_did(tmp_path, capsys, body, needles):
     cfg = tmp_path / "cfg.py"
     cfg.write_text(body)
-    from ssl_geometry import train  # noqa: PLC0415
+    from ssl_geometry import train
 
     status = train.main(["train", "--config", str(cfg), "--workdir", str(tmp_path / "w")])
     err = capsys.readouterr().err
@@ -357,7 +399,7 @@ def test_config_file_failures_name_the_file_and_what_get_config_did(tmp_path, ca
 
 
 def _free_port():
-    import socket  # noqa: PLC0415
+    import socket
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -369,12 +411,19 @@ def _free_port():
 _DIST = ("--config.distributed.initialize=True", "--config.distributed.num_processes=2")
 
 
-@pytest.mark.parametrize("extra, needles", [
-    (["--config.distributed.process_id=5", "--config.distributed.coordinator_address=127.0.0.1:1"],
-     ["`distributed.process_id`", "got 5"]),
-    (["--config.distributed.process_id=0", "--config.distributed.coordinator_address=localhost"],
-     ["distributed.coordinator_address", "'host:port'", "'localhost'"]),
-])
+@pytest.mark.parametrize(
+    "extra, needles",
+    [
+        (
+            ["--config.distributed.process_id=5", "--config.distributed.coordinator_address=127.0.0.1:1"],
+            ["`distributed.process_id`", "got 5"],
+        ),
+        (
+            ["--config.distributed.process_id=0", "--config.distributed.coordinator_address=localhost"],
+            ["distributed.coordinator_address", "'host:port'", "'localhost'"],
+        ),
+    ],
+)
 def test_distributed_fields_are_refused_before_initialize(tmp_path, extra, needles):
     t0 = time.monotonic()
     r = _cli("--config", TINY, "--workdir", tmp_path / "w", *_DIST, *extra, timeout=120)
@@ -390,12 +439,25 @@ def test_a_missing_peer_exits_1_with_one_line_within_the_timeout(tmp_path, proce
     ``distributed.timeout_s`` passed, before jax's coordination client can abort with a C++ trace."""
     timeout_s = 3
     t0 = time.monotonic()
-    r = _cli("--config", TINY, "--workdir", tmp_path / "w", *_DIST, f"--config.distributed.process_id={process_id}",
-             f"--config.distributed.coordinator_address=127.0.0.1:{_free_port()}",
-             f"--config.distributed.timeout_s={timeout_s}", timeout=120)
+    r = _cli(
+        "--config",
+        TINY,
+        "--workdir",
+        tmp_path / "w",
+        *_DIST,
+        f"--config.distributed.process_id={process_id}",
+        f"--config.distributed.coordinator_address=127.0.0.1:{_free_port()}",
+        f"--config.distributed.timeout_s={timeout_s}",
+        timeout=120,
+    )
     took = time.monotonic() - t0
-    _assert_one_line_error(r, 1, f"within distributed.timeout_s = {timeout_s} s", f"process {process_id} of 2",
-                           f"waiting for process(es) [{1 - process_id}]")
+    _assert_one_line_error(
+        r,
+        1,
+        f"within distributed.timeout_s = {timeout_s} s",
+        f"process {process_id} of 2",
+        f"waiting for process(es) [{1 - process_id}]",
+    )
     assert "client.h" not in r.stderr and "Check failure" not in r.stderr and "*** " not in r.stderr
     assert took < timeout_s + 10 + 15  # + 15: starting Python and importing jax on a loaded 2-core machine
 
@@ -414,7 +476,7 @@ class _SignalAt:
 @pytest.mark.slow
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_a_signal_stops_at_the_next_step_checkpointed_and_the_resume_is_bitwise(tmp_path, signame):
-    import signal  # noqa: PLC0415
+    import signal
 
     signum = getattr(signal, signame)
     cfg = _tiny(**{"train.steps": 8, "train.checkpoint_every": 4})
@@ -427,7 +489,8 @@ def test_a_signal_stops_at_the_next_step_checkpointed_and_the_resume_is_bitwise(
     assert sorted(int(p.name) for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == [3]
     resumed = trainer.train(cfg, tmp_path / "w", verbose=False)
     assert (resumed["status"], resumed["resumed_from"]) == ("finished", 3)
-    from ssl_geometry import checkpoint  # noqa: PLC0415
+    from ssl_geometry import checkpoint
+
     assert checkpoint.fingerprint(resumed["state"]) == checkpoint.fingerprint(ref["state"])
     losses = {r["step"]: r["loss"] for r in trainer.read_metrics(tmp_path / "w") if "loss" in r}
     ref_losses = {r["step"]: r["loss"] for r in trainer.read_metrics(tmp_path / "ref") if "loss" in r}
@@ -438,15 +501,29 @@ def test_a_signal_stops_at_the_next_step_checkpointed_and_the_resume_is_bitwise(
 def test_sigterm_through_the_entry_point_exits_143_and_leaves_no_lock(tmp_path):
     """A real SIGTERM from outside, mid-run: exit status 143 (documented), one line saying where it stopped,
     a checkpoint there, no lock; the same command then finishes the run."""
-    import signal  # noqa: PLC0415
+    import signal
 
     w = tmp_path / "w"
-    args = ["--config", TINY, "--workdir", w, "--config.train.steps=100000", "--config.train.log_every=10",
-            "--config.train.checkpoint_every=100000", "--config.train.metrics_every=0",
-            "--config.train.progress=False"]
+    args = [
+        "--config",
+        TINY,
+        "--workdir",
+        w,
+        "--config.train.steps=100000",
+        "--config.train.log_every=10",
+        "--config.train.checkpoint_every=100000",
+        "--config.train.metrics_every=0",
+        "--config.train.progress=False",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "ssl_geometry.train", *map(str, args)], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ssl_geometry.train", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     while not ((w / "metrics.jsonl").exists() and (w / "metrics.jsonl").read_text().count("\n") >= 2):
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
@@ -463,7 +540,7 @@ def test_sigterm_through_the_entry_point_exits_143_and_leaves_no_lock(tmp_path):
 
 def _orbax_save_failing_at(step, make_error):
     """An ``orbax.checkpoint.CheckpointManager.save`` that raises ``make_error()`` for ``step``."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    import orbax.checkpoint as ocp
 
     real = ocp.CheckpointManager.save
 
@@ -476,7 +553,7 @@ def _orbax_save_failing_at(step, make_error):
 
 
 def _wrapped_no_space():
-    import errno  # noqa: PLC0415
+    import errno
 
     try:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -487,39 +564,58 @@ def _wrapped_no_space():
             return outer
 
 
-@pytest.mark.parametrize("make_error", [
-    lambda: OSError(__import__("errno").ENOSPC, "No space left on device"),
-    _wrapped_no_space,  # orbax/tensorstore wrap the writer's OSError
-], ids=["bare", "wrapped"])
+@pytest.mark.parametrize(
+    "make_error",
+    [
+        lambda: OSError(__import__("errno").ENOSPC, "No space left on device"),
+        _wrapped_no_space,  # orbax/tensorstore wrap the writer's OSError
+    ],
+    ids=["bare", "wrapped"],
+)
 def test_a_full_disk_during_a_checkpoint_exits_1_with_one_line(tmp_path, capsys, monkeypatch, make_error):
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    import orbax.checkpoint as ocp
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", _orbax_save_failing_at(4, make_error))
-    r = _main(tmp_path, capsys, "--config.train.steps=6", "--config.train.checkpoint_every=2",
-              "--config.train.progress=False", "--config.train.metrics_every=0")
-    _assert_one_line_error(r, 1, "no space left on the device while writing checkpoint step 4",
-                           "the last complete checkpoint is step 2", "run the same command again")
+    r = _main(
+        tmp_path,
+        capsys,
+        "--config.train.steps=6",
+        "--config.train.checkpoint_every=2",
+        "--config.train.progress=False",
+        "--config.train.metrics_every=0",
+    )
+    _assert_one_line_error(
+        r,
+        1,
+        "no space left on the device while writing checkpoint step 4",
+        "the last complete checkpoint is step 2",
+        "run the same command again",
+    )
     assert not (tmp_path / "w" / ".lock").exists()
 
 
 def test_another_os_error_during_a_checkpoint_is_not_called_a_full_disk(tmp_path, capsys, monkeypatch):
-    import errno  # noqa: PLC0415
+    import errno
 
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    import orbax.checkpoint as ocp
 
-    monkeypatch.setattr(ocp.CheckpointManager, "save",
-                        _orbax_save_failing_at(2, lambda: OSError(errno.EIO, "Input/output error")))
+    monkeypatch.setattr(
+        ocp.CheckpointManager, "save", _orbax_save_failing_at(2, lambda: OSError(errno.EIO, "Input/output error"))
+    )
     r = _main(tmp_path, capsys, *_QUICK)
     _assert_one_line_error(r, 1, "OSError: [Errno 5] Input/output error")
     assert "no space" not in r.stderr
 
 
-@pytest.mark.parametrize("make, needle", [
-    (lambda d: d, "is a directory"),
-    (lambda d: (d / "c.json", (d / "c.json").write_text("{}"))[0], "is not a Python file (.py)"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda d: d, "is a directory"),
+        (lambda d: (d / "c.json", (d / "c.json").write_text("{}"))[0], "is not a Python file (.py)"),
+    ],
+)
 def test_a_config_that_is_a_directory_or_not_python_is_named(tmp_path, capsys, make, needle):
-    from ssl_geometry import train  # noqa: PLC0415
+    from ssl_geometry import train
 
     path = make(tmp_path)
     status = train.main(["train", "--config", str(path), "--workdir", str(tmp_path / "w")])

@@ -1,4 +1,5 @@
 """Experiment 4's paper variant: the registry rule on hand-made runs, the released runs, and the curvature solver."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,12 +18,23 @@ HIGH = [0.12] * 17  # above T from epoch 0: never collapsed
 
 def _run(act, bn, lr, series, diverged=False):
     """A hand-made run as train_one stores it: its outcome from the rule's own definition, and its epochs."""
-    return {"activation": act, "batch_norm": bn, "lr_name": lr, "outcome": cep.run_outcome(series, T, diverged),
-            "epochs_run": len(series), "diverged_at_step": 12 if diverged else None}
+    return {
+        "activation": act,
+        "batch_norm": bn,
+        "lr_name": lr,
+        "outcome": cep.run_outcome(series, T, diverged),
+        "epochs_run": len(series),
+        "diverged_at_step": 12 if diverged else None,
+    }
 
 
-GOOD = [_run("swish", False, "base", UP), _run("gelu", False, "base", FLAT), _run("linear", False, "base", FLAT),
-        _run("relu", False, "small", FLAT), _run("relu", True, "base", UP)]
+GOOD = [
+    _run("swish", False, "base", UP),
+    _run("gelu", False, "base", FLAT),
+    _run("linear", False, "base", FLAT),
+    _run("relu", False, "small", FLAT),
+    _run("relu", True, "base", UP),
+]
 
 
 def test_run_outcome_each_way_and_a_never_collapsed_run_is_not_an_escape():
@@ -102,7 +114,9 @@ def test_released_runs_are_the_authors_fourteen_settings_and_the_rule_reads_them
     # except the ReLU+BN lr 0.05 seed 2 (0.0106 < 0.0110, above from epoch 4); linear never reaches it.
     bn = [r for r in rows if r["batch_norm"]]
     assert sum(r["outcome"] == "not collapsed at start" for r in bn) == 17
-    assert [(r["activation"], r["lr_name"], r["seed"]) for r in bn if r["outcome"] == "escaped"] == [("relu", "base", 2)]
+    assert [(r["activation"], r["lr_name"], r["seed"]) for r in bn if r["outcome"] == "escaped"] == [
+        ("relu", "base", 2)
+    ]
     assert not any(r["escaped"] for r in rows if r["activation"] == "linear")
     verdict, reason, d = cep.apply_rule(rows)
     assert verdict == "not supported" and reason.startswith("no smooth run escapes") and d["E_smooth"] == 0
@@ -113,9 +127,19 @@ def test_released_runs_are_the_authors_fourteen_settings_and_the_rule_reads_them
 def test_head_curvature_matches_the_dense_hessian_and_picks_the_coupled_operator_under_batchnorm(bn):
     cfg = cfg_module.get_config("tiny")
     m = cfg.model
-    tc = paper_simsiam.trainer_config(activation="swish", batch_norm=bn, lr=0.05, batch_size=8, projector_scale=0.1,
-                                      backbone=m.backbone, backbone_kwargs=m.backbone_kwargs, hidden=m.hidden,
-                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, data=cfg.data)
+    tc = paper_simsiam.trainer_config(
+        activation="swish",
+        batch_norm=bn,
+        lr=0.05,
+        batch_size=8,
+        projector_scale=0.1,
+        backbone=m.backbone,
+        backbone_kwargs=m.backbone_kwargs,
+        hidden=m.hidden,
+        out_dim=m.out_dim,
+        pred_hidden=m.pred_hidden,
+        data=cfg.data,
+    )
     images, labels = paper_simsiam.load_images(cfg.data, seed=0, dry_run=True, dry_examples=8)
     run = paper_simsiam.build(tc, images.shape[1:])
     heads64 = cep.float64_heads(tc, run.backbone.out_dim)
@@ -126,7 +150,7 @@ def test_head_curvature_matches_the_dense_hessian_and_picks_the_coupled_operator
     # The reference: the dense Hessian of the same first-view loss in z1, eigendecomposed.
     f = cep._first_view_loss(*heads64)
     z1, z2 = run.features(state, batch)
-    cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
+    cast = lambda t: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), t)
     hp = cast({k: state["params"][k] for k in ("projector", "predictor")})
     bs = cast({k: state["obj_state"].get(k, {}) for k in ("projector", "predictor")})
     z1 = jnp.asarray(z1, jnp.float64)
@@ -144,12 +168,19 @@ def test_dry_run_times_the_costliest_path_at_two_batches_and_projects_every_run(
     trainer step and curvature time fitted as ``a n^p`` and projected to every run, seed and epoch of the variant."""
     cfg = cfg_module.get_config("tiny")
     cfg.dry_run = True
-    calls, t_step, t_curv = [], (lambda b: 1e-3 * b ** 1.2), (lambda b: 5e-2 * b ** 2)
+    calls, t_step, t_curv = [], (lambda b: 1e-3 * b**1.2), (lambda b: 5e-2 * b**2)
 
     def fake_train_one(config, act, bn, lr, seed, images, batch=None):  # a run's row as train_one returns it
         calls.append((act, bn, batch))
-        return {"activation": act, "batch_norm": bn and act != "linear", "lr_name": lr, "seed": seed, "batch": batch,
-                "step_time_s": t_step(batch) * (3 if act == "linear" else 1), "curvature_time_s": t_curv(batch)}
+        return {
+            "activation": act,
+            "batch_norm": bn and act != "linear",
+            "lr_name": lr,
+            "seed": seed,
+            "batch": batch,
+            "step_time_s": t_step(batch) * (3 if act == "linear" else 1),
+            "curvature_time_s": t_curv(batch),
+        }
 
     monkeypatch.setattr(cep, "train_one", fake_train_one)
     m = cep.measure(cfg)

@@ -1,4 +1,5 @@
 """Experiment 3's pieces on hand-made inputs: the decide of each claim, the head driven to stationarity, DINO's scale."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,50 +12,99 @@ from ssl_geometry import geometry, heads, losses
 
 
 def _row(objective, activation, kind, lmin, *, lmin_m=-0.1, state="equilibrium", **kw):
-    base = {"objective": objective, "activation": activation, "head_kind": kind, "state": state, "batch_norm": False,
-            "certified": state == "equilibrium", "holds": True, "residual_scale": 1.0, "lambda_min_H_eff": lmin,
-            "eig_tol": 1e-12, "lambda_min_M": lmin_m, "margin": collapse_hessians.margin(lmin, lmin_m),
-            "H_L_psd": True, "rho_norm": 1.0}
+    base = {
+        "objective": objective,
+        "activation": activation,
+        "head_kind": kind,
+        "state": state,
+        "batch_norm": False,
+        "certified": state == "equilibrium",
+        "holds": True,
+        "residual_scale": 1.0,
+        "lambda_min_H_eff": lmin,
+        "eig_tol": 1e-12,
+        "lambda_min_M": lmin_m,
+        "margin": collapse_hessians.margin(lmin, lmin_m),
+        "H_L_psd": True,
+        "rho_norm": 1.0,
+    }
     return {**base, **kw}
 
 
 def _collapsed(objective, rho, stationary=True, rho_ref=1.0, s_min=0.5, s_max=2.0):
-    return _row(objective, "swish", "smooth", -0.1, state="collapsed", forces_zero_residual=True, st_stationary=stationary,
-                st_rho=rho, st_rho_ref=rho_ref, st_residual_tol=1e-8, st_within_bound=rho <= 1e-6,
-                st_jac_sigma_min=s_min, st_jac_sigma_max=s_max, st_jac_rows=8, st_jac_cols=100,
-                st_full_row_rank=s_min > 1e-5 * s_max)
+    return _row(
+        objective,
+        "swish",
+        "smooth",
+        -0.1,
+        state="collapsed",
+        forces_zero_residual=True,
+        st_stationary=stationary,
+        st_rho=rho,
+        st_rho_ref=rho_ref,
+        st_residual_tol=1e-8,
+        st_within_bound=rho <= 1e-6,
+        st_jac_sigma_min=s_min,
+        st_jac_sigma_max=s_max,
+        st_jac_rows=8,
+        st_jac_cols=100,
+        st_full_row_rank=s_min > 1e-5 * s_max,
+    )
 
 
 def _verdicts(rows):
     # the repaired claim's certificates, each predicting its row's measured sign (the rules are tested in
     # test_collapse_hessians_certificates.py)
-    certs = [{"case": i, "conclusion": "stable", "critical_scale": 1.0, "critical_bounds": [1.0, 1.0], "rho_norm": 1.0,
-              "predicted_sign": int(np.sign(r["lambda_min_H_eff"])) if abs(r["lambda_min_H_eff"]) > r["eig_tol"] else 0}
-             for i, r in enumerate(rows) if r["state"] == "equilibrium"]
-    d = collapse_hessians.decide({"cases": rows, "certificates": certs, "critical_sweeps": []},
-                                 cfg_module.get_config("tiny"))
+    certs = [
+        {
+            "case": i,
+            "conclusion": "stable",
+            "critical_scale": 1.0,
+            "critical_bounds": [1.0, 1.0],
+            "rho_norm": 1.0,
+            "predicted_sign": int(np.sign(r["lambda_min_H_eff"])) if abs(r["lambda_min_H_eff"]) > r["eig_tol"] else 0,
+        }
+        for i, r in enumerate(rows)
+        if r["state"] == "equilibrium"
+    ]
+    d = collapse_hessians.decide(
+        {"cases": rows, "certificates": certs, "critical_sweeps": []}, cfg_module.get_config("tiny")
+    )
     return {(i["id"], i.get("subject")): i["verdict"] for i in d["claims"]}
 
 
 def test_decide_each_claim_each_way():
-    good = [_row("mse_target", "swish", "smooth", -0.02), _row("mse_target", "gelu", "smooth", -0.1),
-            _row("dino_fixed_teacher", "swish", "smooth", 0.01, lmin_m=-0.02),  # strictly stable: a counterexample
-            _row("mse_target", "identity", "linear", 0.003, lmin_m=0.0), _row("mse_target", "relu", "piecewise", 0.0),
-            _collapsed("byol", 1e-12), _collapsed("vicreg", 0.0, rho_ref=0.0)]
+    good = [
+        _row("mse_target", "swish", "smooth", -0.02),
+        _row("mse_target", "gelu", "smooth", -0.1),
+        _row("dino_fixed_teacher", "swish", "smooth", 0.01, lmin_m=-0.02),  # strictly stable: a counterexample
+        _row("mse_target", "identity", "linear", 0.003, lmin_m=0.0),
+        _row("mse_target", "relu", "piecewise", 0.0),
+        _collapsed("byol", 1e-12),
+        _collapsed("vicreg", 0.0, rho_ref=0.0),
+    ]
     v = _verdicts(good)
     assert v[("thm4.1-smooth-unstable", "mse_target")] == "supported"
     assert v[("thm4.1-smooth-unstable", "dino_fixed_teacher")] == "not supported"  # decided per objective
     assert v[("thm4.1-linear-psd", None)] == "supported"
     assert v[("stationarity-forces-rho-zero", None)] == "supported"
     assert v[("thm4.1-repaired-sign", None)] == "supported" and v[("thm4.1-critical-residual", None)] == "inconclusive"
-    v = _verdicts(good[:1] + [_row("mse_target", "tanh", "smooth", 1e-14)]  # degenerate: |lambda_min| <= tol
-                  + [_row("mse_target", "identity", "linear", -1e-3, lmin_m=0.0), _collapsed("simsiam", 0.5)])
+    v = _verdicts(
+        good[:1]
+        + [_row("mse_target", "tanh", "smooth", 1e-14)]  # degenerate: |lambda_min| <= tol
+        + [_row("mse_target", "identity", "linear", -1e-3, lmin_m=0.0), _collapsed("simsiam", 0.5)]
+    )
     assert v[("thm4.1-smooth-unstable", "mse_target")] == "inconclusive"
     assert v[("thm4.1-linear-psd", None)] == "not supported"
     assert v[("stationarity-forces-rho-zero", None)] == "not supported"
     # Uncertified or BatchNorm equilibria never count; nothing certified: premise violated; no stationary head.
-    v = _verdicts([_row("mse_target", "swish", "smooth", -0.1, certified=False),
-                   _row("mse_target", "identity", "linear", -1.0, batch_norm=True), _collapsed("byol", 1.0, False)])
+    v = _verdicts(
+        [
+            _row("mse_target", "swish", "smooth", -0.1, certified=False),
+            _row("mse_target", "identity", "linear", -1.0, batch_norm=True),
+            _collapsed("byol", 1.0, False),
+        ]
+    )
     assert v[("thm4.1-smooth-unstable", None)] == "premise violated"
     assert v[("thm4.1-linear-psd", None)] == "premise violated"
     assert v[("stationarity-forces-rho-zero", None)] == "inconclusive"
@@ -66,12 +116,14 @@ def test_dino_residual_scale_is_bounded_by_the_simplex():
     variables = model.init(jax.random.PRNGKey(0))
     c = jax.random.normal(jax.random.PRNGKey(1), (cfg.data.d,), jnp.float64)
     with pytest.raises(ValueError, match="residual_scale.*< 2"):
-        geometry.collapsed_equilibrium(model, variables, "dino_fixed_teacher", c, cfg.data.n,
-                                       key=jax.random.PRNGKey(2), residual_scale=3.0)
+        geometry.collapsed_equilibrium(
+            model, variables, "dino_fixed_teacher", c, cfg.data.n, key=jax.random.PRNGKey(2), residual_scale=3.0
+        )
     sizes = []
     for s in (1.0, 1.9):  # a real scale: the residual grows with it, the teacher stays a probability vector
-        eq = geometry.collapsed_equilibrium(model, variables, "dino_fixed_teacher", c, cfg.data.n,
-                                            key=jax.random.PRNGKey(2), residual_scale=s)
+        eq = geometry.collapsed_equilibrium(
+            model, variables, "dino_fixed_teacher", c, cfg.data.n, key=jax.random.PRNGKey(2), residual_scale=s
+        )
         P = np.asarray(jax.nn.softmax(eq.targets / 0.04, axis=-1))
         q = np.asarray(jax.nn.softmax(model.apply(variables, c[None])[0][0] / 0.1))
         assert eq.certified and np.all(P >= (1.0 - s / 2.0) * q - 1e-12)
@@ -91,7 +143,7 @@ def test_stationary_head_reaches_the_closed_form_minimum_and_rho_zero():
     model, variables = _linear_head(d, 4, k, jax.random.PRNGKey(0))
     z = jnp.tile(jax.random.normal(jax.random.PRNGKey(1), (1, d), jnp.float64), (n, 1))
     b = jnp.tile(jax.random.normal(jax.random.PRNGKey(2), (1, k), jnp.float64), (n, 1))
-    loss = lambda u: losses.get("spectral_contrastive")(u, b)  # noqa: E731
+    loss = lambda u: losses.get("spectral_contrastive")(u, b)
     st = stationary_heads.stationary_head_state(model, variables, loss, z, key=jax.random.PRNGKey(3))
     assert st["loss"] == pytest.approx(-1.0, abs=1e-12) and st["rho_start"] > 1e-3
     assert st["stationary"] and st["within_bound"] and st["rho"] < 1e-10 and st["rho_ref"] > 1e-3
@@ -104,16 +156,21 @@ def test_a_rank_deficient_head_is_stationary_with_rho_nonzero_and_violates_the_p
     model, variables = _linear_head(d, 4, k, jax.random.PRNGKey(0))
     z = jnp.zeros((n, d), jnp.float64)
     b = jnp.tile(jax.random.normal(jax.random.PRNGKey(2), (1, k), jnp.float64), (n, 1))
-    st = stationary_heads.stationary_head_state(model, variables, lambda u: losses.get("spectral_contrastive")(u, b),
-                                                z, key=jax.random.PRNGKey(3))
+    st = stationary_heads.stationary_head_state(
+        model, variables, lambda u: losses.get("spectral_contrastive")(u, b), z, key=jax.random.PRNGKey(3)
+    )
     assert st["stationary"] and not st["within_bound"]
     assert st["rho"] == pytest.approx(2.0 / n * float(jnp.linalg.norm(b)), rel=1e-12)
     assert st["jac_sigma_max"] == 0.0 and st["jac_sigma_min"] == 0.0 and not st["full_row_rank"]
     assert (st["jac_rows"], st["jac_cols"]) == (k, d * 4 + 4 * k) and st["rho_implied_bound"] == float("inf")
-    row = {**_collapsed("spectral_contrastive", st["rho"], rho_ref=st["rho_ref"]),
-           **{f"st_{key}": st[key] for key in ("residual_tol", "jac_sigma_min", "jac_sigma_max", "jac_rows",
-                                               "jac_cols", "full_row_rank")}}
-    rho_zero = lambda rows: rules.decide_rho_zero(collapse_hessians.stationarity_states(rows))["verdict"]  # noqa: E731
+    row = {
+        **_collapsed("spectral_contrastive", st["rho"], rho_ref=st["rho_ref"]),
+        **{
+            f"st_{key}": st[key]
+            for key in ("residual_tol", "jac_sigma_min", "jac_sigma_max", "jac_rows", "jac_cols", "full_row_rank")
+        },
+    }
+    rho_zero = lambda rows: rules.decide_rho_zero(collapse_hessians.stationarity_states(rows))["verdict"]
     assert rho_zero([row]) == "premise violated"
     # beside a full-rank stationary state with rho = 0 the dead head is excluded (and named) and the finding holds
     both = rules.decide_rho_zero(collapse_hessians.stationarity_states([row, _collapsed("byol", 1e-12)]))
@@ -125,13 +182,12 @@ def test_stationary_head_state_rejects_a_batch_that_is_not_collapsed():
     model, variables = _linear_head(3, 4, 5, jax.random.PRNGKey(0))
     z = jax.random.normal(jax.random.PRNGKey(1), (4, 3), jnp.float64)
     with pytest.raises(ValueError, match="`z` must be a collapsed batch"):
-        stationary_heads.stationary_head_state(model, variables, lambda u: jnp.sum(u ** 2), z,
-                                               key=jax.random.PRNGKey(3))
+        stationary_heads.stationary_head_state(model, variables, lambda u: jnp.sum(u**2), z, key=jax.random.PRNGKey(3))
 
 
 def _sv(model, variables, c, **kw):
     flat, unravel = ravel_pytree(variables["params"])
-    fn = lambda th: model.apply({**variables, "params": unravel(th)}, c[None, :])[0][0]  # noqa: E731
+    fn = lambda th: model.apply({**variables, "params": unravel(th)}, c[None, :])[0][0]
     return stationary_heads.head_jacobian_singular_values(fn, flat, **kw)
 
 
@@ -185,7 +241,7 @@ def test_head_jacobian_of_a_relu_head_with_every_hidden_unit_dead():
 
 
 def test_head_jacobian_singular_values_rejects_bad_input():
-    fn = lambda th: th[:2] * 2.0  # noqa: E731
+    fn = lambda th: th[:2] * 2.0
     with pytest.raises(ValueError, match="`theta` must be a flat"):
         stationary_heads.head_jacobian_singular_values(fn, jnp.ones((2, 2)))
     with pytest.raises(ValueError, match="`max_dense_entries`"):

@@ -1,5 +1,6 @@
 """The rules of thm4.1-repaired-sign and thm4.1-critical-residual (experiments/collapse_hessians/certificates.py):
 hand-made states for every outcome, and one real equilibrium from the certificate's tests."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,10 +14,20 @@ jax.config.update("jax_enable_x64", True)
 
 
 def _s(label, sign, lmin, tol=1e-10, conclusion=None):
-    conclusion = conclusion or {-1: "unstable (residual above critical)", 0: "degenerate",
-                                1: "stable (residual below critical)"}[sign]
-    return {"label": label, "conclusion": conclusion, "predicted_sign": sign, "lambda_min": lmin, "tol": tol,
-            "critical_scale": 2.0, "critical_bounds": [1.0, 3.0], "head_kind": "smooth"}
+    conclusion = (
+        conclusion
+        or {-1: "unstable (residual above critical)", 0: "degenerate", 1: "stable (residual below critical)"}[sign]
+    )
+    return {
+        "label": label,
+        "conclusion": conclusion,
+        "predicted_sign": sign,
+        "lambda_min": lmin,
+        "tol": tol,
+        "critical_scale": 2.0,
+        "critical_bounds": [1.0, 3.0],
+        "head_kind": "smooth",
+    }
 
 
 def test_measured_sign_uses_the_tolerance_both_ways():
@@ -28,8 +39,14 @@ def test_measured_sign_uses_the_tolerance_both_ways():
 def test_repaired_sign_supported_when_every_prediction_matches_degenerate_included():
     out = K.decide_repaired_sign([_s("a", -1, -0.5), _s("b", 1, 0.2), _s("c", 0, 5e-11)])
     assert out["verdict"] == "supported" and out["id"] == "thm4.1-repaired-sign"
-    assert out["deciding"] == {"certified_equilibria": 3, "predicted": 3, "mismatched": 0, "predicted_unstable": 1,
-                               "predicted_stable": 1, "predicted_degenerate": 1}
+    assert out["deciding"] == {
+        "certified_equilibria": 3,
+        "predicted": 3,
+        "mismatched": 0,
+        "predicted_unstable": 1,
+        "predicted_stable": 1,
+        "predicted_degenerate": 1,
+    }
 
 
 @pytest.mark.parametrize("bad", [_s("bad", 1, -0.01), _s("bad", -1, 0.3), _s("bad", 0, 1e-6), _s("bad", 1, 1e-11)])
@@ -46,12 +63,28 @@ def test_repaired_sign_inconclusive_without_a_counted_prediction():
 
 
 def test_sign_states_joins_rows_and_certificates_and_refuses_a_different_state():
-    row = {"state": "equilibrium", "certified": True, "holds": True, "batch_norm": False, "objective": "mse_target",
-           "activation": "tanh", "residual_scale": 0.3, "head_kind": "smooth", "lambda_min_H_eff": 0.1,
-           "eig_tol": 1e-9, "rho_norm": 0.25}
+    row = {
+        "state": "equilibrium",
+        "certified": True,
+        "holds": True,
+        "batch_norm": False,
+        "objective": "mse_target",
+        "activation": "tanh",
+        "residual_scale": 0.3,
+        "head_kind": "smooth",
+        "lambda_min_H_eff": 0.1,
+        "eig_tol": 1e-9,
+        "rho_norm": 0.25,
+    }
     other = {**row, "state": "collapsed"}
-    cert = {"case": 1, "conclusion": "stable (residual below critical)", "critical_scale": 4.0,
-            "critical_bounds": [2.0, 5.0], "predicted_sign": 1, "rho_norm": 0.25}
+    cert = {
+        "case": 1,
+        "conclusion": "stable (residual below critical)",
+        "critical_scale": 4.0,
+        "critical_bounds": [2.0, 5.0],
+        "predicted_sign": 1,
+        "rho_norm": 0.25,
+    }
     st = K.sign_states([other, row], [cert])
     assert len(st) == 1 and st[0]["label"] == "mse_target/tanh/scale 0.3" and st[0]["lambda_min"] == 0.1
     with pytest.raises(ValueError, match="no certificate"):
@@ -81,8 +114,16 @@ def test_locate_crossing_without_a_sign_change():
 
 
 def _w(label, p, m, first=1, sweep=(0.1, 10.0), null_dim=0, certified=True):
-    return {"label": label, "predicted_crossing": p, "crossing": m, "first_sign": first, "sweep": list(sweep),
-            "null_dim": null_dim, "certified": certified, "conclusion": "stable (residual below critical)"}
+    return {
+        "label": label,
+        "predicted_crossing": p,
+        "crossing": m,
+        "first_sign": first,
+        "sweep": list(sweep),
+        "null_dim": null_dim,
+        "certified": certified,
+        "conclusion": "stable (residual below critical)",
+    }
 
 
 def test_critical_residual_supported():
@@ -91,12 +132,15 @@ def test_critical_residual_supported():
     assert out["deciding"]["max_relative_error"] == pytest.approx(0.005)
 
 
-@pytest.mark.parametrize("bad", [
-    _w("bad", 1.0, 1.02),                 # crossing too far from the prediction
-    _w("bad", 5.0, None),                 # predicted inside the sweep, none measured
-    _w("bad", 20.0, None, first=-1),      # unstable throughout, but predicted above the sweep
-    _w("bad", float("inf"), 2.0),         # predicted never, measured a crossing
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        _w("bad", 1.0, 1.02),  # crossing too far from the prediction
+        _w("bad", 5.0, None),  # predicted inside the sweep, none measured
+        _w("bad", 20.0, None, first=-1),  # unstable throughout, but predicted above the sweep
+        _w("bad", float("inf"), 2.0),  # predicted never, measured a crossing
+    ],
+)
 def test_critical_residual_not_supported_names_the_sweep(bad):
     out = K.decide_critical_residual([_w("a", 1.0, 1.0), bad], 0.01)
     assert out["verdict"] == "not supported" and out["deciding"]["disagreeing"] == 1 and "bad" in out["reason"]
@@ -127,13 +171,20 @@ def test_a_real_tanh_equilibrium_prediction_matches_and_its_sweep_crosses_at_s_s
     c = jax.random.normal(jax.random.PRNGKey(1), (d,), jnp.float64)
 
     def build(r):
-        return geometry.collapsed_equilibrium(head, v, "mse_target", c, n, key=jax.random.PRNGKey(2),
-                                              residual_scale=r, activation="tanh")
+        return geometry.collapsed_equilibrium(
+            head, v, "mse_target", c, n, key=jax.random.PRNGKey(2), residual_scale=r, activation="tanh"
+        )
+
     eq = build(0.3)
     cert = geometry.collapse_certificate(head, eq.loss_fn, eq.z, variables=v)
     res = geometry.classify_collapse(head, eq.loss_fn, eq.z, variables=v, activation="tanh")
-    state = {"label": "tanh", "conclusion": cert.conclusion, "predicted_sign": cert.predicted_sign,
-             "lambda_min": float(res.lambda_min["full"]), "tol": float(res.eig_tol)}
+    state = {
+        "label": "tanh",
+        "conclusion": cert.conclusion,
+        "predicted_sign": cert.predicted_sign,
+        "lambda_min": float(res.lambda_min["full"]),
+        "tol": float(res.eig_tol),
+    }
     out = K.decide_repaired_sign([state])
     assert cert.critical_scale == pytest.approx(s_star, rel=1e-9) and cert.predicted_sign == 1
     assert out["verdict"] == "supported" and state["lambda_min"] > state["tol"]
@@ -143,6 +194,7 @@ def test_a_real_tanh_equilibrium_prediction_matches_and_its_sweep_crosses_at_s_s
         e = build(r)
         lmin = float(np.linalg.eigvalsh(np.asarray(geometry.effective_hessian(h, e.loss_fn, e.z).full))[0])
         return 1 if lmin > 0 else -1
+
     found = K.locate_crossing(sign_at, 0.3, 4.8, rtol=1e-3)
     sweep = {**_w("tanh", 0.3 * cert.critical_scale, found["crossing"], found["first_sign"], (0.3, 4.8))}
     assert found["crossing"] == pytest.approx(0.3 * s_star, rel=1e-3)
@@ -151,8 +203,10 @@ def test_a_real_tanh_equilibrium_prediction_matches_and_its_sweep_crosses_at_s_s
 
 def test_a_dry_run_decides_both_claims_inconclusive_and_a_real_run_needs_its_certificates():
     items = K.decide_items({"cases": [], "dry_run": {}}, 0.01)
-    assert [(i["id"], i["verdict"]) for i in items] == [(K.REPAIRED_SIGN, "inconclusive"),
-                                                        (K.CRITICAL_RESIDUAL, "inconclusive")]
+    assert [(i["id"], i["verdict"]) for i in items] == [
+        (K.REPAIRED_SIGN, "inconclusive"),
+        (K.CRITICAL_RESIDUAL, "inconclusive"),
+    ]
     assert "dry run" in items[0]["reason"] and "dry run" in K.report_lines({"cases": []})[0]
     with pytest.raises(KeyError):
         K.decide_items({"cases": []}, 0.01)

@@ -3,6 +3,7 @@
 Every file here is made by the test: a tiny DINO ViT (one 16x16 patch, width 12, one block) with a
 DINO head, saved with ``pretrained.save_converted`` and damaged in one way per case. No torch.
 """
+
 import json
 
 import jax
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ssl_geometry import backbones, pretrained as P
+from ssl_geometry import backbones
+from ssl_geometry import pretrained as P
 
 HEAD = dict(in_dim=12, out_dim=5, hidden_dim=8, bottleneck_dim=4, nlayers=2, use_bn=False)
 CONFIG = {"kind": "dino_vits16", "which": "teacher", "img_size": 16, "depth": 1, "dim": 12, "head": HEAD}
@@ -30,8 +32,9 @@ def test_a_file_that_fits_loads_as_pretrained(tmp_path):
     v = _variables()
     pre = P.load_converted(_save(tmp_path, v))
     assert isinstance(pre, P.Pretrained) and pre.head.out_dim == 5 and pre.config == CONFIG
-    np.testing.assert_array_equal(pre.variables["head"]["params"]["last_layer"]["v"],
-                                  v["head"]["params"]["last_layer"]["v"])
+    np.testing.assert_array_equal(
+        pre.variables["head"]["params"]["last_layer"]["v"], v["head"]["params"]["last_layer"]["v"]
+    )
     z, u = pre.apply(pre.variables, np.zeros((2, 16, 16, 3), np.float32))
     assert z.shape == (2, 12) and u.shape == (2, 5)
 
@@ -66,8 +69,11 @@ def test_a_missing_or_an_extra_tensor_is_named(tmp_path):
 
 def test_unknown_kinds_and_names_are_refused_naming_the_known_ones(tmp_path):
     path = _save(tmp_path, _variables(), config={**CONFIG, "kind": "swav_resnet50"})
-    with pytest.raises(P.CheckpointLayoutError, match=r"unknown converted checkpoint kind 'swav_resnet50'.*"
-                                                      r"'barlowtwins_resnet50', 'dino_resnet50'"):
+    with pytest.raises(
+        P.CheckpointLayoutError,
+        match=r"unknown converted checkpoint kind 'swav_resnet50'.*"
+        r"'barlowtwins_resnet50', 'dino_resnet50'",
+    ):
         P.load_converted(path)
     with pytest.raises(ValueError, match=r"Unknown checkpoint name 'foo'; expected one of \['barlowtwins_resnet50'"):
         P.load_torch_checkpoint(tmp_path / "whatever.pth", name="foo")
@@ -76,8 +82,12 @@ def test_unknown_kinds_and_names_are_refused_naming_the_known_ones(tmp_path):
 def test_file_errors_are_corrupt_checkpoint_errors_naming_the_path(tmp_path):
     good = _save(tmp_path, _variables())
     data = good.read_bytes()
-    cases = {"text.safetensors": b"not a safetensors file\n", "empty.safetensors": b"",
-             "truncated.safetensors": data[: len(data) // 2], "header_only.safetensors": data[:200]}
+    cases = {
+        "text.safetensors": b"not a safetensors file\n",
+        "empty.safetensors": b"",
+        "truncated.safetensors": data[: len(data) // 2],
+        "header_only.safetensors": data[:200],
+    }
     for name, content in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(P.CorruptCheckpointError) as e:
@@ -87,8 +97,9 @@ def test_file_errors_are_corrupt_checkpoint_errors_naming_the_path(tmp_path):
     save_file({"a": np.zeros(2, np.float32)}, str(bad_json), metadata={"config": "{not json"})
     with pytest.raises(P.CorruptCheckpointError, match=r"json\.safetensors.*not valid JSON"):
         P.load_converted(bad_json)
-    no_field = _save(tmp_path, _variables(), config={k: v for k, v in CONFIG.items() if k != "depth"},
-                     name="nofield.safetensors")
+    no_field = _save(
+        tmp_path, _variables(), config={k: v for k, v in CONFIG.items() if k != "depth"}, name="nofield.safetensors"
+    )
     with pytest.raises(P.CorruptCheckpointError, match=r"nofield\.safetensors.*cannot rebuild.*'depth'"):
         P.load_converted(no_field)
     listy = tmp_path / "list.safetensors"

@@ -1,4 +1,5 @@
 """Tests for ssl_geometry.curvature (float64 unless stated; conftest enables x64)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,8 +47,8 @@ def indefinite():
 @pytest.fixture(scope="module")
 def clustered():
     rng = np.random.default_rng(2)
-    top = 5.0 - 2e-3 * np.arange(12)          # 12 eigenvalues packed in [4.978, 5]
-    bottom = -2.0 + 2e-3 * np.arange(12)      # 12 packed in [-2, -1.978]
+    top = 5.0 - 2e-3 * np.arange(12)  # 12 eigenvalues packed in [4.978, 5]
+    bottom = -2.0 + 2e-3 * np.arange(12)  # 12 packed in [-2, -1.978]
     lam = np.concatenate([bottom, rng.uniform(-1.0, 3.0, N - 24), top])
     return _with_spectrum(lam, 2)
 
@@ -145,14 +146,17 @@ def test_block_diagonal_hessian_and_blockwise_lanczos():
     full = np.asarray(jax.hessian(lambda y: _per_sample_loss(y, W))(x)).reshape(n * d, n * d)
     blocks = np.asarray(cv.block_diagonal_hessian(_per_sample_loss, x, W, chunk_size=2))
     for i in range(n):
-        np.testing.assert_allclose(blocks[i], full[i * d:(i + 1) * d, i * d:(i + 1) * d], atol=1e-13)
+        np.testing.assert_allclose(blocks[i], full[i * d : (i + 1) * d, i * d : (i + 1) * d], atol=1e-13)
     assert cv.block_coupling(_per_sample_loss, x, W) < 1e-14
     coupled = lambda y, W: _per_sample_loss(y - jnp.mean(y, axis=0), W)  # batch centring couples samples
     assert cv.block_coupling(coupled, x, W) > 1e-2
     # more probes can only find more (the measure is the largest response over them)
     key = jax.random.PRNGKey(3)
-    assert cv.block_coupling(coupled, x, W, key=key, num_probes=6) >= cv.block_coupling(coupled, x, W, key=key,
-                                                                                         num_probes=1) > 1e-2
+    assert (
+        cv.block_coupling(coupled, x, W, key=key, num_probes=6)
+        >= cv.block_coupling(coupled, x, W, key=key, num_probes=1)
+        > 1e-2
+    )
 
     mv, _ = cv.flat_hvp(lambda y, W: _per_sample_loss(y, W), x)
     block_mv = lambda V, x, W: mv(V.reshape(-1), x.reshape(-1), W).reshape(V.shape)
@@ -169,8 +173,9 @@ def test_block_diagonal_hessian_and_blockwise_lanczos():
 
 def test_lanczos_indefinite_matches_eigvalsh(indefinite):
     A, ev = indefinite
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=3, num_steps=300, args=(jnp.asarray(A),), tol=1e-10,
-                               key=jax.random.PRNGKey(5))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, k=3, num_steps=300, args=(jnp.asarray(A),), tol=1e-10, key=jax.random.PRNGKey(5)
+    )
     assert r.converged and not r.breakdown and r.num_steps < 300
     np.testing.assert_allclose(r.smallest, ev[:3], rtol=1e-8)
     np.testing.assert_allclose(r.largest, ev[::-1][:3], rtol=1e-8)
@@ -180,8 +185,9 @@ def test_lanczos_indefinite_matches_eigvalsh(indefinite):
 
 def test_lanczos_clustered_spectrum_k_gt_1(clustered):
     A, ev = clustered
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=5, num_steps=600, args=(jnp.asarray(A),), tol=1e-11,
-                               key=jax.random.PRNGKey(6))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, k=5, num_steps=600, args=(jnp.asarray(A),), tol=1e-11, key=jax.random.PRNGKey(6)
+    )
     assert r.converged, (r.num_steps, r.smallest_residuals, r.largest_residuals)
     np.testing.assert_allclose(r.smallest, ev[:5], rtol=1e-8)
     np.testing.assert_allclose(r.largest, ev[::-1][:5], rtol=1e-8)
@@ -193,11 +199,14 @@ def test_residual_estimates_equal_true_residuals(indefinite):
     A, ev = indefinite
     Aj = jnp.asarray(A)
     # unconverged run (10 steps): residuals are large and the estimate must match the truth
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=10, args=(Aj,), early_stop=False,
-                               return_vectors=True, key=jax.random.PRNGKey(7))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, k=2, num_steps=10, args=(Aj,), early_stop=False, return_vectors=True, key=jax.random.PRNGKey(7)
+    )
     assert r.num_steps == 10 and not r.converged
-    for vals, vecs, est, true in ((r.smallest, r.smallest_vectors, r.smallest_residuals, r.smallest_true_residuals),
-                                  (r.largest, r.largest_vectors, r.largest_residuals, r.largest_true_residuals)):
+    for vals, vecs, est, true in (
+        (r.smallest, r.smallest_vectors, r.smallest_residuals, r.smallest_true_residuals),
+        (r.largest, r.largest_vectors, r.largest_residuals, r.largest_true_residuals),
+    ):
         Y = np.asarray(vecs)
         assert Y.shape == (2, N)
         np.testing.assert_allclose(np.linalg.norm(Y, axis=1), 1.0, rtol=1e-12)
@@ -206,8 +215,9 @@ def test_residual_estimates_equal_true_residuals(indefinite):
         np.testing.assert_allclose(est, ref, rtol=1e-6)
         assert np.all(ref > 1e-6)  # genuinely unconverged, so the comparison is meaningful
     # converged run: the true residuals are small too
-    rc = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=300, args=(Aj,), return_vectors=True,
-                                key=jax.random.PRNGKey(7))
+    rc = cv.extreme_eigenvalues(
+        dense_matvec, N, k=1, num_steps=300, args=(Aj,), return_vectors=True, key=jax.random.PRNGKey(7)
+    )
     assert rc.converged and rc.largest_true_residuals[0] < 1e-7 and rc.smallest_true_residuals[0] < 1e-7
     np.testing.assert_allclose(rc.largest_residuals, rc.largest_true_residuals, rtol=1e-2, atol=1e-12)
 
@@ -218,8 +228,9 @@ def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(inde
     no larger than its residuals."""
     A, ev = indefinite
     res = cv.extreme_eigenvalues(dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1)
-    gap = cv.extreme_eigenvalues(dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1,
-                                 error_bound="gap")
+    gap = cv.extreme_eigenvalues(
+        dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1, error_bound="gap"
+    )
     assert res.converged and gap.converged and gap.error_bound == "gap" and res.error_bound == "residual"
     assert gap.num_steps < res.num_steps
     scale = max(abs(ev[0]), abs(ev[-1]))
@@ -228,29 +239,43 @@ def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(inde
         assert np.all(err_lo <= r.smallest_error_bounds * (1 + 1e-6) + 1e-13)
         assert np.all(err_hi <= r.largest_error_bounds * (1 + 1e-6) + 1e-13)
         assert np.all(r.smallest_error_bounds <= r.smallest_residuals) and np.all(
-            r.largest_error_bounds <= r.largest_residuals)
+            r.largest_error_bounds <= r.largest_residuals
+        )
     assert np.max(gap.smallest_error_bounds) <= 1e-8 * scale and np.max(gap.largest_error_bounds) <= 1e-8 * scale
     # at the gap run's stop the residuals are still far above what the residual criterion asks
     assert np.max(np.r_[gap.smallest_residuals, gap.largest_residuals]) > 1e-8 * scale
     # one end each (k = 1), checked after every step: a single Ritz value (step 1) has no neighbour, so no gap is
     # known and its bound is the residual, not 0 -- the run goes on until the bound is met, and it holds
-    one = cv.extreme_eigenvalues(dense_matvec, N, k=1, args=(jnp.asarray(A),), tol=1e-8, check_every=1,
-                                 error_bound="gap")
+    one = cv.extreme_eigenvalues(
+        dense_matvec, N, k=1, args=(jnp.asarray(A),), tol=1e-8, check_every=1, error_bound="gap"
+    )
     assert one.converged and one.num_steps > 1
     assert abs(one.smallest[0] - ev[0]) <= one.smallest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
     assert abs(one.largest[0] - ev[-1]) <= one.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
     with pytest.raises(ValueError, match="Unknown error_bound 'kato'"):
         cv.extreme_eigenvalues(dense_matvec, N, args=(jnp.asarray(A),), error_bound="kato")
-    h = cv.hessian_extremes(_bn_coupled_loss, jnp.asarray(np.random.default_rng(5).standard_normal((6, 5))),
-                            jnp.asarray(np.random.default_rng(6).standard_normal((5, 4))), error_bound="gap", tol=1e-6)
+    h = cv.hessian_extremes(
+        _bn_coupled_loss,
+        jnp.asarray(np.random.default_rng(5).standard_normal((6, 5))),
+        jnp.asarray(np.random.default_rng(6).standard_normal((5, 4))),
+        error_bound="gap",
+        tol=1e-6,
+    )
     assert h.method == "full" and h.lanczos.error_bound == "gap" and h.converged
     assert np.all(h.smallest_error_bounds <= h.smallest_residuals)
 
 
 def test_lanczos_float32(indefinite):
     A, ev = indefinite
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=200, args=(jnp.asarray(A, jnp.float32),),
-                               dtype=jnp.float32, key=jax.random.PRNGKey(8))
+    r = cv.extreme_eigenvalues(
+        dense_matvec,
+        N,
+        k=1,
+        num_steps=200,
+        args=(jnp.asarray(A, jnp.float32),),
+        dtype=jnp.float32,
+        key=jax.random.PRNGKey(8),
+    )
     assert r.converged and r.tol == 1e-4
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-4)
 
@@ -258,8 +283,7 @@ def test_lanczos_float32(indefinite):
 def test_breakdown_identity_plus_low_rank():
     U = _orthonormal_columns(N, 3, 4)
     A = np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T  # eigenvalues 6, 3, -2 and 1 (x 1997)
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(jnp.asarray(A),),
-                               key=jax.random.PRNGKey(9))
+    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(jnp.asarray(A),), key=jax.random.PRNGKey(9))
     assert r.breakdown and r.num_breakdowns >= 1
     assert np.all(np.isfinite(r.ritz_values))
     np.testing.assert_allclose(r.smallest, [-2.0, 1.0], rtol=1e-12)
@@ -272,8 +296,9 @@ def test_breakdown_identity_plus_low_rank():
 def test_breakdown_rank_3_with_vectors():
     U = _orthonormal_columns(N, 3, 5)
     A = (U * np.array([4.0, -1.5, 0.5])) @ U.T  # eigenvalues 4, 0.5, -1.5 and 0 (x 1997)
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=1, num_steps=10, args=(jnp.asarray(A),),
-                               return_vectors=True, key=jax.random.PRNGKey(10))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, k=1, num_steps=10, args=(jnp.asarray(A),), return_vectors=True, key=jax.random.PRNGKey(10)
+    )
     assert r.breakdown
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1.5, 4.0], rtol=1e-12)
     assert np.all(np.isfinite(np.asarray(r.largest_vectors)))
@@ -287,8 +312,12 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
     operator that is not symmetric (both refuse it at the same step)."""
     U = _orthonormal_columns(N, 3, 4)
     A = jnp.asarray(np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T)
-    runs = [cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(A,), key=jax.random.PRNGKey(9),
-                                   device_loop=loop) for loop in (False, True)]
+    runs = [
+        cv.extreme_eigenvalues(
+            dense_matvec, N, k=2, num_steps=12, args=(A,), key=jax.random.PRNGKey(9), device_loop=loop
+        )
+        for loop in (False, True)
+    ]
     for r in runs:
         assert r.breakdown and r.converged
     for field in ("smallest", "largest", "smallest_residuals", "largest_residuals", "ritz_values", "asymmetry"):
@@ -297,7 +326,7 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
     rng = np.random.default_rng(41)
     G = rng.standard_normal((3, 7, 7))
     blocks = jnp.asarray(G + np.transpose(G, (0, 2, 1)))
-    bmv = lambda V, M: jnp.einsum("bij,bj->bi", M, V)  # noqa: E731
+    bmv = lambda V, M: jnp.einsum("bij,bj->bi", M, V)
     b = [cv.blockwise_extreme_eigenvalues(bmv, 3, 7, args=(blocks,), device_loop=loop) for loop in (False, True)]
     np.testing.assert_allclose(b[1].smallest, b[0].smallest, rtol=1e-10)
     np.testing.assert_allclose(b[1].smallest, np.linalg.eigvalsh(np.asarray(blocks))[:, :1], rtol=1e-10)
@@ -310,7 +339,7 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
     assert messages[0] == messages[1]
     # the device loop holds the product, and is compiled once per computation like it: a fresh closure over new
     # arrays of the same shapes compiles nothing
-    run = lambda M: cv.extreme_eigenvalues(lambda v: M @ v, N, num_steps=12, device_loop=True)  # noqa: E731
+    run = lambda M: cv.extreme_eigenvalues(lambda v: M @ v, N, num_steps=12, device_loop=True)
     run(A)
     out, A2 = {}, jnp.asarray(2.0 * np.asarray(A))
     assert _compilations(lambda: out.update(r=run(A2))) == []
@@ -335,8 +364,7 @@ def test_slq_density_integrates_to_one_and_moments_exact_for_diagonal():
 def test_slq_moments_dense(indefinite):
     A, ev = indefinite
     P = 8
-    sd = cv.slq_density(dense_matvec, N, num_probes=P, num_steps=40, args=(jnp.asarray(A),),
-                        key=jax.random.PRNGKey(13))
+    sd = cv.slq_density(dense_matvec, N, num_probes=P, num_steps=40, args=(jnp.asarray(A),), key=jax.random.PRNGKey(13))
     # Var(v^T A v / n) = 2 (|A|_F^2 - sum A_ii^2) / n^2 for Rademacher v
     std = np.sqrt(2 * (np.sum(A**2) - np.sum(np.diag(A) ** 2)) / N**2 / P)
     assert abs(sd.moment(1) - np.trace(A) / N) < 5 * std
@@ -467,12 +495,22 @@ def test_non_symmetric_operator_is_refused():
     np.testing.assert_allclose(r.smallest[0], np.linalg.eigvalsh(0.5 * (S + S.T))[0], rtol=1e-10)
 
 
-def test_lanczos_compiles_once_for_new_arrays_of_the_same_shape():
-    traces = []
+_TRACES: list = []  # appended to while JAX traces the counting products below (a global: no part of their program)
 
-    def counting_matvec(v, A):
-        traces.append(1)  # runs only while JAX traces the function
-        return A @ v
+
+def _counting_matvec(v, A):
+    _TRACES.append(1)  # runs only while JAX traces the function
+    return A @ v
+
+
+def _counting_apply(V, lin):
+    _TRACES.append(1)
+    return cv.apply_linear(V, lin)
+
+
+def test_lanczos_compiles_once_for_new_arrays_of_the_same_shape():
+    traces, counting_matvec = _TRACES, _counting_matvec
+    traces.clear()
 
     rng = np.random.default_rng(22)
     mats = []
@@ -493,11 +531,8 @@ def test_blockwise_compiles_once_and_linearized_hvp_matches_jvp_of_grad():
     def f(x, w):
         return jnp.sum(jnp.tanh(x @ w) ** 2) + 0.1 * jnp.sum(x**4)
 
-    traces = []
-
-    def counting_apply(V, lin):
-        traces.append(1)
-        return cv.apply_linear(V, lin)
+    traces, counting_apply = _TRACES, _counting_apply
+    traces.clear()
 
     rng = np.random.default_rng(23)
     w = jnp.asarray(rng.standard_normal((5, 7)))
@@ -524,10 +559,10 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
     rng = np.random.default_rng(24)
     nb, d = 12, 40
     lam = rng.uniform(-1.0, 1.0, (nb, d))
-    lam[3, 0], lam[7, -1] = -2.0, 2.5   # the union's extremes sit in blocks 3 and 7
+    lam[3, 0], lam[7, -1] = -2.0, 2.5  # the union's extremes sit in blocks 3 and 7
     Q = np.linalg.qr(rng.standard_normal((nb, d, d)))[0]
     A = jnp.asarray(np.einsum("bij,bj,bkj->bik", Q, lam, Q))
-    mv = lambda V, A: jnp.einsum("bij,bj->bi", A, V)  # noqa: E731
+    mv = lambda V, A: jnp.einsum("bij,bj->bi", A, V)
     kw = dict(num_steps=d, args=(A,), tol=1e-8, check_every=4)
     full = cv.blockwise_extreme_eigenvalues(mv, nb, d, **kw)
     union = cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", **kw)
@@ -540,7 +575,6 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
         cv.blockwise_extreme_eigenvalues(mv, nb, d, target="some", **kw)
 
 
-
 # ----------------------------------------------------------------------------- compiled once per computation
 
 
@@ -548,7 +582,7 @@ def test_fresh_closure_matvec_compiles_once_and_its_arrays_are_arguments():
     """A matvec written as a new lambda per call is compiled once; the arrays it closes over are not constants."""
     rng = np.random.default_rng(30)
     mats = [jnp.asarray(0.5 * (S + S.T)) for S in rng.standard_normal((4, 24, 24))]
-    run = lambda A: cv.extreme_eigenvalues(lambda v: A @ v, 24, num_steps=24)  # noqa: E731  a fresh closure each call
+    run = lambda A: cv.extreme_eigenvalues(lambda v: A @ v, 24, num_steps=24)  # a fresh closure each call
     run(mats[0])
     for A in mats[1:]:
         out = {}
@@ -556,12 +590,54 @@ def test_fresh_closure_matvec_compiles_once_and_its_arrays_are_arguments():
         ev = np.linalg.eigvalsh(np.asarray(A))
         np.testing.assert_allclose([out["r"].smallest[0], out["r"].largest[0]], [ev[0], ev[-1]], rtol=1e-10)
     # the paper's estimator and the trace estimators follow the same rule
-    cv.paper_power_iteration(lambda v: mats[0] @ v, 24, dtype=jnp.float64)
-    assert _compilations(lambda: cv.paper_power_iteration(lambda v: mats[1] @ v, 24, dtype=jnp.float64)) == []
-    cv.hutchinson_trace(lambda v: mats[0] @ v, 24, num_matvecs=6)
+    power = lambda A: cv.paper_power_iteration(lambda v: A @ v, 24, dtype=jnp.float64)
+    power(mats[0])
+    assert _compilations(lambda: power(mats[1])) == []
+    trace = lambda A: cv.hutchinson_trace(lambda v: A @ v, 24, num_matvecs=6)
+    trace(mats[0])
     est = {}
-    assert _compilations(lambda: est.update(t=cv.hutchinson_trace(lambda v: mats[2] @ v, 24, num_matvecs=6))) == []
+    assert _compilations(lambda: est.update(t=trace(mats[2]))) == []
     assert np.isfinite(float(est["t"]))
+    # a closure of other code is another program: it compiles (once), and computes its own product
+    assert (
+        _compilations(lambda: est.update(t=cv.hutchinson_trace(lambda v: 2.0 * (mats[2] @ v), 24, num_matvecs=6))) != []
+    )
+    np.testing.assert_allclose(float(est["t"]), 2.0 * float(trace(mats[2])), rtol=1e-12)
+
+
+def test_closure_conversion_separates_the_program_from_its_arrays():
+    """``closure_convert``: equal for the same code over other arrays (through cells, defaults, partials, bound
+    methods, plain objects and containers), unequal for other code or another non-array value, and the rebuilt
+    function computes with the caller's new arrays."""
+    import functools
+
+    closure_convert = cv.closure_convert
+
+    class Scaled:
+        def __init__(self, W, c):
+            self.W, self.c = W, c
+
+        def apply(self, v):
+            return self.c * (self.W @ v)
+
+    def make(W, c=2.0):
+        obj = Scaled(W, c)
+        part = functools.partial(lambda v, M, k: k * (M @ v), M=W, k=3.0)
+        return lambda v, B=W: obj.apply(v) + part(v) + B @ v
+
+    rng = np.random.default_rng(5)
+    W1, W2 = (jnp.asarray(rng.standard_normal((3, 3))) for _ in range(2))
+    v = jnp.ones(3)
+    (c1, k1, _), (c2, k2, _) = (closure_convert(make(W), v) for W in (W1, W2))
+    assert c1 == c2 and hash(c1) == hash(c2) and len(k2) == 3
+    np.testing.assert_allclose(c1(k2, v), (2.0 + 3.0 + 1.0) * (W2 @ v), rtol=1e-14)  # the arrays given, not W1
+    assert closure_convert(make(W1, c=5.0), v)[0] != c1  # another scalar: another program
+    assert closure_convert(lambda u: W1 @ u, v)[0] != c1  # other code
+    np_cells = [closure_convert(lambda u, A=A: jnp.asarray(A) @ u, v)[0] for A in (np.eye(3), 2 * np.eye(3))]
+    assert np_cells[0] != np_cells[1]  # NumPy arrays are values
+    sized = lambda cfg: lambda u: u * len(cfg)  # a list without arrays: part of the program
+    assert closure_convert(sized([1, 2]), v)[0] == closure_convert(sized([1, 2]), v)[0]
+    assert closure_convert(sized([1, 2]), v)[0] != closure_convert(sized([1, 2, 3]), v)[0]
 
 
 def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
@@ -569,8 +645,8 @@ def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
     A = jnp.asarray(np.diag(np.arange(1.0, 13.0)))
 
     def run(scale):
-        cb = lambda v: np.asarray(v) * scale  # noqa: E731  a new host function per call
-        mv = lambda v: A @ jax.pure_callback(cb, jax.ShapeDtypeStruct(v.shape, v.dtype), v)  # noqa: E731
+        cb = lambda v: np.asarray(v) * scale  # a new host function per call
+        mv = lambda v: A @ jax.pure_callback(cb, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
         return cv.extreme_eigenvalues(mv, 12, num_steps=12)
 
     run(1.0)
@@ -583,7 +659,7 @@ def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
 
 
 def test_lanczos_norms_cannot_overflow_for_a_finite_float32_operator():
-    lam = np.linspace(-1.0, 2.0, 60) * 1e30   # finite in float32; |A v|^2 ~ 1e60 is not
+    lam = np.linspace(-1.0, 2.0, 60) * 1e30  # finite in float32; |A v|^2 ~ 1e60 is not
     d = jnp.asarray(lam, jnp.float32)
     assert not np.isfinite(float(jnp.linalg.norm(d)))
     r = cv.extreme_eigenvalues(lambda v, d: d * v, 60, num_steps=60, args=(d,), dtype=jnp.float32)
@@ -641,7 +717,7 @@ def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian(
         assert r.smallest_vectors.shape == (2, n, d)
         y = np.asarray(r.smallest_vectors[0]).reshape(-1)
         np.testing.assert_allclose(np.linalg.norm(H @ y - r.smallest[0] * y), 0.0, atol=1e-7)
-        lin_y = np.asarray(r.linearization(r.smallest_vectors[0])).reshape(-1)   # the returned map is H
+        lin_y = np.asarray(r.linearization(r.smallest_vectors[0])).reshape(-1)  # the returned map is H
         np.testing.assert_allclose(lin_y, H @ y, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(np.asarray(r.gradient), np.asarray(jax.grad(loss)(x, W)), rtol=1e-12)
         # Lanczos steps, the coupling probes (two that see nothing; the first settles a coupled Hessian), 2 k true
@@ -665,9 +741,13 @@ def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_couplin
     """Block 0 has scale 1e6, block 1 scale 1e-6, and they couple by 1e-9: the relative coupling, 1e-15, is below
     the default tolerance (100 eps), yet block 1 alone is not symmetric at its own scale. ``auto`` then solves the
     full operator (and matches the dense eigenvalues); a forced ``blockwise`` raises."""
+
     def loss(x, s):
-        return 0.5 * (1e6 * jnp.sum(x[0] ** 2) + s * jnp.sum(x[1] * jnp.array([1.0, -2.0]) * x[1])) \
+        return (
+            0.5 * (1e6 * jnp.sum(x[0] ** 2) + s * jnp.sum(x[1] * jnp.array([1.0, -2.0]) * x[1]))
             + 1e-9 * x[0, 0] * x[1, 0]
+        )
+
     x = jnp.ones((2, 2))
     ev = np.linalg.eigvalsh(np.asarray(jax.hessian(loss)(x, 1e-6)).reshape(4, 4))
     r = cv.hessian_extremes(loss, x, 1e-6, num_steps=50)  # a budget above the dimension is clamped to it
@@ -687,7 +767,7 @@ def test_hessian_extremes_compiles_once_whatever_closure_the_caller_writes():
     n, d = 5, 4
     rng = np.random.default_rng(32)
     W = jnp.asarray(rng.standard_normal((d, 3)))
-    run = lambda x, Wc: cv.hessian_extremes(lambda z: _bn_coupled_loss(z, Wc), x)  # noqa: E731  fresh closures
+    run = lambda x, Wc: cv.hessian_extremes(lambda z: _bn_coupled_loss(z, Wc), x)  # fresh closures
     run(jnp.asarray(rng.standard_normal((n, d))), W)
     for c in (0.5, 2.0):
         x, Wc = jnp.asarray(rng.standard_normal((n, d))), c * W
@@ -748,15 +828,18 @@ def test_one_end_stops_when_that_end_meets_tol():
     lam = np.concatenate([rng.uniform(0.0, 1.0, 390), [3.0, 5.0, 6.0, 8.0, 10.0]])
     A, ev = _with_spectrum(lam, 41)
     Aj = jnp.asarray(A)
-    top = cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap",
-                                 which="largest")
+    top = cv.extreme_eigenvalues(
+        dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap", which="largest"
+    )
     assert top.converged and top.num_steps < 60
     assert abs(top.largest[0] - ev[-1]) <= top.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-10 * ev[-1]
-    both = cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap",
-                                  num_steps=top.num_steps)
+    both = cv.extreme_eigenvalues(
+        dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap", num_steps=top.num_steps
+    )
     assert not both.converged and both.smallest_error_bounds[0] > 1e-10 * ev[-1]
-    low = cv.extreme_eigenvalues(dense_matvec, 395, args=(-Aj,), tol=1e-10, check_every=2, error_bound="gap",
-                                 which="smallest")
+    low = cv.extreme_eigenvalues(
+        dense_matvec, 395, args=(-Aj,), tol=1e-10, check_every=2, error_bound="gap", which="smallest"
+    )
     assert low.converged and low.num_steps == top.num_steps and abs(low.smallest[0] + ev[-1]) < 1e-9
     with pytest.raises(ValueError, match="Unknown which 'top'"):
         cv.extreme_eigenvalues(dense_matvec, 395, args=(Aj,), which="top")

@@ -1,4 +1,5 @@
 """Data sets: embedded sets, tfds loaders under mock data, sharding, resume."""
+
 import pathlib
 
 import jax
@@ -36,14 +37,17 @@ def test_shapes_deterministic_balanced_and_factors_consistent(shapes):
     # Factors are the ones the images were rendered from: change the angle, the image changes
     # (except for the rotation-invariant disk, class 0).
     i = int(np.flatnonzero(shapes.labels == 1)[0])  # a square
-    f = {k: v[i:i + 1] for k, v in shapes.factors.items()}
+    f = {k: v[i : i + 1] for k, v in shapes.factors.items()}
     f_rot = dict(f, angle=f["angle"] + np.float32(0.4))
-    rotated = np.asarray(D.render_shapes(shapes.labels[i:i + 1], f_rot))[0]
+    rotated = np.asarray(D.render_shapes(shapes.labels[i : i + 1], f_rot))[0]
     assert np.abs(rotated * 255 - shapes.images[i]).max() > 50
     j = int(np.flatnonzero(shapes.labels == 0)[0])
-    fj = {k: v[j:j + 1] for k, v in shapes.factors.items()}
-    np.testing.assert_allclose(D.render_shapes(shapes.labels[j:j + 1], dict(fj, angle=fj["angle"] + 1.0)),
-                               D.render_shapes(shapes.labels[j:j + 1], fj), atol=1e-5)
+    fj = {k: v[j : j + 1] for k, v in shapes.factors.items()}
+    np.testing.assert_allclose(
+        D.render_shapes(shapes.labels[j : j + 1], dict(fj, angle=fj["angle"] + 1.0)),
+        D.render_shapes(shapes.labels[j : j + 1], fj),
+        atol=1e-5,
+    )
 
 
 def test_shapes_not_separable_by_mean_colour(shapes):
@@ -77,12 +81,13 @@ def test_digits_shapes_range_and_split():
     np.testing.assert_array_equal(tr.images[..., 0], tr.images[..., 2])
     assert sorted(np.unique(tr.labels)) == list(range(10)) and tr.num_classes == 10
     from sklearn.datasets import load_digits
+
     d = load_digits()
     # At the native size 8 the images are the digits scaled to 0..255; train/test partition them.
     tr8, te8 = D.load("digits", "train", image_size=8), D.load("digits", "test", image_size=8)
     ref = np.round(d.images / 16 * 255).astype(np.uint8)
     got = np.concatenate([tr8.images[..., 0], te8.images[..., 0]])
-    key = lambda a: sorted(map(bytes, a.reshape(len(a), -1)))  # noqa: E731
+    key = lambda a: sorted(map(bytes, a.reshape(len(a), -1)))
     assert key(got) == key(ref)
 
 
@@ -123,14 +128,18 @@ def test_in_memory_iterator_resume_and_process_shards(shapes):
 def test_tfds_mock_shapes_dtypes_resize_and_order(tmp_path):
     with tfds.testing.mock_data(num_examples=12):
         for name, size in [("cifar10", 32), ("stl10", 96), ("imagenet2012", 40)]:
-            it = D.tfds_batches(name, batch_size=4, seed=1, data_dir=str(tmp_path),
-                                image_size=40 if name == "imagenet2012" else None)
+            it = D.tfds_batches(
+                name, batch_size=4, seed=1, data_dir=str(tmp_path), image_size=40 if name == "imagenet2012" else None
+            )
             b = next(it)
             assert b["image"].shape == (4, size, size, 3) and b["image"].dtype == np.uint8
             assert b["label"].shape == (4,) and b["label"].dtype == np.int32
-        run = lambda seed, pos=D.Position(): [  # noqa: E731
-            b["image"] for b in D.tfds_batches("cifar10", batch_size=4, seed=seed, num_epochs=2,
-                                               data_dir=str(tmp_path), position=pos)]
+        run = lambda seed, pos=D.Position(): [
+            b["image"]
+            for b in D.tfds_batches(
+                "cifar10", batch_size=4, seed=seed, num_epochs=2, data_dir=str(tmp_path), position=pos
+            )
+        ]
         a, b, c = run(1), run(1), run(2)
         assert len(a) == 6
         for x, y in zip(a, b):
@@ -149,10 +158,11 @@ def _indexed_as_dataset(n):
     def as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False, **kwargs):
         splits = tfds.core.SplitDict([tfds.core.SplitInfo(name="train", shard_lengths=[n], num_bytes=0)])
         spec = split if hasattr(split, "to_absolute") else tfds.core.ReadInstruction.from_spec(split)
-        idx = np.concatenate([np.arange(n)[r.from_:r.to] for r in spec.to_absolute(splits)])
+        idx = np.concatenate([np.arange(n)[r.from_ : r.to] for r in spec.to_absolute(splits)])
         png = [tf.io.encode_png(np.full((32, 32, 3), i % 256, np.uint8)).numpy() for i in idx]
-        return tf.data.Dataset.from_tensor_slices({"image": png, "label": idx.astype(np.int64),
-                                                   "id": [str(i) for i in idx]})
+        return tf.data.Dataset.from_tensor_slices(
+            {"image": png, "label": idx.astype(np.int64), "id": [str(i) for i in idx]}
+        )
 
     return as_dataset
 
@@ -162,8 +172,16 @@ def test_tfds_process_shards_disjoint_and_cover(tmp_path):
     with tfds.testing.mock_data(as_dataset_fn=_indexed_as_dataset(n)):
         seen = []
         for p in range(2):
-            it = D.tfds_batches("cifar10", "train", batch_size=5, seed=0, num_epochs=1,
-                                data_dir=str(tmp_path), process_index=p, process_count=2)
+            it = D.tfds_batches(
+                "cifar10",
+                "train",
+                batch_size=5,
+                seed=0,
+                num_epochs=1,
+                data_dir=str(tmp_path),
+                process_index=p,
+                process_count=2,
+            )
             labels = np.concatenate([b["label"] for b in it])
             assert len(labels) == 10  # 11 examples per process, drop_remainder batches of 5
             seen.append(labels)
@@ -193,14 +211,18 @@ def _random_as_dataset(n):
     import tensorflow as tf
 
     def as_dataset(self, split, decoders=None, read_config=None, shuffle_files=False, **kwargs):
-        splits = tfds.core.SplitDict([tfds.core.SplitInfo(name=s, shard_lengths=[n], num_bytes=0)
-                                      for s in ("train", "test")])
+        splits = tfds.core.SplitDict(
+            [tfds.core.SplitInfo(name=s, shard_lengths=[n], num_bytes=0) for s in ("train", "test")]
+        )
         spec = split if hasattr(split, "to_absolute") else tfds.core.ReadInstruction.from_spec(split)
-        idx = np.concatenate([np.arange(n)[r.from_:r.to] for r in spec.to_absolute(splits)])
-        png = [tf.io.encode_png(np.random.default_rng(int(i)).integers(0, 256, (32, 32, 3), dtype=np.uint8)).numpy()
-               for i in idx]
-        return tf.data.Dataset.from_tensor_slices({"image": png, "label": (idx % 10).astype(np.int64),
-                                                   "id": [str(i) for i in idx]})
+        idx = np.concatenate([np.arange(n)[r.from_ : r.to] for r in spec.to_absolute(splits)])
+        png = [
+            tf.io.encode_png(np.random.default_rng(int(i)).integers(0, 256, (32, 32, 3), dtype=np.uint8)).numpy()
+            for i in idx
+        ]
+        return tf.data.Dataset.from_tensor_slices(
+            {"image": png, "label": (idx % 10).astype(np.int64), "id": [str(i) for i in idx]}
+        )
 
     return as_dataset
 
@@ -214,16 +236,33 @@ def test_trainer_streams_tfds_and_resumes_its_position(tmp_path):
     from ssl_geometry import train
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    argv = lambda wd, *x: ["train", "--config", str(root / "experiments/configs/small.py"), "--workdir", str(wd),  # noqa: E731
-                           "--config.data.name=cifar10", "--config.data.stream=True", "--config.data.image_size=8",
-                           f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.data.batch_size=16",
-                           "--config.data.shuffle_buffer=64", "--config.train.steps=6",
-                           "--config.train.checkpoint_every=2", "--config.train.log_every=1",
-                           "--config.train.metrics_every=0", "--config.train.progress=False",
-                           "--config.optimizer.warmup_steps=1", "--config.eval.max_train=48",
-                           "--config.eval.max_test=32", "--config.eval.knn_k=5", "--config.eval.rotation=False",
-                           "--config.model.backbone_kwargs.hidden=(16,)", "--config.model.projector.hidden=(16,)", *x]
-    meta = lambda wd, s: json.loads((wd / "checkpoints" / str(s) / "meta" / "metadata").read_text())  # noqa: E731
+    argv = lambda wd, *x: [
+        "train",
+        "--config",
+        str(root / "experiments/configs/small.py"),
+        "--workdir",
+        str(wd),
+        "--config.data.name=cifar10",
+        "--config.data.stream=True",
+        "--config.data.image_size=8",
+        f"--config.data.data_dir={tmp_path / 'tfds'}",
+        "--config.data.batch_size=16",
+        "--config.data.shuffle_buffer=64",
+        "--config.train.steps=6",
+        "--config.train.checkpoint_every=2",
+        "--config.train.log_every=1",
+        "--config.train.metrics_every=0",
+        "--config.train.progress=False",
+        "--config.optimizer.warmup_steps=1",
+        "--config.eval.max_train=48",
+        "--config.eval.max_test=32",
+        "--config.eval.knn_k=5",
+        "--config.eval.rotation=False",
+        "--config.model.backbone_kwargs.hidden=(16,)",
+        "--config.model.projector.hidden=(16,)",
+        *x,
+    ]
+    meta = lambda wd, s: json.loads((wd / "checkpoints" / str(s) / "meta" / "metadata").read_text())
     (tmp_path / "tfds").mkdir()  # data.data_dir must exist (the mock reads nothing from it)
     with tfds.testing.mock_data(as_dataset_fn=_random_as_dataset(40)):  # 2 batches of 16 per epoch
         assert train.main(argv(tmp_path / "full")) == 0

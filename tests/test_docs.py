@@ -11,6 +11,7 @@ and README.md is an excerpt of what REPORT.md and the pages say.
   headline table is REPORT.md's claim-level table without the statement column: checked in
   ``tests/test_report_md.py`` (:func:`experiments.report_md.readme_excerpt`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -20,9 +21,9 @@ import importlib
 import pathlib
 import re
 
+import docs_snippets as S
 import pytest
 
-import docs_snippets as S
 import ssl_geometry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -54,15 +55,17 @@ def _check_page(page: pathlib.Path, slow: bool) -> int:
 SLOW_PAGES = {"train"}
 
 
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_PAGES else p
-                                  for p in HOWTO], ids=[p.stem for p in HOWTO])
+@pytest.mark.parametrize(
+    "page",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_PAGES else p for p in HOWTO],
+    ids=[p.stem for p in HOWTO],
+)
 def test_howto_page_runs_and_prints_what_it_shows(page):
     assert _check_page(page, slow=False) >= 1, f"{page.name} has no runnable block"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in HOWTO if any(s.slow for s in S.snippets(p))],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("page", [p for p in HOWTO if any(s.slow for s in S.snippets(p))], ids=lambda p: p.stem)
 def test_howto_slow_blocks_run_and_print_what_they_show(page):
     assert _check_page(page, slow=True) >= 1
 
@@ -75,22 +78,25 @@ def test_every_howto_page_is_in_the_nav():
 
 def test_snippet_comparison_tolerates_what_it_should_and_nothing_else():
     assert S.mismatch("x = 1.2346e-05", "x = 1.23456789e-05") is None
-    assert S.mismatch("x = 1.2346e-05", "x = 1.2400e-05") is not None      # beyond rtol 1e-3
+    assert S.mismatch("x = 1.2346e-05", "x = 1.2400e-05") is not None  # beyond rtol 1e-3
     assert S.mismatch("x = 1.24e-05", "x = 1.2400e-05", rtol=1e-2) is None
     assert S.mismatch("took ... s\nok", "took 12.5 s\nok") is None
-    assert S.mismatch("True no escape", "False no escape") is not None   # text is compared exactly
-    assert S.mismatch("a 1 b", "a  1\n b ") is None                       # whitespace runs are equal
+    assert S.mismatch("True no escape", "False no escape") is not None  # text is compared exactly
+    assert S.mismatch("a 1 b", "a  1\n b ") is None  # whitespace runs are equal
     assert S.mismatch("[-1.3e-05]", "[-1.3e-05] extra") is not None
 
 
 def test_snippets_are_found_with_their_options(tmp_path):
     (tmp_path / "p.md").write_text(
-        "```python\nprint(1)\n```\n\n<!-- output: rtol=0.1 -->\n```text title=\"Output\"\n1\n```\n\n"
+        '```python\nprint(1)\n```\n\n<!-- output: rtol=0.1 -->\n```text title="Output"\n1\n```\n\n'
         "```bash\npip install x\n```\n\n```bash\necho hi\n```\n\n<!-- output: slow -->\n"
-        "```text title=\"Output\"\nhi\n```\n\n```python title=\"a listing\"\nx = 1\n```\n")
+        '```text title="Output"\nhi\n```\n\n```python title="a listing"\nx = 1\n```\n'
+    )
     found = S.snippets(tmp_path / "p.md")
     assert [(s.language, s.output, s.rtol, s.slow) for s in found] == [
-        ("python", "1\n", 0.1, False), ("bash", "hi\n", 1e-3, True)]
+        ("python", "1\n", 0.1, False),
+        ("bash", "hi\n", 1e-3, True),
+    ]
 
 
 # ----------------------------------------------------------------------------- the site and its API pages
@@ -143,11 +149,13 @@ def test_every_namespace_has_an_api_page_in_the_nav():
     for namespace in _public_names():
         page = ROOT / "docs" / f"{_api_page(namespace)}.md"
         assert page.exists(), f"no API page for {namespace}"
-        assert re.search(rf"^:::\s+{re.escape(namespace)}\s*$", page.read_text(), re.M), \
+        assert re.search(rf"^:::\s+{re.escape(namespace)}\s*$", page.read_text(), re.M), (
             f"{page.name} does not render {namespace}"
+        )
         assert f"{_api_page(namespace)}.md" in nav, f"{page.name} is not in mkdocs.yml's nav"
     extra = {p.stem for p in (ROOT / "docs" / "api").glob("*.md")} - {
-        _api_page(n).split("/")[1] for n in _public_names()}
+        _api_page(n).split("/")[1] for n in _public_names()
+    }
     assert not extra, f"API pages for no public namespace: {sorted(extra)}"
 
 
@@ -171,12 +179,15 @@ def test_each_public_name_is_on_exactly_one_api_page_under_its_public_path(site)
 def test_api_signatures_show_the_jaxtyping_shapes(site):
     text = (site / "api" / "heads.html").read_text()
     start = text.index("doc-signature", text.index('id="ssl_geometry.heads.batchnorm"'))
-    signature = html.unescape(re.sub(r"<[^>]+>", "", text[start:text.index("</code>", start)]))
+    signature = html.unescape(re.sub(r"<[^>]+>", "", text[start : text.index("</code>", start)]))
     assert 'x: Float[ArrayIn, "*n c"]' in signature and 'Float[Array, "*n c"]' in signature, signature
 
 
 def test_report_pages_carry_their_figures(site):
-    for page, figures in (("REPORT.md", "results/"), ("experiments/notebooks/flow_vs_optimisers.ipynb", "figures/")):
+    for page, figures in (
+        ("report/collapse_hessians.md", "results/"),  # REPORT.md's sections: one page each
+        ("experiments/notebooks/flow_vs_optimisers.ipynb", "figures/"),
+    ):
         built = site / pathlib.Path(page).with_suffix(".html")
         text = built.read_text()
         srcs = re.findall(r'<img[^>]+src="([^"]+)"', text)
@@ -195,7 +206,7 @@ def test_rendered_notebook_is_its_paired_script_with_outputs():
     nb_dir = ROOT / "experiments" / "notebooks"
     script = jupytext.read(nb_dir / "flow_vs_optimisers.py")
     stored = jupytext.read(nb_dir / "flow_vs_optimisers.ipynb")
-    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]  # noqa: E731
+    cells = lambda nb: [(c.cell_type, c.source.strip()) for c in nb.cells]
     assert cells(stored) == cells(script), "flow_vs_optimisers.ipynb differs from its paired script"
     code = [c for c in stored.cells if c.cell_type == "code"]
     assert all(c.get("execution_count") for c in code), "a code cell of the stored notebook was not executed"
@@ -213,13 +224,13 @@ def test_readme_fits_one_screen_and_links_the_site():
     text = README.read_text()
     assert len(text.splitlines()) <= README_MAX_LINES
     assert "mkdocs serve" in text
-    assert 'python -m experiments.reproduce' in text and 'python -m pytest -n 2 -q -m "not slow"' in text
+    assert "python -m experiments.reproduce" in text and 'python -m pytest -n 2 -q -m "not slow"' in text
 
 
 def test_readme_theorem_example_is_the_howto_page_example():
     readme = [s for s in S.snippets(README) if s.language == "python"]
     page = [s for s in S.snippets(ROOT / "docs" / "howto" / "theorem.md") if s.language == "python"]
     assert len(readme) == 1, "README.md has one python example, followed by its Output block"
-    assert (readme[0].code, readme[0].output) == (page[0].code, page[0].output), \
+    assert (readme[0].code, readme[0].output) == (page[0].code, page[0].output), (
         "README's theorem example must be the first example of docs/howto/theorem.md (which the tests run)"
-
+    )

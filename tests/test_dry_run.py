@@ -7,13 +7,13 @@ every analysis step) and checks the projection it reports. A paper variant that 
 The ResNet-18 paper variants compile the full model on CPU: each of these tests takes about a minute
 on 2 cores (compilation dominates; the 2 steps themselves take seconds).
 """
+
 import math
 
 import numpy as np
 import pytest
 
 from experiments import claims, projection, suite
-
 
 #: Every paper variant's dry run builds the paper's models (ResNet-18, ViT-T, ResNet-50, paper widths): on a
 #: 2-core CPU each takes 2 to 15 minutes (about an hour and a half in all), more than CI's 90 minutes leave after
@@ -40,7 +40,8 @@ def test_every_paper_variant_is_run_by_reproduce():
 def test_paper_variant_dry_run(name, variant, tmp_path):
     module, cfg_module = suite.load(name)
     assert getattr(module, "DRY_RUN", False) and "dry_run" in cfg_module.get_config(variant), (
-        f"{name}: every paper path must dry-run ({module.__name__} does not declare DRY_RUN = True)")
+        f"{name}: every paper path must dry-run ({module.__name__} does not declare DRY_RUN = True)"
+    )
     res = suite.run_one(name, variant, tmp_path, force=True, dry_run=True)
     assert res["config"]["dry_run"] is True and res["variant"] == variant
     assert (tmp_path / suite.run_dir(name, variant) / "results.json").exists()
@@ -88,20 +89,31 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     import numpy as np
 
     from experiments import paper_simsiam
-    from ssl_geometry import metrics
-    from ssl_geometry import losses
-    from ssl_geometry import trainer
+    from ssl_geometry import losses, metrics, trainer
 
-    tc = paper_simsiam.trainer_config(activation="swish", batch_norm=True, lr=0.05, batch_size=8, projector_scale=0.1,
-                                      backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
-                                      pred_hidden=4, epochs=1, steps_per_epoch=2)
+    tc = paper_simsiam.trainer_config(
+        activation="swish",
+        batch_norm=True,
+        lr=0.05,
+        batch_size=8,
+        projector_scale=0.1,
+        backbone="small_cnn",
+        backbone_kwargs={"widths": (4, 8)},
+        hidden=8,
+        out_dim=8,
+        pred_hidden=4,
+        epochs=1,
+        steps_per_epoch=2,
+    )
     assert tc.optimizer.weight_decay == 0.0 and tc.model.predictor.final_batch_norm
     run = paper_simsiam.build(tc, (8, 8, 3))
     state = trainer.init_train_state(run.objective, run.tx, jax.random.PRNGKey(0), 10)
     images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (8, 8, 8, 3)), jnp.uint8)
     batch = {"images": images, "labels": jnp.zeros(8, jnp.int32)}
     # The step the run loop jits: the trainer's step with run.observe traced into it.
-    tracked = jax.jit(trainer.make_train_step(run.objective, run.tx, trainer.build_optimizer(tc)[1], observe=run.observe))
+    tracked = jax.jit(
+        trainer.make_train_step(run.objective, run.tx, trainer.build_optimizer(tc)[1], observe=run.observe)
+    )
 
     def run_step(st, b):
         new, metrics = tracked(st, b)
@@ -133,7 +145,9 @@ def test_tracked_step_observes_the_views_the_trainer_trains_on():
     _, _, obs2 = run_step(state2, batch)
     rng = jax.random.fold_in(state2["rng"], state2["step"])
     g = jax.grad(lambda q: run.objective.loss_fn(q, state2["obj_state"], rng, batch)[0])(state2["params"])
-    norm = lambda t: float(np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(t))))
+    norm = lambda t: float(
+        np.sqrt(sum(np.sum(np.square(np.asarray(a, np.float64))) for a in jax.tree_util.tree_leaves(t)))
+    )
     for grp in ("projector", "backbone"):
         want = 0.05 * norm(g[grp]) / (norm(state2["params"][grp]) + 1e-7)
         assert float(obs2[f"rel_update_{grp}"]) == pytest.approx(want, rel=1e-3)
@@ -163,8 +177,12 @@ def test_train_run_reports_divergence_and_keeps_only_finished_epochs():
 
     def metrics(s):  # a stand-in trainer step's metrics whose loss turns NaN at update 5 (epoch 2 of 3 x 3 steps)
         loss = jnp.where(s == 5, jnp.nan, 1.0 / (1.0 + s))
-        return {"loss": loss, "rel_update/backbone": jnp.float32(0.1), "rel_update/head": jnp.float32(0.2),
-                "std_head": jnp.float32(s)}
+        return {
+            "loss": loss,
+            "rel_update/backbone": jnp.float32(0.1),
+            "rel_update/head": jnp.float32(0.2),
+            "std_head": jnp.float32(s),
+        }
 
     # The hook train_run gives the run loop, called as the loop calls it: after update s with the step count s + 1.
     out = paper_simsiam.EpochMeans(3, names=("std_head",))
@@ -185,9 +203,21 @@ def test_train_run_stops_a_diverging_run_of_the_run_loop_at_its_epoch():
     from experiments import paper_simsiam
 
     data = ml_collections.ConfigDict({"name": "digits", "image_size": 8, "data_dir": "", "num_train": 0})
-    tc = paper_simsiam.trainer_config(activation="linear", batch_norm=False, lr=1e8, batch_size=16, projector_scale=1.0,
-                                      backbone="small_cnn", backbone_kwargs={"widths": (4, 8)}, hidden=8, out_dim=8,
-                                      pred_hidden=4, epochs=4, steps_per_epoch=1, data=data)
+    tc = paper_simsiam.trainer_config(
+        activation="linear",
+        batch_norm=False,
+        lr=1e8,
+        batch_size=16,
+        projector_scale=1.0,
+        backbone="small_cnn",
+        backbone_kwargs={"widths": (4, 8)},
+        hidden=8,
+        out_dim=8,
+        pred_hidden=4,
+        epochs=4,
+        steps_per_epoch=1,
+        data=data,
+    )
     rec = paper_simsiam.train_run(paper_simsiam.build(tc, (8, 8, 3)), tc)
     d = rec["diverged_at_step"]
     assert d is not None and 0 < d < 4 and rec["state"] is None
@@ -196,7 +226,7 @@ def test_train_run_stops_a_diverging_run_of_the_run_loop_at_its_epoch():
 
 def test_power_law_projection_recovers_a_known_exponent_from_synthetic_timings():
     """Times ``t(n) = 3e-4 n^1.7`` at n = 32 and 64 project n = 512 exactly; 10 units cost 10 times one."""
-    t = lambda n: 3e-4 * n ** 1.7  # noqa: E731
+    t = lambda n: 3e-4 * n**1.7
     rec = projection.power_law_projection([[32, t(32)], [64, t(64)]], full_size=512, count=10)
     assert rec["exponent"] == pytest.approx(1.7, rel=1e-12)
     assert rec["unit_time_s"] == pytest.approx(t(512), rel=1e-12)
@@ -205,7 +235,8 @@ def test_power_law_projection_recovers_a_known_exponent_from_synthetic_timings()
     # Three noisy points: the least-squares exponent, not the first pair's.
     noisy = [[16, t(16) * 1.1], [32, t(32) / 1.1], [64, t(64) * 1.1]]
     assert projection.power_law_projection(noisy, 512)["exponent"] == pytest.approx(
-        float(np.polyfit(np.log([16, 32, 64]), np.log([p[1] for p in noisy]), 1)[0]), rel=1e-12)
+        float(np.polyfit(np.log([16, 32, 64]), np.log([p[1] for p in noisy]), 1)[0]), rel=1e-12
+    )
 
 
 def test_power_law_projection_names_bad_points_and_flags_a_negative_exponent():
@@ -228,7 +259,9 @@ def test_time_at_sizes_excludes_the_first_call():
         def step():
             time.sleep(0.2 if not calls else 0.01 * n / 8)
             calls.append(n)
+
         return step
+
     (n1, t1), (n2, t2) = projection.time_at_sizes(make_step, (8, 16), repeats=1)
     assert (n1, n2) == (8, 16) and 0.01 <= t1 < 0.1 and 0.02 <= t2 < 0.15
 
@@ -236,8 +269,8 @@ def test_time_at_sizes_excludes_the_first_call():
 def test_dry_run_record_projects_training_and_analysis_apart():
     from experiments import report_md
 
-    train = projection.power_law_projection([[32, 0.1], [64, 0.2]], 256, count=36000)   # p = 1: 0.8 s a step
-    ana = projection.power_law_projection([[32, 1.0], [64, 4.0]], 256, count=5)         # p = 2: 64 s a case
+    train = projection.power_law_projection([[32, 0.1], [64, 0.2]], 256, count=36000)  # p = 1: 0.8 s a step
+    ana = projection.power_law_projection([[32, 1.0], [64, 4.0]], 256, count=5)  # p = 2: 64 s a case
     rec = projection.dry_run_record(0.2, training=train, analysis=ana)
     assert rec["training_s"] == pytest.approx(36000 * 0.8) and rec["analysis_s"] == pytest.approx(5 * 64)
     assert rec["projected_wall_time_s"] == pytest.approx(36000 * 0.8 + 320)
@@ -248,15 +281,18 @@ def test_dry_run_record_projects_training_and_analysis_apart():
 
     class E:
         label, results = "x", {"measurements": {"dry_run": rec}, "wall_time_s": 1.0}
+
     row = report_md.dry_run_table([E()]).splitlines()[2]
     assert "8 h (p = 1;" in row and "0.08889 h (p = 2; 32: 1 s, 64: 4 s; full 256)" in row
     # an analysis that is a sum of parts projected apart shows each part's hours, exponent and points
-    it = projection.power_law_projection([[32, 0.5], [64, 1.0]], 256, count=450)       # p = 1: 4 s each, 0.5 h
+    it = projection.power_law_projection([[32, 0.5], [64, 1.0]], 256, count=450)  # p = 1: 4 s each, 0.5 h
     summed = {**ana, "projected_s": ana["projected_s"] + it["projected_s"], "parts": {"cases": ana, "iterations": it}}
     E.results = {"measurements": {"dry_run": projection.dry_run_record(0.2, analysis=summed)}, "wall_time_s": 1.0}
     row = report_md.dry_run_table([E()]).splitlines()[2]
-    assert ("0.5889 h (cases: 0.08889 h, p = 2, 32: 1 s, 64: 4 s, full 256; iterations: 0.5 h, p = 1, 32: 0.5 s, "
-            "64: 1 s, full 256)") in row
+    assert (
+        "0.5889 h (cases: 0.08889 h, p = 2, 32: 1 s, 64: 4 s, full 256; iterations: 0.5 h, p = 1, 32: 0.5 s, "
+        "64: 1 s, full 256)"
+    ) in row
 
 
 def test_reduced_sizes_are_an_eighth_and_a_quarter_then_half_and_full_and_refuse_a_size_too_small_to_fit():
@@ -274,6 +310,7 @@ def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared():
 
     def make_unit(n):
         return lambda: time.sleep(1e-6 * n * n)
+
     rec = projection.project_at_sizes(make_unit, 512, 10, repeats=1)
     assert [p[0] for p in rec["points"]] == [64.0, 128.0] and rec["full_size"] == 512.0
     assert 1.6 < rec["exponent"] < 2.2 and rec["projected_s"] == pytest.approx(10 * 0.262, rel=0.35)

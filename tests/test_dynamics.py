@@ -1,4 +1,6 @@
 """Gradient flow vs discrete optimisers (ssl_geometry.dynamics), checked in float64."""
+
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,12 +8,10 @@ import optax
 import pytest
 import scipy.linalg as sla
 
-from ssl_geometry import dynamics as D
-from ssl_geometry import curvature, heads, metrics
-
 # The small tanh-MLP regression shared with the flow benchmark (one definition).
 from experiments.bench_flow import problem as _regression
-
+from ssl_geometry import curvature, heads, metrics
+from ssl_geometry import dynamics as D
 
 # ---------------------------------------------------------------- quadratic problem
 
@@ -34,8 +34,16 @@ def test_flow_matches_expm_and_observes_at_exact_times(quad):
     a, th0, c = quad
     cj = jnp.asarray(c)
     save_at = np.array([0.0, 0.13, 0.5, 0.77, 1.0, 2.0])
-    tr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=2.0, save_at=save_at, args=jnp.asarray(a),
-                         observe=lambda p, t, a: {"t": t, "cp": p @ cj, "p": p}, rtol=1e-11, atol=1e-13)
+    tr = D.gradient_flow(
+        quad_loss,
+        jnp.asarray(th0),
+        t1=2.0,
+        save_at=save_at,
+        args=jnp.asarray(a),
+        observe=lambda p, t, a: {"t": t, "cp": p @ cj, "p": p},
+        rtol=1e-11,
+        atol=1e-13,
+    )
     assert tr.ok and tr.status == "successful" and tr.t_final == 2.0
     np.testing.assert_array_equal(tr.ts, save_at)
     np.testing.assert_allclose(tr.observed["t"], save_at, rtol=0, atol=1e-15)  # observe saw exactly these times
@@ -54,14 +62,16 @@ def test_gd_deviates_from_flow_at_order_lr_and_igr_at_order_lr2(quad):
     dev_gd, dev_igr = [], []
     for lr in lrs:
         steps = int(round(1.0 / lr))
-        gd = D.discrete(quad_loss, jnp.asarray(th0), optax.sgd(lr), steps=steps, args=jnp.asarray(a), lr=lr,
-                        observe_every=steps)
+        gd = D.discrete(
+            quad_loss, jnp.asarray(th0), optax.sgd(lr), steps=steps, args=jnp.asarray(a), lr=lr, observe_every=steps
+        )
         np.testing.assert_allclose(gd.ts, [0.0, 1.0])
         # GD on a quadratic is (I - lr A)^k theta0 exactly.
         np.testing.assert_allclose(gd.params, np.linalg.matrix_power(np.eye(5) - lr * a, steps) @ th0, atol=1e-12)
         dev_gd.append(np.linalg.norm(np.asarray(gd.params) - exact))
-        igr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=1.0, save_at=[1.0], args=jnp.asarray(a),
-                              igr_lr=lr, rtol=1e-11, atol=1e-13)
+        igr = D.gradient_flow(
+            quad_loss, jnp.asarray(th0), t1=1.0, save_at=[1.0], args=jnp.asarray(a), igr_lr=lr, rtol=1e-11, atol=1e-13
+        )
         # the IGR flow of a quadratic is exp(-t (A + lr/2 A^2)) theta0
         np.testing.assert_allclose(igr.params, sla.expm(-(a + 0.5 * lr * a @ a)) @ th0, atol=1e-9)
         dev_igr.append(np.linalg.norm(np.asarray(gd.params) - np.asarray(igr.params)))
@@ -87,16 +97,27 @@ def test_every_registered_solver_agrees_with_tsit5():
     loss, p0, data = _regression(8, 4)  # 4 -> 4 -> 4 -> 1: 45 parameters (Kvaerno5 forms Jacobians)
     save_at = np.linspace(0.0, 2.0, 5)
     obs = lambda p, t, d: loss(p, None, d)
-    runs = {s: D.gradient_flow(loss, p0, t1=2.0, save_at=save_at, args=data, observe=obs, solver=s, rtol=1e-9,
-                               atol=1e-11, dt0=None if D.SOLVERS[s][3] else 0.01)
-            for s in D.SOLVERS}
+    runs = {
+        s: D.gradient_flow(
+            loss,
+            p0,
+            t1=2.0,
+            save_at=save_at,
+            args=data,
+            observe=obs,
+            solver=s,
+            rtol=1e-9,
+            atol=1e-11,
+            dt0=None if D.SOLVERS[s][3] else 0.01,
+        )
+        for s in D.SOLVERS
+    }
     ref = runs["tsit5"]
     assert np.all(np.diff(ref.observed) < 0)  # the loss decreases along the flow
     for s, tr in runs.items():
         assert tr.ok, s
         np.testing.assert_allclose(tr.observed, ref.observed, rtol=0, atol=1e-8, err_msg=s)
-        for a_, b_ in zip(jax.tree_util.tree_leaves(tr.params), jax.tree_util.tree_leaves(ref.params)):
-            np.testing.assert_allclose(a_, b_, atol=1e-7, err_msg=s)
+        chex.assert_trees_all_close(tr.params, ref.params, rtol=0, atol=1e-7, custom_message=s)
     assert runs["rk4"].n_steps == 200 and runs["rk4"].n_grad_evals == 800
     assert runs["kvaerno5"].n_grad_evals is None
 
@@ -122,8 +143,15 @@ def test_edge_of_stability_gd_settles_at_2_over_lr_flow_does_not(net_problem):
 
 def test_max_steps_raises_and_flags(quad):
     a, th0, _ = quad
-    kw = dict(t1=2.0, save_at=np.linspace(0, 2, 5), args=jnp.asarray(a), rtol=1e-10, atol=1e-12, max_steps=4,
-              observe=lambda p, t, a: {"t": t, "n": jnp.sum(p ** 2)})
+    kw = dict(
+        t1=2.0,
+        save_at=np.linspace(0, 2, 5),
+        args=jnp.asarray(a),
+        rtol=1e-10,
+        atol=1e-12,
+        max_steps=4,
+        observe=lambda p, t, a: {"t": t, "n": jnp.sum(p**2)},
+    )
     with pytest.raises(D.DynamicsError, match="max_steps_reached.*Reached t = ") as err:
         D.gradient_flow(quad_loss, jnp.asarray(th0), **kw)
     tr = err.value.trajectory
@@ -141,9 +169,10 @@ def test_max_steps_raises_and_flags(quad):
 
 def test_flow_blow_up_is_reported_non_finite():
     # d p/dt = 4 p^3 blows up at t* = 1 / (8 p0^2) = 0.5; fixed-step RK4 overflows to inf.
-    loss = lambda p, b, a: -jnp.sum(p ** 4)
-    tr = D.gradient_flow(loss, jnp.array([0.5]), t1=1.0, save_at=np.linspace(0, 1, 11), solver="rk4", dt0=1e-3,
-                         throw=False)
+    loss = lambda p, b, a: -jnp.sum(p**4)
+    tr = D.gradient_flow(
+        loss, jnp.array([0.5]), t1=1.0, save_at=np.linspace(0, 1, 11), solver="rk4", dt0=1e-3, throw=False
+    )
     assert not tr.ok and tr.status == "non_finite"
     assert 0.45 < tr.t_final < 0.6
     assert tr.saved[:5].all() and not tr.saved[-1]
@@ -156,20 +185,28 @@ def test_flow_blow_up_is_reported_non_finite():
 
 def test_discrete_reports_first_non_finite_step():
     lr = 3.0  # p_{k+1} = p_k - 3 p_k = -2 p_k: diverges, loss 0.5 p^2 overflows
-    loss = lambda p, b, a: 0.5 * jnp.sum(p ** 2)
+    loss = lambda p, b, a: 0.5 * jnp.sum(p**2)
     p = np.array([1.0])
     ref = None
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(2000):
             g = p
             new = p - lr * g
-            if not (np.isfinite(0.5 * np.sum(p ** 2)) and np.all(np.isfinite(new))):
+            if not (np.isfinite(0.5 * np.sum(p**2)) and np.all(np.isfinite(new))):
                 ref = k
                 break
             p = new
     assert ref is not None
-    tr = D.discrete(loss, jnp.array([1.0]), optax.sgd(lr), steps=1000, lr=lr, observe_every=50, throw=False,
-                    observe=lambda q, t, a: q[0])
+    tr = D.discrete(
+        loss,
+        jnp.array([1.0]),
+        optax.sgd(lr),
+        steps=1000,
+        lr=lr,
+        observe_every=50,
+        throw=False,
+        observe=lambda q, t, a: q[0],
+    )
     assert not tr.ok and tr.first_bad_step == ref and tr.n_steps == ref
     np.testing.assert_allclose(tr.params, p)  # last finite parameters
     np.testing.assert_array_equal(tr.saved, np.arange(21) * 50 <= ref)
@@ -193,9 +230,18 @@ def test_stateful_batchnorm_minibatch_run_matches_python_loop():
         return jnp.mean((u - 1.0) ** 2), new_state
 
     opt = optax.sgd(0.1, momentum=0.9)
-    tr = D.discrete(loss, v0["params"], opt, steps=steps, batches=xs, lr=0.1, has_state=True,
-                    state0={"batch_stats": v0["batch_stats"]}, observe_every=2,
-                    observe=lambda p, t, a: p["layers"][0]["w"][0, 0])
+    tr = D.discrete(
+        loss,
+        v0["params"],
+        opt,
+        steps=steps,
+        batches=xs,
+        lr=0.1,
+        has_state=True,
+        state0={"batch_stats": v0["batch_stats"]},
+        observe_every=2,
+        observe=lambda p, t, a: p["layers"][0]["w"][0, 0],
+    )
     # independent reference: a Python loop of optax updates
     p, s, o = v0["params"], {"batch_stats": v0["batch_stats"]}, opt.init(v0["params"])
     ws = [p["layers"][0]["w"][0, 0]]
@@ -208,8 +254,7 @@ def test_stateful_batchnorm_minibatch_run_matches_python_loop():
     assert tr.ok and tr.n_steps == steps
     np.testing.assert_allclose(tr.ts, [0.0, 0.2, 0.4, 0.6])
     np.testing.assert_allclose(tr.observed, ws, rtol=1e-12)
-    for a_, b_ in zip(jax.tree_util.tree_leaves((tr.params, tr.state)), jax.tree_util.tree_leaves((p, s))):
-        np.testing.assert_allclose(a_, b_, rtol=1e-12, atol=1e-14)
+    chex.assert_trees_all_close((tr.params, tr.state), (p, s), rtol=1e-12, atol=1e-14)
     # running statistics really moved (the state was carried)
     assert not np.allclose(tr.state["batch_stats"]["bn"][0]["mean"], 0.0)
 
@@ -217,19 +262,33 @@ def test_stateful_batchnorm_minibatch_run_matches_python_loop():
 def test_adam_and_lars_run_and_count(quad):
     a, th0, _ = quad
     for opt in (optax.adam(1e-2), optax.lars(1e-2)):
-        tr = D.discrete(quad_loss, jnp.asarray(th0), opt, steps=20, args=jnp.asarray(a), observe_every=10,
-                        observe=lambda p, t, args: quad_loss(p, None, args))
+        tr = D.discrete(
+            quad_loss,
+            jnp.asarray(th0),
+            opt,
+            steps=20,
+            args=jnp.asarray(a),
+            observe_every=10,
+            observe=lambda p, t, args: quad_loss(p, None, args),
+        )
         assert tr.ok and tr.n_grad_evals == 20 and tr.observed[-1] < tr.observed[0]
         np.testing.assert_array_equal(tr.ts, [0, 10, 20])  # no lr: the time axis is the step
 
 
 def test_count_evals_is_exact_for_rk4_and_bounds_tsit5(quad):
     a, th0, _ = quad
-    tr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=1.0, save_at=[0.5, 1.0], args=jnp.asarray(a),
-                         solver="rk4", dt0=0.1, count_evals=True)
+    tr = D.gradient_flow(
+        quad_loss,
+        jnp.asarray(th0),
+        t1=1.0,
+        save_at=[0.5, 1.0],
+        args=jnp.asarray(a),
+        solver="rk4",
+        dt0=0.1,
+        count_evals=True,
+    )
     assert tr.n_grad_evals == 40 and tr.n_steps == 10
-    tr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=1.0, save_at=[1.0], args=jnp.asarray(a),
-                         count_evals=True)
+    tr = D.gradient_flow(quad_loss, jnp.asarray(th0), t1=1.0, save_at=[1.0], args=jnp.asarray(a), count_evals=True)
     attempted = tr.n_steps + tr.n_rejected
     assert 1 + 6 * attempted <= tr.n_grad_evals <= 3 + 6 * attempted
 
@@ -256,9 +315,20 @@ def test_bad_arguments_name_the_argument(quad):
 
 def _traj(ts, observed, saved=None):
     ts = np.asarray(ts, float)
-    return D.Trajectory(ts=ts, observed=observed, params=None, ok=True, status="successful", message="",
-                        t_final=float(ts[-1]), n_steps=len(ts), n_rejected=0, n_grad_evals=None,
-                        saved=np.ones(len(ts), bool) if saved is None else np.asarray(saved), last=None)
+    return D.Trajectory(
+        ts=ts,
+        observed=observed,
+        params=None,
+        ok=True,
+        status="successful",
+        message="",
+        t_final=float(ts[-1]),
+        n_steps=len(ts),
+        n_rejected=0,
+        n_grad_evals=None,
+        saved=np.ones(len(ts), bool) if saved is None else np.asarray(saved),
+        last=None,
+    )
 
 
 def test_escape_time_on_constructed_trajectories():

@@ -1,4 +1,5 @@
 """The suite runner and experiments 1 and 3 end to end on their tiny configs."""
+
 import json
 
 import numpy as np
@@ -29,7 +30,8 @@ def test_collapse_hessians_tiny_schema_rule_and_closed_forms(tiny_runs):
     # The stored verdicts are the rules' on the stored rows (per objective for the smooth half).
     d = collapse_hessians.decide(r["measurements"], config)
     assert [(i["id"], i.get("subject"), i["verdict"]) for i in d["claims"]] == [
-        (c["id"], c["subject"], c["verdict"]) for c in r["claims"]]
+        (c["id"], c["subject"], c["verdict"]) for c in r["claims"]
+    ]
     eq = [c for c in rows if c["state"] == "equilibrium"]
     assert eq and all(c["certified"] and c["rho_nonzero"] and c["H_L_psd"] for c in eq)
     assert all(c["grad_z_ratio"] < 1e-8 and c["grad_head_ratio"] < 1e-8 for c in eq)
@@ -43,8 +45,10 @@ def test_collapse_hessians_tiny_schema_rule_and_closed_forms(tiny_runs):
         if (obj, act, state) != ("mse_target", "identity", "equilibrium"):
             continue
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed), i)
-        w = [np.asarray(l["w"]) for l in collapse_hessians.online_head(config, act, False, 1.0, False).init(key)
-             ["params"]["layers"]]
+        w = [
+            np.asarray(l["w"])
+            for l in collapse_hessians.online_head(config, act, False, 1.0, False).init(key)["params"]["layers"]
+        ]
         J = (w[0] @ w[1]).T  # heads apply x @ w
         expect = 2.0 / config.data.n * np.linalg.svd(J, compute_uv=False)[-1] ** 2
         row = [c for c in eq if c["objective"] == obj and c["activation"] == act and c["residual_scale"] == s][0]
@@ -92,9 +96,11 @@ def _residual_formula(objective, u, fixed, n):
     raise KeyError(objective)
 
 
-@pytest.mark.parametrize("objective,state", [(o, "collapsed") for o in (
-    "simsiam", "byol", "spectral_contrastive", "vicreg", "barlow_twins", "info_nce")] + [
-    ("simsiam", "pseudo_collapsed"), ("byol", "pseudo_collapsed"), ("spectral_contrastive", "pseudo_collapsed")])
+@pytest.mark.parametrize(
+    "objective,state",
+    [(o, "collapsed") for o in ("simsiam", "byol", "spectral_contrastive", "vicreg", "barlow_twins", "info_nce")]
+    + [("simsiam", "pseudo_collapsed"), ("byol", "pseudo_collapsed"), ("spectral_contrastive", "pseudo_collapsed")],
+)
 def test_collapse_hessians_residuals_match_their_formulas(objective, state):
     """Each objective's residual at the experiment's states, against its formula. At exact collapse
     (both views at one point) VICReg, Barlow Twins and InfoNCE have rho = 0 exactly: every gradient term
@@ -103,7 +109,8 @@ def test_collapse_hessians_residuals_match_their_formulas(objective, state):
 
     cfg = collapse_hessians_config.get_config("tiny")
     model, variables, loss_fn, z1, train, fixed = collapse_hessians.siamese_problem(
-        cfg, objective, "swish", False, state, jax.random.PRNGKey(4))
+        cfg, objective, "swish", False, state, jax.random.PRNGKey(4)
+    )
     u = model.apply(variables, z1, train=train)[0]
     rho = np.asarray(jax.grad(loss_fn)(u))
     n = cfg.data.n
@@ -236,6 +243,10 @@ def test_main_dry_run_writes_its_own_report_never_report_md(tmp_path, monkeypatc
     assert res["config"]["dry_run"] is True and res["measurements"]["dry_run"]["step_time_s"] > 0
     assert "[hessian_tracker] dry run: step" in capsys.readouterr().out
     # REPORT.md is never a dry run's report: refused (status 2) before anything runs.
-    assert reproduce.main(["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--report",
-                           str(reproduce.COMMITTED_REPORT)]) == 2
+    assert (
+        reproduce.main(
+            ["--variant", "tiny", "--dry-run", "--only", "hessian_tracker", "--report", str(reproduce.COMMITTED_REPORT)]
+        )
+        == 2
+    )
     assert "--dry-run never writes" in capsys.readouterr().err

@@ -1,11 +1,11 @@
 """Experiments 4 (collapse escape) and 5 (Hessian tracker parity) end to end on their tiny configs."""
+
 import math
 
+import jax
 import numpy as np
 import pytest
 import scipy.stats
-
-import jax
 
 from experiments import claims, collapse_escape, common, hessian_tracker, suite
 from experiments.collapse_escape import problem as ce_problem
@@ -48,8 +48,11 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
             assert abs(x["t_final"] - x["horizon"]) <= x["lr_eff"] and x["n_steps"] == round(x["horizon"] / x["lr_eff"])
         else:  # flows end at their horizon: the frozen one from -lambda_min(H_eff), the others from their rate
             assert x["ok"] and x["t_final"] == pytest.approx(x["horizon"], rel=1e-12) and x["field_norm_eq"] < 1e-12
-            expect = (ce_runs.frozen_horizon(x["lambda_min_H_eff"]) if x["tau"] == 0 else
-                      ce_runs.flow_horizon(x["predicted_rate"], ce_runs.frozen_horizon(x["lambda_min_H_eff"])))
+            expect = (
+                ce_runs.frozen_horizon(x["lambda_min_H_eff"])
+                if x["tau"] == 0
+                else ce_runs.flow_horizon(x["predicted_rate"], ce_runs.frozen_horizon(x["lambda_min_H_eff"]))
+            )
             assert x["horizon"] == pytest.approx(expect)
         # growth against the start, and the outcome it gives
         assert x["growth"] == pytest.approx(x["spread_T"] / x["spread_0"])
@@ -58,11 +61,15 @@ def test_collapse_escape_tiny_rows_bookkeeping_and_rules(tiny_runs):
         # without a window is one whose linearised solution has none either (its leading mode is not excited).
         agreement = ce_verdict.rate_agreement(x, ce_verdict.rate_scales(rows))
         assert agreement == "agree" or (agreement == "no window" and "no window within max_saves" in x["rate_run"]), (
-            ce_verdict.label(x), agreement, x["rate_run"])
+            ce_verdict.label(x),
+            agreement,
+            x["rate_run"],
+        )
         if x["dynamics"] == "flow" and x["tau"] == 0 and x["head_kind"] == "smooth" and x["representation"] == "free":
             # the frozen-head rule's target: the linearised system's slope over the spread-only window
-            assert abs(ce_verdict.frozen_ratio(x) - 1) <= claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds[
-                "rate_rtol"], ce_verdict.label(x)
+            assert (
+                abs(ce_verdict.frozen_ratio(x) - 1) <= claims.CLAIMS["thm4.1-frozen-head-flow"].thresholds["rate_rtol"]
+            ), ce_verdict.label(x)
         assert x["H_L_psd"] and x["timescale_ratio"] == (0.0 if x["tau"] == 0 else x["timescale_ratio"])
         if x["activation"] == "identity":
             assert x["lambda_min_M"] == 0.0
@@ -91,7 +98,7 @@ def test_collapse_escape_frozen_head_rate_is_minus_lambda_min_h_eff_in_closed_fo
         if act == "identity":
             w = [np.asarray(layer["w"]) for layer in eq.y["head"]["layers"]]
             sigma = np.linalg.svd(w[0] @ w[1], compute_uv=False)[-1]
-            assert spec["lambda_min_H_eff"] == pytest.approx(2.0 / cfg.model.n * sigma ** 2, rel=1e-9)
+            assert spec["lambda_min_H_eff"] == pytest.approx(2.0 / cfg.model.n * sigma**2, rel=1e-9)
             assert spec["lambda_min_H_eff"] == pytest.approx(spec["lambda_min_G"], abs=1e-12)
             # Moving head and z together the Jacobian is -D H with D > 0, which has the inertia of -H (Sylvester);
             # the joint Hessian H is indefinite through the cross term d^2 L / dz dtheta, proportional to rho.
@@ -120,7 +127,9 @@ def test_collapse_escape_equilibria_residuals_match_their_formulas():
             expect = (np.asarray(jax.nn.softmax(U / ts, axis=-1)) - P) / (n * ts)
         else:
             un, tn = U / np.linalg.norm(U, axis=1, keepdims=True), t / np.linalg.norm(t, axis=1, keepdims=True)
-            expect = -(tn - np.sum(un * tn, axis=1, keepdims=True) * un) / (n * np.linalg.norm(U, axis=1, keepdims=True))
+            expect = -(tn - np.sum(un * tn, axis=1, keepdims=True) * un) / (
+                n * np.linalg.norm(U, axis=1, keepdims=True)
+            )
         np.testing.assert_allclose(rho, expect, atol=1e-12)
         assert eq.premises.loss_hessian_psd == (obj != "simsiam"), obj
 
@@ -147,41 +156,66 @@ def test_collapse_escape_fit_rate_linear_regime_and_horizons():
 
 
 def _run(kind, dyn, tau, outcome, *, growth=None, seed=0, lr=0.0, measured=0.2, predicted=0.2, act=None, **kw):
-    base = {"representation": "free", "objective": "mse", "activation": act or kind, "seed": seed, "head_kind": kind,
-            "dynamics": dyn, "tau": tau, "lr": lr, "certified": True, "state_premises": True, "outcome": outcome,
-            "growth": growth if growth is not None else {"escaped": 100.0, "stayed": 1.0, "grew": 3.0}.get(outcome, 1.0),
-            "measured_rate": measured, "predicted_rate_window": predicted, "predicted_rate": predicted,
-            "rate_points": 20, "jacobian_scale": 1.0, "frozen_rate": -0.01, "frozen_predicted_rate": -0.01,
-            "lambda_min_H_eff": 0.01}
+    base = {
+        "representation": "free",
+        "objective": "mse",
+        "activation": act or kind,
+        "seed": seed,
+        "head_kind": kind,
+        "dynamics": dyn,
+        "tau": tau,
+        "lr": lr,
+        "certified": True,
+        "state_premises": True,
+        "outcome": outcome,
+        "growth": growth if growth is not None else {"escaped": 100.0, "stayed": 1.0, "grew": 3.0}.get(outcome, 1.0),
+        "measured_rate": measured,
+        "predicted_rate_window": predicted,
+        "predicted_rate": predicted,
+        "rate_points": 20,
+        "jacobian_scale": 1.0,
+        "frozen_rate": -0.01,
+        "frozen_predicted_rate": -0.01,
+        "lambda_min_H_eff": 0.01,
+    }
     return {**base, **kw}
 
 
 def _decide(rows):
-    return {i["id"]: i for i in collapse_escape.decide({"rows": rows, "cases": []}, ce_config.get_config("tiny"))["claims"]}
+    return {
+        i["id"]: i for i in collapse_escape.decide({"rows": rows, "cases": []}, ce_config.get_config("tiny"))["claims"]
+    }
 
 
 def test_collapse_escape_rules_each_way():
     lin0 = _run("linear", "flow", 0.0, "stayed", growth=0.001, measured=-0.01, predicted=-0.01)
-    sm0 = _run("smooth", "flow", 0.0, "escaped", frozen_rate=0.0101, frozen_predicted_rate=0.0099,
-               lambda_min_H_eff=-0.01)
+    sm0 = _run(
+        "smooth", "flow", 0.0, "escaped", frozen_rate=0.0101, frozen_predicted_rate=0.0099, lambda_min_H_eff=-0.01
+    )
     lin4 = _run("linear", "flow", 4.0, "stayed", measured=-0.003, predicted=-0.003)
     sm4 = _run("smooth", "flow", 4.0, "escaped")
     sgd = _run("linear", "sgd", 4.0, "escaped", lr=0.5, measured=0.5, predicted=0.5)
     d = _decide([lin0, sm0, lin4, sm4, sgd])
     assert {k: v["verdict"] for k, v in d.items()} == {
-        "thm4.1-frozen-head-flow": "supported", "flow-linear-relu-no-escape": "supported",
-        "flow-smooth-escape": "supported", "finite-step-escape": "supported", "linearised-rate-prediction": "supported"}
+        "thm4.1-frozen-head-flow": "supported",
+        "flow-linear-relu-no-escape": "supported",
+        "flow-smooth-escape": "supported",
+        "finite-step-escape": "supported",
+        "linearised-rate-prediction": "supported",
+    }
     # A linear head escaping under the joint flow refutes the no-escape reading, and names the tau; its SGD twin
     # then escapes where the flow did too (no control), so the finite step is not what made it leave.
     d = _decide([lin0, sm0, {**lin4, "outcome": "escaped", "growth": 50.0}, sm4, sgd])
-    assert d["flow-linear-relu-no-escape"]["verdict"] == "not supported" and "tau = 4" in d[
-        "flow-linear-relu-no-escape"]["reason"]
+    assert (
+        d["flow-linear-relu-no-escape"]["verdict"] == "not supported"
+        and "tau = 4" in d["flow-linear-relu-no-escape"]["reason"]
+    )
     assert d["finite-step-escape"]["verdict"] == "inconclusive"
     # Diverged is its own outcome: a diverged linear flow with none escaping is inconclusive, never "stayed".
     assert _decide([lin0, {**lin4, "outcome": "diverged"}])["flow-linear-relu-no-escape"]["verdict"] == "inconclusive"
     # The frozen head: a smooth rate off the linearised slope over the same window, a smooth run that does not
     # grow, or a linear head that grows, refutes Thm 4.1's reading; the slope, not -lambda_min(H_eff), is the target.
-    frozen = lambda rows: _decide(rows)["thm4.1-frozen-head-flow"]["verdict"]  # noqa: E731
+    frozen = lambda rows: _decide(rows)["thm4.1-frozen-head-flow"]["verdict"]
     assert frozen([{**sm0, "frozen_rate": 0.02}]) == "not supported"
     assert frozen([{**sm0, "frozen_rate": 0.0062, "frozen_predicted_rate": 0.006}]) == "supported"  # pre-asymptotic
     assert frozen([{**sm0, "growth": 1.2}]) == "not supported"  # right slope, but the run stays
@@ -202,8 +236,10 @@ def test_collapse_escape_rules_each_way():
     off = [{**sm4, "seed": s, "measured_rate": 0.6} for s in range(3)] + [sm4]
     assert _decide(off)["linearised-rate-prediction"]["verdict"] == "not supported"
     # Both rates below rate_floor x the state's largest |predicted rate|: agreement, whatever their ratio.
-    tiny_rates = [{**lin4, "measured_rate": 1e-5, "predicted_rate_window": -1e-5, "predicted_rate": -1e-5},
-                  {**lin4, "tau": 100.0, "predicted_rate": 0.2}]  # the same state's fastest flow sets the scale
+    tiny_rates = [
+        {**lin4, "measured_rate": 1e-5, "predicted_rate_window": -1e-5, "predicted_rate": -1e-5},
+        {**lin4, "tau": 100.0, "predicted_rate": 0.2},
+    ]  # the same state's fastest flow sets the scale
     assert ce_verdict.rate_agreement(tiny_rates[0], ce_verdict.rate_scales(tiny_rates)) == "agree"
     assert np.isnan(ce_verdict.rate_ratio({**sm4, "predicted_rate": 0.0}))
 
@@ -218,8 +254,14 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
     cfg = tracker_config.get_config("tiny")
     assert len(rows) == len(cfg.runs) * cfg.train.epochs * cfg.analysis.tracker_batches
     for row in rows:
-        for key in ("lambda_min_exact", "lambda_max_exact", "lambda_min_lanczos", "lambda_min_power",
-                    "lambda_max_power", "lanczos_true_residual_min"):
+        for key in (
+            "lambda_min_exact",
+            "lambda_max_exact",
+            "lambda_min_lanczos",
+            "lambda_min_power",
+            "lambda_max_power",
+            "lanczos_true_residual_min",
+        ):
             assert _finite(row[key]), (key, row[key])
         assert row["reference"] == "exact" and row["lambda_min_ref"] == row["lambda_min_exact"]
         scale = max(abs(row["lambda_min_exact"]), abs(row["lambda_max_exact"]))
@@ -236,9 +278,12 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
         assert row["underestimate_ratio"] == pytest.approx(abs(row["lambda_min_exact"]) / abs(row["lambda_min_power"]))
         if np.isfinite(row["rel_error_min_power"]):
             assert row["rel_error_min_power"] == pytest.approx(
-                abs(row["lambda_min_power"] - row["lambda_min_exact"]) / abs(row["lambda_min_exact"]))
-        assert row["sign_error_min"] == bool(abs(row["lambda_min_exact"]) > row["sign_tol"]
-                                             and np.sign(row["lambda_min_power"]) != np.sign(row["lambda_min_exact"]))
+                abs(row["lambda_min_power"] - row["lambda_min_exact"]) / abs(row["lambda_min_exact"])
+            )
+        assert row["sign_error_min"] == bool(
+            abs(row["lambda_min_exact"]) > row["sign_tol"]
+            and np.sign(row["lambda_min_power"]) != np.sign(row["lambda_min_exact"])
+        )
         # The power iteration's lambda_min is a Rayleigh-type estimate: never below the true minimum by more
         # than float32 rounding of its matvecs.
         assert row["lambda_min_power"] >= row["lambda_min_exact"] - 1e-3 * scale
@@ -249,8 +294,9 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
         e = t["epochs"]
         key = f"spearman_{t['init']}_{t['activation']}"
         assert len(e["std_backbone"]) == cfg.train.epochs
-        assert r["headline"][key] == pytest.approx(scipy.stats.spearmanr(e["std_backbone"], e["cond_backbone"])[0],
-                                                   nan_ok=True)
+        assert r["headline"][key] == pytest.approx(
+            scipy.stats.spearmanr(e["std_backbone"], e["cond_backbone"])[0], nan_ok=True
+        )
     # The rule, recomputed from the stored rows; the claim is the paper's (the tracker resolves lambda_min).
     again = hessian_tracker.decide({**m, "summary": hessian_tracker.summary(rows)}, cfg)
     (rec,) = r["claims"]
@@ -264,9 +310,17 @@ def test_hessian_tracker_schema_rule_and_exact_parity(tiny_runs):
 
 
 def _summary_of(rel, sign=False, valid=True, n=5):
-    row = {"valid": valid, "dead_head": False, "rel_error_min_power": rel, "sign_error_min": sign,
-           "sign_error_max": False, "underestimate_ratio": 1.0 / (1.0 - min(rel, 0.5)), "lambda_min_ref": -1.0,
-           "sign_tol": 1e-12, "lanczos_abs_error": float("nan")}
+    row = {
+        "valid": valid,
+        "dead_head": False,
+        "rel_error_min_power": rel,
+        "sign_error_min": sign,
+        "sign_error_max": False,
+        "underestimate_ratio": 1.0 / (1.0 - min(rel, 0.5)),
+        "lambda_min_ref": -1.0,
+        "sign_tol": 1e-12,
+        "lanczos_abs_error": float("nan"),
+    }
     return {"summary": hessian_tracker.summary([row] * n), "max_block_coupling": 0.0, "spearman": {}}
 
 
@@ -274,9 +328,9 @@ def test_hessian_tracker_verdict_rule_thresholds():
     cfg = tracker_config.get_config("tiny")
     decide = lambda m: hessian_tracker.decide(m, cfg)["claims"][0]["verdict"]
     t = hessian_tracker.THRESHOLDS  # the registry's
-    assert decide(_summary_of(0.01)) == "supported"           # the tracker resolves lambda_min
+    assert decide(_summary_of(0.01)) == "supported"  # the tracker resolves lambda_min
     assert decide(_summary_of(t["rel_error"])) == "supported"  # at the threshold
-    assert decide(_summary_of(0.5)) == "not supported"        # 50% relative error
+    assert decide(_summary_of(0.5)) == "not supported"  # 50% relative error
     assert decide(_summary_of(0.01, sign=True)) == "not supported"  # right size, wrong sign
     assert decide(_summary_of(0.01, valid=False)) == "inconclusive"
     assert decide(_summary_of(0.01, n=t["min_valid_checkpoints"] - 1)) == "inconclusive"
@@ -296,19 +350,24 @@ def test_hessian_tracker_dry_run_projects_training_and_checkpoints_apart_from_tw
     """The tiny dry run: the first run trained at 1/8 and 1/4 of the batch (2 and 4 of 16), the trainer's step and
     the checkpoint time of each fitted as ``a n^p`` and projected to every step and checkpoint of the variant."""
     cfg = suite.make_config("hessian_tracker", "tiny", dry_run=True)
-    calls, t_step, t_ck = [], (lambda b: 1e-3 * b ** 1.5), (lambda b: 2e-2 * b ** 2)
+    calls, t_step, t_ck = [], (lambda b: 1e-3 * b**1.5), (lambda b: 2e-2 * b**2)
 
     def fake_train_and_track(config, act, init, images, seed, batch=None):  # the timings of a run at `batch`
         calls.append((act, init, batch))
         epochs = {"std_backbone": [0.1, 0.2, 0.3], "cond_backbone": [3.0, 2.0, 1.0]}
-        return [], {"activation": act, "init": init, "seed": seed, "epochs": epochs, "block_coupling": 0.0}, \
-            t_step(batch), t_ck(batch)
+        return (
+            [],
+            {"activation": act, "init": init, "seed": seed, "epochs": epochs, "block_coupling": 0.0},
+            t_step(batch),
+            t_ck(batch),
+        )
 
     monkeypatch.setattr(hessian_tracker, "train_and_track", fake_train_and_track)
     d = hessian_tracker.measure(cfg)["dry_run"]
     assert calls == [(*cfg.runs[0], 2), (*cfg.runs[0], 4)]  # the first run only, at both batches
-    images, _ = hessian_tracker.paper_simsiam.load_images(cfg.data, seed=cfg.seed, dry_run=True,
-                                                          dry_examples=cfg.dry.examples)  # digits: generated
+    images, _ = hessian_tracker.paper_simsiam.load_images(
+        cfg.data, seed=cfg.seed, dry_run=True, dry_examples=cfg.dry.examples
+    )  # digits: generated
     spe = min(len(images) // cfg.train.batch_size, cfg.train.steps_per_epoch)
     steps = len(cfg.runs) * cfg.train.epochs * spe
     checkpoints = len(cfg.runs) * cfg.train.epochs * min(cfg.analysis.tracker_batches, spe)

@@ -1,5 +1,6 @@
 """Experiments 2 (metric adaptation, Prop 3.3) and 7 (objectives) end to end on their tiny configs,
 plus exact checks of the pieces they are built from."""
+
 import math
 
 import jax
@@ -74,44 +75,65 @@ def test_metric_adaptation_schema_rule_and_flat_control(tiny_runs):
 
 def _fit(activation, depth, eps, params=132, matched=True):
     head = "linear" if activation in ("identity", "affine") else activation
-    return {"activation": activation, "depth": depth, "head": head, "params": params, "matched": matched,
-            "eps_max": eps}
+    return {
+        "activation": activation,
+        "depth": depth,
+        "head": head,
+        "params": params,
+        "matched": matched,
+        "eps_max": eps,
+    }
 
 
 AFFINE_PLAIN, AFFINE_MATCHED = _fit("affine", 1, 5.0, params=16, matched=False), _fit("identity", 2, 0.8)
 
 
-@pytest.mark.parametrize("rows, expected", [
-    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.05), _fit("tanh", 3, 0.2, params=140)], "supported"),
-    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.15)], "inconclusive"),   # not epsilon-isotropic
-    ([AFFINE_PLAIN, _fit("identity", 2, 0.12), _fit("tanh", 2, 0.05)], "inconclusive"),  # < 3x below the affine
-    # A fit at an unmatched size counts for nothing, however good (nor does the plain affine head, however bad).
-    ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 3, 0.01, params=400, matched=False), _fit("tanh", 2, 0.5)],
-     "inconclusive"),
-    ([_fit("affine", 1, 0.3, params=16, matched=False), _fit("identity", 2, 0.3), _fit("swish", 2, 0.09)],
-     "supported"),
-])
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.05), _fit("tanh", 3, 0.2, params=140)], "supported"),
+        ([AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 2, 0.15)], "inconclusive"),  # not epsilon-isotropic
+        ([AFFINE_PLAIN, _fit("identity", 2, 0.12), _fit("tanh", 2, 0.05)], "inconclusive"),  # < 3x below the affine
+        # A fit at an unmatched size counts for nothing, however good (nor does the plain affine head, however bad).
+        (
+            [AFFINE_PLAIN, AFFINE_MATCHED, _fit("tanh", 3, 0.01, params=400, matched=False), _fit("tanh", 2, 0.5)],
+            "inconclusive",
+        ),
+        (
+            [_fit("affine", 1, 0.3, params=16, matched=False), _fit("identity", 2, 0.3), _fit("swish", 2, 0.09)],
+            "supported",
+        ),
+    ],
+)
 def test_depth_rule_comes_out_each_way_at_matched_sizes(rows, expected):
     item = metric_adaptation.decide_depth(rows, 132)
     assert item["id"] == "thm3.2-depth" and item["verdict"] == expected, item["reason"]
 
 
 def _curv(loss, curvature, residual, definite=4):
-    return {"loss": loss, "definite_points": definite, "max_abs_scalar_curvature": curvature,
-            "max_abs_sectional_curvature": curvature, "constant_W_residual": residual}
+    return {
+        "loss": loss,
+        "definite_points": definite,
+        "max_abs_scalar_curvature": curvature,
+        "max_abs_sectional_curvature": curvature,
+        "constant_W_residual": residual,
+    }
 
 
 FLAT = _curv("mse", 0.0, 1e-15)
 
 
-@pytest.mark.parametrize("rows, expected", [
-    ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 0.1)], "supported"),
-    ([_curv("mse", 1e-3, 1e-15), _curv("byol", 0.5, 0.3)], "not supported"),   # flat control curved: broken
-    ([_curv("mse", 0.0, 1e-3), _curv("byol", 0.5, 0.3)], "not supported"),     # flat control not whitened
-    ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 1e-9)], "not supported"),  # a curved loss whitened
-    ([FLAT, _curv("byol", 0.5, 0.3, definite=0)], "premise violated"),         # no definite curved metric
-    ([FLAT, _curv("byol", 1e-12, 1e-9)], "premise violated"),                   # no curved loss at all
-])
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 0.1)], "supported"),
+        ([_curv("mse", 1e-3, 1e-15), _curv("byol", 0.5, 0.3)], "not supported"),  # flat control curved: broken
+        ([_curv("mse", 0.0, 1e-3), _curv("byol", 0.5, 0.3)], "not supported"),  # flat control not whitened
+        ([FLAT, _curv("byol", 0.5, 0.3), _curv("info_nce", 2.0, 1e-9)], "not supported"),  # a curved loss whitened
+        ([FLAT, _curv("byol", 0.5, 0.3, definite=0)], "premise violated"),  # no definite curved metric
+        ([FLAT, _curv("byol", 1e-12, 1e-9)], "premise violated"),  # no curved loss at all
+    ],
+)
 def test_barrier_rule_comes_out_each_way(rows, expected):
     item = metric_adaptation.decide_barrier(rows)
     assert item["id"] == "prop3.3-barrier" and item["verdict"] == expected, item["reason"]
@@ -143,8 +165,9 @@ def test_riemann_contractions_match_closed_forms():
     Rm = np.asarray(riemann.lowered_riemann(g, x))
     gx = np.asarray(g(x))
     assert metric_adaptation.scalar_from_riemann(Rm, gx) == pytest.approx(0.5, rel=1e-12)
-    assert metric_adaptation.sectional_from_riemann(Rm, gx, np.array([1.0, 0.3]), np.array([0.2, 1.0])) == \
-        pytest.approx(0.25, rel=1e-12)
+    assert metric_adaptation.sectional_from_riemann(
+        Rm, gx, np.array([1.0, 0.3]), np.array([0.2, 1.0])
+    ) == pytest.approx(0.25, rel=1e-12)
 
 
 def test_per_sample_losses_closed_forms():
@@ -191,12 +214,15 @@ def test_objectives_schema_rules_and_exact_relations(tiny_runs):
     config = objectives_config.get_config("tiny")
     d = objectives.decide(m, config)
     assert [(i["id"], i.get("subject"), i["verdict"]) for i in d["claims"]] == [
-        (c["id"], c["subject"], c["verdict"]) for c in r["claims"]]
+        (c["id"], c["subject"], c["verdict"]) for c in r["claims"]
+    ]
     # Every objective and seed trained with the config's head, DINO with every head of thm41_activations.
-    assert {(x["objective"], x["seed"]) for x in rows} == {(o, s) for o in config.train.objectives
-                                                           for s in range(config.seeds)}
-    assert {(e["activation"], e["seed"]) for e in eqs} == {(a, s) for a in config.analysis.thm41_activations
-                                                           for s in range(config.seeds)}
+    assert {(x["objective"], x["seed"]) for x in rows} == {
+        (o, s) for o in config.train.objectives for s in range(config.seeds)
+    }
+    assert {(e["activation"], e["seed"]) for e in eqs} == {
+        (a, s) for a in config.analysis.thm41_activations for s in range(config.seeds)
+    }
     for e in eqs:  # certified: stationary in z and in the head with rho != 0 (Thm 4.1's premises)
         assert e["exists"] and e["certified"] and e["stationary"] and e["rho_nonzero"] and e["grad_z_ratio"] < 1e-8
         if e["head_kind"] == "linear":
@@ -213,7 +239,9 @@ def test_objectives_schema_rules_and_exact_relations(tiny_runs):
         # trained and pseudo-collapsed states are not equilibria: labelled so
         assert not x["stationary_trained"] and not x["stationary_pseudo_collapsed"]
         if x["objective"] != "dino":  # collapsed: identical rows; the head driven to stationarity has rho = 0
-            assert x["collapsed_rows_identical"] and x["st_stationary"] and x["st_within_bound"] and x["st_full_row_rank"]
+            assert (
+                x["collapsed_rows_identical"] and x["st_stationary"] and x["st_within_bound"] and x["st_full_row_rank"]
+            )
         assert x["erank_squared_trained"] <= x["erank_rankme_trained"] + 1e-6
         assert 1.0 <= x["erank_rankme_trained"] <= config.model.k + 1e-6 and x["cond_trained"] >= 1.0
         aug = x["sec5"]["augmentations"]["subspace"]["trained"]
@@ -227,7 +255,7 @@ def test_sec5_gains_and_orbit_spreads_against_independent_computations():
     # A linear head h(z) = z W: J = W^T everywhere, so g_i = mean_k |W^T v_ik| / |v_ik| by hand.
     rng = np.random.default_rng(0)
     W = rng.normal(size=(4, 6))
-    head = lambda x: x @ jnp.asarray(W)  # noqa: E731
+    head = lambda x: x @ jnp.asarray(W)
     z = jnp.asarray(rng.normal(size=(5, 4)))
     v = jnp.asarray(rng.normal(size=(5, 3, 4)))
     expect = np.mean(np.linalg.norm(np.asarray(v) @ W, axis=-1) / np.linalg.norm(np.asarray(v), axis=-1), axis=1)
@@ -241,7 +269,7 @@ def test_sec5_gains_and_orbit_spreads_against_independent_computations():
     assert np.mean(sh) == pytest.approx(paper.orbit_metrics(flat @ W, ids, ids % 2)["spread"], rel=1e-12)
     # sec5_inputs' orbits carry the rule's untrained comparison: S / S_0 = mean spread_h0 / mean spread_h
     W0 = rng.normal(size=(4, 6))
-    head0 = lambda x: x @ jnp.asarray(W0)  # noqa: E731
+    head0 = lambda x: x @ jnp.asarray(W0)
     dirs = {k: jnp.asarray(rng.normal(size=(5, 3, 4))) for k in objectives.sec5.DIRECTIONS}
     comp = objectives.sec5.sec5_inputs(head, head0, z, dirs, orbits)[2]
     sh0 = objectives.sec5.orbit_spreads(head0, orbits)[1]
@@ -256,36 +284,65 @@ def test_sec5_gains_and_orbit_spreads_against_independent_computations():
 
 def _sec5(D_trained, D_untrained=1.0, S=3.0, R=2.0):
     """``R``: the trained head's orbit compression over the untrained head's (``orbits["vs_untrained"]``)."""
-    ratio = lambda D: {c: {"D": D, "lo": D - 0.05, "hi": D + 0.05} for c in ("random", "between", "data")}  # noqa: E731
-    return {"augmentations": {"subspace": {"trained": ratio(D_trained), "untrained": ratio(D_untrained)}},
-            "negative": {"orthogonal": {"trained": ratio(1.2), "untrained": ratio(1.0)}},
-            "orbits": {"S": S, "lo": S - 0.5, "hi": S + 0.5, "vs_untrained": {"S": R, "lo": R - 0.5, "hi": R + 0.5}}}
+    ratio = lambda D: {c: {"D": D, "lo": D - 0.05, "hi": D + 0.05} for c in ("random", "between", "data")}
+    return {
+        "augmentations": {"subspace": {"trained": ratio(D_trained), "untrained": ratio(D_untrained)}},
+        "negative": {"orthogonal": {"trained": ratio(1.2), "untrained": ratio(1.0)}},
+        "orbits": {"S": S, "lo": S - 0.5, "hi": S + 0.5, "vs_untrained": {"S": R, "lo": R - 0.5, "hi": R + 0.5}},
+    }
 
 
 def test_objectives_decide_each_claim_each_way():
     def eq(act, lmin, kind, lmin_m=-0.1, seed=0):
-        return {"activation": act, "seed": seed, "residual_scale": 1.8, "exists": True, "certified": True, "holds": True,
-                "head_kind": kind, "lambda_min_H_eff": lmin, "eig_tol": 1e-12, "lambda_min_M": lmin_m}
+        return {
+            "activation": act,
+            "seed": seed,
+            "residual_scale": 1.8,
+            "exists": True,
+            "certified": True,
+            "holds": True,
+            "head_kind": kind,
+            "lambda_min_H_eff": lmin,
+            "eig_tol": 1e-12,
+            "lambda_min_M": lmin_m,
+        }
 
     def row(obj, D, stationary=True, rho=0.0, loss_fell=True):
-        return {"objective": obj, "family": "contrastive", "activation": "swish", "seed": 0, "loss_fell": loss_fell,
-                "z_full_rank": True,
-                "sec5": _sec5(D), "st_stationary": stationary, "st_rho": rho, "st_rho_ref": 1.0, "st_residual_tol": 1e-8,
-                "st_jac_sigma_min": 0.5, "st_jac_sigma_max": 2.0, "st_jac_rows": 4, "st_jac_cols": 50}
+        return {
+            "objective": obj,
+            "family": "contrastive",
+            "activation": "swish",
+            "seed": 0,
+            "loss_fell": loss_fell,
+            "z_full_rank": True,
+            "sec5": _sec5(D),
+            "st_stationary": stationary,
+            "st_rho": rho,
+            "st_rho_ref": 1.0,
+            "st_residual_tol": 1e-8,
+            "st_jac_sigma_min": 0.5,
+            "st_jac_sigma_max": 2.0,
+            "st_jac_rows": 4,
+            "st_jac_cols": 50,
+        }
 
     def verdicts(rows, eqs):
         d = objectives.decide({"rows": rows, "equilibria": eqs}, objectives_config.get_config("tiny"))
         return {(i["id"], i.get("subject")): i["verdict"] for i in d["claims"]}
 
-    v = verdicts([row("info_nce", 0.5), row("byol", 1.3)],
-                 [eq("swish", -0.1, "smooth"), eq("tanh", -0.2, "smooth", seed=1), eq("identity", 0.01, "linear", 0.0)])
+    v = verdicts(
+        [row("info_nce", 0.5), row("byol", 1.3)],
+        [eq("swish", -0.1, "smooth"), eq("tanh", -0.2, "smooth", seed=1), eq("identity", 0.01, "linear", 0.0)],
+    )
     assert v[("thm4.1-smooth-unstable", "dino_fixed_teacher")] == "supported"
     assert v[("thm4.1-linear-psd", None)] == "supported"
     assert v[("stationarity-forces-rho-zero", None)] == "supported"
     assert v[("sec5-metric-degeneracy", "info_nce (seed 0)")] == "supported"
     assert v[("sec5-metric-degeneracy", "byol (seed 0)")] == "not supported"
-    v = verdicts([row("info_nce", 0.5, rho=0.1), row("vicreg", 0.5, loss_fell=False)],
-                 [eq("swish", 0.01, "smooth"), eq("relu", -0.01, "piecewise", 0.0)])
+    v = verdicts(
+        [row("info_nce", 0.5, rho=0.1), row("vicreg", 0.5, loss_fell=False)],
+        [eq("swish", 0.01, "smooth"), eq("relu", -0.01, "piecewise", 0.0)],
+    )
     assert v[("thm4.1-smooth-unstable", "dino_fixed_teacher")] == "not supported"  # a strictly stable DINO state
     assert v[("thm4.1-linear-psd", None)] == "not supported"
     assert v[("stationarity-forces-rho-zero", None)] == "not supported"
@@ -293,7 +350,9 @@ def test_objectives_decide_each_claim_each_way():
     # orbits that compress (S = 3) but no more than through the untrained head (S / S_0 = 1): inconclusive
     r = row("info_nce", 0.5)
     r["sec5"] = _sec5(0.5, R=1.0)
-    assert verdicts([r], [eq("swish", -0.1, "smooth")])[("sec5-metric-degeneracy", "info_nce (seed 0)")] == "inconclusive"
+    assert (
+        verdicts([r], [eq("swish", -0.1, "smooth")])[("sec5-metric-degeneracy", "info_nce (seed 0)")] == "inconclusive"
+    )
 
 
 @pytest.mark.parametrize("name", ["simsiam", "byol", "dino"])
@@ -327,7 +386,8 @@ def test_metric_adaptation_dry_run_projects_fits_and_analysis_from_two_reduced_s
     c.data.curvature_losses = ["mse"]
     keys = jax.random.normal(jax.random.PRNGKey(1), (c.data.n_keys, c.model.k), jnp.float64)
     rec, variation, (curvature, per_point) = metric_adaptation.dry_run(
-        c, keys, metric_adaptation.widths(c)[:1], *jax.random.split(jax.random.PRNGKey(0), 3))
+        c, keys, metric_adaptation.widths(c)[:1], *jax.random.split(jax.random.PRNGKey(0), 3)
+    )
     train, analysis = rec["training"], rec["analysis"]
     assert [p[0] for p in train["points"]] == [2.0, 4.0] and train["full_size"] == 17
     assert train["count"] == c.train.fit_restarts * c.train.fit_steps and analysis["count"] == 1
@@ -358,7 +418,7 @@ def test_objectives_dry_run_projects_training_and_analysis_from_two_reduced_size
 
     def classification(cfg, name, params, target, center, z1, z2, key):
         calls.append(("classify", name, cfg.data.n_geom, z1.shape[0]))
-        time.sleep(4e-3 * cfg.data.n_geom ** 2)
+        time.sleep(4e-3 * cfg.data.n_geom**2)
         return {}
 
     monkeypatch.setattr(dry_run, "analyse_objective", analysis)

@@ -1,6 +1,8 @@
 """Experiment 6 (guillotine) end to end on its tiny config, plus exact checks of its geometry code."""
+
 import math
 
+import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -8,11 +10,11 @@ import numpy as np
 import pytest
 
 from experiments import claims, common, configs, guillotine, rules, suite
+from experiments.configs import guillotine as gconfig
 from experiments.guillotine import dry_run as D
 from experiments.guillotine import geometry as G
 from experiments.guillotine import probing
 from experiments.guillotine import training as T
-from experiments.configs import guillotine as gconfig
 from ssl_geometry import backbones, heads
 
 
@@ -81,15 +83,22 @@ def test_stored_ratios_recomputed_independently(tiny):
     vs0 = m["sec5"]["orbits_vs_untrained"]
     assert vs0["S"] == pytest.approx(np.mean(sp["head_untrained"]) / np.mean(sp["head"]), rel=1e-12)
     assert vs0["S"] == pytest.approx(comp["head"]["S"] / comp["head_untrained"]["S"], rel=1e-12)
-    expected = rules.decide_sec5(m["sec5"]["training"], comp["head"], negative=m["sec5"]["negative"], premises={
-        "loss": pv["loss_last_10pct"] < pv["loss_first_10pct"], "rank": pv["erank_rankme_backbone"] >= t5["min_effective_rank"]},
-        orbits_vs_untrained=vs0)
+    expected = rules.decide_sec5(
+        m["sec5"]["training"],
+        comp["head"],
+        negative=m["sec5"]["negative"],
+        premises={
+            "loss": pv["loss_last_10pct"] < pv["loss_first_10pct"],
+            "rank": pv["erank_rankme_backbone"] >= t5["min_effective_rank"],
+        },
+        orbits_vs_untrained=vs0,
+    )
     assert sec5["verdict"] == expected["verdict"] and sec5["deciding"] == expected["deciding"]
     # the gap: the mean over the training seeds (tiny: the main run and one more) of each seed's probe gaps
     rot = m["probes"]["rotation"]
     seeds = [rot] + [e["rotation"] for e in m["probes"]["gap_seeds"]]
     assert [e["seed"] for e in m["probes"]["gap_seeds"]] == [1] and gap["deciding"]["seeds"] == 2
-    gap_of = lambda r, h: 0.5 * sum(r["backbone"][k] - r[h][k] for k in ("linear", "mlp"))  # noqa: E731
+    gap_of = lambda r, h: 0.5 * sum(r["backbone"][k] - r[h][k] for k in ("linear", "mlp"))
     g, g0 = (np.mean([gap_of(r, h) for r in seeds]) for h in ("head", "head_untrained"))
     assert gap["deciding"]["rotation_gap_mean"] == pytest.approx(g, abs=1e-12)
     assert gap["deciding"]["rotation_gap_mean_untrained_head"] == pytest.approx(g0, abs=1e-12)
@@ -105,8 +114,10 @@ def test_stored_ratios_recomputed_independently(tiny):
 
 
 def _ratios(trained, untrained=1.0, width=0.05):
-    return {h: {c: {"D": v, "lo": v - width, "hi": v + width} for c in guillotine.CONTROLS}
-            for h, v in (("trained", trained), ("untrained", untrained))}
+    return {
+        h: {c: {"D": v, "lo": v - width, "hi": v + width} for c in guillotine.CONTROLS}
+        for h, v in (("trained", trained), ("untrained", untrained))
+    }
 
 
 N_TEST = 400  # rotation-probe test images of the hand-made measurements
@@ -125,40 +136,67 @@ def _rep(acc):
     return {"linear": acc, "mlp": acc, "linear_test_correct": _outcomes(acc), "mlp_test_correct": _outcomes(acc)}
 
 
-def _fake(gap=0.1, rot=0.5, hue=0.5, blur=1.2, S=(3.0, 2.0, 4.0), gap0=0.0, loss=(5.0, 3.0), erank=10.0, z_rot=0.6,
-          R=(2.0, 1.5, 2.5)):
+def _fake(
+    gap=0.1,
+    rot=0.5,
+    hue=0.5,
+    blur=1.2,
+    S=(3.0, 2.0, 4.0),
+    gap0=0.0,
+    loss=(5.0, 3.0),
+    erank=10.0,
+    z_rot=0.6,
+    R=(2.0, 1.5, 2.5),
+):
     """Measurements with given probe gaps (trained and untrained head), trained-head ratios (untrained: 1), orbit
     compression ``S`` and its ratio to the untrained head's ``R`` (each ``(value, lo, hi)``)."""
-    probes_ = {"rotation": {"backbone": _rep(z_rot), "head": _rep(z_rot - gap), "head_untrained": _rep(z_rot - gap0)},
-               "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")}}
+    probes_ = {
+        "rotation": {"backbone": _rep(z_rot), "head": _rep(z_rot - gap), "head_untrained": _rep(z_rot - gap0)},
+        "class": {w: {"linear": 0.5, "mlp": 0.5} for w in ("backbone", "head")},
+    }
     ratios = {"rotation": _ratios(rot), "hue": _ratios(hue), "blur": _ratios(blur)}
     comp = {"head": dict(zip(("S", "lo", "hi"), S)), "head_untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}
-    return {"premise_values": {"loss_first_10pct": loss[0], "loss_last_10pct": loss[1], "backbone_rotation_acc": z_rot,
-                               "erank_rankme_backbone": erank},
-            "probes": probes_, "degeneracy": {"ratios": ratios}, "orbits": {"compression": comp},
-            "sec5": {"training": {a: ratios[a] for a in ("rotation", "hue")}, "negative": {"blur": ratios["blur"]},
-                     "orbits": comp, "orbits_vs_untrained": dict(zip(("S", "lo", "hi"), R))},
-            "curvature": {"summary": {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}},
-            "depth_ablation": []}
+    return {
+        "premise_values": {
+            "loss_first_10pct": loss[0],
+            "loss_last_10pct": loss[1],
+            "backbone_rotation_acc": z_rot,
+            "erank_rankme_backbone": erank,
+        },
+        "probes": probes_,
+        "degeneracy": {"ratios": ratios},
+        "orbits": {"compression": comp},
+        "sec5": {
+            "training": {a: ratios[a] for a in ("rotation", "hue")},
+            "negative": {"blur": ratios["blur"]},
+            "orbits": comp,
+            "orbits_vs_untrained": dict(zip(("S", "lo", "hi"), R)),
+        },
+        "curvature": {"summary": {k: 1.0 for k in ("ratio_paper", "ratio_exact_raw", "ratio_exact_normalised")}},
+        "depth_ablation": [],
+    }
 
 
-@pytest.mark.parametrize("kwargs, sec5, gap", [
-    ({}, "supported", "supported"),
-    ({"blur": 0.5}, "inconclusive", "supported"),  # the negative control passes too
-    ({"hue": 1.3}, "not supported", "supported"),  # a training augmentation >= 1 with confidence
-    ({"S": (0.7, 0.6, 0.8)}, "not supported", "supported"),  # orbits expand through the head
-    ({"S": (1.1, 0.9, 1.3)}, "inconclusive", "supported"),  # compression not established
-    ({"R": (0.144, 0.11, 0.19)}, "inconclusive", "supported"),  # compresses less than the untrained head
-    ({"gap": 0.01}, "supported", "inconclusive"),  # gap below the margin
-    ({"gap": -0.05}, "supported", "not supported"),
-    # the untrained head's gap alone passes the margin; training adds 0.03, its interval [0.013, 0.047] reaches 0.02
-    ({"gap": 0.1, "gap0": 0.07}, "supported", "inconclusive"),
-    ({"gap": 0.05, "gap0": 0.15}, "supported", "not supported"),  # training leaves h(z) more decodable than h_0(z)
-    ({"gap": -0.05, "gap0": -0.05}, "supported", "not supported"),  # h(z) more decodable than z, as at init
-    ({"loss": (3.0, 3.5)}, "premise violated", "premise violated"),
-    ({"erank": 1.5}, "premise violated", "premise violated"),
-    ({"z_rot": 0.26}, "supported", "premise violated"),  # rotation not in z: only the probe claim's premise
-])
+@pytest.mark.parametrize(
+    "kwargs, sec5, gap",
+    [
+        ({}, "supported", "supported"),
+        ({"blur": 0.5}, "inconclusive", "supported"),  # the negative control passes too
+        ({"hue": 1.3}, "not supported", "supported"),  # a training augmentation >= 1 with confidence
+        ({"S": (0.7, 0.6, 0.8)}, "not supported", "supported"),  # orbits expand through the head
+        ({"S": (1.1, 0.9, 1.3)}, "inconclusive", "supported"),  # compression not established
+        ({"R": (0.144, 0.11, 0.19)}, "inconclusive", "supported"),  # compresses less than the untrained head
+        ({"gap": 0.01}, "supported", "inconclusive"),  # gap below the margin
+        ({"gap": -0.05}, "supported", "not supported"),
+        # the untrained head's gap alone passes the margin; training adds 0.03, its interval [0.013, 0.047] reaches 0.02
+        ({"gap": 0.1, "gap0": 0.07}, "supported", "inconclusive"),
+        ({"gap": 0.05, "gap0": 0.15}, "supported", "not supported"),  # training leaves h(z) more decodable than h_0(z)
+        ({"gap": -0.05, "gap0": -0.05}, "supported", "not supported"),  # h(z) more decodable than z, as at init
+        ({"loss": (3.0, 3.5)}, "premise violated", "premise violated"),
+        ({"erank": 1.5}, "premise violated", "premise violated"),
+        ({"z_rot": 0.26}, "supported", "premise violated"),  # rotation not in z: only the probe claim's premise
+    ],
+)
 def test_decide_each_verdict_on_hand_made_measurements(kwargs, sec5, gap):
     out = guillotine.decide(_fake(**kwargs), gconfig.get_config("tiny"))
     got = {c["id"]: c for c in out["claims"]}
@@ -167,8 +205,9 @@ def test_decide_each_verdict_on_hand_made_measurements(kwargs, sec5, gap):
     assert "untrained head's gap" in got["guillotine-probe-gap"]["reason"]
 
 
-@pytest.mark.parametrize("gap, gap0, verdict", [(0.1, 0.0, "supported"), (0.1, 0.07, "inconclusive"),
-                                                (0.05, 0.15, "not supported")])
+@pytest.mark.parametrize(
+    "gap, gap0, verdict", [(0.1, 0.0, "supported"), (0.1, 0.07, "inconclusive"), (0.05, 0.15, "not supported")]
+)
 def test_gap_interval_is_the_paired_bootstrap_of_the_per_image_differences(gap, gap0, verdict):
     """Hand-made outcomes with known answers: the difference is acc(h_0) - acc(h), its interval the binomial one
     of the images where the two heads differ, and the verdict the rule's."""
@@ -186,11 +225,17 @@ def test_gap_interval_is_the_paired_bootstrap_of_the_per_image_differences(gap, 
 def test_gap_interval_over_seeds_resamples_the_seeds():
     """Two seeds whose differences are 0.0 and 0.2 exactly on every image: no image spread, so the interval comes
     from the seeds alone (resampled: both, either twice), 0.0 .. 0.2 around the mean 0.1."""
+
     def seed(d):
         z = [1] * N_TEST
-        return {"backbone": {"linear": z, "mlp": z}, "head": {"linear": [0] * N_TEST, "mlp": [0] * N_TEST},
-                "head_untrained": {k: [1 if i < round(d * N_TEST) else 0 for i in range(N_TEST)]
-                                   for k in ("linear", "mlp")}}
+        return {
+            "backbone": {"linear": z, "mlp": z},
+            "head": {"linear": [0] * N_TEST, "mlp": [0] * N_TEST},
+            "head_untrained": {
+                k: [1 if i < round(d * N_TEST) else 0 for i in range(N_TEST)] for k in ("linear", "mlp")
+            },
+        }
+
     one = guillotine.probe_gap_interval([seed(0.0)], reps=500)
     assert one["difference"] == 0.0 and one["difference_ci"] == [0.0, 0.0]
     st = guillotine.probe_gap_interval([seed(0.0), seed(0.2)], reps=2000)
@@ -327,8 +372,9 @@ def test_control_directions_are_what_they_say(smooth_geometry):
 def test_paper_orbit_spreads_and_compression_on_a_hand_made_model(smooth_geometry):
     """orbit_analysis' paper-way spreads equal a NumPy recomputation from the model's own outputs."""
     geo, v, x = smooth_geometry
-    cfg = ml_collections.ConfigDict({"seed": 0, "analysis": {"orbit_max_angle_deg": 45.0, "orbit_steps": 3,
-                                                             "paper_orbit_steps": 4}})
+    cfg = ml_collections.ConfigDict(
+        {"seed": 0, "analysis": {"orbit_max_angle_deg": 45.0, "orbit_steps": 3, "paper_orbit_steps": 4}}
+    )
     imgs = jnp.stack([x, x[::-1] * 0.5])  # 2 classes x 2 images
     v0 = {"backbone": v["backbone"], "head": geo.head.init(jax.random.PRNGKey(9))}
     o = G.orbit_analysis(cfg, geo, v, imgs, {"backbone": 1.0, "head": 1.0}, v_init=v0)
@@ -339,7 +385,7 @@ def test_paper_orbit_spreads_and_compression_on_a_hand_made_model(smooth_geometr
         zn = z / np.linalg.norm(z, axis=-1, keepdims=True)
         h = np.asarray(jax.vmap(jax.vmap(lambda q: geo.head.apply(vv["head"], q[None])[0][0]))(jnp.asarray(zn)))
         hn = h / np.linalg.norm(h, axis=-1, keepdims=True)
-        spread = lambda r: np.mean(np.sum((r - r.mean(1, keepdims=True)) ** 2, -1), 1)  # noqa: E731
+        spread = lambda r: np.mean(np.sum((r - r.mean(1, keepdims=True)) ** 2, -1), 1)
         np.testing.assert_allclose(o["paper_spreads"]["backbone"], spread(zn), rtol=1e-10)
         np.testing.assert_allclose(o["paper_spreads"][name], spread(hn), rtol=1e-10)
         assert o["compression"][name]["S"] == pytest.approx(spread(zn).mean() / spread(hn).mean(), rel=1e-10)
@@ -399,8 +445,10 @@ def test_tiny_training_and_probes_are_bitwise_reproducible_run_to_run():
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    outs = [subprocess.run([sys.executable, "-c", _RUN_AND_HASH], cwd=root, capture_output=True, text=True, timeout=900)
-            for _ in range(2)]
+    outs = [
+        subprocess.run([sys.executable, "-c", _RUN_AND_HASH], cwd=root, capture_output=True, text=True, timeout=900)
+        for _ in range(2)
+    ]
     for o in outs:
         assert o.returncode == 0, o.stderr[-3000:]
     first, second = (o.stdout.strip().splitlines()[-1] for o in outs)
@@ -415,7 +463,9 @@ def test_bad_arguments_raise_clear_errors():
         G.augmentation_fn(cfg, "shear")
     bad = gconfig.get_config("tiny")
     bad.train.batch_size, bad.data.n_train = 128, 64
-    with pytest.raises(ValueError, match=r"data\.num_train`: 64 examples cannot fill one batch of `data\.batch_size` = 128"):
+    with pytest.raises(
+        ValueError, match=r"data\.num_train`: 64 examples cannot fill one batch of `data\.batch_size` = 128"
+    ):
         T.train_simclr(bad, 2)
     bad = gconfig.get_config("tiny")
     bad.model.backbone = "alexnet"
@@ -426,13 +476,21 @@ def test_bad_arguments_raise_clear_errors():
 
 
 def test_paper_variants_are_the_authors_recipe():
-    for v, (name, backbone) in {"paper": ("cifar10", "resnet18_cifar"), "paper_vit_tiny": ("cifar10", "vit_tiny"),
-                                "paper_cifar100": ("cifar100", "resnet18_cifar")}.items():
+    for v, (name, backbone) in {
+        "paper": ("cifar10", "resnet18_cifar"),
+        "paper_vit_tiny": ("cifar10", "vit_tiny"),
+        "paper_cifar100": ("cifar100", "resnet18_cifar"),
+    }.items():
         c = gconfig.get_config(v)
         assert (c.data.name, c.model.backbone) == (name, backbone)
         assert c.augment.rotation_deg == 45.0 and tuple(c.augment.crop_scale) == (0.08, 1.0)
         assert c.augment.gray_prob == 0.0 and c.augment.blur_prob == 0.0
-        assert (c.model.head_hidden, c.model.head_out, c.model.head_final_bn, c.model.head_bias) == (2048, 2048, True, False)
+        assert (c.model.head_hidden, c.model.head_out, c.model.head_final_bn, c.model.head_bias) == (
+            2048,
+            2048,
+            True,
+            False,
+        )
         assert (c.train.batch_size, c.train.lr, c.train.temperature, c.probes.epochs) == (256, 1e-3, 0.1, 5)
         assert c.objective.name == "simclr_one_way"  # the authors' CE(z1 z2^T / 0.1), n - 1 negatives
         assert tuple(c.ablation.depths) == (1, 2, 3) and c.train.steps == 50 * (50000 // 256)
@@ -460,25 +518,40 @@ def test_ablation_runs_at_its_own_batch_and_steps(tmp_path):
 
 def test_training_goes_through_the_cli_trainer_with_the_authors_views():
     """The trainer config of a paper run is the authors' recipe, and the CLI builds the same models and views."""
-    from ssl_geometry import augment
-    from ssl_geometry import trainer
+    from ssl_geometry import augment, trainer
 
     c = gconfig.get_config("paper")
     tc = T.trainer_config(c, 3, "swish")
-    assert (tc.objective.name, tc.objective.temperature) == ("simclr_one_way", 0.1)  # the authors' one-way CE in the paper variant
+    assert (tc.objective.name, tc.objective.temperature) == (
+        "simclr_one_way",
+        0.1,
+    )  # the authors' one-way CE in the paper variant
     assert (tc.optimizer.name, tc.optimizer.lr, tc.optimizer.schedule, tc.optimizer.weight_decay) == (
-        "adam", 1e-3, "constant", 0.0)
+        "adam",
+        1e-3,
+        "constant",
+        0.0,
+    )
     assert tc.data.batch_size == 256 and tc.train.steps == c.train.steps and tc.model.backbone == "resnet18_cifar"
     assert tuple(tc.model.projector.hidden) == (2048, 2048) and tc.model.projector.activation == "swish"
     conf = trainer.augment_config(tc.augment)
-    assert conf == augment.AugmentConfig(size=32, crop_scale=(0.08, 1.0), rotation_deg=45.0,
-                                         jitter=(0.4, 0.4, 0.4, 0.1), jitter_prob=0.8, gray_prob=0.0, blur_prob=0.0)
+    assert conf == augment.AugmentConfig(
+        size=32,
+        crop_scale=(0.08, 1.0),
+        rotation_deg=45.0,
+        jitter=(0.4, 0.4, 0.4, 0.1),
+        jitter_prob=0.8,
+        gray_prob=0.0,
+        blur_prob=0.0,
+    )
     head = trainer.build_head(tc.model.projector, 512, jnp.float32)
     assert head.name == T.make_head(c, 512, 3, jnp.float32, "swish").name
     with pytest.raises(ValueError, match=r"\['rotate'\]"):
         trainer.augment_config(ml_collections.ConfigDict({"name": "simclr_custom", "rotate": 45.0}))
     c.dry_run = True
-    assert T.trainer_config(c, 2).train.steps == c.train.dry_run_steps == 4 and T.trainer_config(c, 2).data.batch_size == 8 == T.dry_batch(c)
+    assert T.trainer_config(c, 2).train.steps == c.train.dry_run_steps == 4 and T.trainer_config(
+        c, 2
+    ).data.batch_size == 8 == T.dry_batch(c)
     assert T.trainer_config(c, 2, batch=16).data.batch_size == 16
 
 
@@ -496,23 +569,26 @@ def test_train_simclr_is_the_trainers_step():
     tx, sched = trainer.make_optimizer(tc.optimizer, 2, 8, probe_lr=float(tc.optimizer.probe_lr))
     step = jax.jit(trainer.make_train_step(obj, tx, sched))
     state = trainer.init_train_state(obj, tx, jax.random.PRNGKey(c.seed), int(labels.max()) + 1)
-    np.testing.assert_array_equal(jax.tree_util.tree_leaves(run["init_params"])[0],
-                                  jax.tree_util.tree_leaves(state["params"])[0])
+    np.testing.assert_array_equal(
+        jax.tree_util.tree_leaves(run["init_params"])[0], jax.tree_util.tree_leaves(state["params"])[0]
+    )
     losses = []
     for s in range(2):
         idx = trainer.batch_indices(c.seed, s, 16, 8)
         state, m = step(state, {"images": jnp.asarray(images[idx]), "labels": jnp.asarray(labels[idx])})
         losses.append(float(m["loss"]))
     np.testing.assert_allclose(run["losses"], losses, rtol=1e-5)
-    for a, b in zip(jax.tree_util.tree_leaves(run["params"]["projector"]),
-                    jax.tree_util.tree_leaves(state["params"]["projector"])):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(run["params"]["projector"]), jax.tree_util.tree_leaves(state["params"]["projector"])
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def _bitwise_equal(a, b):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(x, y)
-                                      for x, y in zip(la, lb))
+    return len(la) == len(lb) and all(
+        np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(x, y) for x, y in zip(la, lb)
+    )
 
 
 def test_train_simclr_checkpoints_resume_and_never_mix_runs(tmp_path):
@@ -529,8 +605,7 @@ def test_train_simclr_checkpoints_resume_and_never_mix_runs(tmp_path):
     again = T.train_simclr(c, 2)
     assert again["resumed_from"] == 2
     np.testing.assert_allclose(again["losses"], full["losses"], rtol=1e-6)
-    for a, b in zip(jax.tree_util.tree_leaves(again["params"]), jax.tree_util.tree_leaves(full["params"])):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    chex.assert_trees_all_close(again["params"], full["params"], rtol=1e-5, atol=1e-7)
     other = gconfig.get_config("tiny")
     other.train.steps, other.train.batch_size, other.train.lr, other.data.n_train = 3, 8, 5e-4, 16
     other.train.checkpoint_every, other.train.checkpoint_dir = 1, str(tmp_path)
@@ -559,11 +634,13 @@ def test_guillotine_run_stopped_and_resumed_by_the_shared_loop_is_bitwise_the_un
     second = trainer.train(tc, tmp_path / "split", verbose=False)
     assert (second["status"], second["step"], second["resumed_from"]) == ("finished", 4, 2)
     assert _bitwise_equal(whole["state"], second["state"])
-    loss = lambda wd: [r["loss"] for r in trainer.read_metrics(wd) if "event" not in r]  # noqa: E731
+    loss = lambda wd: [r["loss"] for r in trainer.read_metrics(wd) if "event" not in r]
     assert loss(tmp_path / "whole") == loss(tmp_path / "split") and len(loss(tmp_path / "whole")) == 4
     c.train.checkpoint_every, c.train.checkpoint_dir = 2, str(tmp_path / "ckpt")
     run = T.train_simclr(c, 2)
-    assert run["losses"].tolist() == loss(tmp_path / "whole") and _bitwise_equal(run["params"], whole["state"]["params"])
+    assert run["losses"].tolist() == loss(tmp_path / "whole") and _bitwise_equal(
+        run["params"], whole["state"]["params"]
+    )
 
 
 def test_dry_run_sizes_keep_every_step_small():
@@ -573,12 +650,22 @@ def test_dry_run_sizes_keep_every_step_small():
     sz = guillotine._sizes(c)
     assert all(v <= 16 for v in sz.values()) and sz["degeneracy"] >= 2  # a permutation without fixed points needs 2
     # Each count is the paper's scaled by one fraction per part (16 / 50000 probe images; 8 / 256 geometry images).
-    assert (sz["probe_train"], sz["probe_test"], sz["degeneracy"], sz["curvature"], sz["convergence"]) == (16, 3, 8, 3, 1)
+    assert (sz["probe_train"], sz["probe_test"], sz["degeneracy"], sz["curvature"], sz["convergence"]) == (
+        16,
+        3,
+        8,
+        3,
+        1,
+    )
     big = guillotine._sizes(c, probe_images=32, geometry_images=16)
     assert (big["probe_train"], big["probe_test"], big["degeneracy"], big["curvature"], big["convergence"]) == (
-        32, 6, 16, 6, 2)
+        32,
+        6,
+        16,
+        6,
+        2,
+    )
     assert (c.model.backbone, c.data.image_size, c.model.head_out) == ("resnet18_cifar", 32, 2048)  # the paper's models
-
 
 
 def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_two_sizes(monkeypatch):
@@ -594,7 +681,7 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     c = gconfig.get_config("paper")
     c.dry_run = True
     ab = guillotine._ablation_config(c)
-    t = lambda b: 1e-3 * b  # noqa: E731
+    t = lambda b: 1e-3 * b
     calls, sizes = [], {"probes": [], "geometry": []}
 
     def fake_train(cfg, depth, activation=None, batch=None):  # a timing run: a temporary workdir
@@ -605,6 +692,7 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
         def make(n):
             sizes[part].append(n)
             return lambda: time.sleep(seconds_per_image * n)
+
         return make
 
     fits = []
@@ -616,6 +704,7 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
             fits.append((task, f_tr.shape, f_te.shape[0], hidden, epochs, classes, num_classes))
             time.sleep(1e-7 * f_tr.size)
             return {}
+
         return fit
 
     monkeypatch.setattr(T, "train_simclr", fake_train)
@@ -639,15 +728,27 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     assert all(math.isfinite(p["exponent"]) and p["projected_s"] > 0 for p in (probes, geometry))
     # the fits: each kind at 4096 and 8192 images (test set 1/5 of that), once untimed and once timed per size
     assert D.fit_timing_sizes(c) == [4096, 8192]
-    kinds = {("rotation", 16, 256, 4, None): 4, ("rotation", 64, 512, 4, None): 5, ("class", 16, 256, 100, 100): 1,
-             ("class", 64, 512, 100, 100): 1}
-    want = [(task, (n, w), round(n / 5), h, 5, k, nc) for n in (4096, 8192) for (task, w, h, k, nc) in kinds
-            for _ in range(2)]
+    kinds = {
+        ("rotation", 16, 256, 4, None): 4,
+        ("rotation", 64, 512, 4, None): 5,
+        ("class", 16, 256, 100, 100): 1,
+        ("class", 64, 512, 100, 100): 1,
+    }
+    want = [
+        (task, (n, w), round(n / 5), h, 5, k, nc)
+        for n in (4096, 8192)
+        for (task, w, h, k, nc) in kinds
+        for _ in range(2)
+    ]
     assert sorted(fits) == sorted(want)
     f = an["parts"]["fits"]
     assert [n for n, _ in f["points"]] == [4096, 8192] and (f["full_size"], f["count"]) == (50000, 1)
-    assert {k: v["fits"] for k, v in f["kinds"].items()} == {"rotation/backbone": 4, "rotation/head": 5,
-                                                              "class/backbone": 1, "class/head": 1}
+    assert {k: v["fits"] for k, v in f["kinds"].items()} == {
+        "rotation/backbone": 4,
+        "rotation/head": 5,
+        "class/backbone": 1,
+        "class/head": 1,
+    }
     for i in range(2):  # each point is the sum of every kind's time weighted by its count
         assert f["points"][i][1] == pytest.approx(sum(k["fits"] * k["points"][i][1] for k in f["kinds"].values()))
     assert f["points"][1][1] == pytest.approx(8192 * 1e-7 * (4 * 16 + 5 * 64 + 16 + 64), rel=0.5)  # the sleeps
@@ -655,8 +756,9 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 52 s against 2 s and 0.26 s
     assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == tr["points"][1][1]
     with pytest.raises(ValueError, match="dry_run_examples"):
-        D.run_batch(configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"data.dry_run_examples": 16}),
-                    ab, 1)
+        D.run_batch(
+            configs.apply_overrides(ml_collections.ConfigDict(c.to_dict()), {"data.dry_run_examples": 16}), ab, 1
+        )
 
 
 def test_probe_timing_sizes_are_an_eighth_and_a_quarter_capped_and_tile_repeats_the_images():
@@ -671,8 +773,12 @@ def test_probe_timing_sizes_are_an_eighth_and_a_quarter_capped_and_tile_repeats_
     # the real fits at the tiny sizes: every kind timed at both, the unit their count-weighted sum
     f = D.fit_projection(gconfig.get_config("tiny"), 2, {"backbone": 8, "head": 6}, 10)
     assert [n for n, _ in f["points"]] == [12, 24] and f["full_size"] == 96 and f["projected_s"] > 0
-    assert {k: v["fits"] for k, v in f["kinds"].items()} == {"rotation/backbone": 2, "rotation/head": 3,
-                                                              "class/backbone": 1, "class/head": 1}
+    assert {k: v["fits"] for k, v in f["kinds"].items()} == {
+        "rotation/backbone": 2,
+        "rotation/head": 3,
+        "class/backbone": 1,
+        "class/head": 1,
+    }
     imgs = np.arange(3 * 2).reshape(3, 2)
     np.testing.assert_array_equal(D.tile(imgs, 7), imgs[[0, 1, 2, 0, 1, 2, 0]])
     with pytest.raises(ValueError, match="`n` >= 1"):
@@ -698,30 +804,40 @@ def test_probe_suite_runs_the_backbone_once_per_image_set_and_equals_each_repres
     def counting(r):
         fz, fh = feature_fns(r)
         return (lambda x: passes.append(x.shape[0]) or fz(x)), fh
+
     monkeypatch.setattr(T, "feature_fns", counting)
     got = probing.probe_suite(c, run, *sets, key, untrained=True)
     assert passes == [len(sets[0]), len(sets[1]), len(sets[2][0]), len(sets[3][0])]
 
     obj, p, s = run["objective"], run["params"], run["state"]
     p0, s0 = probing.untrained_head_run(run)["params"], probing.untrained_head_run(run)["state"]
-    fns = {"backbone": lambda x: obj.features(p, s, x), "head": lambda x: obj.embed(p, s, x),
-           "head_untrained": lambda x: obj.embed(p0, s0, x)}
+    fns = {
+        "backbone": lambda x: obj.features(p, s, x),
+        "head": lambda x: obj.embed(p, s, x),
+        "head_untrained": lambda x: obj.embed(p0, s0, x),
+    }
     hidden = {"backbone": c.probes.hidden, "head": c.probes.hidden_head, "head_untrained": c.probes.hidden_head}
     k_rot, k_cls = jax.random.split(key)
     for name, fn in fns.items():
-        want = probes.rotation_probe(fn, sets[0], sets[1], epochs=c.probes.epochs, hidden=hidden[name],
-                                     rotations=c.probes.rotations, key=k_rot)
-        assert got["rotation"][name] == {k: want[k] for k in ("linear", "mlp", "linear_train", "mlp_train",
-                                                              "linear_test_correct", "mlp_test_correct")}, name
+        want = probes.rotation_probe(
+            fn, sets[0], sets[1], epochs=c.probes.epochs, hidden=hidden[name], rotations=c.probes.rotations, key=k_rot
+        )
+        assert got["rotation"][name] == {
+            k: want[k]
+            for k in ("linear", "mlp", "linear_train", "mlp_train", "linear_test_correct", "mlp_test_correct")
+        }, name
     (xtr, ytr), (xte, yte) = sets[2], sets[3]
     for i, name in enumerate(("backbone", "head")):
         ftr, fte = probes.features_in_batches(fns[name], xtr), probes.features_in_batches(fns[name], xte)
         k = jax.random.fold_in(k_cls, i)
-        want = {"linear": probes.logistic_probe(ftr, ytr, fte, yte, epochs=c.probes.epochs, key=k)["acc"],
-                "mlp": probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden[name], epochs=c.probes.epochs, key=k)["acc"]}
+        want = {
+            "linear": probes.logistic_probe(ftr, ytr, fte, yte, epochs=c.probes.epochs, key=k)["acc"],
+            "mlp": probes.mlp_probe(ftr, ytr, fte, yte, hidden=hidden[name], epochs=c.probes.epochs, key=k)["acc"],
+        }
         assert got["class"][name] == want, name
     # the untrained head really is another head: its features differ from the trained head's
     z = probes.features_in_batches(fns["backbone"], sets[1])
-    assert not np.allclose(probes.features_in_batches(fns["head"], sets[1]),
-                           probes.features_in_batches(fns["head_untrained"], sets[1]))
+    assert not np.allclose(
+        probes.features_in_batches(fns["head"], sets[1]), probes.features_in_batches(fns["head_untrained"], sets[1])
+    )
     assert z.shape[0] == len(sets[1])

@@ -11,23 +11,25 @@
   :func:`metrics.augmentation_metric_degeneracy`.
 * Hand-made measurements for each verdict of the rule through ``decide``.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import claims, common, pretrained_orbits as PO, rules, suite
+from experiments import claims, common, rules, suite
+from experiments import pretrained_orbits as PO
 from experiments import pretrained_orbits as _PO
-from experiments.pretrained_orbits import pipeline as PP
 from experiments.configs import pretrained_orbits as cfg_module
-from ssl_geometry import augment, metrics, pretrained
-from ssl_geometry import as_function
+from experiments.pretrained_orbits import pipeline as PP
+from ssl_geometry import as_function, augment, metrics, pretrained
 
 
 def _finite_row(r):
@@ -62,7 +64,9 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
     assert set(absent) == set(pretrained.CHECKPOINTS)
     for name, row in absent.items():
         assert row["expected_file"] == pretrained.CHECKPOINTS[name].filename
-        assert row["url"] == pretrained.CHECKPOINTS[name].url and row["url"].startswith("https://dl.fbaipublicfiles.com/")
+        assert row["url"] == pretrained.CHECKPOINTS[name].url and row["url"].startswith(
+            "https://dl.fbaipublicfiles.com/"
+        )
     controls = [x for x in m["checkpoints"] if x["status"] == PP.STATUS_CONTROL]
     assert {x["checkpoint"] for x in controls} == set(cfg_module.get_config("tiny").control.checkpoints)
     for row in controls:
@@ -71,7 +75,10 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
         # Lanczos on v -> J^T J v agrees with the dense SVD of the head Jacobian.
         assert row["lanczos_converged"] and row["lanczos_top_converged"]
         assert row["dense_check"]["rel_err_top_eigs"] < 1e-6
-        assert abs(row["G_lambda_max_mean"] - row["dense_check"]["lambda_max_dense_mean"]) <= 1e-6 * row["G_lambda_max_mean"]
+        assert (
+            abs(row["G_lambda_max_mean"] - row["dense_check"]["lambda_max_dense_mean"])
+            <= 1e-6 * row["G_lambda_max_mean"]
+        )
         # k < d for the narrow control heads: J^T J is singular, lambda_min = 0 up to rounding.
         assert row["k"] < row["d"] and abs(row["G_lambda_min_mean"]) < 1e-8 * row["G_lambda_max_mean"]
         assert set(row["orbit_compression"]) == {"trained"}  # a control has no separate untrained head
@@ -83,7 +90,9 @@ def test_empty_dir_absent_rows_controls_and_inconclusive(empty_run):
         assert a["negative_control"] == (a["augmentation"] == "rotation")
         assert set(a["ratios"]["trained"]) == {"random", "between", "data"}
         # Raw vs relative spread ratio differ exactly by the ratio of the global scales.
-        np.testing.assert_allclose(a["spread_ratio_rel"], a["spread_ratio_raw"] * a["scale_z"] / a["scale_u"], rtol=1e-10)
+        np.testing.assert_allclose(
+            a["spread_ratio_rel"], a["spread_ratio_raw"] * a["scale_z"] / a["scale_u"], rtol=1e-10
+        )
     text = PO.report(r, "rel")
     assert "NOT checkpoint results" in text and "No released checkpoint was present" in text
     assert "resnet50_fullckpt.pth" in text and "--variant paper" in text and "SSL_GEOMETRY_CHECKPOINTS" in text
@@ -94,33 +103,52 @@ def _rows(name="x", D=0.5, D0=1.0, D_neg=1.2, S=(3.0, 2.0, 4.0), erank=20.0, sta
     """One checkpoint's summary row and per-augmentation rows with given ratios (same against every control); the
     per-orbit spreads of the untrained head are ``R`` times the trained head's (S / S_0 = R)."""
     spreads = np.linspace(0.1, 0.3, 8)
-    r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}  # noqa: E731
-    row = {"checkpoint": name, "status": status, "erank_rankme_z": erank,
-           "orbit_compression": {"trained": dict(zip(("S", "lo", "hi"), S)), "untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1}}}
-    augs = [{"checkpoint": name, "status": status, "augmentation": a, "in_training_augmentations": a != "rotation",
-             "negative_control": a == "rotation",
-             "ratios": {"trained": r(D_neg if a == "rotation" else D), "untrained": r(D0)},
-             "orbit_spreads": {"z": 3.0 * spreads, "trained": spreads, "untrained": R * spreads}}
-            for a in PP.AUGMENTATIONS]
+    r = lambda v: {c: {"D": v, "lo": v - 0.05, "hi": v + 0.05} for c in ("random", "between", "data")}
+    row = {
+        "checkpoint": name,
+        "status": status,
+        "erank_rankme_z": erank,
+        "orbit_compression": {
+            "trained": dict(zip(("S", "lo", "hi"), S)),
+            "untrained": {"S": 1.0, "lo": 0.9, "hi": 1.1},
+        },
+    }
+    augs = [
+        {
+            "checkpoint": name,
+            "status": status,
+            "augmentation": a,
+            "in_training_augmentations": a != "rotation",
+            "negative_control": a == "rotation",
+            "ratios": {"trained": r(D_neg if a == "rotation" else D), "untrained": r(D0)},
+            "orbit_spreads": {"z": 3.0 * spreads, "trained": spreads, "untrained": R * spreads},
+        }
+        for a in PP.AUGMENTATIONS
+    ]
     return [row], augs
 
 
-@pytest.mark.parametrize("kwargs, verdict", [
-    ({}, "supported"),
-    ({"D_neg": 0.5}, "inconclusive"),  # rotation, not in the releases' views, passes too
-    ({"D0": 0.4}, "inconclusive"),  # the untrained head of the same architecture is lower already
-    ({"D": 1.3}, "not supported"),
-    ({"S": (0.7, 0.6, 0.8)}, "not supported"),
-    ({"S": (1.2, 0.9, 1.5)}, "inconclusive"),
-    ({"R": 0.5}, "inconclusive"),  # the untrained head compresses the orbits more than the trained one
-    ({"erank": 1.0}, "premise violated"),
-])
+@pytest.mark.parametrize(
+    "kwargs, verdict",
+    [
+        ({}, "supported"),
+        ({"D_neg": 0.5}, "inconclusive"),  # rotation, not in the releases' views, passes too
+        ({"D0": 0.4}, "inconclusive"),  # the untrained head of the same architecture is lower already
+        ({"D": 1.3}, "not supported"),
+        ({"S": (0.7, 0.6, 0.8)}, "not supported"),
+        ({"S": (1.2, 0.9, 1.5)}, "inconclusive"),
+        ({"R": 0.5}, "inconclusive"),  # the untrained head compresses the orbits more than the trained one
+        ({"erank": 1.0}, "premise violated"),
+    ],
+)
 def test_decide_each_verdict_per_checkpoint(kwargs, verdict):
     rows, augs = _rows(**kwargs)
     other_rows, other_augs = _rows("y")
     ctrl_rows, ctrl_augs = _rows("x", D=0.1, status=PP.STATUS_CONTROL)  # controls never count
-    out = _PO.decide({"checkpoints": rows + other_rows + ctrl_rows, "augmentations": augs + other_augs + ctrl_augs},
-                     cfg_module.get_config("tiny"))
+    out = _PO.decide(
+        {"checkpoints": rows + other_rows + ctrl_rows, "augmentations": augs + other_augs + ctrl_augs},
+        cfg_module.get_config("tiny"),
+    )
     got = {i["subject"]: i for i in out["claims"]}
     assert set(got) == {"x", "y"} and got["y"]["verdict"] == "supported"
     assert got["x"]["verdict"] == verdict, got["x"]["reason"]
@@ -155,8 +183,12 @@ def tiny_dino_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     teacher = TorchPair(TorchViT(32, 16, 48, 1, 6), "head", TorchDINOHead(48, 40, hidden=24, bottleneck=12))
     student = TorchPair(TorchViT(32, 16, 48, 1, 6), "head", TorchDINOHead(48, 40, hidden=24, bottleneck=12))
-    ckpt = {"student": ddp(student.state_dict()), "teacher": teacher.state_dict(), "epoch": 3,
-            "args": argparse.Namespace(arch="vit_small", patch_size=16)}
+    ckpt = {
+        "student": ddp(student.state_dict()),
+        "teacher": teacher.state_dict(),
+        "epoch": 3,
+        "args": argparse.Namespace(arch="vit_small", patch_size=16),
+    }
     d = tmp_path_factory.mktemp("ckpts")
     torch.save(ckpt, d / pretrained.CHECKPOINTS["dino_vits16"].filename)
     return d
@@ -202,13 +234,21 @@ def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino
     assert set(augs) == {"hue", "saturation", "blur"} and set(neg) == {"rotation"}
     t = claims.CLAIMS["sec5-metric-degeneracy"].thresholds
     tr = [a for a in mine if a["in_training_augmentations"]]
-    vs0 = rules.orbit_gain_over_untrained(np.concatenate([a["orbit_spreads"]["trained"] for a in tr]),
-                                          np.concatenate([a["orbit_spreads"]["untrained"] for a in tr]))
-    assert vs0["S"] == pytest.approx(row["orbit_compression"]["trained"]["S"] / row["orbit_compression"]["untrained"]["S"],
-                                     rel=1e-12)
-    expected = rules.decide_sec5(augs, row["orbit_compression"]["trained"], negative=neg,
-                                 premises={"rank": row["erank_rankme_z"] >= t["min_effective_rank"]}, subject="dino_vits16",
-                                 orbits_vs_untrained=vs0)
+    vs0 = rules.orbit_gain_over_untrained(
+        np.concatenate([a["orbit_spreads"]["trained"] for a in tr]),
+        np.concatenate([a["orbit_spreads"]["untrained"] for a in tr]),
+    )
+    assert vs0["S"] == pytest.approx(
+        row["orbit_compression"]["trained"]["S"] / row["orbit_compression"]["untrained"]["S"], rel=1e-12
+    )
+    expected = rules.decide_sec5(
+        augs,
+        row["orbit_compression"]["trained"],
+        negative=neg,
+        premises={"rank": row["erank_rankme_z"] >= t["min_effective_rank"]},
+        subject="dino_vits16",
+        orbits_vs_untrained=vs0,
+    )
     assert item["verdict"] == expected["verdict"]
     assert {k: item["deciding"][k] for k in expected["deciding"]} == expected["deciding"]
     assert "orbit_compression_over_untrained" in expected["deciding"]
@@ -222,12 +262,18 @@ def test_present_checkpoint_runs_and_verdict_follows_rule(present_run, tiny_dino
 def test_hue_gain_matches_independent_augmentation_metric_degeneracy(present_run, tiny_dino_checkpoint):
     """Mean |J_h v| / |v| along hue tangents, recomputed point by point through the composed path."""
     config, r = present_run
-    a = next(x for x in r["measurements"]["augmentations"] if x["augmentation"] == "hue" and x["status"] == PP.STATUS_PRESENT)
+    a = next(
+        x for x in r["measurements"]["augmentations"] if x["augmentation"] == "hue" and x["status"] == PP.STATUS_PRESENT
+    )
     assert a["checkpoint"] == "dino_vits16"
     assert a["degenerate_points_excluded"] == 0 and a["zero_tangent_points"] == 0
     pre = PO.load_checkpoint("dino_vits16", PO.find_checkpoint("dino_vits16", tiny_dino_checkpoint))
-    images, _, _, _ = PP.load_images(config, num_classes=config.data.num_classes,
-                                     images_per_class=config.data.images_per_class, image_size=config.data.image_size)
+    images, _, _, _ = PP.load_images(
+        config,
+        num_classes=config.data.num_classes,
+        images_per_class=config.data.images_per_class,
+        image_size=config.data.image_size,
+    )
     thetas = PP.orbit_params(config, "hue", config.analysis.orbit_steps)
     with jax.enable_x64(True):
         hv = jax.tree_util.tree_map(lambda t: jnp.asarray(t, jnp.float64), pre.variables["head"])
@@ -255,8 +301,7 @@ def test_find_and_load_converted_safetensors(tiny_dino_checkpoint, tmp_path):
     path = PO.find_checkpoint("dino_vits16", tmp_path)
     assert path == tmp_path / "dino_vits16.safetensors"
     back = PO.load_checkpoint("dino_vits16", path)
-    for x, y in zip(jax.tree_util.tree_leaves(pre.variables), jax.tree_util.tree_leaves(back.variables)):
-        np.testing.assert_array_equal(x, y)
+    chex.assert_trees_all_equal(pre.variables, back.variables)
     # a converted file of another kind under this name is refused
     pretrained.save_converted(pre, tmp_path / "dino_resnet50.safetensors")
     with pytest.raises(ValueError, match="kind 'dino_vits16', not 'dino_resnet50'"):
@@ -274,8 +319,7 @@ def test_dry_run_overrides_keep_the_papers_models():
     assert _PO.D.orbit_points(d, "control") == 2 * 1 * 3 and _PO.D.orbit_points(c, "control") == 10 * 5 * 12
     # the dense cross-check is decided as at the paper's metric points: 4 x 2048 x 8192 > 2^24, so 1 x 2048 x 8192
     # is over the dry run's threshold too
-    assert _PO._dry_config(c).analysis.max_dense_jacobian == 2 ** 24 // 4 < 2048 * 8192
-
+    assert _PO._dry_config(c).analysis.max_dense_jacobian == 2**24 // 4 < 2048 * 8192
 
 
 def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, monkeypatch):
@@ -288,8 +332,21 @@ def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, mo
 
     calls = []
 
-    def analyse(name, status, backbone, head, variables, config, *, image_size, num_classes, images_per_class,
-                steps, key, image_cache):
+    def analyse(
+        name,
+        status,
+        backbone,
+        head,
+        variables,
+        config,
+        *,
+        image_size,
+        num_classes,
+        images_per_class,
+        steps,
+        key,
+        image_cache,
+    ):
         assert status == PO.STATUS_CONTROL and config.analysis.control_directions == 2  # the full variant's
         calls.append(num_classes * images_per_class * steps)
         time.sleep(5e-3 * calls[-1])

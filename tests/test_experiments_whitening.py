@@ -1,5 +1,6 @@
 """Experiment 1 (Thm 3.1 whitening) on its tiny config through the runner, and its two claims' rules on
 hand-made measurements for which each verdict must come out."""
+
 import numpy as np
 import pytest
 
@@ -39,12 +40,15 @@ def _construction(on_s=1e-14, off_s=1e-15):
     return {"max_rel_error_on_S": on_s, "max_norm_off_S": off_s, "rank_H_L": 8, "r": 4}
 
 
-@pytest.mark.parametrize("on_s, off_s, expected", [
-    (1e-14, 1e-15, "supported"),
-    (1e-3, 1e-15, "not supported"),   # S not whitened: refutes the theorem
-    (1e-14, 1e-4, "not supported"),   # H_eff not zero off S
-    (2e-10, 1e-15, "not supported"),  # just above the registry's 1e-10
-])
+@pytest.mark.parametrize(
+    "on_s, off_s, expected",
+    [
+        (1e-14, 1e-15, "supported"),
+        (1e-3, 1e-15, "not supported"),  # S not whitened: refutes the theorem
+        (1e-14, 1e-4, "not supported"),  # H_eff not zero off S
+        (2e-10, 1e-15, "not supported"),  # just above the registry's 1e-10
+    ],
+)
 def test_construction_rule_comes_out_each_way(on_s, off_s, expected):
     assert whitening.decide_construction(_construction(on_s, off_s))["verdict"] == expected
 
@@ -56,14 +60,23 @@ def _row(loss, init, trained, noise=0.05):
 GOOD_CONTROL = [_row("barlow_twins", 2.0, 0.1), _row("vicreg", 2.0, 0.1)]
 
 
-@pytest.mark.parametrize("rows, expected", [
-    ([_row("info_nce", 1.4, 0.1), *GOOD_CONTROL], "supported"),
-    ([_row("info_nce", 1.4, 1.5), *GOOD_CONTROL], "not supported"),        # no whiter than at initialisation
-    ([_row("info_nce", 1.4, 0.5), *GOOD_CONTROL], "inconclusive"),         # whiter, short of 0.25
-    ([_row("info_nce", 1.0, 0.24), *GOOD_CONTROL], "inconclusive"),        # < 0.25 but not 5x below the start
-    ([_row("info_nce", 1.4, 0.1), _row("barlow_twins", 2.0, 0.3), GOOD_CONTROL[1]], "inconclusive"),  # control fails
-    ([_row("info_nce", 1.4, 1.5), GOOD_CONTROL[0], _row("vicreg", 0.4, 0.3)], "inconclusive"),  # ... even over a refutation
-])
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        ([_row("info_nce", 1.4, 0.1), *GOOD_CONTROL], "supported"),
+        ([_row("info_nce", 1.4, 1.5), *GOOD_CONTROL], "not supported"),  # no whiter than at initialisation
+        ([_row("info_nce", 1.4, 0.5), *GOOD_CONTROL], "inconclusive"),  # whiter, short of 0.25
+        ([_row("info_nce", 1.0, 0.24), *GOOD_CONTROL], "inconclusive"),  # < 0.25 but not 5x below the start
+        (
+            [_row("info_nce", 1.4, 0.1), _row("barlow_twins", 2.0, 0.3), GOOD_CONTROL[1]],
+            "inconclusive",
+        ),  # control fails
+        (
+            [_row("info_nce", 1.4, 1.5), GOOD_CONTROL[0], _row("vicreg", 0.4, 0.3)],
+            "inconclusive",
+        ),  # ... even over a refutation
+    ],
+)
 def test_implicit_whitening_rule_comes_out_each_way(rows, expected):
     item = whitening.decide_whitening(rows, 0.05)
     assert item["id"] == "linear-heads-whiten" and item["verdict"] == expected, item["reason"]
@@ -72,8 +85,12 @@ def test_implicit_whitening_rule_comes_out_each_way(rows, expected):
 
 def test_implicit_whitening_is_decided_on_infonce_at_the_configs_noise_only():
     # The decorrelating losses passing does not make the claim: InfoNCE decides it.
-    rows = [_row("info_nce", 1.4, 1.5), *GOOD_CONTROL, _row("info_nce", 1.4, 0.01, noise=0.3),
-            _row("spectral_contrastive", 2.0, 0.01)]
+    rows = [
+        _row("info_nce", 1.4, 1.5),
+        *GOOD_CONTROL,
+        _row("info_nce", 1.4, 0.01, noise=0.3),
+        _row("spectral_contrastive", 2.0, 0.01),
+    ]
     assert whitening.decide_whitening(rows, 0.05)["verdict"] == "not supported"
 
 
@@ -108,8 +125,9 @@ def test_dry_run_projects_training_and_analysis_from_two_reduced_sizes_each():
     c = cfg_whitening.get_config("tiny")
     c.dry_run, c.model.k = True, 16
     runs = [("vicreg", c.data.view_noise)]
-    rec, A = whitening.dry_run(c, jnp.eye(c.data.d), np.eye(c.data.d), runs, jax.random.PRNGKey(0),
-                               jax.random.PRNGKey(1))
+    rec, A = whitening.dry_run(
+        c, jnp.eye(c.data.d), np.eye(c.data.d), runs, jax.random.PRNGKey(0), jax.random.PRNGKey(1)
+    )
     train, analysis = rec["training"], rec["analysis"]
     assert [p[0] for p in train["points"]] == [8.0, 16.0] and train["full_size"] == c.data.n == 64
     assert train["count"] == c.train.steps and analysis["count"] == 1

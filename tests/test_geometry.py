@@ -1,11 +1,11 @@
 """Effective Hessian, premises, Thm 3.1 whitening and Thm 4.1 collapse classification (float64)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ssl_geometry import geometry, heads
-from ssl_geometry import as_function
+from ssl_geometry import as_function, geometry, heads
 
 N, D, HID, K = 3, 4, 6, 3
 
@@ -13,7 +13,7 @@ N, D, HID, K = 3, 4, 6, 3
 def _vicreg_like(u):
     """Batch-coupled smooth loss: invariance between halves + covariance + variance terms."""
     n = u.shape[0]
-    a, b = u[: n // 2 + 1], u[n // 2:]  # overlapping halves (n = 3): still couples all rows
+    a, b = u[: n // 2 + 1], u[n // 2 :]  # overlapping halves (n = 3): still couples all rows
     inv = jnp.mean((a[:2] - b[:2]) ** 2)
     uc = u - jnp.mean(u, axis=0)
     cov = uc.T @ uc / (n - 1)
@@ -69,7 +69,7 @@ def test_full_matches_hessian_of_composition_and_splits(mlp_heads, z_batch):
     assert np.max(np.abs(np.asarray(eh.loss_hessian)[:K, K:])) > 1e-3
     # single sample
     t = jnp.array([0.3, -1.0, 0.5])
-    loss1 = lambda u: jnp.sum(jnp.log(jnp.cosh(u - t)))  # noqa: E731
+    loss1 = lambda u: jnp.sum(jnp.log(jnp.cosh(u - t)))
     eh1 = geometry.effective_hessian(h, loss1, z_batch[0])
     ref1 = jax.hessian(lambda x: loss1(h(x)))(z_batch[0])
     assert eh1.full.shape == (D, D)
@@ -97,7 +97,7 @@ def test_metric_against_numpy_and_interaction_zero_for_piecewise_linear(mlp_head
     A = rng.normal(size=(N * K, N * K))
     Q = A @ A.T + np.eye(N * K)  # batch-coupling SPD H_L
     c = rng.normal(size=N * K)
-    loss = lambda u: 0.5 * u.reshape(-1) @ jnp.asarray(Q) @ u.reshape(-1) + jnp.asarray(c) @ u.reshape(-1)  # noqa
+    loss = lambda u: 0.5 * u.reshape(-1) @ jnp.asarray(Q) @ u.reshape(-1) + jnp.asarray(c) @ u.reshape(-1)
     for act in ("swish", "relu", "identity"):
         h, v = mlp_heads[act]
         eh = geometry.effective_hessian(h, loss, z_batch)
@@ -106,7 +106,7 @@ def test_metric_against_numpy_and_interaction_zero_for_piecewise_linear(mlp_head
             assert min(np.min(np.abs(a)) for _, a in Jb) > 1e-3
         J = np.zeros((N * K, N * D))
         for i, (Ji, _) in enumerate(Jb):
-            J[i * K:(i + 1) * K, i * D:(i + 1) * D] = Ji
+            J[i * K : (i + 1) * K, i * D : (i + 1) * D] = Ji
         np.testing.assert_allclose(np.asarray(eh.loss_hessian), Q, atol=1e-12)
         assert _rel(eh.jacobian, J) < 1e-12
         assert _rel(eh.metric, J.T @ Q @ J) < 1e-12
@@ -121,8 +121,7 @@ def test_metric_against_numpy_and_interaction_zero_for_piecewise_linear(mlp_head
         eh2 = geometry.effective_hessian(h, loss, z_batch, per_sample=True)
         assert _rel(eh2.metric, eh.metric) < 1e-12
         assert _rel(eh2.jacobian, eh.jacobian) < 1e-14
-        np.testing.assert_allclose(np.asarray(eh2.interaction), np.asarray(eh.interaction),
-                                   atol=1e-13 * max(M, 1.0))
+        np.testing.assert_allclose(np.asarray(eh2.interaction), np.asarray(eh.interaction), atol=1e-13 * max(M, 1.0))
 
 
 def test_premises_report(mlp_heads, z_batch):
@@ -177,13 +176,13 @@ def test_whitening_head_thm31():
     """Log-sum-exp at u = 0: H_L = (I - 11^T/k)/k has rank k - 1; whiten a random (k-1)-dim S."""
     k, d = 4, 6
     r = k - 1
-    lse = lambda u: jax.nn.logsumexp(u)  # noqa: E731
+    lse = lambda u: jax.nn.logsumexp(u)
     HL = jax.hessian(lse)(jnp.zeros(k))
     B = np.linalg.qr(np.random.default_rng(3).normal(size=(d, r)))[0]
     wh = geometry.whitening_head(HL, B)
     assert wh.loss_hessian_rank == r and wh.paper.shape == (k, d) and wh.weight.shape == (d, k)
     np.testing.assert_allclose(np.asarray(wh.eigenvalues), 1.0 / k, rtol=1e-12)
-    head = lambda z: z @ wh.weight  # noqa: E731  (bias-free: z = 0 maps to u = 0)
+    head = lambda z: z @ wh.weight  # bias-free: z = 0 maps to u = 0
     eh = geometry.effective_hessian(head, lse, jnp.zeros(d))
     chk = geometry.check_whitening(eh, B)
     assert chk.max_rel_error < 1e-10
@@ -259,16 +258,19 @@ def test_classify_collapse_premise_violations(mlp_heads):
     assert res.conclusion == "premise violated"
     assert res.premises.loss_hessian_psd is False and res.lambda_min["loss_hessian"] < 0
     # slow head (timescale premise) and zero residual
-    assert geometry.classify_collapse(h, mse, z, activation="swish", timescale_ratio=0.5,
-                                      stationary_tol=1.0).conclusion == "premise violated"
+    assert (
+        geometry.classify_collapse(h, mse, z, activation="swish", timescale_ratio=0.5, stationary_tol=1.0).conclusion
+        == "premise violated"
+    )
     u0 = h(z)
     zero_res = geometry.classify_collapse(h, lambda u: 0.5 * jnp.sum((u - u0) ** 2), z, activation="swish")
     assert zero_res.conclusion == "premise violated" and zero_res.premises.residual_nonzero is False
     with pytest.raises(ValueError, match="activation"):
         geometry.classify_collapse(h, mse, z, activation="swishy")
     # a non-collapsed batch is reported (informational), not a premise violation
-    spread = geometry.classify_collapse(h, mse, z + 0.1 * jnp.arange(N * D).reshape(N, D), smooth=True,
-                                        stationary_tol=1.0)
+    spread = geometry.classify_collapse(
+        h, mse, z + 0.1 * jnp.arange(N * D).reshape(N, D), smooth=True, stationary_tol=1.0
+    )
     assert spread.premises.collapsed is False and spread.conclusion != "premise violated"
     assert geometry.head_smoothness(jax.nn.silu) == "smooth" and geometry.head_smoothness(jax.nn.relu) == "piecewise"
     assert geometry.head_smoothness(lambda x: x) == "unknown" and geometry.head_smoothness("identity") == "linear"
@@ -293,9 +295,9 @@ def test_effective_hessian_raises_on_non_finite(mlp_heads):
     with pytest.raises(FloatingPointError, match="effective_hessian"):
         geometry.effective_hessian(lambda z: 0.0 * z, lambda u: -jnp.sum(u / jnp.linalg.norm(u)), jnp.ones(D))
     with pytest.raises(FloatingPointError, match="`z`"):
-        geometry.effective_hessian(h, lambda u: jnp.sum(u ** 2), jnp.full((N, D), jnp.nan))
+        geometry.effective_hessian(h, lambda u: jnp.sum(u**2), jnp.full((N, D), jnp.nan))
     # under jit nothing is checked (tracers), the value flows through
-    out = jax.jit(lambda z: geometry.effective_hessian(h, lambda u: jnp.sum(u ** 2), z).full)(jnp.ones((N, D)))
+    out = jax.jit(lambda z: geometry.effective_hessian(h, lambda u: jnp.sum(u**2), z).full)(jnp.ones((N, D)))
     assert np.all(np.isfinite(np.asarray(out)))
 
 
@@ -315,9 +317,9 @@ def test_bad_inputs(mlp_heads):
 def test_empty_batch_is_named_not_reported_as_a_non_finite_loss(mlp_heads):
     head, _ = mlp_heads["swish"]
     with pytest.raises(ValueError, match=r"`z` is empty \(shape \(0, 4\)\)"):
-        geometry.effective_hessian(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+        geometry.effective_hessian(head, lambda u: jnp.mean(u**2), jnp.zeros((0, D)))
     with pytest.raises(ValueError, match="`z` is empty"):
-        geometry.collapse_spectrum(head, lambda u: jnp.mean(u ** 2), jnp.zeros((0, D)))
+        geometry.collapse_spectrum(head, lambda u: jnp.mean(u**2), jnp.zeros((0, D)))
 
 
 def test_gradient_flow_with_a_nan_loss_reports_the_field_not_max_steps():
@@ -326,9 +328,11 @@ def test_gradient_flow_with_a_nan_loss_reports_the_field_not_max_steps():
 
     save = jnp.array([0.0, 1.0])
     with pytest.raises(dynamics.DynamicsError, match="non-finite at the start") as err:
-        dynamics.gradient_flow(lambda p, batch, args: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save)
+        dynamics.gradient_flow(lambda p, batch, args: jnp.sum(p**2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save)
     assert "max_steps" not in str(err.value)
-    tr = dynamics.gradient_flow(lambda p, batch, args: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save, throw=False)
+    tr = dynamics.gradient_flow(
+        lambda p, batch, args: jnp.sum(p**2) * jnp.nan, jnp.ones(3), t1=1.0, save_at=save, throw=False
+    )
     assert not tr.ok and tr.status == "non_finite" and tr.n_steps == 0 and not tr.saved.any()
     assert np.isnan(float(tr.observed[0][0]))  # nothing recorded, nothing invented
 
@@ -350,7 +354,7 @@ def test_effective_hvp_operator_keeps_no_reference_to_the_callers_head():
     head = Head(jnp.eye(4, dtype=jnp.float64) * 0.5)
     alive = weakref.ref(head)
     for part in ("full", "interaction", "metric"):
-        mv, args = geometry.effective_hvp_operator(head, lambda u: jnp.sum(u ** 4), z, part=part)
+        mv, args = geometry.effective_hvp_operator(head, lambda u: jnp.sum(u**4), z, part=part)
         assert np.isfinite(np.asarray(mv(jnp.ones(12, jnp.float64), *args))).all()
     del head, mv, args
     gc.collect()

@@ -1,11 +1,11 @@
 """Heads: shapes, layout, BatchNorm semantics against NumPy, composition with JAX transforms."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ssl_geometry import activations, heads
-from ssl_geometry import as_function, merge_state, param_count
+from ssl_geometry import activations, as_function, heads, merge_state, param_count
 
 ACTS = list(activations.ACTIVATIONS)  # every registered activation (each needs a NumPy reference below)
 
@@ -75,8 +75,9 @@ def test_batchnorm_train_and_eval_match_numpy_and_update_running_stats():
     v2 = merge_state(v, state)
     y_eval, state_eval = head.apply(v2, jnp.asarray(x), train=False)
     np.testing.assert_allclose(y_eval, _np_mlp(v2, x, "swish", bn_layers=(0, 1)), rtol=1e-10, atol=1e-12)
-    assert jax.tree_util.tree_all(jax.tree_util.tree_map(lambda a, b: bool(jnp.all(a == b)),
-                                                        state_eval["batch_stats"], v2["batch_stats"]))
+    assert jax.tree_util.tree_all(
+        jax.tree_util.tree_map(lambda a, b: bool(jnp.all(a == b)), state_eval["batch_stats"], v2["batch_stats"])
+    )
 
 
 def test_batchnorm_train_mode_rejects_single_sample():
@@ -159,19 +160,26 @@ def test_bad_inputs_name_the_argument():
     assert activations.get(jnp.tanh) is jnp.tanh
 
 
-@pytest.mark.parametrize("kwargs, arg", [
-    (dict(bn_momentum=2.0), "bn_momentum"), (dict(bn_momentum=-0.1), "bn_momentum"),
-    (dict(bn_momentum=float("nan")), "bn_momentum"), (dict(bn_eps=-1.0), "bn_eps"), (dict(bn_eps=0.0), "bn_eps"),
-    (dict(bn_eps=float("inf")), "bn_eps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        (dict(bn_momentum=2.0), "bn_momentum"),
+        (dict(bn_momentum=-0.1), "bn_momentum"),
+        (dict(bn_momentum=float("nan")), "bn_momentum"),
+        (dict(bn_eps=-1.0), "bn_eps"),
+        (dict(bn_eps=0.0), "bn_eps"),
+        (dict(bn_eps=float("inf")), "bn_eps"),
+    ],
+)
 def test_batchnorm_hyper_parameters_are_validated(kwargs, arg):
     with pytest.raises(ValueError, match=f"`{arg}` must be"):
         heads.mlp(3, (4,), 2, batch_norm=True, **kwargs)
     name = {"bn_momentum": "momentum", "bn_eps": "eps"}[arg]
     x = jnp.ones((4, 3))
     with pytest.raises(ValueError, match=f"`{name}` must be"):
-        heads.batchnorm(x, jnp.ones(3), jnp.zeros(3), jnp.zeros(3), jnp.ones(3), train=True,
-                        **{name: list(kwargs.values())[0]})
+        heads.batchnorm(
+            x, jnp.ones(3), jnp.zeros(3), jnp.zeros(3), jnp.ones(3), train=True, **{name: list(kwargs.values())[0]}
+        )
     # the edges of the valid range are accepted
     heads.mlp(3, (4,), 2, batch_norm=True, bn_momentum=0.0, bn_eps=1e-12)
     heads.mlp(3, (4,), 2, batch_norm=True, bn_momentum=1.0)

@@ -4,6 +4,7 @@ Counted as a reader sees them, docstrings included: a library module at most :da
 library function at most :data:`FUNCTION_MAX` (from ``def`` to its last line), an experiment module at most
 :data:`EXPERIMENT_MODULE_MAX`. A file that grows past a limit fails here, naming itself and its size.
 """
+
 import ast
 import pathlib
 
@@ -32,8 +33,11 @@ def test_library_modules_and_functions_stay_small():
 
 
 def test_experiment_modules_stay_small():
-    long_modules = [(str(p.relative_to(ROOT)), len(p.read_text().splitlines())) for p in _sources("experiments")
-                    if len(p.read_text().splitlines()) > EXPERIMENT_MODULE_MAX]
+    long_modules = [
+        (str(p.relative_to(ROOT)), len(p.read_text().splitlines()))
+        for p in _sources("experiments")
+        if len(p.read_text().splitlines()) > EXPERIMENT_MODULE_MAX
+    ]
     assert not long_modules, f"experiment modules over {EXPERIMENT_MODULE_MAX} lines: {long_modules}"
 
 
@@ -41,6 +45,10 @@ def test_the_limits_see_a_long_function():
     """The counter itself: a 100-line function is over the limit, a 10-line one is not."""
     long_src = "def f():\n" + "    x = 1\n" * 99
     short_src = "def g():\n" + "    x = 1\n" * 9
-    sizes = {n.name: n.end_lineno - n.lineno + 1 for src in (long_src, short_src)
-             for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef)}
+    sizes = {
+        n.name: n.end_lineno - n.lineno + 1
+        for src in (long_src, short_src)
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.FunctionDef)
+    }
     assert sizes == {"f": 100, "g": 10} and sizes["f"] > FUNCTION_MAX >= sizes["g"]

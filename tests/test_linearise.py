@@ -1,4 +1,5 @@
 """Linearised flow and SGD maps (ssl_geometry.dynamics) against closed forms and expm."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,8 +7,7 @@ import optax
 import pytest
 import scipy.linalg
 
-from ssl_geometry import dynamics
-from ssl_geometry import heads
+from ssl_geometry import dynamics, heads
 
 
 def _spd(m, seed, shift=0.0):
@@ -25,8 +25,9 @@ def test_quadratic_loss_jacobian_is_minus_hessian_with_known_rate():
     assert lin.field_norm == 0.0 and lin.asymmetry < 1e-14
     # Per-group rates: the head (second block) tau times faster -> J = -diag(1, tau) A.
     tau = 4.0
-    field2 = dynamics.gradient_field(lambda y, b, a: 0.5 * jnp.concatenate(y) @ (a @ jnp.concatenate(y)),
-                               rates=(1.0, tau))
+    field2 = dynamics.gradient_field(
+        lambda y, b, a: 0.5 * jnp.concatenate(y) @ (a @ jnp.concatenate(y)), rates=(1.0, tau)
+    )
     lin2 = dynamics.linearise(field2, (jnp.zeros(2), jnp.zeros(3)), jnp.asarray(A))
     D = np.diag([1.0, 1.0, tau, tau, tau])
     np.testing.assert_allclose(lin2.jacobian, -D @ A, atol=1e-12)
@@ -45,8 +46,9 @@ def test_stop_gradient_field_is_not_symmetric_and_matches_expm():
     frozen = dynamics.linearise(dynamics.gradient_field(loss), jnp.asarray(y_eq), args)
     np.testing.assert_allclose(frozen.jacobian, -np.eye(4), atol=1e-12)
     # The target as its own function: the exact Jacobian of the field.
-    field = dynamics.gradient_field(lambda y, target, a: 0.5 * jnp.sum((y - target) ** 2),
-                              target_fn=lambda y, a: a[0] @ y + a[1])
+    field = dynamics.gradient_field(
+        lambda y, target, a: 0.5 * jnp.sum((y - target) ** 2), target_fn=lambda y, a: a[0] @ y + a[1]
+    )
     lin = dynamics.linearise(field, jnp.asarray(y_eq), args)
     np.testing.assert_allclose(lin.jacobian, B - np.eye(4), atol=1e-12)
     assert lin.asymmetry > 0.1 and lin.field_norm < 1e-12
@@ -59,8 +61,9 @@ def test_stop_gradient_field_is_not_symmetric_and_matches_expm():
     # ... and the actual (affine, so exactly linear) flow from y_eq + delta0 follows expm(J t).
     f = lambda y, a: -(y - a[0] @ y - a[1])
     ts = np.array([0.0, 1.0, 2.0])
-    tr = dynamics.gradient_flow(loss, jnp.asarray(y_eq + 1e-3 * d0), t1=2.0, save_at=ts,
-                                args=args, rtol=1e-11, atol=1e-14)
+    tr = dynamics.gradient_flow(
+        loss, jnp.asarray(y_eq + 1e-3 * d0), t1=2.0, save_at=ts, args=args, rtol=1e-11, atol=1e-14
+    )
     pred = y_eq + scipy.linalg.expm(lin.jacobian * 2.0) @ (1e-3 * d0)
     np.testing.assert_allclose(np.asarray(tr.params), pred, atol=1e-10)
     path = dynamics.predict_flow(lin.jacobian, 1e-3 * d0, ts)
@@ -74,13 +77,21 @@ def test_nonlinear_flow_near_equilibrium_grows_at_predicted_rate():
     # L(y) = 1/2 y^T A y + 1/4 |y|^4 (A indefinite): y* = 0 is an equilibrium, unstable along A's
     # negative eigenvector. A deviation of size 1e-6 grows at -lambda_min(A) in the linear regime.
     A = np.diag([-0.5, 0.3, 1.2])
-    loss = lambda y, b, a: 0.5 * y @ (a @ y) + 0.25 * jnp.sum(y ** 2) ** 2
+    loss = lambda y, b, a: 0.5 * y @ (a @ y) + 0.25 * jnp.sum(y**2) ** 2
     lin = dynamics.linearise(dynamics.gradient_field(loss), jnp.zeros(3), jnp.asarray(A))
     assert lin.rate == pytest.approx(0.5, abs=1e-12)
     assert lin.stiffness == pytest.approx(1.2 / 0.5)
     ts = np.linspace(0.0, 10.0, 11)
-    tr = dynamics.gradient_flow(loss, jnp.full(3, 1e-6), t1=10.0, save_at=ts, args=jnp.asarray(A),
-                                observe=lambda p, t, a: jnp.linalg.norm(p), rtol=1e-10, atol=1e-16)
+    tr = dynamics.gradient_flow(
+        loss,
+        jnp.full(3, 1e-6),
+        t1=10.0,
+        save_at=ts,
+        args=jnp.asarray(A),
+        observe=lambda p, t, a: jnp.linalg.norm(p),
+        rtol=1e-10,
+        atol=1e-16,
+    )
     slope = np.polyfit(ts[5:], np.log(np.asarray(tr.observed)[5:]), 1)[0]
     assert slope == pytest.approx(lin.rate, rel=1e-3)
 
@@ -110,8 +121,15 @@ def test_sgd_growth_matches_optax_steps_on_a_quadratic(momentum):
     if momentum == 0.0:
         assert g == pytest.approx(1.5)
     steps = 60
-    tr = dynamics.discrete(loss, jnp.array([1e-8, 1e-8]), optax.sgd(lr, momentum=momentum or None), steps=steps,
-                           args=jnp.asarray(H), observe=lambda p, t, a: jnp.linalg.norm(p), observe_every=1)
+    tr = dynamics.discrete(
+        loss,
+        jnp.array([1e-8, 1e-8]),
+        optax.sgd(lr, momentum=momentum or None),
+        steps=steps,
+        args=jnp.asarray(H),
+        observe=lambda p, t, a: jnp.linalg.norm(p),
+        observe_every=1,
+    )
     norms = np.asarray(tr.observed)
     measured = np.exp((np.log(norms[-1]) - np.log(norms[steps // 2])) / (steps - steps // 2))
     assert measured == pytest.approx(g, rel=2e-2)

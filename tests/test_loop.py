@@ -1,12 +1,13 @@
 """The one optimisation loop (ssl_geometry.fit) and the dynamics entry points that share it."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from ssl_geometry import dynamics
 import ssl_geometry
+from ssl_geometry import dynamics
 
 
 def quad(p, b, args):
@@ -45,8 +46,16 @@ def test_fit_stateful_loss_and_observe():
         assert b is None  # no batches: the data comes as args
         return 0.5 * jnp.sum((p - a) ** 2), s + 1.0
 
-    r = ssl_geometry.fit(loss, jnp.zeros(1), optax.sgd(0.5), steps=4, args=jnp.ones(1), state=jnp.zeros(()), chunk=2,
-                         observe=lambda p, k, a: p[0] + 0.0 * a[0])
+    r = ssl_geometry.fit(
+        loss,
+        jnp.zeros(1),
+        optax.sgd(0.5),
+        steps=4,
+        args=jnp.ones(1),
+        state=jnp.zeros(()),
+        chunk=2,
+        observe=lambda p, k, a: p[0] + 0.0 * a[0],
+    )
     assert float(r.state) == 4.0
     np.testing.assert_allclose(r.observed, [0.0, 0.75, 0.9375])  # k = 0, 2, 4
 
@@ -71,6 +80,7 @@ def test_fit_and_dynamics_compile_once_for_new_arrays_of_the_same_shape():
         def loss(p, b, a):
             traces[name] += 1
             return 0.5 * jnp.sum((p - a) ** 2)
+
         return loss
 
     losses_ = {k: counting(k) for k in traces}
@@ -101,8 +111,9 @@ def test_gradient_flow_non_finite_final_loss_is_a_failure():
 
 def test_host_loop_mode_gives_the_same_numbers_as_scan():
     """``scan=False`` (one jitted step per step, for conv nets on XLA:CPU) is the same computation."""
+
     def loss(p, s, b, a):
-        return 0.5 * jnp.sum((p - b) ** 2) + jnp.sum(p ** 4), s + jnp.sum(p)
+        return 0.5 * jnp.sum((p - b) ** 2) + jnp.sum(p**4), s + jnp.sum(p)
 
     b = jax.random.normal(jax.random.PRNGKey(3), (6, 3), jnp.float64)
     kw = dict(steps=6, batches=b, state=jnp.zeros(()), chunk=2, observe=lambda p, k, a: p[0])
@@ -112,8 +123,14 @@ def test_host_loop_mode_gives_the_same_numbers_as_scan():
     np.testing.assert_allclose(h.losses, a.losses, rtol=1e-13)
     np.testing.assert_allclose(h.observed, a.observed, rtol=1e-13)
     np.testing.assert_allclose(h.state, a.state, rtol=1e-13)
-    bad = ssl_geometry.fit(lambda p, b, a: -p[0] + 0.0 * jnp.log(2.0 - p[0]), jnp.zeros(1), optax.sgd(1.0), steps=5,
-                           scan=False, throw=False)
+    bad = ssl_geometry.fit(
+        lambda p, b, a: -p[0] + 0.0 * jnp.log(2.0 - p[0]),
+        jnp.zeros(1),
+        optax.sgd(1.0),
+        steps=5,
+        scan=False,
+        throw=False,
+    )
     assert bad.first_bad_step == 2 and np.isnan(bad.losses[2:]).all()
 
 
@@ -145,27 +162,36 @@ def test_one_signature_batch_and_args_reach_the_loss_and_observe():
     lr, steps = 0.5, 4
     b = jnp.arange(steps, dtype=jnp.float64)[:, None] * jnp.ones((steps, 2))
     a = jnp.full(2, 10.0)
-    r = ssl_geometry.fit(loss, jnp.zeros(2), optax.sgd(lr), steps=steps, batches=b, args=a, chunk=2,
-                         observe=lambda p, k, args: jnp.sum(p) + 0.0 * jnp.sum(args))
+    r = ssl_geometry.fit(
+        loss,
+        jnp.zeros(2),
+        optax.sgd(lr),
+        steps=steps,
+        batches=b,
+        args=a,
+        chunk=2,
+        observe=lambda p, k, args: jnp.sum(p) + 0.0 * jnp.sum(args),
+    )
     p = np.zeros(2)
     for k in range(steps):
         p = p - lr * (p - np.asarray(b[k]) - 10.0)
     np.testing.assert_allclose(r.params, p, rtol=1e-14)
     assert set(seen) == {(False, False)}  # every trace got both
-    none = ssl_geometry.fit(lambda p, b, a: (b, a) == (None, None) and 0.5 * jnp.sum(p ** 2), jnp.ones(1),
-                            optax.sgd(0.5), steps=2)
+    none = ssl_geometry.fit(
+        lambda p, b, a: (b, a) == (None, None) and 0.5 * jnp.sum(p**2), jnp.ones(1), optax.sgd(0.5), steps=2
+    )
     np.testing.assert_allclose(none.params, [0.25])
     with pytest.raises(TypeError):
-        ssl_geometry.fit(lambda p: jnp.sum(p ** 2), jnp.ones(1), optax.sgd(0.5), steps=2)  # no arity switching
+        ssl_geometry.fit(lambda p: jnp.sum(p**2), jnp.ones(1), optax.sgd(0.5), steps=2)  # no arity switching
     with pytest.raises(TypeError, match="observe_args"):
         ssl_geometry.fit(quad, jnp.zeros(1), optax.sgd(0.1), steps=2, args=jnp.ones(1), observe_args=True)
     # the flow and the optimiser take the same full-batch loss and observe (batch None, data in args)
-    full = lambda p, b, a: 0.5 * jnp.sum((p - a) ** 2) + (0.0 if b is None else jnp.nan)  # noqa: E731
-    obs = lambda p, t, a: p[0] - a[0]  # noqa: E731
-    gd = dynamics.discrete(full, jnp.zeros(2), optax.sgd(0.1), steps=10, args=a, lr=0.1, observe=obs,
-                           observe_every=10)
-    fl = dynamics.gradient_flow(full, jnp.zeros(2), t1=1.0, save_at=jnp.array([0.0, 1.0]), args=a, observe=obs,
-                                rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(gd.observed, [-10.0, -10.0 * 0.9 ** 10], rtol=1e-12)
+    full = lambda p, b, a: 0.5 * jnp.sum((p - a) ** 2) + (0.0 if b is None else jnp.nan)
+    obs = lambda p, t, a: p[0] - a[0]
+    gd = dynamics.discrete(full, jnp.zeros(2), optax.sgd(0.1), steps=10, args=a, lr=0.1, observe=obs, observe_every=10)
+    fl = dynamics.gradient_flow(
+        full, jnp.zeros(2), t1=1.0, save_at=jnp.array([0.0, 1.0]), args=a, observe=obs, rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_allclose(gd.observed, [-10.0, -10.0 * 0.9**10], rtol=1e-12)
     np.testing.assert_allclose(fl.observed, [-10.0, -10.0 * np.exp(-1.0)], rtol=1e-8)
     assert float(dynamics.sharpness(full, gd.params, a)) == pytest.approx(1.0, abs=1e-12)

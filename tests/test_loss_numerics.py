@@ -3,6 +3,7 @@
 Each case has the behaviour a user would expect: the right number at extreme scales, half
 precision computed in float32, and a loud error (also under ``jit``) where no right number exists.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,7 +84,9 @@ def test_extreme_input_scale(name):
     elif spec.degree is None:
         assert np.isfinite(float(_call(name, big)))
     else:
-        with pytest.raises(FloatingPointError, match=rf"`{name}` loss is not finite.*\^{spec.degree}.*documented limit"):
+        with pytest.raises(
+            FloatingPointError, match=rf"`{name}` loss is not finite.*\^{spec.degree}.*documented limit"
+        ):
             _call(name, big)
         with pytest.raises(RuntimeError, match=f"`{name}` loss is not finite"):
             jax.jit(lambda *a: _call(name, a))(*big)

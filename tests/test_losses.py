@@ -1,4 +1,5 @@
 """Tests for ssl_geometry.losses against independent NumPy float64 references."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,8 +60,9 @@ def np_info_nce(z1, z2, tau=0.1):
 def np_info_nce_one_way(u1, u2, tau=0.1):
     """The authors' guillotine loss: CE(a b^T / tau, arange(n)) with F.normalize'd rows, one direction."""
     a, b = np_unit(u1, 1e-12), np_unit(u2, 1e-12)
-    return np.mean([-a[i] @ b[i] / tau + np_logsumexp([a[i] @ b[j] / tau for j in range(len(b))])
-                    for i in range(len(a))])
+    return np.mean(
+        [-a[i] @ b[i] / tau + np_logsumexp([a[i] @ b[j] / tau for j in range(len(b))]) for i in range(len(a))]
+    )
 
 
 def np_moco(q, k, queue, tau=0.2):
@@ -69,7 +71,7 @@ def np_moco(q, k, queue, tau=0.2):
     for i in range(len(q)):
         logits = np.array([qn[i] @ kn[i]] + [qn[i] @ m for m in queue]) / tau
         total += -np_log_softmax(logits)[0]
-    return total / len(q), np.concatenate([queue[len(q):], kn])
+    return total / len(q), np.concatenate([queue[len(q) :], kn])
 
 
 def np_moco_v3(q1, q2, k1, k2, tau=0.2):
@@ -144,7 +146,7 @@ def np_dino(student, teacher, center, st=0.1, tt=0.04, m=0.9):
 
 def loss_inputs(name, seed=0, n=N, k=K):
     rng = np.random.default_rng(seed)
-    r = lambda *s: rng.standard_normal(s)  # noqa: E731
+    r = lambda *s: rng.standard_normal(s)
     if name in ("simsiam", "byol", "moco_v3"):
         return [r(n, k) for _ in range(4)]
     if name == "moco":
@@ -223,6 +225,7 @@ def test_stop_gradient_arguments_get_zero_gradient(name):
     fn, _, _, sg = CASES[name]
     args = [jnp.asarray(a) for a in loss_inputs(name, seed=2)]
     for i in sg:
+
         def f(x, i=i):
             a = list(args)
             a[i] = x
@@ -267,7 +270,7 @@ def test_batch_permutation_invariance(name):
 def test_cosine_losses_invariant_to_positive_row_rescaling_and_odd_in_sign():
     rng = np.random.default_rng(4)
     p1, p2, z1, z2 = (jnp.asarray(a) for a in loss_inputs("simsiam", seed=4))
-    s = lambda: jnp.asarray(rng.uniform(0.1, 10.0, (N, 1)))  # noqa: E731
+    s = lambda: jnp.asarray(rng.uniform(0.1, 10.0, (N, 1)))
     base = float(L.simsiam(p1, p2, z1, z2))
     np.testing.assert_allclose(float(L.simsiam(p1 * s(), p2 * s(), z1 * s(), z2 * s())), base, rtol=1e-12)
     np.testing.assert_allclose(float(L.negative_cosine(-p1, z2)), -float(L.negative_cosine(p1, z2)), rtol=1e-12)
@@ -403,7 +406,7 @@ def test_hessian_symmetric_finite_and_matches_fd_of_gradient(name):
         a = list(args)
         off = 0
         for i, s, m in zip(diff, shapes, sizes):
-            a[i] = x[off:off + m].reshape(s)
+            a[i] = x[off : off + m].reshape(s)
             off += m
         return fn(a)
 
@@ -452,7 +455,8 @@ def test_info_nce_one_way_is_torch_cross_entropy_of_the_authors_logits():
         ref.backward()
         got = L.info_nce_one_way(jnp.asarray(u1), jnp.asarray(u2), temperature=tau)
         g1, g2 = jax.grad(lambda a, b: L.info_nce_one_way(a, b, temperature=tau), argnums=(0, 1))(
-            jnp.asarray(u1), jnp.asarray(u2))
+            jnp.asarray(u1), jnp.asarray(u2)
+        )
         np.testing.assert_allclose(float(got), ref.item(), rtol=1e-13)
         np.testing.assert_allclose(g1, t1.grad.numpy(), rtol=1e-10, atol=1e-13)
         np.testing.assert_allclose(g2, t2.grad.numpy(), rtol=1e-10, atol=1e-13)
@@ -528,7 +532,9 @@ def test_bad_inputs_raise_clear_errors(no_shape_checks):
     assert np.isfinite(float(L.wmse(jnp.asarray(z), jnp.asarray(z), eps=1e-3)))
 
 
-@pytest.mark.parametrize("name", ["simsiam", "byol", "info_nce", "barlow_twins", "vicreg", "mse", "spectral_contrastive"])
+@pytest.mark.parametrize(
+    "name", ["simsiam", "byol", "info_nce", "barlow_twins", "vicreg", "mse", "spectral_contrastive"]
+)
 def test_non_finite_concrete_input_is_a_clear_error(name):
     a = np.random.default_rng(0).normal(size=(4, 3))
     b = a.copy()

@@ -1,4 +1,5 @@
 """Collapse / invariance metrics against closed forms and NumPy references (float64)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,11 +26,15 @@ def test_effective_rank_closed_form():
     s_all = np.r_[s, 0.0, 0.0]  # min(n, d) = 6 singular values; eps is added to every p_k
     for eps in (0.0, 1e-7):
         assert float(metrics.effective_rank(z, "rankme", eps=eps)) == pytest.approx(
-            _entropy_rank(s_all, eps), rel=1e-12)
+            _entropy_rank(s_all, eps), rel=1e-12
+        )
         assert float(metrics.effective_rank(z, "squared", eps=eps)) == pytest.approx(
-            _entropy_rank(s_all**2, eps), rel=1e-12)
+            _entropy_rank(s_all**2, eps), rel=1e-12
+        )
     # the two definitions differ here: squared concentrates mass on the top value
-    assert float(metrics.effective_rank(z, "squared", eps=0.0)) < float(metrics.effective_rank(z, "rankme", eps=0.0)) - 0.5
+    assert (
+        float(metrics.effective_rank(z, "squared", eps=0.0)) < float(metrics.effective_rank(z, "rankme", eps=0.0)) - 0.5
+    )
     # r equal singular values: both give exactly r (eps = 0)
     z3 = jnp.asarray(_with_singular_values(np.full(3, 2.5), 7, 5, seed=1))
     for m in metrics.EFFECTIVE_RANK_METHODS:
@@ -39,7 +44,7 @@ def test_effective_rank_closed_form():
 def test_effective_rank_method_is_explicit():
     z = jnp.ones((4, 3))
     with pytest.raises(TypeError):
-        metrics.effective_rank(z)  # noqa: the method is required
+        metrics.effective_rank(z)  # the method is required
     with pytest.raises(ValueError, match="method"):
         metrics.effective_rank(z, "entropy")
     with pytest.raises(ValueError, match="zero matrix"):
@@ -79,8 +84,10 @@ def test_normalized_std_collapsed_isotropic_and_numpy():
 
 def test_relative_update_size_groups():
     rng = np.random.default_rng(2)
-    before = {"backbone": {"conv": jnp.asarray(rng.normal(size=(3, 3))), "bn": jnp.zeros(3)},
-              "head": {"layers": [{"w": jnp.asarray(rng.normal(size=(3, 2)))}]}}
+    before = {
+        "backbone": {"conv": jnp.asarray(rng.normal(size=(3, 3))), "bn": jnp.zeros(3)},
+        "head": {"layers": [{"w": jnp.asarray(rng.normal(size=(3, 2)))}]},
+    }
     delta = jax.tree_util.tree_map(lambda x: 0.1 * jnp.asarray(rng.normal(size=x.shape)), before)
     after = jax.tree_util.tree_map(jnp.add, before, delta)
     out = metrics.relative_update_size(before, after)
@@ -105,7 +112,7 @@ def test_relative_update_size_groups():
 
 
 def test_orbit_statistics_constructed():
-    C, I, T, rad, side = 3, 2, 6, 0.5, 4.0
+    C, _, T, rad, side = 3, 2, 6, 0.5, 4.0
     angles = 2 * np.pi * np.arange(T) / T
     circle = rad * np.stack([np.cos(angles), np.sin(angles), 0 * angles, 0 * angles], -1)  # (T, 4)
     centres = side / np.sqrt(3) * np.array([[0, 0, np.cos(a), np.sin(a)] for a in 2 * np.pi * np.arange(C) / C])
@@ -156,8 +163,9 @@ def test_trajectory_curvature_exact_and_fd_order():
     # circle: (2 - 2 cos h) / h^2 * R exactly
     h = 0.1
     reps = jax.vmap(circle)(h * jnp.arange(10.0))
-    np.testing.assert_allclose(np.asarray(metrics.fd_trajectory_curvature(reps, h)),
-                               R * (2 - 2 * np.cos(h)) / h**2, rtol=1e-9)
+    np.testing.assert_allclose(
+        np.asarray(metrics.fd_trajectory_curvature(reps, h)), R * (2 - 2 * np.cos(h)) / h**2, rtol=1e-9
+    )
     with pytest.raises(ValueError, match="scalar"):
         metrics.trajectory_curvature(circle, jnp.ones(2))
     with pytest.raises(ValueError, match="T >= 3"):
@@ -169,7 +177,7 @@ def test_metric_degeneracy_linear_head():
     W = rng.normal(size=(5, 3))
     z = rng.normal(size=5)
     v = rng.normal(size=5)
-    head = lambda x: x @ jnp.asarray(W)  # noqa: E731
+    head = lambda x: x @ jnp.asarray(W)
     got = float(metrics.metric_degeneracy(head, jnp.asarray(z), jnp.asarray(v)))
     assert got == pytest.approx(np.linalg.norm(W.T @ v) / np.linalg.norm(v), rel=1e-13)
     # along a rotation path z(theta) = rot(theta) z0 in the first two coordinates
@@ -186,7 +194,7 @@ def test_metric_degeneracy_linear_head():
     got = float(metrics.augmentation_metric_degeneracy(head, path, t))
     assert got == pytest.approx(np.linalg.norm(W.T @ tangent) / np.linalg.norm(tangent), rel=1e-12)
     # a head that ignores the first two coordinates is blind to the rotation
-    blind = lambda x: x[2:] * 3.0  # noqa: E731
+    blind = lambda x: x[2:] * 3.0
     assert float(metrics.augmentation_metric_degeneracy(blind, path, t)) == 0.0
     with pytest.raises(ValueError, match="non-zero"):
         metrics.metric_degeneracy(head, jnp.asarray(z), jnp.zeros(5))
@@ -206,7 +214,8 @@ def test_effective_rank_centered_drops_the_mean_direction():
     zc = z - jnp.mean(z, axis=0)
     for m in metrics.EFFECTIVE_RANK_METHODS:
         assert float(metrics.effective_rank(z, m, center=True)) == pytest.approx(
-            float(metrics.effective_rank(zc, m)), rel=1e-12)
+            float(metrics.effective_rank(zc, m)), rel=1e-12
+        )
     with pytest.raises(TypeError, match="center"):
         metrics.effective_rank(z, "squared", center="yes")
 

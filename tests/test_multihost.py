@@ -10,6 +10,7 @@ step once in ``metrics.jsonl``, process 1 prints no summary); orbax's coordinate
 checkpoint steps; and a run stopped at its step-2 checkpoint on all processes and
 restarted on all processes ends where the uninterrupted run ends.
 """
+
 import json
 import os
 import pathlib
@@ -28,11 +29,21 @@ pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
-ARGS = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
-        "--config.train.metrics_every=4", "--config.train.progress=False", "--config.eval.max_train=200",
-        "--config.eval.max_test=100", "--config.eval.rotation=False", "--config.data.batch_size=32",
-        "--config.optimizer.warmup_steps=1", "--config.dtype=float64",
-        "--config.model.backbone_kwargs.hidden=(32,)", "--config.model.projector.hidden=(32,)"]
+ARGS = [
+    "--config.train.steps=4",
+    "--config.train.checkpoint_every=2",
+    "--config.train.log_every=1",
+    "--config.train.metrics_every=4",
+    "--config.train.progress=False",
+    "--config.eval.max_train=200",
+    "--config.eval.max_test=100",
+    "--config.eval.rotation=False",
+    "--config.data.batch_size=32",
+    "--config.optimizer.warmup_steps=1",
+    "--config.dtype=float64",
+    "--config.model.backbone_kwargs.hidden=(32,)",
+    "--config.model.projector.hidden=(32,)",
+]
 
 _WORKER = r"""
 import contextlib, os, sys, numpy as np, jax
@@ -68,11 +79,28 @@ def _launch(n, workdir, out, *extra, timeout=600, env_extra=None):
     env.pop("XLA_FLAGS", None)
     procs = []
     for i in range(n):
-        argv = ["--config", CONFIG, "--workdir", str(workdir), *ARGS, *extra,
-                "--config.distributed.initialize=True", f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-                f"--config.distributed.num_processes={n}", f"--config.distributed.process_id={i}"]
-        procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(out / f"p{i}.npz"), *argv], cwd=ROOT,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        argv = [
+            "--config",
+            CONFIG,
+            "--workdir",
+            str(workdir),
+            *ARGS,
+            *extra,
+            "--config.distributed.initialize=True",
+            f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+            f"--config.distributed.num_processes={n}",
+            f"--config.distributed.process_id={i}",
+        ]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _WORKER, str(out / f"p{i}.npz"), *argv],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = []
     for p in procs:
         try:
@@ -92,8 +120,10 @@ def reference(tmp_path_factory):
     assert jax.config.read("jax_enable_x64")
     cfg, _ = train.parse_args(["train", "--config", CONFIG, "--workdir", "x", *ARGS])
     summary = trainer.train(cfg, tmp_path_factory.mktemp("ref"), verbose=False)
-    return {jax.tree_util.keystr(p): np.asarray(x) for p, x in
-            jax.tree_util.tree_leaves_with_path(summary["state"]["params"])}
+    return {
+        jax.tree_util.keystr(p): np.asarray(x)
+        for p, x in jax.tree_util.tree_leaves_with_path(summary["state"]["params"])
+    }
 
 
 def _check_same(params, reference):
@@ -137,10 +167,18 @@ def test_two_processes_stream_their_own_tfds_shards(tmp_path):
     """data.stream=True on 2 processes: each reads its half of the split through tf.data
     (per-process batch 8 of the global 16), the run finishes, both processes end with the
     same state, and the checkpoint stores the stream position."""
-    stream = ["--config.data.name=cifar10", "--config.data.stream=True", "--config.data.image_size=8",
-              f"--config.data.data_dir={tmp_path / 'tfds'}", "--config.data.batch_size=16",
-              "--config.data.shuffle_buffer=64", "--config.eval.max_train=40", "--config.eval.max_test=40",
-              "--config.eval.knn_k=5", "--config.train.metrics_every=0"]
+    stream = [
+        "--config.data.name=cifar10",
+        "--config.data.stream=True",
+        "--config.data.image_size=8",
+        f"--config.data.data_dir={tmp_path / 'tfds'}",
+        "--config.data.batch_size=16",
+        "--config.data.shuffle_buffer=64",
+        "--config.eval.max_train=40",
+        "--config.eval.max_test=40",
+        "--config.eval.knn_k=5",
+        "--config.train.metrics_every=0",
+    ]
     (tmp_path / "tfds").mkdir()  # data.data_dir must exist (the mock reads nothing from it)
     logs, params = _launch(2, tmp_path / "w", tmp_path, *stream, env_extra={"MOCK_TFDS": "40"})
     for k in params[0]:
@@ -153,7 +191,7 @@ def test_two_processes_stream_their_own_tfds_shards(tmp_path):
 def _cli_processes(tmp_path, per_process, *, n=2, timeout_s=60, wait=240):
     """``n`` processes of ``python -m ssl_geometry.train`` on tiny.py, process ``i`` with ``per_process[i]``
     extra arguments; returns ``[(returncode, stderr)]`` and the wall time until all ended."""
-    import time  # noqa: PLC0415
+    import time
 
     port = _port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
@@ -161,12 +199,29 @@ def _cli_processes(tmp_path, per_process, *, n=2, timeout_s=60, wait=240):
     tiny = str(ROOT / "experiments" / "configs" / "tiny.py")
     t0, procs = time.perf_counter(), []
     for i, extra in enumerate(per_process):
-        argv = ["--config", tiny, "--workdir", str(tmp_path / "w"), "--config.train.progress=False",
-                "--config.distributed.initialize=True", f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-                f"--config.distributed.num_processes={n}", f"--config.distributed.process_id={i}",
-                f"--config.distributed.timeout_s={timeout_s}", *extra]
-        procs.append(subprocess.Popen([sys.executable, "-m", "ssl_geometry.train", *argv], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        argv = [
+            "--config",
+            tiny,
+            "--workdir",
+            str(tmp_path / "w"),
+            "--config.train.progress=False",
+            "--config.distributed.initialize=True",
+            f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+            f"--config.distributed.num_processes={n}",
+            f"--config.distributed.process_id={i}",
+            f"--config.distributed.timeout_s={timeout_s}",
+            *extra,
+        ]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "ssl_geometry.train", *argv],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     out = []
     for p in procs:
         try:
@@ -190,7 +245,7 @@ def test_a_missing_peer_is_named_within_distributed_timeout_s(tmp_path):
     """jax's coordination client aborts (SIGABRT) a process whose peer never connects; the line printed
     before the wait names the coordinator and the missing process, and the abort comes within timeout_s."""
     out, wall = _cli_processes(tmp_path, [[]], n=2, timeout_s=5, wait=120)
-    (rc, err), = out
+    ((rc, err),) = out
     assert rc != 0, err[-2000:]
     line = [x for x in err.splitlines() if x.startswith("ssl_geometry: jax.distributed.initialize")]
     assert len(line) == 1, err[-2000:]

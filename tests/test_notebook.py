@@ -1,4 +1,5 @@
 """Execute experiments/notebooks/flow_vs_optimisers.ipynb (small config) and check what it computed."""
+
 import json
 import os
 import pathlib
@@ -10,8 +11,13 @@ nbclient = pytest.importorskip("nbclient")
 
 NB_DIR = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "notebooks"
 NB = NB_DIR / "flow_vs_optimisers.ipynb"
-FIGURES = ("flow_vs_optimisers_loss", "flow_vs_optimisers_lambda_min", "flow_vs_optimisers_rank_rankme",
-           "flow_vs_optimisers_rank_squared", "flow_vs_optimisers_escape")
+FIGURES = (
+    "flow_vs_optimisers_loss",
+    "flow_vs_optimisers_lambda_min",
+    "flow_vs_optimisers_rank_rankme",
+    "flow_vs_optimisers_rank_squared",
+    "flow_vs_optimisers_escape",
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +30,9 @@ def executed(tmp_path_factory):
     root = str(NB_DIR.parents[1])
     os.environ["PYTHONPATH"] = root + (os.pathsep + env_before["PYTHONPATH"] if env_before["PYTHONPATH"] else "")
     try:
-        client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                         resources={"metadata": {"path": str(NB_DIR)}})
+        client = nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}}
+        )
         client.execute()
     finally:
         for k, v in env_before.items():

@@ -1,4 +1,5 @@
 """Objectives compute the named loss of their method on the head outputs they produce."""
+
 import json
 import pathlib
 
@@ -22,8 +23,9 @@ def test_simclr_one_way_objective_is_info_nce_one_way_of_the_projector_outputs()
     the two views' projector outputs (each view through backbone and projector in train mode), not the
     symmetric NT-Xent of ``simclr``."""
     bb = heads.mlp(6, (8,), 5, activation="swish", batch_norm=True, dtype=jnp.float64)
-    proj = heads.mlp(5, (8,), 4, activation="relu", batch_norm=True, final_batch_norm=True, bias=False,
-                     dtype=jnp.float64)
+    proj = heads.mlp(
+        5, (8,), 4, activation="relu", batch_norm=True, final_batch_norm=True, bias=False, dtype=jnp.float64
+    )
     obj = objectives.make_objective("simclr_one_way", bb, proj, augment=_views, temperature=0.2)
     params, state = obj.init(jax.random.PRNGKey(0))
     x = jax.random.normal(jax.random.PRNGKey(1), (8, 6), jnp.float64)
@@ -44,8 +46,9 @@ def test_project_is_the_eval_mode_projector_on_the_features_and_embed_is_their_c
     """``obj.project(p, s, z)`` is the projector alone in eval mode (running BatchNorm statistics) on ``z``, and
     ``obj.embed(p, s, x) = obj.project(p, s, obj.features(p, s, x))`` exactly: one backbone pass serves any head."""
     bb = heads.mlp(6, (8,), 5, activation="swish", batch_norm=True, dtype=jnp.float64)
-    proj = heads.mlp(5, (8,), 4, activation="relu", batch_norm=True, final_batch_norm=True, bias=False,
-                     dtype=jnp.float64)
+    proj = heads.mlp(
+        5, (8,), 4, activation="relu", batch_norm=True, final_batch_norm=True, bias=False, dtype=jnp.float64
+    )
     obj = objectives.make_objective("simclr", bb, proj, augment=_views, temperature=0.2)
     params, state = obj.init(jax.random.PRNGKey(0))
     # non-trivial running statistics, so eval mode differs from train mode
@@ -62,10 +65,19 @@ def test_project_is_the_eval_mode_projector_on_the_features_and_embed_is_their_c
 def test_cli_trains_a_step_of_simclr_one_way(tmp_path):
     """One step through ``python -m ssl_geometry.train``'s entry point with the new objective name."""
     wd = tmp_path / "run"
-    argv = ["train", "--config", str(ROOT / "experiments" / "configs" / "tiny.py"), "--workdir", str(wd),
-            "--config.objective.name=simclr_one_way", "--config.train.steps=1", "--config.train.log_every=1",
-            "--config.train.checkpoint_every=1", "--config.train.metrics_every=0",
-            "--config.train.progress=False"]
+    argv = [
+        "train",
+        "--config",
+        str(ROOT / "experiments" / "configs" / "tiny.py"),
+        "--workdir",
+        str(wd),
+        "--config.objective.name=simclr_one_way",
+        "--config.train.steps=1",
+        "--config.train.log_every=1",
+        "--config.train.checkpoint_every=1",
+        "--config.train.metrics_every=0",
+        "--config.train.progress=False",
+    ]
     assert train_cli.main(argv) == 0
     recs = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines() if line.strip()]
     losses_ = [r["loss"] for r in recs if "loss" in r]

@@ -1,12 +1,12 @@
 """Experiment 0 (paper_data): the paper's printed numbers from its released arrays, checked independently."""
+
 import copy
 import pathlib
 
 import numpy as np
 import pytest
 
-from experiments import common
-from experiments import paper_data
+from experiments import common, paper_data
 from experiments.configs import paper_data as paper_data_config
 
 ROOT = pathlib.Path(paper_data.__file__).parent.parent / "paper_results"

@@ -1,10 +1,10 @@
 """The paper's estimators (ssl_geometry.paper) on hand-made inputs with known answers (float64)."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ssl_geometry import metrics
-from ssl_geometry import paper
+from ssl_geometry import metrics, paper
 
 
 def test_angles_are_the_papers():
@@ -21,7 +21,8 @@ def test_representation_std_stacks_views_and_normalises():
     # one view: (1,0),(0,1) -> columns (1,0),(0,1): std ddof 1 = sqrt(1/2)
     assert float(paper.representation_std(z1)) == pytest.approx(np.sqrt(0.5), rel=1e-12)
     assert float(paper.representation_std(z1, z2)) == pytest.approx(
-        float(metrics.normalized_std(jnp.concatenate([z1, z2]))), rel=1e-12)
+        float(metrics.normalized_std(jnp.concatenate([z1, z2]))), rel=1e-12
+    )
     with pytest.raises(ValueError, match="feature dimension"):
         paper.representation_std(z1, jnp.ones((2, 3)))
 
@@ -66,8 +67,12 @@ def test_fd_curvature_undivided_and_normalised():
 
 
 def test_curvature_and_timescale_ratios():
-    assert float(paper.curvature_ratio(jnp.array([1.0, 3.0]), jnp.array([4.0, 4.0]))) == pytest.approx(2.0 / (1 + 5e-9), rel=1e-12)
-    assert float(paper.timescale_ratio(jnp.array([2.0, 4.0]), jnp.array([1.0]))) == pytest.approx(3.0 / (1 + 1e-8), rel=1e-12)
+    assert float(paper.curvature_ratio(jnp.array([1.0, 3.0]), jnp.array([4.0, 4.0]))) == pytest.approx(
+        2.0 / (1 + 5e-9), rel=1e-12
+    )
+    assert float(paper.timescale_ratio(jnp.array([2.0, 4.0]), jnp.array([1.0]))) == pytest.approx(
+        3.0 / (1 + 1e-8), rel=1e-12
+    )
 
 
 def _two_class_orbits():

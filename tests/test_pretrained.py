@@ -5,6 +5,7 @@ full checkpoint is saved as the release is (nested dicts, DDP ``module.`` prefix
 state, DINO's ``argparse.Namespace``), converted, and compared in float32 to 1e-4 relative.
 Head widths are reduced (the converters read widths from the tensors); backbones are full size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_backbones import TorchViT, rel_err, torch_forward, torch_resnet50  # noqa: E402
+from test_backbones import TorchViT, rel_err, torch_forward, torch_resnet50  # noqa: E402 - needs torch (skip above)
 
 
 # ----------------------------------------------------------------------------- torch references
@@ -111,8 +113,10 @@ def head_forward(head, z):
 
 def fake_optimizer(model):
     ps = list(model.parameters())[:2]
-    return {"state": {0: {"momentum_buffer": torch.zeros_like(ps[0])}},
-            "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": [0, 1]}]}
+    return {
+        "state": {0: {"momentum_buffer": torch.zeros_like(ps[0])}},
+        "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": [0, 1]}],
+    }
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -132,10 +136,15 @@ def dino_vit_file(tmp_path_factory):
     torch.manual_seed(0)
     teacher = TorchPair(TorchViT(224, 16, 384, 12, 6), "head", TorchDINOHead(384, 40))
     student = TorchPair(TorchViT(224, 16, 384, 12, 6), "head", TorchDINOHead(384, 40))
-    ckpt = {"student": ddp(student.state_dict()), "teacher": teacher.state_dict(),  # teacher not DDP (no BN)
-            "optimizer": fake_optimizer(student), "epoch": 800,
-            "args": argparse.Namespace(arch="vit_small", patch_size=16, out_dim=65536, use_bn_in_head=False),
-            "dino_loss": {"center": torch.zeros(1, 40)}, "fp16_scaler": {"scale": 65536.0, "_growth_tracker": 7}}
+    ckpt = {
+        "student": ddp(student.state_dict()),
+        "teacher": teacher.state_dict(),  # teacher not DDP (no BN)
+        "optimizer": fake_optimizer(student),
+        "epoch": 800,
+        "args": argparse.Namespace(arch="vit_small", patch_size=16, out_dim=65536, use_bn_in_head=False),
+        "dino_loss": {"center": torch.zeros(1, 40)},
+        "fp16_scaler": {"scale": 65536.0, "_growth_tracker": 7},
+    }
     path = tmp_path_factory.mktemp("dino_vit") / P.CHECKPOINTS["dino_vits16"].filename
     torch.save(ckpt, path)
     return path, teacher, student
@@ -147,9 +156,13 @@ def dino_rn50_file(tmp_path_factory):
     teacher = TorchPair(torch_resnet50(), "head", TorchDINOHead(2048, 30, use_bn=True))
     student = TorchPair(torch_resnet50(), "head", TorchDINOHead(2048, 30, use_bn=True))
     # BN in the head -> DINO wraps the teacher in DDP too
-    ckpt = {"student": ddp(student.state_dict()), "teacher": ddp(teacher.state_dict()),
-            "optimizer": fake_optimizer(student), "epoch": 100,
-            "args": argparse.Namespace(arch="resnet50", use_bn_in_head=True)}
+    ckpt = {
+        "student": ddp(student.state_dict()),
+        "teacher": ddp(teacher.state_dict()),
+        "optimizer": fake_optimizer(student),
+        "epoch": 100,
+        "args": argparse.Namespace(arch="resnet50", use_bn_in_head=True),
+    }
     path = tmp_path_factory.mktemp("dino_rn50") / P.CHECKPOINTS["dino_resnet50"].filename
     torch.save(ckpt, path)
     return path, teacher, student
@@ -189,9 +202,7 @@ def test_dino_vits16_parity_and_roundtrip(dino_vit_file, tmp_path):
     file = P.save_converted(pre, tmp_path / "dino_vits16.safetensors")
     back = P.load_converted(file)
     assert isinstance(back, P.Pretrained) and back.config == pre.config
-    for a, b in zip(jax.tree_util.tree_leaves(pre.variables), jax.tree_util.tree_leaves(back.variables)):
-        np.testing.assert_array_equal(a, b)
-    assert jax.tree_util.tree_structure(pre.variables) == jax.tree_util.tree_structure(back.variables)
+    chex.assert_trees_all_equal(pre.variables, back.variables)  # structure, shapes, dtypes and values
     np.testing.assert_allclose(back.head.apply(back.variables["head"], z)[0], u, rtol=1e-6)
 
 
@@ -214,7 +225,9 @@ def test_vicreg_resnet50_parity(vicreg_file, rn50_forward, images64):
     path, tm = vicreg_file
     pre = P.convert_vicreg_resnet50(path)
     assert pre.config["dims"] == [2048, 64, 64, 32]
-    assert "b" in pre.variables["head"]["params"]["layers"][0] and "b" not in pre.variables["head"]["params"]["layers"][-1]
+    assert (
+        "b" in pre.variables["head"]["params"]["layers"][0] and "b" not in pre.variables["head"]["params"]["layers"][-1]
+    )
     z = rn50_forward(pre.variables["backbone"], jnp.asarray(images64))
     z_t = torch_forward(tm.backbone, images64)
     assert rel_err(z, z_t) < 1e-4
@@ -252,8 +265,9 @@ def test_save_load_lists_and_plain_variables(barlow_file, tmp_path):
     f = P.save_converted(pre, tmp_path / "bt.safetensors")
     back = P.load_converted(f, as_jax=False)
     assert isinstance(back.variables["head"]["params"]["projector"]["layers"], list)
-    np.testing.assert_array_equal(back.variables["head"]["batch_stats"]["loss_bn"]["var"],
-                                  pre.variables["head"]["batch_stats"]["loss_bn"]["var"])
+    np.testing.assert_array_equal(
+        back.variables["head"]["batch_stats"]["loss_bn"]["var"], pre.variables["head"]["batch_stats"]["loss_bn"]["var"]
+    )
     # a bare variables tree (no config) round-trips as a tree
     g = P.save_converted({"a": [np.arange(3.0), {"b": np.ones((2, 2), np.float32)}]}, tmp_path / "t.safetensors")
     t = P.load_converted(g)
@@ -288,8 +302,12 @@ def test_unreadable_files_are_corrupt_not_unsafe(tmp_path):
     good = tmp_path / "good.pth"
     torch.save({"model": {"w": torch.ones(3)}}, good)
     data = good.read_bytes()
-    files = {"text.pth": b"hello, this is not a checkpoint\n", "empty.pth": b"", "truncated.pth": data[: len(data) // 2],
-             "plain.pkl": pickle.dumps({"a": 1, "w": [1.0, 2.0]}, protocol=4)}
+    files = {
+        "text.pth": b"hello, this is not a checkpoint\n",
+        "empty.pth": b"",
+        "truncated.pth": data[: len(data) // 2],
+        "plain.pkl": pickle.dumps({"a": 1, "w": [1.0, 2.0]}, protocol=4),
+    }
     for fname, content in files.items():
         (tmp_path / fname).write_bytes(content)
         with pytest.raises(P.CorruptCheckpointError, match="not a readable PyTorch checkpoint") as e:
@@ -329,7 +347,9 @@ def test_non_tensor_entries_are_dropped(dino_vit_file):
 def test_missing_file_names_official_file_and_url(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         P.convert_vicreg_resnet50(tmp_path / "nowhere.pth")
-    assert "resnet50_fullckpt.pth" in str(e.value) and "https://dl.fbaipublicfiles.com/vicreg/resnet50_fullckpt.pth" in str(e.value)
+    assert "resnet50_fullckpt.pth" in str(
+        e.value
+    ) and "https://dl.fbaipublicfiles.com/vicreg/resnet50_fullckpt.pth" in str(e.value)
     with pytest.raises(FileNotFoundError, match="dino_deitsmall16_pretrain_full_checkpoint.pth"):
         P.convert_dino_vits16(tmp_path)  # a directory without the file
     with pytest.raises(FileNotFoundError, match="barlowtwins/ljng/checkpoint.pth"):
@@ -369,15 +389,23 @@ def test_imagenet_normalize():
 def test_module_imports_without_torch():
     # torch made unimportable by a finder (a ``sys.modules['torch'] = None`` stand-in would break
     # libraries that look torch up in sys.modules, e.g. jaxtyping's printer, not ours)
-    code = ("import sys, importlib.abc\n"
-            "class NoTorch(importlib.abc.MetaPathFinder):\n"
-            "    def find_spec(self, name, *args):\n"
-            "        if name == 'torch' or name.startswith('torch.'):\n"
-            "            raise ImportError('torch is not installed (simulated)')\n"
-            "sys.meta_path.insert(0, NoTorch())\n"
-            "from ssl_geometry import pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)\n"
-            "assert 'torch' not in sys.modules")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1],
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
+    code = (
+        "import sys, importlib.abc\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, *args):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch is not installed (simulated)')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        "from ssl_geometry import pretrained as p; print(p.CHECKPOINTS['dino_vits16'].filename)\n"
+        "assert 'torch' not in sys.modules"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[1],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "dino_deitsmall16_pretrain_full_checkpoint.pth" in out.stdout

@@ -1,4 +1,5 @@
 """Offline probes: ridge, kNN, logistic/MLP and the rotation probe against references."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,10 +108,11 @@ def test_probe_fits_and_knn_compile_once_per_shape_with_the_data_as_arguments():
     data = [(rng.standard_normal((300, 12)).astype(np.float32), rng.integers(0, 3, 300)) for _ in range(2)]
     test = (rng.standard_normal((90, 12)).astype(np.float32), rng.integers(0, 3, 90))
     key = jax.random.PRNGKey(5)
-    calls = {"linear": lambda x, y: probes.logistic_probe(x, y, *test, num_classes=3, epochs=2, batch_size=32, key=key),
-             "mlp": lambda x, y: probes.mlp_probe(x, y, *test, num_classes=3, hidden=16, epochs=2, batch_size=32,
-                                                  key=key),
-             "knn": lambda x, y: probes.knn_probe(x, y, *test, k=7, num_classes=3, weighting="similarity")}
+    calls = {
+        "linear": lambda x, y: probes.logistic_probe(x, y, *test, num_classes=3, epochs=2, batch_size=32, key=key),
+        "mlp": lambda x, y: probes.mlp_probe(x, y, *test, num_classes=3, hidden=16, epochs=2, batch_size=32, key=key),
+        "knn": lambda x, y: probes.knn_probe(x, y, *test, k=7, num_classes=3, weighting="similarity"),
+    }
     for name, call in calls.items():
         call(*data[0])
         out = {}
@@ -118,8 +120,12 @@ def test_probe_fits_and_knn_compile_once_per_shape_with_the_data_as_arguments():
         assert msgs == [], (name, msgs)
         assert out["r"] == call(*data[1]), name  # deterministic: the same data and key give the same probe
     # a new setting (here the epochs) is a new compilation of the fit, not a silent reuse
-    assert any("_fit" in m for m in compilations(
-        lambda: probes.logistic_probe(*data[1], *test, num_classes=3, epochs=3, batch_size=32, key=key)))
+    assert any(
+        "_fit" in m
+        for m in compilations(
+            lambda: probes.logistic_probe(*data[1], *test, num_classes=3, epochs=3, batch_size=32, key=key)
+        )
+    )
     with pytest.raises(ValueError, match="batch_size"):
         probes.logistic_probe(*data[1], *test, batch_size=0)
 
@@ -163,11 +169,22 @@ def test_rotation_probe_one_random_rotation_per_image():
     imgs[:, :2, :3, 0] = 1.0
     imgs += 0.3 * rng.standard_normal(imgs.shape).astype(np.float32)
     seen = []
+
     def flat(x):
         seen.append(x.shape[0])
         return jnp.reshape(x, (x.shape[0], -1))
-    r = probes.rotation_probe(flat, imgs[:300], imgs[300:], epochs=20, hidden=32, lr=1e-2, batch_size=64,
-                              rotations="random", key=jax.random.PRNGKey(1))
+
+    r = probes.rotation_probe(
+        flat,
+        imgs[:300],
+        imgs[300:],
+        epochs=20,
+        hidden=32,
+        lr=1e-2,
+        batch_size=64,
+        rotations="random",
+        key=jax.random.PRNGKey(1),
+    )
     assert seen == [300, 100] and r["linear"] > 0.9
     with pytest.raises(ValueError, match="rotations"):
         probes.rotation_probe(flat, imgs[:8], imgs[8:16], rotations="four")
@@ -186,11 +203,13 @@ def test_rotation_probe_is_its_views_then_its_fit_with_one_key():
     def flat(x):
         return jnp.reshape(x, (x.shape[0], -1))
 
-    whole = probes.rotation_probe(flat, imgs[:120], imgs[120:], epochs=3, hidden=16, lr=1e-2, batch_size=32,
-                                  rotations="random", key=key)
+    whole = probes.rotation_probe(
+        flat, imgs[:120], imgs[120:], epochs=3, hidden=16, lr=1e-2, batch_size=32, rotations="random", key=key
+    )
     (x_tr, y_tr), (x_te, y_te) = probes.rotation_views(imgs[:120], imgs[120:], rotations="random", key=key)
-    halves = probes.fit_rotation_probes(np.asarray(flat(x_tr)), y_tr, np.asarray(flat(x_te)), y_te, epochs=3,
-                                        hidden=16, lr=1e-2, batch_size=32, key=key)
+    halves = probes.fit_rotation_probes(
+        np.asarray(flat(x_tr)), y_tr, np.asarray(flat(x_te)), y_te, epochs=3, hidden=16, lr=1e-2, batch_size=32, key=key
+    )
     assert whole == halves and whole["linear"] > 0.3
     # the draws are the key's: another key draws other rotations
     (_, y_other), _ = probes.rotation_views(imgs[:120], imgs[120:], rotations="random", key=jax.random.PRNGKey(5))

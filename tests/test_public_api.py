@@ -5,6 +5,7 @@ the implementation under ``ssl_geometry/_src/`` is private. These tests read the
 imported namespaces, so a second public path, a ``sys.modules`` swap, a cycle or a flat/grouped
 import mix fails here, not in a review.
 """
+
 import ast
 import importlib
 import pathlib
@@ -24,8 +25,10 @@ _ATOMS = (str, int, float, bool, bytes, type(None))
 
 
 def _namespaces():
-    return {"ssl_geometry": ssl_geometry,
-            **{f"ssl_geometry.{n}": importlib.import_module(f"ssl_geometry.{n}") for n in ssl_geometry.NAMESPACES}}
+    return {
+        "ssl_geometry": ssl_geometry,
+        **{f"ssl_geometry.{n}": importlib.import_module(f"ssl_geometry.{n}") for n in ssl_geometry.NAMESPACES},
+    }
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -72,8 +75,11 @@ def test_namespaces_export_nothing_unlisted():
     for ns, mod in _namespaces().items():
         if ns == "ssl_geometry":
             continue
-        stray = [n for n, v in vars(mod).items() if not n.startswith("_") and n not in mod.__all__
-                 and not isinstance(v, types.ModuleType)]
+        stray = [
+            n
+            for n, v in vars(mod).items()
+            if not n.startswith("_") and n not in mod.__all__ and not isinstance(v, types.ModuleType)
+        ]
         assert not stray, f"{ns} exposes names outside __all__: {stray}"
 
 
@@ -111,8 +117,11 @@ def test_outside_code_imports_only_public_paths_in_one_style():
             if mod.startswith("ssl_geometry."):
                 bad.append(f"{where} imports {mod} (use `from ssl_geometry import ...`)")
             elif mod == "ssl_geometry" and names is not None:
-                bad += [f"{where} imports ssl_geometry.{n}, not a public namespace or name" for n in names
-                        if n not in allowed]
+                bad += [
+                    f"{where} imports ssl_geometry.{n}, not a public namespace or name"
+                    for n in names
+                    if n not in allowed
+                ]
     for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         for i, line in enumerate(path.read_text().splitlines(), 1):
             s = line.strip()
@@ -133,7 +142,7 @@ def _library_graph():
         for mod, names, level, _ in _imports(path):
             if level:
                 base = pkg.split(".")
-                base = base[:len(base) - level + 1]
+                base = base[: len(base) - level + 1]
                 mod = ".".join(base + ([mod] if mod else []))
             if not mod.startswith("ssl_geometry"):
                 continue
@@ -176,9 +185,15 @@ def test_library_import_graph_has_no_cycle():
 
 _LAYERS = ("models", "ssl", "linalg", "instrument", "core", "dynamics", "training")
 #: What each layer may import (besides ``checks`` and ``ops``, which import no layer).
-_MAY_IMPORT = {"models": set(), "ssl": {"models"}, "linalg": set(), "instrument": {"models", "ssl", "linalg"},
-               "core": set(), "dynamics": {"models", "ssl", "linalg", "instrument", "core"},
-               "training": {"models", "ssl", "linalg", "instrument", "core", "dynamics"}}
+_MAY_IMPORT = {
+    "models": set(),
+    "ssl": {"models"},
+    "linalg": set(),
+    "instrument": {"models", "ssl", "linalg"},
+    "core": set(),
+    "dynamics": {"models", "ssl", "linalg", "instrument", "core"},
+    "training": {"models", "ssl", "linalg", "instrument", "core", "dynamics"},
+}
 
 
 def _layer(module):
@@ -199,8 +214,13 @@ def test_layers_point_one_way():
 
 
 def test_implementation_never_imports_a_public_namespace():
-    bad = [f"{m} -> {t}" for m, ts in _library_graph().items() if m.startswith("ssl_geometry._src")
-           for t in ts if not t.startswith("ssl_geometry._src")]
+    bad = [
+        f"{m} -> {t}"
+        for m, ts in _library_graph().items()
+        if m.startswith("ssl_geometry._src")
+        for t in ts
+        if not t.startswith("ssl_geometry._src")
+    ]
     assert not bad, "\n".join(bad)
 
 

@@ -5,13 +5,14 @@ by adding it to ``ACTIVATIONS`` (and, in ``tests/test_heads.py``, its NumPy refe
 parametrized over :data:`ssl_geometry.losses.REGISTRY` in ``tests/test_losses.py`` and
 ``tests/test_loss_numerics.py``.
 """
+
+import head_registry as R
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from ssl_geometry import activations
-import head_registry as R
 
 HEADS = list(R.HEADS)
 N = 5
@@ -46,7 +47,7 @@ def test_head_output_shape_state_and_jit(name):
 def test_head_gradient_matches_finite_differences(name):
     model, v, x = _setup(name, seed=1)
     d = jnp.asarray(np.random.default_rng(2).normal(size=x.shape))
-    f = lambda x: jnp.sum(jnp.sin(model.apply(v, x)[0]))  # noqa: E731
+    f = lambda x: jnp.sum(jnp.sin(model.apply(v, x)[0]))
     g = jax.grad(f)(x)
     h = 1e-6
     fd = (f(x + h * d) - f(x - h * d)) / (2 * h)
@@ -95,7 +96,7 @@ def test_activation_class_holds_numerically(act):
     x = jnp.asarray(_GRID)
     away = jnp.asarray(_GRID[np.all([np.abs(_GRID - c) > 1e-3 for c in record.kinks or (np.inf,)], axis=0)])
     s1, s2 = np.asarray(d1(x)), np.asarray(d2(away))
-    jump = lambda f, c: float(abs(f(jnp.asarray([c + 1e-7]))[0] - f(jnp.asarray([c - 1e-7]))[0]))  # noqa: E731
+    jump = lambda f, c: float(abs(f(jnp.asarray([c + 1e-7]))[0] - f(jnp.asarray([c - 1e-7]))[0]))
     cls = record.smoothness
     if cls == "affine":
         assert np.max(np.abs(np.asarray(d2(x)))) == 0.0 and np.ptp(s1) == 0.0
@@ -119,8 +120,8 @@ def test_activation_records_refuse_a_missing_or_wrong_class():
         activations.Activation("mine", jax.nn.relu, "piecewise_linear")
     with pytest.raises(ValueError, match="no kinks"):
         activations.Activation("mine", jnp.sin, "c2", kinks=(0.0,))
-    assert activations.smoothness(lambda t: t ** 3) == activations.UNKNOWN
-    assert activations.smoothness(activations.Activation("cube", lambda t: t ** 3, "c2")) == "c2"
+    assert activations.smoothness(lambda t: t**3) == activations.UNKNOWN
+    assert activations.smoothness(activations.Activation("cube", lambda t: t**3, "c2")) == "c2"
     with pytest.raises(ValueError, match="Unknown activation 'swishy'"):
         activations.lookup("swishy")
 
@@ -131,5 +132,4 @@ def test_class_constants_come_from_the_table():
     assert activations.AFFINE_ACTIVATIONS == {"identity", "linear"}
     assert activations.NON_C2_ACTIVATIONS == {"relu", "leaky_relu", "elu"}
     assert activations.PIECEWISE_LINEAR == {"identity", "linear", "relu", "leaky_relu"}
-    assert set(table) == (activations.C2_ACTIVATIONS | activations.NON_C2_ACTIVATIONS
-                          | activations.AFFINE_ACTIVATIONS)
+    assert set(table) == (activations.C2_ACTIVATIONS | activations.NON_C2_ACTIVATIONS | activations.AFFINE_ACTIVATIONS)

@@ -4,6 +4,7 @@ Exit status is the contract: 0 success, 2 bad input or a refused run, 1 a failur
 with one line naming the problem and what to do, never a traceback. A partial or non-default run never
 writes the committed ``results/`` or ``REPORT.md``.
 """
+
 import json
 import os
 import pathlib
@@ -33,16 +34,19 @@ def _one_line_error(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--only", ""], "--only: no experiment named"),
-    (["--only", " , "], "--only: no experiment named"),
-    (["--only", "whitening,nope"], "'nope'"),
-    (["--variant", "huge"], "--variant"),
-    (["--seed", "x"], "--seed"),
-    (["--seed", "-1"], "--seed: expected an integer >= 0"),
-    (["--stale", "--seed", "1"], "--stale cannot be combined with --seed"),
-    (["--stale", "--dry-run", "--force"], "--stale cannot be combined with --dry-run, --force"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--only", ""], "--only: no experiment named"),
+        (["--only", " , "], "--only: no experiment named"),
+        (["--only", "whitening,nope"], "'nope'"),
+        (["--variant", "huge"], "--variant"),
+        (["--seed", "x"], "--seed"),
+        (["--seed", "-1"], "--seed: expected an integer >= 0"),
+        (["--stale", "--seed", "1"], "--stale cannot be combined with --seed"),
+        (["--stale", "--dry-run", "--force"], "--stale cannot be combined with --dry-run, --force"),
+    ],
+)
 def test_bad_arguments_exit_2_naming_the_argument(args, named):
     rc, out, err = _run(*args)
     assert rc == 2 and named in _one_line_error(err)
@@ -60,15 +64,18 @@ def test_a_data_dir_that_is_not_a_directory_is_refused_before_anything_runs(tmp_
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["--only", "whitening", "--variant", "tiny", "--out", "results"], "--out results"),
-    (["--variant", "tiny", "--out", "results"], "--out results"),
-    (["--variant", "tiny", "--out", "results/tiny"], "--out results/tiny"),
-    (["--only", "paper_data", "--report", "REPORT.md"], "--report REPORT.md"),
-    (["--seed", "3", "--out", "results"], "--out results"),
-    (["--dry-run", "--variant", "tiny", "--out", "results"], "--dry-run never writes"),
-    (["--dry-run", "--variant", "tiny", "--only", "paper_data", "--report", "REPORT.md"], "--dry-run never writes"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--only", "whitening", "--variant", "tiny", "--out", "results"], "--out results"),
+        (["--variant", "tiny", "--out", "results"], "--out results"),
+        (["--variant", "tiny", "--out", "results/tiny"], "--out results/tiny"),
+        (["--only", "paper_data", "--report", "REPORT.md"], "--report REPORT.md"),
+        (["--seed", "3", "--out", "results"], "--out results"),
+        (["--dry-run", "--variant", "tiny", "--out", "results"], "--dry-run never writes"),
+        (["--dry-run", "--variant", "tiny", "--only", "paper_data", "--report", "REPORT.md"], "--dry-run never writes"),
+    ],
+)
 def test_a_partial_or_non_default_run_is_refused_the_committed_results(args, flag):
     before = {p: p.stat().st_mtime_ns for p in [ROOT / "REPORT.md", *(ROOT / "results").glob("*/results.json")]}
     rc, out, err = _run(*args)
@@ -80,8 +87,9 @@ def test_a_partial_or_non_default_run_is_refused_the_committed_results(args, fla
 def test_unwritable_out_or_report_is_refused_before_any_experiment_runs(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")  # a path below a regular file cannot be created, whoever runs the test
-    rc, _, err = _run("--only", "whitening", "--variant", "tiny", "--out", str(tmp_path / "o"),
-                      "--report", str(blocker / "R.md"))
+    rc, _, err = _run(
+        "--only", "whitening", "--variant", "tiny", "--out", str(tmp_path / "o"), "--report", str(blocker / "R.md")
+    )
     line = _one_line_error(err)
     assert rc == 2 and line.startswith("python -m experiments.reproduce: error: --report") and "R.md" in line
     assert not (tmp_path / "o" / "whitening").exists()  # refused before anything ran
@@ -97,10 +105,12 @@ def test_help_exits_0():
 
 def test_a_failure_during_the_run_exits_1_in_one_line_with_the_traceback_logged(tmp_path):
     """An experiment that raises: the others' results and the report are still written, status 1."""
-    code = ("import sys\nfrom experiments import paper_data, reproduce\n"
-            "def boom(config):\n    raise ValueError('config.data.root: broken on purpose')\n"
-            "paper_data.measure = boom\n"
-            f"sys.exit(reproduce.main(['--only', 'paper_data', '--variant', 'tiny', '--out', {str(tmp_path)!r}]))\n")
+    code = (
+        "import sys\nfrom experiments import paper_data, reproduce\n"
+        "def boom(config):\n    raise ValueError('config.data.root: broken on purpose')\n"
+        "paper_data.measure = boom\n"
+        f"sys.exit(reproduce.main(['--only', 'paper_data', '--variant', 'tiny', '--out', {str(tmp_path)!r}]))\n"
+    )
     rc, out, err = _run(code=code)
     assert rc == 1 and "Traceback" not in out + err
     assert "[paper_data] FAILED: ValueError: config.data.root: broken on purpose" in out + err
@@ -144,7 +154,10 @@ def test_paths_of_each_kind_of_run(monkeypatch, tmp_path):
     # --stale repairs the committed results by default, and a tiny run elsewhere
     assert paths("--stale") == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT, True)
     assert paths("--stale", "--only", "whitening")[:2] == (reproduce.COMMITTED_OUT, reproduce.COMMITTED_REPORT)
-    assert paths("--stale", "--variant", "tiny")[:2] == (reproduce.RUNS_DIR / "tiny", reproduce.RUNS_DIR / "tiny" / "REPORT.md")
+    assert paths("--stale", "--variant", "tiny")[:2] == (
+        reproduce.RUNS_DIR / "tiny",
+        reproduce.RUNS_DIR / "tiny" / "REPORT.md",
+    )
     with pytest.raises(reproduce.Refused, match="--stale --variant tiny: the committed results are variant 'smoke'"):
         paths("--stale", "--variant", "tiny", "--out", str(reproduce.COMMITTED_OUT))
 
@@ -156,8 +169,10 @@ def test_a_dry_run_writes_its_projection_table_under_the_harness_header(tmp_path
     assert rc == 0, err
     text = (tmp_path / reproduce.PROJECTION).read_text()
     assert text.startswith("# Projected wall time of the paper variants (dry runs)\n")
-    assert (f"Command: `python -m experiments.reproduce --only paper_data --variant tiny --dry-run --out {tmp_path}`"
-            in text)
+    assert (
+        f"Command: `python -m experiments.reproduce --only paper_data --variant tiny --dry-run --out {tmp_path}`"
+        in text
+    )
     assert "1-minute load average " in text and "device cpu:cpu" in text
     row = next(line for line in text.splitlines() if line.startswith("| 0. "))
     assert "| ran |" in row and row.count("|") == 9

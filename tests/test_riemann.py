@@ -1,4 +1,5 @@
 """Riemann curvature from exact derivatives: spheres, flat metrics, hyperbolic plane, loss metrics."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -66,8 +67,9 @@ def test_flat_metrics_have_zero_curvature():
     ref[1, 0, 1] = ref[1, 1, 0] = 1 / 1.3
     np.testing.assert_allclose(np.asarray(G), ref, atol=1e-15)
     # the same metric as the pullback of the Euclidean one through (r, t) -> (r cos t, r sin t)
-    pb = riemann.pullback(lambda y: jnp.eye(2, dtype=y.dtype),
-                          lambda p: jnp.stack([p[0] * jnp.cos(p[1]), p[0] * jnp.sin(p[1])]))
+    pb = riemann.pullback(
+        lambda y: jnp.eye(2, dtype=y.dtype), lambda p: jnp.stack([p[0] * jnp.cos(p[1]), p[0] * jnp.sin(p[1])])
+    )
     np.testing.assert_allclose(np.asarray(pb(x)), np.asarray(polar(x)), atol=1e-15)
 
 
@@ -134,7 +136,11 @@ def _fd_scalar_curvature(metric, x, h1=1e-5, h2=1e-3):
 
     G = gamma(x)
     dG = np.stack([(gamma(x + h2 * E[c]) - gamma(x - h2 * E[c])) / (2 * h2) for c in range(m)], -1)
-    Rt = (np.einsum("ljki->lijk", dG) - np.einsum("likj->lijk", dG)
-          + np.einsum("lim,mjk->lijk", G, G) - np.einsum("ljm,mik->lijk", G, G))
+    Rt = (
+        np.einsum("ljki->lijk", dG)
+        - np.einsum("likj->lijk", dG)
+        + np.einsum("lim,mjk->lijk", G, G)
+        - np.einsum("ljm,mik->lijk", G, G)
+    )
     ric = np.einsum("iijk->jk", Rt)
     return float(np.trace(np.linalg.inv(metric(x)) @ ric))

@@ -1,4 +1,5 @@
 """The shared rules (experiments/rules.py) on hand-made inputs for which each verdict must come out."""
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,10 @@ def _ratio(D, lo, hi):
 
 
 def _aug(trained, untrained=1.0, width=0.05):
-    return {"trained": {c: _ratio(trained, trained - width, trained + width) for c in rules.SEC5_RATIO_CONTROLS},
-            "untrained": {c: _ratio(untrained, untrained - width, untrained + width) for c in rules.SEC5_RATIO_CONTROLS}}
+    return {
+        "trained": {c: _ratio(trained, trained - width, trained + width) for c in rules.SEC5_RATIO_CONTROLS},
+        "untrained": {c: _ratio(untrained, untrained - width, untrained + width) for c in rules.SEC5_RATIO_CONTROLS},
+    }
 
 
 COMPRESS, EXPAND = {"S": 3.0, "lo": 2.0, "hi": 4.0}, {"S": 0.7, "lo": 0.6, "hi": 0.8}
@@ -19,34 +22,57 @@ COMPRESS, EXPAND = {"S": 3.0, "lo": 2.0, "hi": 4.0}, {"S": 0.7, "lo": 0.6, "hi":
 BEATS_UNTRAINED, BELOW_UNTRAINED = {"S": 2.0, "lo": 1.5, "hi": 2.5}, {"S": 0.14, "lo": 0.1, "hi": 0.2}
 
 
-@pytest.mark.parametrize("augs, orbits, negative, premises, expected", [
-    ({"rotation": _aug(0.5)}, COMPRESS, {"blur": _aug(1.2)}, {"loss_fell": True}, "supported"),
-    ({"rotation": _aug(0.5)}, COMPRESS, {"blur": _aug(0.5)}, {"loss_fell": True}, "inconclusive"),  # negative passes
-    ({"rotation": _aug(0.5, untrained=0.4)}, COMPRESS, None, {"loss_fell": True}, "inconclusive"),  # untrained lower
-    ({"rotation": _aug(0.5)}, EXPAND, None, {"loss_fell": True}, "not supported"),  # orbits expand
-    ({"rotation": _aug(1.3)}, COMPRESS, None, {"loss_fell": True}, "not supported"),  # ratio >= 1 with confidence
-    ({"rotation": _aug(0.5)}, None, None, {"loss_fell": True}, "inconclusive"),  # no orbits: cannot confirm
-    ({"rotation": _aug(0.5)}, COMPRESS, None, {"loss_fell": False}, "premise violated"),
-    ({}, COMPRESS, None, {"loss_fell": True}, "inconclusive"),
-])
+@pytest.mark.parametrize(
+    "augs, orbits, negative, premises, expected",
+    [
+        ({"rotation": _aug(0.5)}, COMPRESS, {"blur": _aug(1.2)}, {"loss_fell": True}, "supported"),
+        (
+            {"rotation": _aug(0.5)},
+            COMPRESS,
+            {"blur": _aug(0.5)},
+            {"loss_fell": True},
+            "inconclusive",
+        ),  # negative passes
+        (
+            {"rotation": _aug(0.5, untrained=0.4)},
+            COMPRESS,
+            None,
+            {"loss_fell": True},
+            "inconclusive",
+        ),  # untrained lower
+        ({"rotation": _aug(0.5)}, EXPAND, None, {"loss_fell": True}, "not supported"),  # orbits expand
+        ({"rotation": _aug(1.3)}, COMPRESS, None, {"loss_fell": True}, "not supported"),  # ratio >= 1 with confidence
+        ({"rotation": _aug(0.5)}, None, None, {"loss_fell": True}, "inconclusive"),  # no orbits: cannot confirm
+        ({"rotation": _aug(0.5)}, COMPRESS, None, {"loss_fell": False}, "premise violated"),
+        ({}, COMPRESS, None, {"loss_fell": True}, "inconclusive"),
+    ],
+)
 def test_sec5_rule_comes_out_each_way(augs, orbits, negative, premises, expected):
     item = rules.decide_sec5(augs, orbits, negative=negative, premises=premises, orbits_vs_untrained=BEATS_UNTRAINED)
     assert item["id"] == "sec5-metric-degeneracy" and item["verdict"] == expected, item["reason"]
 
 
-@pytest.mark.parametrize("orbits, vs_untrained, expected, why", [
-    (COMPRESS, BEATS_UNTRAINED, "supported", "untrained head's compression"),
-    # the guillotine's smoke numbers: the untrained head compresses 5.36x, the trained one 0.77 [0.61, 1.007]
-    ({"S": 0.77, "lo": 0.61, "hi": 1.007}, {"S": 0.144, "lo": 0.11, "hi": 0.19}, "inconclusive",
-     "do not compress more than through the untrained head"),
-    (COMPRESS, BELOW_UNTRAINED, "inconclusive", "do not compress more than through the untrained head"),
-    (COMPRESS, {"S": 1.1, "lo": 0.95, "hi": 1.3}, "inconclusive", "do not compress more"),  # R's interval holds 1
-    (COMPRESS, None, "inconclusive", "untrained head's orbits are not measured"),  # no S_0: cannot confirm
-    (EXPAND, BEATS_UNTRAINED, "not supported", "orbits expand"),
-])
+@pytest.mark.parametrize(
+    "orbits, vs_untrained, expected, why",
+    [
+        (COMPRESS, BEATS_UNTRAINED, "supported", "untrained head's compression"),
+        # the guillotine's smoke numbers: the untrained head compresses 5.36x, the trained one 0.77 [0.61, 1.007]
+        (
+            {"S": 0.77, "lo": 0.61, "hi": 1.007},
+            {"S": 0.144, "lo": 0.11, "hi": 0.19},
+            "inconclusive",
+            "do not compress more than through the untrained head",
+        ),
+        (COMPRESS, BELOW_UNTRAINED, "inconclusive", "do not compress more than through the untrained head"),
+        (COMPRESS, {"S": 1.1, "lo": 0.95, "hi": 1.3}, "inconclusive", "do not compress more"),  # R's interval holds 1
+        (COMPRESS, None, "inconclusive", "untrained head's orbits are not measured"),  # no S_0: cannot confirm
+        (EXPAND, BEATS_UNTRAINED, "not supported", "orbits expand"),
+    ],
+)
 def test_sec5_orbits_must_beat_the_untrained_head(orbits, vs_untrained, expected, why):
-    item = rules.decide_sec5({"rotation": _aug(0.5)}, orbits, negative={"blur": _aug(1.2)}, premises={},
-                             orbits_vs_untrained=vs_untrained)
+    item = rules.decide_sec5(
+        {"rotation": _aug(0.5)}, orbits, negative={"blur": _aug(1.2)}, premises={}, orbits_vs_untrained=vs_untrained
+    )
     assert item["verdict"] == expected and why in item["reason"], item["reason"]
     if vs_untrained is not None:
         assert item["deciding"]["orbit_compression_over_untrained"] == vs_untrained["S"]
@@ -66,8 +92,10 @@ def test_orbit_gain_over_untrained_is_the_ratio_of_the_two_compressions():
 def test_one_control_failing_is_enough_to_refute():
     aug = _aug(0.5)
     aug["trained"]["between"] = _ratio(1.1, 1.02, 1.2)
-    assert rules.decide_sec5({"rotation": aug}, COMPRESS, premises={},
-                             orbits_vs_untrained=BEATS_UNTRAINED).get("verdict") == "not supported"
+    assert (
+        rules.decide_sec5({"rotation": aug}, COMPRESS, premises={}, orbits_vs_untrained=BEATS_UNTRAINED).get("verdict")
+        == "not supported"
+    )
 
 
 def test_degeneracy_ratio_and_orbit_compression_estimators():
@@ -87,8 +115,12 @@ def test_degeneracy_ratio_and_orbit_compression_estimators():
 
 def test_thm41_rules_per_objective_and_the_meaning_of_generically():
     eq = lambda obj, lam, tol=1e-9, m=-1.0: {"objective": obj, "lambda_min": lam, "tol": tol, "lambda_min_M": m}
-    items = {i["subject"]: i for i in rules.decide_smooth_unstable(
-        [eq("mse", -0.1), eq("mse", -0.2), eq("dino", -0.1), eq("dino", 0.02), eq("x", -0.1), eq("x", 1e-12)])}
+    items = {
+        i["subject"]: i
+        for i in rules.decide_smooth_unstable(
+            [eq("mse", -0.1), eq("mse", -0.2), eq("dino", -0.1), eq("dino", 0.02), eq("x", -0.1), eq("x", 1e-12)]
+        )
+    }
     assert items["mse"]["verdict"] == "supported"
     assert items["dino"]["verdict"] == "not supported"  # one strictly stable state: an open set, not generic
     assert items["x"]["verdict"] == "inconclusive"  # a degenerate state: what a measure-zero exception looks like
@@ -101,8 +133,18 @@ def test_thm41_rules_per_objective_and_the_meaning_of_generically():
 
 def _rho_state(rho, ref=1.0, stat=True, tol=1e-8, s_min=0.5, s_max=2.0, k=4, P=20, label="x"):
     """A hand-made collapsed state as decide_rho_zero reads it (dh(c)/dtheta: k x P, singular values s_min..s_max)."""
-    return {"label": label, "family": "siamese", "stationary": stat, "rho": rho, "rho_ref": ref, "residual_tol": tol,
-            "jac_sigma_min": s_min, "jac_sigma_max": s_max, "jac_rows": k, "jac_cols": P}
+    return {
+        "label": label,
+        "family": "siamese",
+        "stationary": stat,
+        "rho": rho,
+        "rho_ref": ref,
+        "residual_tol": tol,
+        "jac_sigma_min": s_min,
+        "jac_sigma_max": s_max,
+        "jac_rows": k,
+        "jac_cols": P,
+    }
 
 
 def test_stationarity_rule_counts_stationary_heads_and_bounds_rho_by_the_perturbed_residual():

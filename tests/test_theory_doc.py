@@ -8,6 +8,7 @@
   "..."`` anywhere in the repository names a heading of the page;
 * no tracked file mentions the outside design document's file name.
 """
+
 import importlib
 import pathlib
 import re
@@ -55,7 +56,7 @@ def _claim_sections() -> dict[str, str]:
         stop = inner[j + 1][2] if j + 1 < len(inner) else end
         cid = text.split(":", 1)[0].strip()
         assert cid not in sections, f"claim {cid!r} has two sections in docs/theory.md"
-        sections[cid] = "\n".join(lines[i + 1:stop])
+        sections[cid] = "\n".join(lines[i + 1 : stop])
     return sections
 
 
@@ -105,8 +106,9 @@ def test_claim_section_states_the_registry_scales_and_experiments(cid):
     scales = tuple(s.strip() for s in _field(section, "Scales", cid).split(","))
     assert scales == c.scales, f"{cid}: docs/theory.md says scales {scales}, the registry {c.scales}"
     experiments = tuple(re.findall(r"`([^`]+)`", _field(section, "Decided in", cid)))
-    assert experiments == c.experiments, \
+    assert experiments == c.experiments, (
         f"{cid}: docs/theory.md says decided in {experiments}, the registry {c.experiments}"
+    )
 
 
 @pytest.mark.parametrize("cid", sorted(claims.CLAIMS))
@@ -154,11 +156,14 @@ def test_public_path_check_rejects_what_does_not_exist():
 
 
 def test_slug_matches_the_toc_extension():
-    assert _slug("thm4.1-smooth-unstable: smooth heads make collapsed equilibria unstable") == \
-        "thm41-smooth-unstable-smooth-heads-make-collapsed-equilibria-unstable"
+    assert (
+        _slug("thm4.1-smooth-unstable: smooth heads make collapsed equilibria unstable")
+        == "thm41-smooth-unstable-smooth-heads-make-collapsed-equilibria-unstable"
+    )
     assert _slug("The head's metric, sentence by sentence") == "the-heads-metric-sentence-by-sentence"
-    markdown = pytest.importorskip("markdown")
+    pytest.importorskip("markdown")
     from markdown.extensions.toc import slugify
+
     for _, text, _ in _headings():
         assert _slug(text) == slugify(re.sub(r"`([^`]*)`", r"\1", text), "-"), text
 
@@ -191,12 +196,18 @@ def test_every_citation_of_the_page_names_one_of_its_headings():
         return any(h == name or h.startswith(name + ":") or h.startswith(name + " ") for h in headings)
 
     this = pathlib.Path(__file__).resolve().relative_to(ROOT).as_posix()  # its examples are not citations
-    bad = [f"{rel}: {name!r}" for rel, text in _tracked_text_files() if rel != this
-           for name in _cited_sections(text) if not found(name)]
+    bad = [
+        f"{rel}: {name!r}"
+        for rel, text in _tracked_text_files()
+        if rel != this
+        for name in _cited_sections(text)
+        if not found(name)
+    ]
     assert not bad, "citations of docs/theory.md sections that do not exist:\n" + "\n".join(bad)
 
 
 def test_no_tracked_file_mentions_the_outside_design_document():
     hits = [rel for rel, text in _tracked_text_files() if OUTSIDE_DOCUMENT in text]
-    assert not hits, (f"files mentioning {OUTSIDE_DOCUMENT}, a document outside the repository (cite "
-                      f"docs/theory.md instead): {hits}")
+    assert not hits, (
+        f"files mentioning {OUTSIDE_DOCUMENT}, a document outside the repository (cite docs/theory.md instead): {hits}"
+    )

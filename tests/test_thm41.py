@@ -1,4 +1,5 @@
 """Thm 4.1 premises and conclusion on hand-made states with known answers (float64)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +28,7 @@ def test_stationary_collapsed_state_with_nonzero_residual_linear_head():
     z = _collapsed()
     u_star = C @ W
     targets = jnp.stack([u_star + E3, u_star - E3])  # t_i - u* in null(W^T), summing to zero
-    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    loss = lambda u: losses.mse(u, targets)
     p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
     # rho_i = (2/n)(u* - t_i) = -/+ e3: |rho| = sqrt(2); H_L = (2/n) I = I.
     assert p.residual_norm == pytest.approx(np.sqrt(2.0), abs=1e-14)
@@ -51,7 +52,7 @@ def test_non_stationary_collapsed_state():
     model, v = _linear()
     z = _collapsed()
     targets = jnp.tile(C @ W + E1, (2, 1))  # t - u* = e1: in the range of W^T, not its null space
-    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    loss = lambda u: losses.mse(u, targets)
     p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
     # rho_i = -e1 for both rows: |J^T rho| = |J| |rho| (ratio 1) and likewise for the head.
     assert p.residual_nonzero and p.loss_hessian_psd
@@ -75,7 +76,7 @@ def test_indefinite_loss_hessian_at_a_stationary_state():
     u_star = C @ W
     targets = jnp.stack([u_star + E3, u_star - E3])
     D = jnp.array([1.0, 1.0, -1.0])
-    loss = lambda u: 0.5 * jnp.sum(D * (u - targets) ** 2)  # noqa: E731  H_L = blockdiag(diag(D))
+    loss = lambda u: 0.5 * jnp.sum(D * (u - targets) ** 2)  # H_L = blockdiag(diag(D))
     p = geometry.thm41_premises(model, v, loss, z, timescale_ratio=10.0)
     assert p.lambda_min_loss_hessian == pytest.approx(-1.0, abs=1e-14)
     assert p.loss_hessian_psd is False and p.stationary_z and p.stationary_head and p.residual_nonzero
@@ -87,7 +88,7 @@ def test_timescale_and_plain_function_premises():
     model, v = _linear()
     z = _collapsed()
     targets = jnp.stack([C @ W + E3, C @ W - E3])
-    loss = lambda u: losses.mse(u, targets)  # noqa: E731
+    loss = lambda u: losses.mse(u, targets)
     slow = geometry.thm41_premises(model, v, loss, z, timescale_ratio=0.5)
     assert slow.timescale_separation is False and slow.violated() == ("timescale_separation",)
     none = geometry.thm41_premises(model, v, loss, z)
@@ -153,10 +154,10 @@ def test_head_kind_is_read_from_the_models_activations_not_its_name():
     assert geometry.head_smoothness(backbones.small_cnn((8, 8, 3), widths=(4,), activation="gelu")) == "smooth"
     assert geometry.head_smoothness(backbones.resnet(18)) == "unknown"  # declares no activations
 
-    cube = lambda t: t ** 3  # noqa: E731
+    cube = lambda t: t**3
     model = heads.mlp(2, (3,), 3, activation=cube, dtype=jnp.float64)
     v = model.init(jax.random.PRNGKey(0))
-    loss = lambda u: 0.5 * jnp.sum((u - 1.0) ** 2)  # noqa: E731
+    loss = lambda u: 0.5 * jnp.sum((u - 1.0) ** 2)
     p = geometry.thm41_premises(model, v, loss, _collapsed())
     assert p.head_kind == "unknown" and p.c2_head is None
     assert any("smoothness unknown" in note for note in p.notes)
@@ -169,12 +170,14 @@ def test_head_kind_is_read_from_the_models_activations_not_its_name():
 @pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
 def test_dense_and_lanczos_spectra_agree_where_both_apply():
     """Below MATRIX_FREE_ABOVE the dense path is exact; forced Lanczos (max_dense_dim=1) matches it within its residuals."""
-    m = heads.simsiam_projector(4, 6, activation="swish", batch_norm=True, dtype=jnp.float64)  # train-mode BN couples rows
+    m = heads.simsiam_projector(
+        4, 6, activation="swish", batch_norm=True, dtype=jnp.float64
+    )  # train-mode BN couples rows
     v = m.init(jax.random.PRNGKey(8))
     z = jax.random.normal(jax.random.PRNGKey(9), (5, 4), jnp.float64)
     target = jax.random.normal(jax.random.PRNGKey(10), (5, 6), jnp.float64)
-    head = lambda x: m.apply(v, x, train=True)[0]  # noqa: E731
-    loss = lambda u: losses.negative_cosine(u, target)  # noqa: E731
+    head = lambda x: m.apply(v, x, train=True)[0]
+    loss = lambda u: losses.negative_cosine(u, target)
     dense = geometry.collapse_spectrum(head, loss, z)
     free = geometry.collapse_spectrum(head, loss, z, max_dense_dim=1, lanczos_steps=20)
     assert dense.method == "dense" and free.method == "lanczos" and free.notes == ()
@@ -187,8 +190,12 @@ def test_dense_and_lanczos_spectra_agree_where_both_apply():
     # the same routing for the loss Hessian of the premises
     pd = geometry.thm41_premises(head, None, loss, z)
     pl = geometry.thm41_premises(head, None, loss, z, max_dense_dim=1, lanczos_steps=30)
-    np.testing.assert_allclose([pl.lambda_min_loss_hessian, pl.lambda_max_loss_hessian],
-                               [pd.lambda_min_loss_hessian, pd.lambda_max_loss_hessian], rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(
+        [pl.lambda_min_loss_hessian, pl.lambda_max_loss_hessian],
+        [pd.lambda_min_loss_hessian, pd.lambda_max_loss_hessian],
+        rtol=1e-8,
+        atol=1e-12,
+    )
 
 
 @pytest.mark.slow  # an end-to-end run (the slow tier of .ci/run)
@@ -197,9 +204,9 @@ def test_above_the_threshold_no_dense_eigensolve_whatever_max_dense_dim_says():
     m = heads.mlp(1040, (4,), 3, activation="swish", dtype=jnp.float64)
     v = m.init(jax.random.PRNGKey(11))
     z = jax.random.normal(jax.random.PRNGKey(12), (2, 1040), jnp.float64)  # H_eff is 2080-dimensional
-    loss = lambda u: jnp.sum(jnp.sin(u)) + 0.5 * jnp.sum(u ** 2)  # noqa: E731
-    head = lambda x: m.apply(v, x)[0]  # noqa: E731
-    spec = geometry.collapse_spectrum(head, loss, z, max_dense_dim=10 ** 6)
+    loss = lambda u: jnp.sum(jnp.sin(u)) + 0.5 * jnp.sum(u**2)
+    head = lambda x: m.apply(v, x)[0]
+    spec = geometry.collapse_spectrum(head, loss, z, max_dense_dim=10**6)
     assert spec.method == "lanczos" and "MATRIX_FREE_ABOVE = 2048" in spec.notes[0]
     assert all(spec.residual_norms[p]["converged"] for p in ("full", "metric", "interaction"))
     # per sample the Hessian is a (1040, 1040) block: its dense spectrum bounds the union exactly

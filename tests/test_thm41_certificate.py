@@ -13,6 +13,7 @@ Hessian of the composition by ``jax.hessian``), never the certificate's own bloc
 * three full-rank expanding heads (MSE/Swish, MSE/tanh, DINO/Swish): the predicted ``s*`` against the
   measured sign change of ``lambda_min(H_eff)`` along ``rho -> s rho`` (bisection, 1e-6 relative).
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +35,7 @@ def _lmin_dense(head_fn, loss_fn, z):
     eh = geometry.effective_hessian(head_fn, loss_fn, z)
     e = np.linalg.eigvalsh(np.asarray(eh.full))
     n, d = z.shape
-    hess = jax.vmap(jax.hessian(lambda x: head_fn(x[None])[0]))(z)           # (n, k, d, d)
+    hess = jax.vmap(jax.hessian(lambda x: head_fn(x[None])[0]))(z)  # (n, k, d, d)
     terms = np.abs(np.asarray(eh.residual).reshape(n, -1)) * np.sqrt(np.sum(np.asarray(hess) ** 2, axis=(2, 3)))
     cancel = n * d * np.finfo(np.float64).eps * float(np.max(terms.sum(axis=1)))
     return float(e[0]), e, geometry.sign_tolerance(e, np.float64) + cancel
@@ -52,7 +53,7 @@ def _quadratic(A, B, r):
         return z @ A.T + 0.5 * jnp.einsum("nd,ade,ne->na", z, B, z)
 
     def loss(s):
-        return lambda u: jnp.sum(s * r * u) + 0.5 * jnp.sum(u ** 2)
+        return lambda u: jnp.sum(s * r * u) + 0.5 * jnp.sum(u**2)
 
     return head_fn, loss, jnp.zeros((n, d), jnp.float64)
 
@@ -63,8 +64,9 @@ ZERO = [[0.0, 0.0], [0.0, 0.0]]
 
 def test_full_rank_blocks_give_the_generalised_eigenvalue_and_its_bracket():
     # G_i = diag(2, 1); M_1 = diag(-1, 1/4), M_2 = -M_1: s*_1 = 2 (2 - s = 0), s*_2 = 4 (1 - s/4 = 0)
-    head_fn, loss, z = _quadratic(np.diag([np.sqrt(2.0), 1.0]), [np.diag([1.0, 0.0]), np.diag([0.0, 1.0])],
-                                  [[-1.0, 0.25], [1.0, -0.25]])
+    head_fn, loss, z = _quadratic(
+        np.diag([np.sqrt(2.0), 1.0]), [np.diag([1.0, 0.0]), np.diag([0.0, 1.0])], [[-1.0, 0.25], [1.0, -0.25]]
+    )
     cert = geometry.collapse_certificate(head_fn, loss(1.0), z)
     assert cert.critical_scale == pytest.approx(2.0, rel=1e-14)
     assert cert.conclusion == "stable (residual below critical)" and cert.predicted_sign == 1
@@ -72,7 +74,9 @@ def test_full_rank_blocks_give_the_generalised_eigenvalue_and_its_bracket():
     assert cert.critical_bounds == pytest.approx((1.0, 2.0), rel=1e-14)
     assert cert.null_dim == 0 and cert.zero_dim == 0 and cert.blocks == 2 and cert.block_dim == 2
     assert cert.interaction_sum == pytest.approx(0.0, abs=1e-15)
-    assert _lmin_dense(head_fn, loss(1.0), z)[0] == pytest.approx(0.75, rel=1e-12)  # min(2 - 1, 1 + 1/4, 2 + 1, 1 - 1/4)
+    assert _lmin_dense(head_fn, loss(1.0), z)[0] == pytest.approx(
+        0.75, rel=1e-12
+    )  # min(2 - 1, 1 + 1/4, 2 + 1, 1 - 1/4)
     for scale, word, sign in ((3.0, "unstable (residual above critical)", -1), (2.0, "degenerate", 0)):
         cert = geometry.collapse_certificate(head_fn, loss(scale), z)
         assert (cert.conclusion, cert.predicted_sign) == (word, sign)
@@ -134,8 +138,8 @@ def test_singular_g_with_positive_m_on_its_null_space_goes_through_newton():
 def test_a_loss_hessian_that_is_not_psd_violates_the_premise():
     A = np.diag([np.sqrt(2.0), 1.0])
     head_fn, _, z = _quadratic(A, [ZERO, ZERO], [[0.0, 0.0], [0.0, 0.0]])
-    for max_dense_dim in (2048, 1):                                   # dense, then matrix-free
-        cert = geometry.collapse_certificate(head_fn, lambda u: -0.5 * jnp.sum(u ** 2), z, max_dense_dim=max_dense_dim)
+    for max_dense_dim in (2048, 1):  # dense, then matrix-free
+        cert = geometry.collapse_certificate(head_fn, lambda u: -0.5 * jnp.sum(u**2), z, max_dense_dim=max_dense_dim)
         assert cert.conclusion == "premise violated (G not PSD)" and np.isnan(cert.critical_scale)
         assert cert.lambda_min_metric == pytest.approx(-2.0)
 
@@ -155,8 +159,9 @@ def _equilibrium(hidden, k, activation, objective="mse_target", residual_scale=1
     head = heads.mlp(d, hidden, k, activation=activation, bias=False, scale=0.1, dtype=jnp.float64)
     v = head.init(jax.random.PRNGKey(seed))
     c = jax.random.normal(jax.random.PRNGKey(seed + 1), (d,), jnp.float64)
-    eq = geometry.collapsed_equilibrium(head, v, objective, c, n, key=jax.random.PRNGKey(seed + 2),
-                                        residual_scale=residual_scale, activation=activation)
+    eq = geometry.collapsed_equilibrium(
+        head, v, objective, c, n, key=jax.random.PRNGKey(seed + 2), residual_scale=residual_scale, activation=activation
+    )
     assert eq.certified, eq.premises.notes
     return head, v, c, eq
 
@@ -171,8 +176,8 @@ def test_constant_rank_bottleneck_is_degenerate_not_unstable(hidden, k):
     assert cert.null_curvature <= cert.interaction_tol and cert.null_coupling <= cert.interaction_tol
     assert cert.zero_dim == cert.null_dim and cert.critical_scale > 1.0
     lmin, e, tol = _lmin_dense(as_function(head, v), eq.loss_fn, eq.z)
-    assert abs(lmin) <= tol                                          # not unstable
-    assert int(np.sum(np.abs(e) <= tol)) == cert.null_dim            # exactly dim null(G) zero directions
+    assert abs(lmin) <= tol  # not unstable
+    assert int(np.sum(np.abs(e) <= tol)) == cert.null_dim  # exactly dim null(G) zero directions
     assert e[cert.null_dim] > tol
 
 
@@ -192,7 +197,7 @@ def test_rank_drop_at_the_zero_of_swish_prime_is_unstable_at_every_residual_scal
     head = heads.mlp(d, (4,), k, activation="swish", bias=False, dtype=jnp.float64)
     v = head.init(jax.random.PRNGKey(3))
     W1 = np.array(v["params"]["layers"][0]["w"])
-    W1[:, 0] = [a_star, 0.0, 0.0, 0.0]                               # unit 0 sees c @ W1[:, 0] = a_star exactly
+    W1[:, 0] = [a_star, 0.0, 0.0, 0.0]  # unit 0 sees c @ W1[:, 0] = a_star exactly
     v = {"params": {"layers": [{"w": jnp.asarray(W1)}, v["params"]["layers"][1]]}}
     c = jnp.asarray([1.0, 0.3, -0.7, 0.5])
     eq = geometry.collapsed_equilibrium(head, v, "mse_target", c, n, key=jax.random.PRNGKey(4), activation="swish")
@@ -200,10 +205,10 @@ def test_rank_drop_at_the_zero_of_swish_prime_is_unstable_at_every_residual_scal
     cert = geometry.collapse_certificate(head, eq.loss_fn, eq.z, variables=v)
     assert cert.conclusion == "unstable (M on null(G))" and cert.critical_scale == 0.0
     assert cert.block_null_dims == (1,) * n and cert.null_curvature_min < -100 * cert.interaction_tol
-    assert cert.interaction_sum < 1e-12                              # sum_i M_i = 0 at the equilibrium
+    assert cert.interaction_sum < 1e-12  # sum_i M_i = 0 at the equilibrium
     h = as_function(head, v)
     u = h(c[None])[0]
-    for s in (1e-4, 1e-2, 1.0):                                      # rho -> s rho through the MSE targets
+    for s in (1e-4, 1e-2, 1.0):  # rho -> s rho through the MSE targets
         targets = u[None] - s * 0.5 * n * eq.residual
         lmin, _, tol = _lmin_dense(h, lambda x, t=targets: losses.mse(x, t), eq.z)
         assert lmin < -tol
@@ -215,21 +220,26 @@ def _residual_family(objective, head_fn, c, eq, n):
     """``s -> loss`` whose residual at the collapsed state is ``s rho`` (head, ``c`` and ``H_L`` fixed)."""
     u, R = head_fn(c[None])[0], eq.residual
     if objective == "mse_target":
-        return lambda s: (lambda x: losses.mse(x, u[None] - s * 0.5 * n * R))
+        return lambda s: lambda x: losses.mse(x, u[None] - s * 0.5 * n * R)
     q = jax.nn.softmax(u / 0.1)
 
     def loss(s):
         T = 0.04 * jnp.log(q[None] - s * n * 0.1 * R)
-        return lambda x: losses.dino(jnp.stack([x, x]), jnp.stack([T, T]), jnp.zeros_like(u),
-                                     student_temp=0.1, teacher_temp=0.04)[0]
+        return lambda x: losses.dino(
+            jnp.stack([x, x]), jnp.stack([T, T]), jnp.zeros_like(u), student_temp=0.1, teacher_temp=0.04
+        )[0]
+
     return loss
 
 
-@pytest.mark.parametrize("objective,activation,residual_scale,s_star", [
-    ("mse_target", "swish", 0.02, 2.2619894720),
-    ("mse_target", "tanh", 0.3, 4.4067597548),
-    ("dino_fixed_teacher", "swish", 0.3, 1.6716734029),
-])
+@pytest.mark.parametrize(
+    "objective,activation,residual_scale,s_star",
+    [
+        ("mse_target", "swish", 0.02, 2.2619894720),
+        ("mse_target", "tanh", 0.3, 4.4067597548),
+        ("dino_fixed_teacher", "swish", 0.3, 1.6716734029),
+    ],
+)
 def test_predicted_critical_scale_is_the_measured_sign_change(objective, activation, residual_scale, s_star):
     n = 6
     head, v, c, eq = _equilibrium((16,), 12, activation, objective, residual_scale, n=n)
@@ -259,7 +269,9 @@ def test_predicted_critical_scale_is_the_measured_sign_change(objective, activat
     assert mf.lambda_min_metric == pytest.approx(cert.lambda_min_metric, rel=1e-9)
     # the same state with the residual beyond critical: predicted and measured unstable
     cert2 = geometry.collapse_certificate(h, family(2.0 * s_star), eq.z)
-    assert cert2.conclusion == "unstable (residual above critical)" and cert2.critical_scale == pytest.approx(0.5, rel=1e-9)
+    assert cert2.conclusion == "unstable (residual above critical)" and cert2.critical_scale == pytest.approx(
+        0.5, rel=1e-9
+    )
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -282,12 +294,46 @@ def test_bad_input_is_refused_by_name():
     with pytest.raises(ValueError, match="`lanczos_steps`"):
         geometry.collapse_certificate(head_fn, loss(1.0), z, lanczos_steps=1)
     # the matrix-free path needs G > 0: a non-trivial null(G) is refused, not guessed
-    head_null, loss_null, z_null = _quadratic([[1.0, 0.0], [0.0, 0.0]], [ZERO, np.diag([0.0, 1.0])],
-                                              [[0.0, 1.0], [0.0, -1.0]])
+    head_null, loss_null, z_null = _quadratic(
+        [[1.0, 0.0], [0.0, 0.0]], [ZERO, np.diag([0.0, 1.0])], [[0.0, 1.0], [0.0, -1.0]]
+    )
     with pytest.raises(ValueError, match="null"):
         geometry.collapse_certificate(head_null, loss_null(1.0), z_null, max_dense_dim=1)
     head = heads.mlp(2, (3,), 4, activation="swish", dtype=jnp.float64)
     with pytest.raises(ValueError, match="`variables` must be the head's variables"):
-        geometry.collapse_certificate(head, lambda u: jnp.sum(u ** 2), z)
+        geometry.collapse_certificate(head, lambda u: jnp.sum(u**2), z)
     with pytest.raises(FloatingPointError, match="residual"):
         geometry.collapse_certificate(head_fn, lambda u: jnp.sum(jnp.sqrt(u)), z)
+
+
+# ----------------------------------------------------------------------------- compiled once per shape
+
+
+@pytest.mark.parametrize("max_dense_dim", [geometry.MATRIX_FREE_ABOVE, 1])
+def test_a_second_state_of_fresh_closures_compiles_nothing(max_dense_dim):
+    """``collapsed_equilibrium`` builds a fresh loss closure per state and ``heads.mlp`` a fresh head: the second
+    state (new head, new arrays, the same shapes and loss kind) reuses every compiled kernel, on the dense and on
+    the matrix-free path, and its certificate is its own state's (against the independent dense ``H_eff``)."""
+    from compilations import compilations
+
+    first = _equilibrium((16,), 12, "swish", "mse_target", 0.3, seed=0)
+    head, v, _, eq = first
+    geometry.collapse_certificate(head, eq.loss_fn, eq.z, variables=v, max_dense_dim=max_dense_dim)
+    head, v, _, eq = _equilibrium((16,), 12, "swish", "mse_target", 3.0, seed=7)
+    out = {}
+    assert (
+        compilations(
+            lambda: out.update(
+                c=geometry.collapse_certificate(head, eq.loss_fn, eq.z, variables=v, max_dense_dim=max_dense_dim)
+            )
+        )
+        == []
+    )
+    cert = out["c"]
+    eh = geometry.effective_hessian(as_function(head, v), eq.loss_fn, eq.z)
+    n, d = eq.z.shape
+    G = np.asarray(eh.metric).reshape(n, d, n, d)
+    g_min = min(np.linalg.eigvalsh(G[i, :, i, :])[0] for i in range(n))
+    assert cert.lambda_min_metric == pytest.approx(g_min, rel=1e-9)
+    lmin, _, tol = _lmin_dense(as_function(head, v), eq.loss_fn, eq.z)
+    assert cert.predicted_sign == (-1 if lmin < -tol else 1) and cert.predicted_sign == -1

@@ -5,6 +5,7 @@ Shapes are tiny (MLP backbone 192 -> 32 -> 32, heads of width 16-32, batch 32, 4
 so each objective costs one step compilation per run. The 8-device runs share one
 subprocess (``XLA_FLAGS`` must be set before JAX starts) for all objectives.
 """
+
 import json
 import os
 import pathlib
@@ -16,21 +17,32 @@ import jax
 import numpy as np
 import pytest
 
-from ssl_geometry import objectives
-from ssl_geometry import train
+from ssl_geometry import objectives, train
 
 #: The slow tier (``-m slow``, run by ``.ci/run`` after the suite): every objective through the CLI on 1 and 8 devices, with resume.
 pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "experiments" / "configs" / "small.py")
-SMALL = ["--config.train.steps=4", "--config.train.checkpoint_every=2", "--config.train.keep_checkpoints=3",
-         "--config.train.log_every=1", "--config.train.metrics_every=0", "--config.train.progress=False",
-         "--config.eval.max_train=100", "--config.eval.max_test=100", "--config.eval.rotation=False",
-         "--config.data.batch_size=32", "--config.optimizer.warmup_steps=1", "--config.objective.queue_size=64",
-         "--config.model.backbone_kwargs.hidden=(32,)", "--config.model.projector.hidden=(32,)",
-         "--config.model.projector.out_dim=16", "--config.model.predictor.hidden=(8,)",
-         "--config.model.predictor.out_dim=16"]
+SMALL = [
+    "--config.train.steps=4",
+    "--config.train.checkpoint_every=2",
+    "--config.train.keep_checkpoints=3",
+    "--config.train.log_every=1",
+    "--config.train.metrics_every=0",
+    "--config.train.progress=False",
+    "--config.eval.max_train=100",
+    "--config.eval.max_test=100",
+    "--config.eval.rotation=False",
+    "--config.data.batch_size=32",
+    "--config.optimizer.warmup_steps=1",
+    "--config.objective.queue_size=64",
+    "--config.model.backbone_kwargs.hidden=(32,)",
+    "--config.model.projector.hidden=(32,)",
+    "--config.model.projector.out_dim=16",
+    "--config.model.predictor.hidden=(8,)",
+    "--config.model.predictor.out_dim=16",
+]
 
 
 def cli_argv(workdir, name, *extra):
@@ -69,13 +81,19 @@ def eight_devices(tmp_path_factory):
         wd = root / name
         (root / f"{name}.argv").write_text(json.dumps(cli_argv(wd, name, "--config.train.stop_after=2")))
         args += [name, str(wd)]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", PYTHONPATH=str(ROOT),
-               JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1" if jax.config.read("jax_enable_x64") else "0")
-    proc = subprocess.run([sys.executable, "-c", _EIGHT, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        PYTHONPATH=str(ROOT),
+        JAX_PLATFORMS="cpu",
+        JAX_ENABLE_X64="1" if jax.config.read("jax_enable_x64") else "0",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _EIGHT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1]
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 @pytest.mark.parametrize("name", objectives.OBJECTIVES)
@@ -97,7 +115,7 @@ def test_objective_trains_and_resumes_bitwise(tmp_path, name, eight_devices):
     (cut / "metrics.jsonl").write_text("\n".join(x for x in lines if '"final"' not in x) + "\n")
     assert train.main(cli_argv(cut, name)) == 0
     assert _fingerprint(cut, 4) == _fingerprint(full, 4)  # every state leaf bitwise equal
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "images_per_s"} for r in rs]  # noqa: E731
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "images_per_s"} for r in rs]
     assert strip(read_records(cut)) == strip(recs)  # steps 3-4 re-logged once, same numbers, one final record
 
     # The same global batch on 8 devices: the same first losses up to float32 reduction order.

@@ -1,4 +1,5 @@
 """The SSL trainer: update step, sharding (8 simulated devices), resume after SIGKILL, CLI, metrics."""
+
 import json
 import os
 import pathlib
@@ -55,8 +56,16 @@ def test_every_objective_takes_a_finite_step(name, vec_batch):
     bb, proj, pred = _vec_models()
     if name == "dino":  # a final BatchNorm would centre the teacher outputs exactly (centre stays 0)
         proj = heads.mlp(5, (8,), 4, activation="gelu", dtype=jnp.float64)
-    obj = objectives.make_objective(name, bb, proj, pred if name in objectives.PREDICTOR_METHODS else None,
-                                    augment=_noise_views, queue_size=16, ema=0.9, total_steps=10)
+    obj = objectives.make_objective(
+        name,
+        bb,
+        proj,
+        pred if name in objectives.PREDICTOR_METHODS else None,
+        augment=_noise_views,
+        queue_size=16,
+        ema=0.9,
+        total_steps=10,
+    )
     tx, sched = trainer.make_optimizer({"name": "sgd", "lr": 0.05, "momentum": 0.9}, 10, 8)
     state = trainer.init_train_state(obj, tx, jax.random.PRNGKey(0), 3)
     step = jax.jit(trainer.make_train_step(obj, tx, sched))
@@ -65,11 +74,16 @@ def test_every_objective_takes_a_finite_step(name, vec_batch):
     assert float(m["rel_update/backbone"]) > 0 and float(m["rel_update/head"]) > 0
     if name in objectives.EMA_METHODS:
         tau = float(objectives.ema_decay(1, 10, 0.9))
-        expected = jax.tree_util.tree_map(lambda t, o: tau * t + (1 - tau) * o,
-                                          state["obj_state"]["target"]["params"]["projector"],
-                                          new["params"]["projector"])
-        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14),
-                               new["obj_state"]["target"]["params"]["projector"], expected)
+        expected = jax.tree_util.tree_map(
+            lambda t, o: tau * t + (1 - tau) * o,
+            state["obj_state"]["target"]["params"]["projector"],
+            new["params"]["projector"],
+        )
+        jax.tree_util.tree_map(
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14),
+            new["obj_state"]["target"]["params"]["projector"],
+            expected,
+        )
     if name == "moco":
         q = new["obj_state"]["queue"]
         assert q.shape == (16, 4)
@@ -103,20 +117,23 @@ def test_simsiam_step_equals_hand_written_sgd(vec_batch):
     val, g = jax.value_and_grad(loss)(ssl)
     assert float(m["loss"]) == pytest.approx(float(val), abs=1e-12)
     expect = jax.tree_util.tree_map(lambda p, d: p - lr * d, ssl, g)
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12),
-                           {k: new["params"][k] for k in ssl}, expect)
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12),
+        {k: new["params"][k] for k in ssl},
+        expect,
+    )
     # The probe trained (its loss decreased the zero-init logits' CE) without touching the backbone gradient.
     assert not np.allclose(np.asarray(new["params"]["probe"]["w"]), 0.0)
     # BN running statistics advanced twice (one update per view, as two forward passes in PyTorch).
     h, s1 = bb.apply({"params": ssl["backbone"], **st["backbone"]}, x, train=True)
     _, s2 = bb.apply({"params": ssl["backbone"], **s1}, x, train=True)
-    np.testing.assert_allclose(new["obj_state"]["backbone"]["batch_stats"]["bn"][0]["mean"],
-                               s2["batch_stats"]["bn"][0]["mean"], rtol=1e-12)
+    np.testing.assert_allclose(
+        new["obj_state"]["backbone"]["batch_stats"]["bn"][0]["mean"], s2["batch_stats"]["bn"][0]["mean"], rtol=1e-12
+    )
 
 
 def test_schedule_closed_form():
-    s = trainer.make_schedule({"lr": 0.4, "warmup_steps": 10, "schedule": "cosine", "lr_batch_scaling": True},
-                              110, 128)
+    s = trainer.make_schedule({"lr": 0.4, "warmup_steps": 10, "schedule": "cosine", "lr_batch_scaling": True}, 110, 128)
     peak = 0.4 * 128 / 256
     assert float(s(5)) == pytest.approx(peak * 5 / 10, rel=1e-6)
     assert float(s(10)) == pytest.approx(peak, rel=1e-6)
@@ -140,7 +157,7 @@ def test_representation_metrics_against_numpy():
     ev = np.linalg.eigvalsh(np.cov(z.T))
     assert m["cond"] == pytest.approx(ev[-1] / ev[0], rel=1e-8)
     s = np.linalg.svd(z, compute_uv=False)
-    for key, w in (("erank_rankme", s), ("erank_squared", s ** 2)):
+    for key, w in (("erank_rankme", s), ("erank_squared", s**2)):
         p = w / w.sum() + 1e-7  # RankMe's eps
         assert m[key] == pytest.approx(np.exp(-np.sum(p * np.log(p))), rel=1e-10)
     collapsed = trainer.representation_metrics(jnp.ones((10, 4)))
@@ -232,8 +249,9 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 def sharded(tmp_path_factory):
     path = tmp_path_factory.mktemp("sharded") / "out.npz"
     env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT, str(path)], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _SHARDED_SCRIPT, str(path)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return dict(np.load(path))
 
@@ -265,9 +283,17 @@ def test_sharded_batchnorm_is_sync_batchnorm(sharded):
 
 
 def test_cli_override_parsing(tmp_path):
-    cfg, wd = train_cli.parse_args(["prog", f"--config={TINY}", f"--workdir={tmp_path}",
-                                    "--config.train.steps=7", "--config.optimizer.lr=0.25",
-                                    "--config.objective.name=byol", "--config.model.projector.hidden=(32,32)"])
+    cfg, wd = train_cli.parse_args(
+        [
+            "prog",
+            f"--config={TINY}",
+            f"--workdir={tmp_path}",
+            "--config.train.steps=7",
+            "--config.optimizer.lr=0.25",
+            "--config.objective.name=byol",
+            "--config.model.projector.hidden=(32,32)",
+        ]
+    )
     assert wd == str(tmp_path)
     assert cfg.train.steps == 7 and isinstance(cfg.train.steps, int)
     assert cfg.optimizer.lr == 0.25 and cfg.objective.name == "byol"
@@ -281,12 +307,15 @@ def test_cli_override_parsing(tmp_path):
         train_cli.parse_args(["prog", f"--config={TINY}"])
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("train.steps", 0, "train.steps"),
-    ("data.batch_size", 1, "data.batch_size"),
-    ("dtype", "float16", "dtype"),
-    ("train.metrics_every", -1, "metrics_every"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("train.steps", 0, "train.steps"),
+        ("data.batch_size", 1, "data.batch_size"),
+        ("dtype", "float16", "dtype"),
+        ("train.metrics_every", -1, "metrics_every"),
+    ],
+)
 def test_bad_config_values_raise_clear_errors(field, value, match):
     cfg = train_cli.parse_args(["prog", f"--config={TINY}", "--workdir=x"])[0]
     sect, _, key = field.rpartition(".")
@@ -347,8 +376,9 @@ def _final_state(workdir):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = ocp.PyTreeCheckpointer().restore(str(step_dirs[-1] / "state"))
-    return int(step_dirs[-1].name), {jax.tree_util.keystr(p): np.asarray(v)
-                                     for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+    return int(step_dirs[-1].name), {
+        jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 @pytest.mark.slow  # end to end (subprocesses, full runs): the slow tier of .ci/run keeps README command 2 under 15 minutes
@@ -359,10 +389,17 @@ def test_sigkill_resume_is_bitwise_identical(tmp_path):
     env = _env(JAX_PLATFORMS="cpu")
     # Run "a" (uninterrupted) and "b" (killed after its step-10 checkpoint) at the same time.
     a_err = open(tmp_path / "a.err", "w")
-    full = subprocess.Popen(cmd + [f"--workdir={tmp_path / 'a'}"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=a_err, text=True, cwd=ROOT)
-    proc = subprocess.Popen(cmd + [f"--workdir={tmp_path / 'b'}"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    full = subprocess.Popen(
+        cmd + [f"--workdir={tmp_path / 'a'}"], env=env, stdout=subprocess.DEVNULL, stderr=a_err, text=True, cwd=ROOT
+    )
+    proc = subprocess.Popen(
+        cmd + [f"--workdir={tmp_path / 'b'}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+    )
     killed_after = None
     for line in proc.stdout:
         if line.startswith("checkpoint saved: step 10"):
@@ -377,8 +414,9 @@ def test_sigkill_resume_is_bitwise_identical(tmp_path):
     last_step_before, _ = _final_state(tmp_path / "b")
     assert 10 <= last_step_before < 60  # killed mid-run, final step not reached
 
-    resumed = subprocess.run(cmd + [f"--workdir={tmp_path / 'b'}"], env=env, capture_output=True, text=True,
-                             timeout=600, cwd=ROOT)
+    resumed = subprocess.run(
+        cmd + [f"--workdir={tmp_path / 'b'}"], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from checkpoint step {last_step_before}" in resumed.stdout
 
@@ -430,7 +468,7 @@ def test_run_loop_calls_hooks_at_the_documented_steps(tmp_path):
     step; a resumed run from the restored step on; a complete workdir not at all; a raising hook ends the run
     with the lock released, and the run resumes from its last checkpoint."""
     cfg = _hook_config(6)
-    observe = lambda state, batch, new: {"observed_step": state["step"]}  # noqa: E731
+    observe = lambda state, batch, new: {"observed_step": state["step"]}
     cfg.train.stop_after = 4
     rec = _Recorder()
     assert trainer.train(cfg, tmp_path / "a", verbose=False, observe=observe, hooks=[rec])["status"] == "stopped"

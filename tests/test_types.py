@@ -4,6 +4,7 @@ A shape or dtype mistake in a call to a type-checked module raises ``jaxtyping.T
 before the function runs. If this file fails with "not type-checked", the hook is not
 installed: ``pip install -e '.[test]'`` (beartype) and run pytest from the repository root.
 """
+
 import inspect
 
 import jax
@@ -23,7 +24,7 @@ def _raises_type_error(fn, *args, **kwargs):
         fn(*args, **kwargs)
     except TypeCheckError as err:
         return str(err)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any other failure means the type check did not run
         pytest.fail(f"not type-checked: {type(err).__name__}: {err} (is the jaxtyping hook installed?)")
     pytest.fail("not type-checked: the call was accepted")
 
@@ -39,8 +40,9 @@ def test_mismatched_loss_shapes_raise_a_jaxtyping_error():
 
 
 def test_heads_activations_and_ops_are_checked():
-    _raises_type_error(heads.batchnorm, jnp.ones((4, 3)), jnp.ones(2), jnp.zeros(3), jnp.zeros(3), jnp.ones(3),
-                       train=True)
+    _raises_type_error(
+        heads.batchnorm, jnp.ones((4, 3)), jnp.ones(2), jnp.zeros(3), jnp.zeros(3), jnp.ones(3), train=True
+    )
     _raises_type_error(activations.get("gelu"), jnp.ones(3, jnp.int32))
     _raises_type_error(ops.l2_normalize, [[1.0, 2.0]])  # a list, not an array
     head = heads.mlp(3, (), 2)

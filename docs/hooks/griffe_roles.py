@@ -19,6 +19,7 @@ reST habits in them would render badly as Markdown, so the text handed to mkdocs
 It also checks what griffe's own check cannot: an ``Args:`` entry may document several parameters
 at once (``z1, z2: the two views``); every name in it must be a parameter of the function.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -29,9 +30,34 @@ import griffe
 logger = griffe.get_logger("griffe_roles")
 
 _ROLE = re.compile(r":(?:py:)?(func|class|mod|data|attr|meth|obj|exc|const):`([^`]+)`")
-_EXTERNAL = ("equinox", "jax", "jaxtyping", "optax", "diffrax", "numpy", "np", "scipy", "orbax", "flax",
-             "tensorflow", "tf", "tensorflow_datasets", "tfds", "sklearn", "torch", "chex", "safetensors",
-             "tokenizers", "ml_collections", "typing", "collections", "dataclasses", "pathlib", "os", "sys")
+_EXTERNAL = (
+    "equinox",
+    "jax",
+    "jaxtyping",
+    "optax",
+    "diffrax",
+    "numpy",
+    "np",
+    "scipy",
+    "orbax",
+    "flax",
+    "tensorflow",
+    "tf",
+    "tensorflow_datasets",
+    "tfds",
+    "sklearn",
+    "torch",
+    "chex",
+    "safetensors",
+    "tokenizers",
+    "ml_collections",
+    "typing",
+    "collections",
+    "dataclasses",
+    "pathlib",
+    "os",
+    "sys",
+)
 
 
 _WARNED: set[str] = set()
@@ -49,8 +75,8 @@ class PublicIndex:
 
     def __init__(self, pkg: griffe.Module):
         self.pkg = pkg
-        self.public: dict[str, griffe.Object] = {pkg.path: pkg}   # public path -> final object
-        self.canonical: dict[str, str] = {}                        # implementation path -> public path
+        self.public: dict[str, griffe.Object] = {pkg.path: pkg}  # public path -> final object
+        self.canonical: dict[str, str] = {}  # implementation path -> public path
         modules = [pkg] + [m for name, m in pkg.modules.items() if not name.startswith("_")]
         for module in modules:
             if module is not pkg:
@@ -64,9 +90,11 @@ class PublicIndex:
                     try:
                         target = member.final_target
                     except (griffe.AliasResolutionError, griffe.CyclicAliasError):
-                        _warn_once(f"{module.path}.{name}: the re-export of {member.target_path} does not "
-                                   "resolve to an object griffe can read (a tuple assignment?), so the API "
-                                   "reference would leave it out.")
+                        _warn_once(
+                            f"{module.path}.{name}: the re-export of {member.target_path} does not "
+                            "resolve to an object griffe can read (a tuple assignment?), so the API "
+                            "reference would leave it out."
+                        )
                         continue
                 else:
                     target = member
@@ -121,7 +149,7 @@ def _fence_doctests(text: str) -> str:
         indent = line[: len(line) - len(stripped)]
         block = []
         while i < len(lines) and lines[i].strip() and lines[i].startswith(indent):
-            block.append(lines[i][len(indent):])
+            block.append(lines[i][len(indent) :])
             i += 1
         if out and out[-1].strip():
             out.append("")
@@ -156,8 +184,14 @@ def _fence_literal_blocks(text: str) -> str:
         while block and not block[-1].strip():
             block.pop()
         stem = line.rstrip()[:-2].rstrip()
-        out += [stem + ":" if stem.strip() else "", "", " " * base + "```text",
-                *(" " * base + b if b else "" for b in block), " " * base + "```", ""]
+        out += [
+            stem + ":" if stem.strip() else "",
+            "",
+            " " * base + "```text",
+            *(" " * base + b if b else "" for b in block),
+            " " * base + "```",
+            "",
+        ]
         i = j
     return "\n".join(out)
 
@@ -191,11 +225,12 @@ class SphinxRoles(griffe.Extension):
             found = index.resolve(name, context, impl_module)
             if found:
                 return f"[`{shown}`][{found}]"
-            if (name.split(".")[0] in _EXTERNAL or hasattr(builtins, name)
-                    or target.lstrip("~").startswith(".")):
+            if name.split(".")[0] in _EXTERNAL or hasattr(builtins, name) or target.lstrip("~").startswith("."):
                 return f"`{shown}`"
-            _warn_once(f"{where}: :{kind}:`{target}` names no public object of ssl_geometry "
-                           "(write the public path, or plain ``code`` for a private name).")
+            _warn_once(
+                f"{where}: :{kind}:`{target}` names no public object of ssl_geometry "
+                "(write the public path, or plain ``code`` for a private name)."
+            )
             return f"`{shown}`"
 
         text = _fence_literal_blocks(_fence_doctests(text))
@@ -211,5 +246,7 @@ class SphinxRoles(griffe.Extension):
             for param in section.value:
                 for name in (n.strip().lstrip("*") for n in param.name.split(",")):
                     if name and name not in names:
-                        _warn_once(f"{where}: the docstring documents a parameter {name!r} that "
-                                       f"the signature does not have ({', '.join(sorted(names)) or 'none'}).")
+                        _warn_once(
+                            f"{where}: the docstring documents a parameter {name!r} that "
+                            f"the signature does not have ({', '.join(sorted(names)) or 'none'})."
+                        )

@@ -18,6 +18,7 @@ negative cosine with stop-gradient) as a function of the backbone features ``z1`
 on the shifted operator, a Rayleigh quotient: 42 double-backward HVPs), on the same weights and
 point in float32.
 """
+
 from __future__ import annotations
 
 import jax
@@ -35,8 +36,16 @@ SMALL = dict(batch=16, dim=32, width=64, bottleneck=16)
 
 def _head(d_in, hidden, d_out, activation, batch_norm):
     """The authors' ``ProjectionHead(d_in, hidden, d_out, activation, use_bn=batch_norm)`` (bias-free)."""
-    return heads.mlp(d_in, (hidden,), d_out, activation=activation, batch_norm=batch_norm,
-                     final_batch_norm=batch_norm, bias=False, dtype=jnp.float64)
+    return heads.mlp(
+        d_in,
+        (hidden,),
+        d_out,
+        activation=activation,
+        batch_norm=batch_norm,
+        final_batch_norm=batch_norm,
+        bias=False,
+        dtype=jnp.float64,
+    )
 
 
 def _cast(tree, dtype):
@@ -49,8 +58,9 @@ class Problem:
     ``loss(z1, params, z2)``; ``params = {"proj": variables, "pred": variables}``.
     """
 
-    def __init__(self, batch, dim, width, bottleneck, activation="swish", scale=0.1, seed=0, *,
-                 batch_norm=False, view_noise=None):
+    def __init__(
+        self, batch, dim, width, bottleneck, activation="swish", scale=0.1, seed=0, *, batch_norm=False, view_noise=None
+    ):
         self.batch, self.dim, self.seed, self.batch_norm = batch, dim, seed, batch_norm
         proj = _head(dim, width, width, activation, batch_norm)
         pred = _head(width, bottleneck, width, activation, batch_norm)
@@ -149,13 +159,17 @@ class TorchPaper:
         with self.torch.no_grad():
             l1.weight.copy_(self.torch.tensor(w1.T))
             l2.weight.copy_(self.torch.tensor(w2.T))
-        layers = [l1] + ([nn.BatchNorm1d(w1.shape[1])] if batch_norm else []) + [nn.SiLU(), l2] + \
-            ([nn.BatchNorm1d(w2.shape[1])] if batch_norm else [])
+        layers = (
+            [l1]
+            + ([nn.BatchNorm1d(w1.shape[1])] if batch_norm else [])
+            + [nn.SiLU(), l2]
+            + ([nn.BatchNorm1d(w2.shape[1])] if batch_norm else [])
+        )
         return nn.Sequential(*layers).train()
 
     def loss(self):
         F = self.torch.nn.functional
-        p1, p2 = self.proj(self.z1), self.proj(self.z2)   # the authors' names: p = projector, h = predictor
+        p1, p2 = self.proj(self.z1), self.proj(self.z2)  # the authors' names: p = projector, h = predictor
         h1, h2 = self.pred(p1), self.pred(p2)
         return 0.5 * (-(F.cosine_similarity(h1, p2.detach()).mean() + F.cosine_similarity(h2, p1.detach()).mean()))
 

@@ -5,6 +5,7 @@ BatchNorm on both layers, predictor 2048 -> 512 -> 2048 with BatchNorm on the hi
 batch and its horizontal flip made on the device, negative cosine with stop-gradient, SGD momentum 0.9, weight
 decay 5e-4, float32), written in plain ``torch.nn`` with per-view passes (BatchNorm statistics per view).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,10 +51,16 @@ def torch_runner(batch: int, seed: int = 0, threads: int | None = None):
         def forward(self, x):
             return torch.flatten(F.adaptive_avg_pool2d(self.layers(F.relu(self.bn1(self.conv1(x)))), 1), 1)
 
-    projector = nn.Sequential(nn.Linear(512, 2048, bias=False), nn.BatchNorm1d(2048), nn.ReLU(),
-                              nn.Linear(2048, 2048, bias=False), nn.BatchNorm1d(2048))
-    predictor = nn.Sequential(nn.Linear(2048, 512, bias=False), nn.BatchNorm1d(512), nn.ReLU(),
-                              nn.Linear(512, 2048, bias=False))
+    projector = nn.Sequential(
+        nn.Linear(512, 2048, bias=False),
+        nn.BatchNorm1d(2048),
+        nn.ReLU(),
+        nn.Linear(2048, 2048, bias=False),
+        nn.BatchNorm1d(2048),
+    )
+    predictor = nn.Sequential(
+        nn.Linear(2048, 512, bias=False), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, 2048, bias=False)
+    )
     backbone = ResNet18Cifar()
     model = nn.ModuleList([backbone, projector, predictor])
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
@@ -65,8 +72,9 @@ def torch_runner(batch: int, seed: int = 0, threads: int | None = None):
         z1 = projector(backbone(x1))
         z2 = projector(backbone(x2))
         p1, p2 = predictor(z1), predictor(z2)
-        loss = -0.5 * (F.cosine_similarity(p1, z2.detach(), dim=-1).mean()
-                       + F.cosine_similarity(p2, z1.detach(), dim=-1).mean())
+        loss = -0.5 * (
+            F.cosine_similarity(p1, z2.detach(), dim=-1).mean() + F.cosine_similarity(p2, z1.detach(), dim=-1).mean()
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

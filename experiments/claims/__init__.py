@@ -7,7 +7,8 @@ threshold it reads, the controls (each with the reason it is the right null), th
 a verdict may be given, and what result would refute it.
 
 This package is the only place a rule, a threshold or a control can change (the claims of each
-section are in ``sec3.py``, ``sec4.py`` and ``sec5.py``, their types in ``schema.py``). The digest
+section are in ``sec3.py``, ``sec4.py``, ``thm41_repair.py`` (the repaired Thm 4.1) and ``sec5.py``, their
+types in ``schema.py``). The digest
 :func:`rule_digest` hashes all of them; each stored verdict carries the digest it was decided
 under, and ``tests/test_claims.py`` fails when a stored digest differs from the registry's, so a
 changed rule forces a rerun. When a rule changes, add a line to :data:`HISTORY` (date, old rule
@@ -46,22 +47,28 @@ numbers.
 Verdicts: ``supported``, ``not supported``, ``inconclusive``, ``premise violated`` (the setting
 does not meet the claim's premises, so it says nothing there).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 from typing import Mapping
 
-from experiments.claims import sec3, sec4, sec5
-from experiments.claims.provenance import code_digest as code_digest, code_files as code_files
-from experiments.claims.provenance import file_digests as file_digests, git_state as git_state
+from experiments.claims import sec3, sec4, sec5, thm41_repair
+from experiments.claims.provenance import code_digest as code_digest
+from experiments.claims.provenance import code_files as code_files
+from experiments.claims.provenance import file_digests as file_digests
+from experiments.claims.provenance import git_state as git_state
 from experiments.claims.schema import COMBINE_RULES as COMBINE_RULES
-from experiments.claims.schema import SCALES as SCALES, VARIANT_SCALE as VARIANT_SCALE, VERDICTS as VERDICTS
-from experiments.claims.schema import Claim as Claim, Control as Control
+from experiments.claims.schema import SCALES as SCALES
+from experiments.claims.schema import VARIANT_SCALE as VARIANT_SCALE
+from experiments.claims.schema import VERDICTS as VERDICTS
+from experiments.claims.schema import Claim as Claim
+from experiments.claims.schema import Control as Control
 
 
 def _claims() -> dict[str, Claim]:
-    claims = [*sec3.CLAIMS, *sec4.CLAIMS, *sec5.CLAIMS]
+    claims = [*sec3.CLAIMS, *sec4.CLAIMS, *thm41_repair.CLAIMS, *sec5.CLAIMS]
     out = {c.id: c for c in claims}
     if len(out) != len(claims):
         raise ValueError("the registry holds a claim id twice")
@@ -75,72 +82,99 @@ CLAIMS: dict[str, Claim] = _claims()
 #: that changes keeps its old verdict here; REPORT.md prints the line under the claim.
 HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
     "linearised-rate-prediction": [
-        ("2026-12-06", "add9ab285a5d3a9e", "supported (smoke)",
-         "The prediction was the linearised system's slope over the run's own early window (the second half of the "
-         "stretch below 100x), not the leading eigenvalue / spectral radius the claim names, and runs with fewer "
-         "than 3 points there were dropped (the nine lr = 0.5 SGD runs, 5-110x growth per step). Now r is the "
-         "claim's own number; the window starts when the linearised solution's non-leading modes have fallen to "
-         "0.1 x its leading group (rates within 0.05 |r| of r) and ends when the run leaves the linear regime "
-         "(100 x spread or deviation at t = 0) or its spread decays below 1e-6 x its start (near float64 "
-         "resolution: a spread at roundoff is not a rate); a run without 3 saves there counts against; a finite run whose "
-         "horizon ends before its window is continued for the rate alone (at most 5000 saves); "
-         "agreement and verdict thresholds unchanged (issue 32, item 1)"),
+        (
+            "2026-12-06",
+            "add9ab285a5d3a9e",
+            "supported (smoke)",
+            "The prediction was the linearised system's slope over the run's own early window (the second half of the "
+            "stretch below 100x), not the leading eigenvalue / spectral radius the claim names, and runs with fewer "
+            "than 3 points there were dropped (the nine lr = 0.5 SGD runs, 5-110x growth per step). Now r is the "
+            "claim's own number; the window starts when the linearised solution's non-leading modes have fallen to "
+            "0.1 x its leading group (rates within 0.05 |r| of r) and ends when the run leaves the linear regime "
+            "(100 x spread or deviation at t = 0) or its spread decays below 1e-6 x its start (near float64 "
+            "resolution: a spread at roundoff is not a rate); a run without 3 saves there counts against; a finite run whose "
+            "horizon ends before its window is continued for the rate alone (at most 5000 saves); "
+            "agreement and verdict thresholds unchanged (issue 32, item 1)",
+        ),
     ],
     "finite-step-escape": [
-        ("2026-12-06", "a2cc057c83c67141", "supported (smoke)",
-         "The control flow only had to not escape: all six supporting states had flows at tau = 4 growing 3.6-8.8x "
-         "with a positive linearised rate, and two supporting SGD runs were non-finite divergences. Now the flow "
-         "from the same state at the same tau must stay (growth <= 1.5 and linearised rate <= 1e-8 max|lambda(J)|), "
-         "other states are reported, not counted; only escape supports, divergence is reported apart (issue 32, "
-         "item 2)"),
+        (
+            "2026-12-06",
+            "a2cc057c83c67141",
+            "supported (smoke)",
+            "The control flow only had to not escape: all six supporting states had flows at tau = 4 growing 3.6-8.8x "
+            "with a positive linearised rate, and two supporting SGD runs were non-finite divergences. Now the flow "
+            "from the same state at the same tau must stay (growth <= 1.5 and linearised rate <= 1e-8 max|lambda(J)|), "
+            "other states are reported, not counted; only escape supports, divergence is reported apart (issue 32, "
+            "item 2)",
+        ),
     ],
     "stationarity-forces-rho-zero": [
-        ("2026-12-06", "3b0c81d05f23fcfe", "not supported (smoke) in experiment 3 (collapse_hessians); supported "
-         "(smoke) in experiment 7 (objectives)",
-         "The derivation (every residual row r, head gradient n (dh(c)/dtheta)^T r) forces r = 0 only when "
-         "dh(c)/dtheta has full row rank, and the rule omitted that premise: experiment 3's one violator was "
-         "simsiam/relu with a dead predictor (dh/dtheta = 0, so every head is 'stationary' as 0 <= 0) and rho = 2e7, "
-         "the cosine residual of a zero output. Full row rank (sigma_min > sqrt(eps) max(k, P) sigma_max, measured "
-         "per state at the stationary head) is now a premise checked per state; a state that fails it is premise "
-         "violated for that state, reported and not counted (issue 32, item 3)"),
+        (
+            "2026-12-06",
+            "3b0c81d05f23fcfe",
+            "not supported (smoke) in experiment 3 (collapse_hessians); supported (smoke) in experiment 7 (objectives)",
+            "The derivation (every residual row r, head gradient n (dh(c)/dtheta)^T r) forces r = 0 only when "
+            "dh(c)/dtheta has full row rank, and the rule omitted that premise: experiment 3's one violator was "
+            "simsiam/relu with a dead predictor (dh/dtheta = 0, so every head is 'stationary' as 0 <= 0) and rho = 2e7, "
+            "the cosine residual of a zero output. Full row rank (sigma_min > sqrt(eps) max(k, P) sigma_max, measured "
+            "per state at the stationary head) is now a premise checked per state; a state that fails it is premise "
+            "violated for that state, reported and not counted (issue 32, item 3)",
+        ),
     ],
     "guillotine-probe-gap": [
-        ("2026-12-06", "1a48fa2508a1b8df", "supported (smoke): gap 0.0707 >= 0.02, the untrained head's gap 0.0427",
-         "The rule compared the trained head's gap alone with the 0.02 margin and only reported the untrained head's "
-         "beside it, so the control decided nothing: the untrained head's gap (0.043) passed the margin by itself "
-         "and training added 0.028, about one standard error at 375 test images. It is now decided on the trained "
-         "minus the untrained gap (the same margin) with a paired bootstrap 95% interval over the probe's test "
-         "images (per-image probe outcomes) and over training seeds (3 at smoke); supported only if that interval "
-         "lies above the margin and the trained gap's above 0, not supported if either lies below 0. The seeds "
-         "carry the spread between machines: a run is bitwise reproducible on one machine (the committed 0.0707 "
-         "reproduced to every bit here), but the float32 training depends on the CPU cores the process may use "
-         "(another core count trains another run), the likely cause of a fresh clone's 0.025 elsewhere "
-         "(issue 32, item 4)"),
+        (
+            "2026-12-06",
+            "1a48fa2508a1b8df",
+            "supported (smoke): gap 0.0707 >= 0.02, the untrained head's gap 0.0427",
+            "The rule compared the trained head's gap alone with the 0.02 margin and only reported the untrained head's "
+            "beside it, so the control decided nothing: the untrained head's gap (0.043) passed the margin by itself "
+            "and training added 0.028, about one standard error at 375 test images. It is now decided on the trained "
+            "minus the untrained gap (the same margin) with a paired bootstrap 95% interval over the probe's test "
+            "images (per-image probe outcomes) and over training seeds (3 at smoke); supported only if that interval "
+            "lies above the margin and the trained gap's above 0, not supported if either lies below 0. The seeds "
+            "carry the spread between machines: a run is bitwise reproducible on one machine (the committed 0.0707 "
+            "reproduced to every bit here), but the float32 training depends on the CPU cores the process may use "
+            "(another core count trains another run), the likely cause of a fresh clone's 0.025 elsewhere "
+            "(issue 32, item 4)",
+        ),
     ],
     "sec5-metric-degeneracy": [
-        ("2026-12-06", "8cc3082d62c26c23", "inconclusive (smoke) in the guillotine (orbits S = 0.773, interval "
-         "[0.607, 1.007]); supported (smoke) for 15 of 16 objective/seed subjects of experiment 7 (orbits compress, "
-         "S 7.8-68.9); not supported (smoke) in minilm_geometry; inconclusive in pretrained_orbits (no checkpoint)",
-         "The orbit half had no untrained comparison, although the guillotine's untrained head compresses the orbits "
-         "5.36x while the trained head does not (0.77). Orbits now count as compressed only if S's interval lies "
-         "above 1 and so does R = S / S_0, the trained head's compression over the untrained head's on the same "
-         "orbits (rules.orbit_gain_over_untrained); where S_0 is not measured they cannot count as compressed "
-         "(issue 32, item 4)"),
+        (
+            "2026-12-06",
+            "8cc3082d62c26c23",
+            "inconclusive (smoke) in the guillotine (orbits S = 0.773, interval "
+            "[0.607, 1.007]); supported (smoke) for 15 of 16 objective/seed subjects of experiment 7 (orbits compress, "
+            "S 7.8-68.9); not supported (smoke) in minilm_geometry; inconclusive in pretrained_orbits (no checkpoint)",
+            "The orbit half had no untrained comparison, although the guillotine's untrained head compresses the orbits "
+            "5.36x while the trained head does not (0.77). Orbits now count as compressed only if S's interval lies "
+            "above 1 and so does R = S / S_0, the trained head's compression over the untrained head's on the same "
+            "orbits (rules.orbit_gain_over_untrained); where S_0 is not measured they cannot count as compressed "
+            "(issue 32, item 4)",
+        ),
     ],
     "thm3.2-depth": [
-        ("2026-12-01", "4a979347d55c2bbc", "none under that rule (the committed pre-registry 'supported' compared the "
-         "16-parameter affine head with MLP heads of 132 and 404 parameters)",
-         "An affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
-         "layers of the depth-2 width; changed before any run under the registry"),
+        (
+            "2026-12-01",
+            "4a979347d55c2bbc",
+            "none under that rule (the committed pre-registry 'supported' compared the "
+            "16-parameter affine head with MLP heads of 132 and 404 parameters)",
+            "An affine head's parameter count is fixed by its shape, so the rule now says how it is matched: two linear "
+            "layers of the depth-2 width; changed before any run under the registry",
+        ),
     ],
     "paper-collapse-ablation": [
-        ("2026-12-06", "0d33c90b3901b9a1", "not supported (smoke)",
-         "At smoke (one seed, 4 epochs of 10 steps) the rule could only say 'not supported': the authors' released "
-         "smooth runs fall for up to 10 epochs and peak at epochs 15-32. A minimum-horizon premise (H = 1 + the "
-         "earliest peak epoch of the released Swish/GELU runs = 16 epochs, computed from the released arrays) makes "
-         "shorter runs inconclusive (horizon), except for a forbidden escape. A run counts as escaped only if it "
-         "started collapsed (s(0) <= t): the ReLU+BN smoke run, std 0.121 > 0.0625 from epoch 0, had counted as "
-         "escaped; it is now 'not collapsed at start', its own outcome (issue 32, item 5)"),
+        (
+            "2026-12-06",
+            "0d33c90b3901b9a1",
+            "not supported (smoke)",
+            "At smoke (one seed, 4 epochs of 10 steps) the rule could only say 'not supported': the authors' released "
+            "smooth runs fall for up to 10 epochs and peak at epochs 15-32. A minimum-horizon premise (H = 1 + the "
+            "earliest peak epoch of the released Swish/GELU runs = 16 epochs, computed from the released arrays) makes "
+            "shorter runs inconclusive (horizon), except for a forbidden escape. A run counts as escaped only if it "
+            "started collapsed (s(0) <= t): the ReLU+BN smoke run, std 0.121 > 0.0625 from epoch 0, had counted as "
+            "escaped; it is now 'not collapsed at start', its own outcome (issue 32, item 5)",
+        ),
     ],
 }
 
@@ -180,8 +214,16 @@ def scale_of(variant: str) -> str:
     return VARIANT_SCALE[variant]
 
 
-def record(claim_id: str, verdict: str, *, scale: str, deciding: Mapping, reason: str,
-           subject: str | None = None, code_digest: str | None = None) -> dict:
+def record(
+    claim_id: str,
+    verdict: str,
+    *,
+    scale: str,
+    deciding: Mapping,
+    reason: str,
+    subject: str | None = None,
+    code_digest: str | None = None,
+) -> dict:
     """The stored form of one verdict: ``{id, subject, verdict, scale, decisive, rule_digest, code_digest,
     deciding, reason}``.
 
@@ -194,9 +236,17 @@ def record(claim_id: str, verdict: str, *, scale: str, deciding: Mapping, reason
         raise ValueError(f"verdict of {claim_id!r} must be one of {VERDICTS}; got {verdict!r}")
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
-    return {"id": claim_id, "subject": subject, "verdict": verdict, "scale": scale, "decisive": scale in c.scales,
-            "rule_digest": rule_digest(claim_id), "code_digest": code_digest, "deciding": dict(deciding),
-            "reason": reason}
+    return {
+        "id": claim_id,
+        "subject": subject,
+        "verdict": verdict,
+        "scale": scale,
+        "decisive": scale in c.scales,
+        "rule_digest": rule_digest(claim_id),
+        "code_digest": code_digest,
+        "deciding": dict(deciding),
+        "reason": reason,
+    }
 
 
 def label(rec: Mapping) -> str:

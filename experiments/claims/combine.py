@@ -3,6 +3,7 @@
 :func:`claim_verdict` implements the words of :data:`experiments.claims.schema.COMBINE_RULES`; the
 registry (:mod:`experiments.claims`) re-exports it.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -49,10 +50,12 @@ def _why(verdict: str, deciders: list[Mapping], units: int, unit: str) -> str:
         return first
     n = len({(r["experiment"], r.get("subject")) for r in deciders}) if unit == "subject" else len(deciders)
     count = f"{n} of {units} {unit}s"
-    lead = {"not supported": f"{count} refute{'s' if n == 1 else ''} it",
-            "inconclusive": f"{count} {'is' if n == 1 else 'are'} undecided and none refutes it",
-            "supported": f"{count} support{'s' if n == 1 else ''} it and none refutes it or is undecided",
-            "premise violated": f"all {units} {unit}s have their premise violated"}[verdict]
+    lead = {
+        "not supported": f"{count} refute{'s' if n == 1 else ''} it",
+        "inconclusive": f"{count} {'is' if n == 1 else 'are'} undecided and none refutes it",
+        "supported": f"{count} support{'s' if n == 1 else ''} it and none refutes it or is undecided",
+        "premise violated": f"all {units} {unit}s have their premise violated",
+    }[verdict]
     if len(places) > 1:
         lead += " (" + ", ".join(places[:4]) + (f" and {len(places) - 4} more" if len(places) > 4 else "") + ")"
     return f"{lead} -- {first}"
@@ -89,8 +92,12 @@ def claim_verdict(claim_id: str, records: Iterable[Mapping]) -> dict:
     decisive = [r for r in records if r["decisive"]]
     if not decisive:
         scales = sorted({r["scale"] for r in records}, key=SCALES.index)
-        why = (f"no decisive record: {len(records)} record(s) at scale {', '.join(scales)}, where the claim may be "
-               f"decided only at {', '.join(c.scales)}" if records else "no stored record decides it")
+        why = (
+            f"no decisive record: {len(records)} record(s) at scale {', '.join(scales)}, where the claim may be "
+            f"decided only at {', '.join(c.scales)}"
+            if records
+            else "no stored record decides it"
+        )
         return {"verdict": "inconclusive", "scale": None, "experiments": [], "subjects": [], "why": why}
     if c.combine == "theorem":
         verdict, deciders = _pooled(decisive)
@@ -109,7 +116,10 @@ def claim_verdict(claim_id: str, records: Iterable[Mapping]) -> dict:
         units, unit = len(subjects), "subject"
     else:  # the Claim type refuses any other kind; kept so a new kind cannot pass silently
         raise ValueError(f"claim {claim_id!r}: no combine rule {c.combine!r}; expected one of {sorted(COMBINE_RULES)}")
-    return {"verdict": verdict, "scale": max((r["scale"] for r in deciders), key=SCALES.index),
-            "experiments": list(dict.fromkeys(r["experiment"] for r in deciders)),
-            "subjects": list(dict.fromkeys(r["subject"] for r in deciders if r.get("subject"))),
-            "why": _why(verdict, deciders, units, unit)}
+    return {
+        "verdict": verdict,
+        "scale": max((r["scale"] for r in deciders), key=SCALES.index),
+        "experiments": list(dict.fromkeys(r["experiment"] for r in deciders)),
+        "subjects": list(dict.fromkeys(r["subject"] for r in deciders if r.get("subject"))),
+        "why": _why(verdict, deciders, units, unit),
+    }

@@ -24,6 +24,7 @@ contributing its UTF-8 path, a NUL byte, its length in bytes as decimal ASCII, a
 (``git rev-parse HEAD``) and whether ``git status --porcelain`` shows a change to any of the files;
 both ``None`` where git or the repository is missing (a copy of the tree, an archive).
 """
+
 from __future__ import annotations
 
 import ast
@@ -76,15 +77,19 @@ def _parse_imports(path: pathlib.Path, root: pathlib.Path) -> frozenset[pathlib.
             if node.level:
                 if node.level - 1 > len(package):
                     raise ValueError(f"{path}: a relative import goes above the top package (line {node.lineno})")
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
             else:
                 base = ()
             base += tuple(node.module.split(".")) if node.module else ()
             modules.add(base)
             modules.update(base + (alias.name,) for alias in node.names if alias.name != "*")
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "import_module"):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "import_module"
+        ):
             modules.add(tuple(node.args[0].value.split(".")))
     files = set()
     for parts in modules:
@@ -105,8 +110,9 @@ def _roots(name: str, root: pathlib.Path) -> list[pathlib.Path]:
     elif (exp / f"{name}.py").is_file():
         module = [exp / f"{name}.py"]
     else:
-        raise ValueError(f"no experiment {name!r}: expected experiments/{name}.py or experiments/{name}/__init__.py "
-                         f"under {root}")
+        raise ValueError(
+            f"no experiment {name!r}: expected experiments/{name}.py or experiments/{name}/__init__.py under {root}"
+        )
     if not cfg.is_file():
         raise ValueError(f"experiment {name!r} has no config: expected experiments/configs/{name}.py under {root}")
     return [*module, cfg, exp / "rules.py", *sorted((exp / "claims").glob("*.py"))]

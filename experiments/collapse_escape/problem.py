@@ -25,6 +25,7 @@ layer every backbone gradient is a contraction of ``J^T rho_i``, so it is statio
 gradient in every variable is checked (``Equilibrium.grad_norm``) and the certificate comes from
 :func:`ssl_geometry.geometry.thm41_premises`.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ssl_geometry import geometry
-from ssl_geometry import backbones, heads
-from ssl_geometry import losses
+from ssl_geometry import backbones, geometry, heads, losses
 
 OBJECTIVES = ("mse", "dino", "simsiam")
 
@@ -48,8 +47,9 @@ def objective(name: str, cfg):
         return lambda U, tg: losses.mse(U, tg["t"])
     if name == "dino":
         ts, tt = cfg.model.dino_student_temp, cfg.model.dino_teacher_temp
-        return lambda U, tg: losses.dino(jnp.stack([U, U]), jnp.stack([tg["t"], tg["t"]]), tg["center"],
-                                         student_temp=ts, teacher_temp=tt)[0]
+        return lambda U, tg: losses.dino(
+            jnp.stack([U, U]), jnp.stack([tg["t"], tg["t"]]), tg["center"], student_temp=ts, teacher_temp=tt
+        )[0]
     if name == "simsiam":
         return lambda U, tg: losses.negative_cosine(U, tg["t"])
     raise ValueError(f"`objective` must be one of {OBJECTIVES}; got {name!r}.")
@@ -65,7 +65,7 @@ def _cosine_targets(U: np.ndarray, rho: np.ndarray) -> np.ndarray:
     if np.max(c) >= 1:
         raise ValueError("cosine equilibrium: residual too large (n |u_i| |rho_i| must be < 1).")
     rn = np.linalg.norm(rho, axis=1, keepdims=True)
-    w = -rho / np.where(rn > 0, rn, 1.0) * (c / np.sqrt(1 - c ** 2))[:, None]
+    w = -rho / np.where(rn > 0, rn, 1.0) * (c / np.sqrt(1 - c**2))[:, None]
     return U / np.linalg.norm(U, axis=1, keepdims=True) + w
 
 
@@ -76,8 +76,8 @@ class Problem(NamedTuple):
     activation: str
     representation: str
     head: heads.Model
-    backbone: object          # backbones.mlp Model or None (free representation)
-    loss: callable            # loss(U, targets)
+    backbone: object  # backbones.mlp Model or None (free representation)
+    loss: callable  # loss(U, targets)
 
     def z_of(self, rep, x):
         """The representation ``z`` (n, d)."""
@@ -109,7 +109,7 @@ class Problem(NamedTuple):
         z = self.z_of(to_y(w, data)["rep"], data["x"])
         zc = z - jnp.mean(z, axis=0)
         diff = jax.tree_util.tree_map(lambda a, b: jnp.sum((a - b) ** 2), w, data["w_eq"])
-        return {"spread_z": jnp.sqrt(jnp.mean(zc ** 2)), "dev": jnp.sqrt(sum(jax.tree_util.tree_leaves(diff)))}
+        return {"spread_z": jnp.sqrt(jnp.mean(zc**2)), "dev": jnp.sqrt(sum(jax.tree_util.tree_leaves(diff)))}
 
 
 def to_y(w, data):
@@ -154,9 +154,9 @@ class Equilibrium(NamedTuple):
     data: dict
     null_dim: int
     rho_norm: float
-    grad_norm: float          # max |dL/dy| over every variable (rep, head; backbone included)
-    certified: bool           # residual != 0, stationary in z and in the head (thm41_premises)
-    premises: object          # the Thm41Premises of the state (the one premises computation)
+    grad_norm: float  # max |dL/dy| over every variable (rep, head; backbone included)
+    certified: bool  # residual != 0, stationary in z and in the head (thm41_premises)
+    premises: object  # the Thm41Premises of the state (the one premises computation)
 
 
 def collapsed_state(problem: Problem, cfg, key):
@@ -189,9 +189,17 @@ def _targets(problem: Problem, cfg, theta, c, key):
     m = cfg.model
     variables = {"params": theta}
     if problem.objective in ("mse", "dino"):
-        eq = geometry.collapsed_equilibrium(problem.head, variables, _B1_NAMES[problem.objective], c, m.n, key=key,
-                                            residual_scale=m.residual_scale, student_temp=m.dino_student_temp,
-                                            teacher_temp=m.dino_teacher_temp)
+        eq = geometry.collapsed_equilibrium(
+            problem.head,
+            variables,
+            _B1_NAMES[problem.objective],
+            c,
+            m.n,
+            key=key,
+            residual_scale=m.residual_scale,
+            student_temp=m.dino_student_temp,
+            teacher_temp=m.dino_teacher_temp,
+        )
         tg = {"t": eq.targets}
         if problem.objective == "dino":
             tg["center"] = jnp.zeros((m.k,), jnp.float64)
@@ -217,10 +225,18 @@ def equilibrium(problem: Problem, cfg, key) -> Equilibrium:
     z, U = problem.outputs(y, x)
     g = ravel_pytree(jax.grad(problem.loss_y)(y, data))[0]
     rho = jax.grad(lambda uu: problem.loss(uu, targets))(U)
-    prem = geometry.thm41_premises(problem.head, {"params": y["head"]}, lambda uu: problem.loss(uu, targets), z,
-                                   activation=problem.activation)
-    return Equilibrium(y, data, null_dim, float(jnp.linalg.norm(rho)), float(jnp.max(jnp.abs(g))),
-                       bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head), prem)
+    prem = geometry.thm41_premises(
+        problem.head, {"params": y["head"]}, lambda uu: problem.loss(uu, targets), z, activation=problem.activation
+    )
+    return Equilibrium(
+        y,
+        data,
+        null_dim,
+        float(jnp.linalg.norm(rho)),
+        float(jnp.max(jnp.abs(g))),
+        bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head),
+        prem,
+    )
 
 
 def perturb(problem: Problem, y, cfg, key):
@@ -228,10 +244,10 @@ def perturb(problem: Problem, y, cfg, key):
     eps = cfg.dynamics.perturbation * cfg.model.z_scale
     if problem.backbone is None:
         d = jax.random.normal(key, y["rep"].shape, jnp.float64)
-        return {**y, "rep": y["rep"] + eps * d / jnp.sqrt(jnp.mean(d ** 2))}
+        return {**y, "rep": y["rep"] + eps * d / jnp.sqrt(jnp.mean(d**2))}
     layers = list(y["rep"]["layers"])
     w = jax.random.normal(key, layers[-1]["w"].shape, jnp.float64)
-    layers[-1] = {**layers[-1], "w": eps * w / jnp.sqrt(jnp.mean(w ** 2) * layers[-1]["w"].shape[0])}
+    layers[-1] = {**layers[-1], "w": eps * w / jnp.sqrt(jnp.mean(w**2) * layers[-1]["w"].shape[0])}
     return {**y, "rep": {**y["rep"], "layers": layers}}
 
 

@@ -8,12 +8,12 @@ leading mode group and the rest; :func:`rate_window`: the saves from which the r
 times the leading part until the run leaves the linear regime (or its spread falls below ``decay_floor``
 times its start, where float64 resolves it no longer); :func:`window_rate`: the slope there.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
-
 
 
 def fit_rate(ts, s, s0, linear_factor, dev=None, stop=float("inf"), min_points=3):
@@ -30,7 +30,7 @@ def fit_rate(ts, s, s0, linear_factor, dev=None, stop=float("inf"), min_points=3
         dev = np.asarray(dev, float)
         good &= np.isfinite(dev) & (dev <= linear_factor * dev[0])
     end = int(np.argmin(good)) if not good.all() else len(good)
-    idx = np.arange(end)[end // 2:]
+    idx = np.arange(end)[end // 2 :]
     if idx.size < min_points:
         return float("nan"), float("nan"), float("nan"), int(idx.size)
     slope = np.polyfit(ts[idx], np.log(s[idx]), 1)[0]
@@ -90,8 +90,8 @@ def linear_modes(J, O, delta0, ts, *, lr=None, momentum=0.0, lead_rtol=0.05, vis
     a = np.linalg.solve(vec, delta0.astype(complex))
     ok = bool(np.linalg.norm(vec @ a - delta0) <= 1e-8 * max(np.linalg.norm(delta0), 1e-300))
     ev, vec, a = ev[seen], vec[:, seen], a[seen]
-    W = (O @ vec) * a                          # (q, u): each visible mode's observed direction times its weight
-    if lr is None:                             # units: the modes of J
+    W = (O @ vec) * a  # (q, u): each visible mode's observed direction times its weight
+    if lr is None:  # units: the modes of J
         sig = ev.real
         units = [(j, None) for j in range(len(ev))]
     else:
@@ -102,10 +102,10 @@ def linear_modes(J, O, delta0, ts, *, lr=None, momentum=0.0, lead_rtol=0.05, vis
             x, E = np.linalg.eig(M)
             if abs(x[0] - x[1]) > 1e-8 * max(abs(x[0]), abs(x[1]), 1e-300) and np.linalg.cond(E) < 1e8:
                 c = np.linalg.solve(E, np.array([1.0, 0.0], complex))
-                for i in range(2):                 # [M^k]_00 = sum_i E_0i c_i x_i^k
+                for i in range(2):  # [M^k]_00 = sum_i E_0i c_i x_i^k
                     units.append((j, (x[i], E[0, i] * c[i])))
                     sig.append(np.log(max(abs(x[i]), 1e-300)) / lr_eff)
-            else:                                  # a double root: one unit, its matrix power
+            else:  # a double root: one unit, its matrix power
                 units.append((j, (M, None)))
                 sig.append(np.log(max(np.max(np.abs(x)), 1e-300)) / lr_eff)
         sig = np.asarray(sig)
@@ -115,26 +115,27 @@ def linear_modes(J, O, delta0, ts, *, lr=None, momentum=0.0, lead_rtol=0.05, vis
     lead = np.zeros((len(ts), q), complex)
     rest = np.zeros((len(ts), q), complex)
     for u, (j, spec) in enumerate(units):
-        if spec is None:                                             # flow: exp((lambda_j - r) t)
+        if spec is None:  # flow: exp((lambda_j - r) t)
             path = np.exp((ev[j] - r) * ts)
-        elif spec[1] is not None:                                    # SGD root x: coef (x / rho)^k
+        elif spec[1] is not None:  # SGD root x: coef (x / rho)^k
             ratio = spec[0] / np.exp(r * (lr / (1.0 - momentum)))
             path = spec[1] * ratio ** np.arange(len(ts))
-        else:                                                        # SGD double root: [(M / rho)^k]_00
+        else:  # SGD double root: [(M / rho)^k]_00
             Mn, path, P = spec[0] / np.exp(r * (lr / (1.0 - momentum))), np.empty(len(ts), complex), np.eye(2)
             for k in range(len(ts)):
                 path[k], P = P[0, 0], P @ Mn
         target = lead if group[u] else rest
         target += np.outer(path, W[:, j])
-    norm = lambda x: np.linalg.norm(x, axis=1) / np.sqrt(q)  # noqa: E731
+    norm = lambda x: np.linalg.norm(x, axis=1) / np.sqrt(q)
     tot = norm(lead + rest)
     with np.errstate(divide="ignore"):
         log_spread = np.log(tot) + r * ts
     return LinearModes(r, norm(lead), norm(rest), log_spread, ok)
 
 
-def rate_window(ts, lead, rest, spread, dev, *, dominance, linear_factor, decay_floor=0.0,
-                stop=float("inf")) -> tuple[int, int]:
+def rate_window(
+    ts, lead, rest, spread, dev, *, dominance, linear_factor, decay_floor=0.0, stop=float("inf")
+) -> tuple[int, int]:
     """``(k_a, k_b)``: the save indices ``k_a <= k < k_b`` of a run's rate window (``linearised-rate-prediction``).
 
     End ``k_b``: the first save at which the run has left the linear regime -- ``spread > linear_factor
@@ -148,11 +149,19 @@ def rate_window(ts, lead, rest, spread, dev, *, dominance, linear_factor, decay_
     ts, spread, dev = (np.asarray(x, float) for x in (ts, spread, dev))
     lead, rest = np.asarray(lead, float), np.asarray(rest, float)
     if not (ts.shape == spread.shape == dev.shape == lead.shape == rest.shape and ts.ndim == 1):
-        raise ValueError("`ts`, `lead`, `rest`, `spread` and `dev` must be 1-D arrays of one length; got "
-                         f"{[np.shape(x) for x in (ts, lead, rest, spread, dev)]}.")
+        raise ValueError(
+            "`ts`, `lead`, `rest`, `spread` and `dev` must be 1-D arrays of one length; got "
+            f"{[np.shape(x) for x in (ts, lead, rest, spread, dev)]}."
+        )
     with np.errstate(invalid="ignore"):
-        inside = (np.isfinite(spread) & np.isfinite(dev) & (spread <= linear_factor * spread[0])
-                  & (dev <= linear_factor * dev[0]) & (spread >= decay_floor * spread[0]) & (ts < stop))
+        inside = (
+            np.isfinite(spread)
+            & np.isfinite(dev)
+            & (spread <= linear_factor * spread[0])
+            & (dev <= linear_factor * dev[0])
+            & (spread >= decay_floor * spread[0])
+            & (ts < stop)
+        )
     k_b = int(np.argmin(inside)) if not inside.all() else len(ts)
     dominated = rest[:k_b] <= dominance * lead[:k_b]
     bad = np.nonzero(~dominated)[0]

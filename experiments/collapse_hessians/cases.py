@@ -1,22 +1,37 @@
 """The states of experiment 3 and one row per state: the head, its certified equilibrium or Siamese collapsed state,
 and Thm 4.1's premises and conclusion there (the package docstring describes the states)."""
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
 from experiments import stationary_heads
-from ssl_geometry import geometry, heads, losses
-from ssl_geometry import as_function
+from ssl_geometry import as_function, geometry, heads, losses
 
 
 def online_head(cfg, activation, batch_norm, scale, predictor):
-    proj = heads.mlp(cfg.data.d, (cfg.model.hidden,), cfg.model.k, activation=activation, batch_norm=batch_norm,
-                     bias=False, scale=scale, dtype=jnp.float64)
+    proj = heads.mlp(
+        cfg.data.d,
+        (cfg.model.hidden,),
+        cfg.model.k,
+        activation=activation,
+        batch_norm=batch_norm,
+        bias=False,
+        scale=scale,
+        dtype=jnp.float64,
+    )
     if not predictor:
         return proj
-    pred = heads.mlp(cfg.model.k, (cfg.model.pred_hidden,), cfg.model.k, activation=activation,
-                     batch_norm=batch_norm, bias=False, dtype=jnp.float64)
+    pred = heads.mlp(
+        cfg.model.k,
+        (cfg.model.pred_hidden,),
+        cfg.model.k,
+        activation=activation,
+        batch_norm=batch_norm,
+        bias=False,
+        dtype=jnp.float64,
+    )
     return heads.compose(proj, pred)
 
 
@@ -47,19 +62,21 @@ def siamese_problem(cfg, objective, activation, batch_norm, state, key):
     proj_model = online_head(cfg, activation, batch_norm, 1.0, False)
     proj_vars = variables
     if predictor:  # the projector's part of the composed variables
-        proj_vars = {"params": variables["params"]["0"],
-                     **({"batch_stats": variables["batch_stats"]["0"]} if "batch_stats" in variables else {})}
+        proj_vars = {
+            "params": variables["params"]["0"],
+            **({"batch_stats": variables["batch_stats"]["0"]} if "batch_stats" in variables else {}),
+        }
     u2 = as_function(proj_model, proj_vars, train=train)(z2)  # the second view's projection (stop-gradient)
     if objective == "simsiam":  # L = D(p1, sg z2)/2 + D(p2, sg z1)/2: only the first term depends on z1
-        loss_fn = lambda p: 0.5 * losses.negative_cosine(p, u2)  # noqa: E731
+        loss_fn = lambda p: 0.5 * losses.negative_cosine(p, u2)
     elif objective == "byol":  # L = l(p1, sg t2) + l(p2, sg t1): only l(p1, sg t2) depends on p1
         target = proj_model.init(k_t)  # the target projector: an independent draw (a lagging EMA)
         t_fn = as_function(proj_model, target, train=train)
         t1, t2, p2 = t_fn(z1), t_fn(z2), online(z2)
-        loss_fn = lambda p: losses.byol(p, p2, t1, t2)  # noqa: E731
+        loss_fn = lambda p: losses.byol(p, p2, t1, t2)
     else:
         fn = losses.get(objective)
-        loss_fn = lambda u: fn(u, u2)  # noqa: E731
+        loss_fn = lambda u: fn(u, u2)
     fixed = {"u2": u2, **({"t2": t2} if objective == "byol" else {})}
     return model, variables, loss_fn, z1, train, fixed
 
@@ -72,42 +89,83 @@ def margin(lambda_min_h_eff: float, lambda_min_m: float) -> float:
 
 def _row(cfg, res, key_info):
     p = res.premises
-    return {**key_info, "head_kind": ("batchnorm/" + res.head_kind) if key_info["batch_norm"] else res.head_kind,
-            "conclusion": res.conclusion, "predicted": res.predicted, "method": res.method, "eig_tol": res.eig_tol,
-            "holds": bool(p.holds_except_smoothness), "stationary": bool(p.stationary_z and p.stationary_head),
-            "grad_z_ratio": p.grad_z_ratio, "grad_head_ratio": p.grad_head_ratio,
-            "H_L_psd": p.loss_hessian_psd, "lambda_min_H_L": res.lambda_min["loss_hessian"],
-            "rho_norm": p.residual_norm, "rho_nonzero": p.residual_nonzero,
-            "lambda_min_H_eff": res.lambda_min["full"], "lambda_max_H_eff": res.lambda_max["full"],
-            "lambda_min_G": res.lambda_min["metric"], "lambda_min_M": res.lambda_min["interaction"],
-            "lambda_max_M": res.lambda_max["interaction"], "violated": list(p.violated()),
-            "margin": margin(res.lambda_min["full"], res.lambda_min["interaction"])}
+    return {
+        **key_info,
+        "head_kind": ("batchnorm/" + res.head_kind) if key_info["batch_norm"] else res.head_kind,
+        "conclusion": res.conclusion,
+        "predicted": res.predicted,
+        "method": res.method,
+        "eig_tol": res.eig_tol,
+        "holds": bool(p.holds_except_smoothness),
+        "stationary": bool(p.stationary_z and p.stationary_head),
+        "grad_z_ratio": p.grad_z_ratio,
+        "grad_head_ratio": p.grad_head_ratio,
+        "H_L_psd": p.loss_hessian_psd,
+        "lambda_min_H_L": res.lambda_min["loss_hessian"],
+        "rho_norm": p.residual_norm,
+        "rho_nonzero": p.residual_nonzero,
+        "lambda_min_H_eff": res.lambda_min["full"],
+        "lambda_max_H_eff": res.lambda_max["full"],
+        "lambda_min_G": res.lambda_min["metric"],
+        "lambda_min_M": res.lambda_min["interaction"],
+        "lambda_max_M": res.lambda_max["interaction"],
+        "violated": list(p.violated()),
+        "margin": margin(res.lambda_min["full"], res.lambda_min["interaction"]),
+    }
 
 
 def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=float("nan")):
     """One row: the state, its Thm 4.1 premises and conclusion (a collapsed state: also the head driven to
     stationarity there, :func:`experiments.stationary_heads.stationary_head_state`)."""
-    info = {"objective": objective, "activation": activation, "batch_norm": bool(batch_norm), "state": state,
-            "residual_scale": residual_scale}
+    info = {
+        "objective": objective,
+        "activation": activation,
+        "batch_norm": bool(batch_norm),
+        "state": state,
+        "residual_scale": residual_scale,
+    }
     opts = dict(activation=activation, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
     if state == "equilibrium":
         model = online_head(cfg, activation, False, 1.0, False)
         variables = model.init(key)
         c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
-        eq = geometry.collapsed_equilibrium(model, variables, objective, c, cfg.data.n, key=jax.random.fold_in(key, 2),
-                                            residual_scale=residual_scale, activation=activation)
+        eq = geometry.collapsed_equilibrium(
+            model,
+            variables,
+            objective,
+            c,
+            cfg.data.n,
+            key=jax.random.fold_in(key, 2),
+            residual_scale=residual_scale,
+            activation=activation,
+        )
         res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, **opts)
-        return {**_row(cfg, res, info), "certified": eq.certified, "null_dim": eq.null_dim,
-                "construction_error": eq.residual_error}
+        return {
+            **_row(cfg, res, info),
+            "certified": eq.certified,
+            "null_dim": eq.null_dim,
+            "construction_error": eq.residual_error,
+        }
     model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, batch_norm, state, key)
     res = geometry.classify_collapse(model, loss_fn, z1, variables=variables, train=train, **opts)
     row = {**_row(cfg, res, info), "certified": False, "null_dim": -1, "construction_error": float("nan")}
     if state == "collapsed":
         f = geometry.identical_rows_finding(model, variables, loss_fn, z1, train=train)
-        row.update(rows_identical=f["rows_identical"], forces_zero_residual=f["forces_zero_residual"],
-                   sigma_min_head_jacobian=f["sigma_min_head_jacobian"], rho_bound=f["rho_bound"])
-        st = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=jax.random.fold_in(key, 3),
-                                                    train=train, max_iter=cfg.analysis.stationarity_max_iter)
+        row.update(
+            rows_identical=f["rows_identical"],
+            forces_zero_residual=f["forces_zero_residual"],
+            sigma_min_head_jacobian=f["sigma_min_head_jacobian"],
+            rho_bound=f["rho_bound"],
+        )
+        st = stationary_heads.stationary_head_state(
+            model,
+            variables,
+            loss_fn,
+            z1,
+            key=jax.random.fold_in(key, 3),
+            train=train,
+            max_iter=cfg.analysis.stationarity_max_iter,
+        )
         row.update({f"st_{k}": v for k, v in st.items()})
     return row
 

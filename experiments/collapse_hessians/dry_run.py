@@ -1,6 +1,7 @@
 """Experiment 3's dry run: the paper's widths at 1/8 and 1/4 of its batch, one case per code path, timed at
 both batches and projected to the whole paper variant, with the stationarity search's iterations projected
 apart (a dry case runs a few of them, the variant up to ``analysis.stationarity_max_iter``)."""
+
 from __future__ import annotations
 
 import jax
@@ -52,7 +53,9 @@ def _dry_cases(config) -> list:
         cases += [(eq[0], acts[k], False, "equilibrium", s0) for k in ("linear", "piecewise", "smooth") if k in acts]
         cases += [(o, smooth, False, "equilibrium", a.residual_scales[o][0]) for o in eq[1:]]
     siam = list(a.siamese_objectives)
-    branches = [o for o in siam if o in a.predictor_objectives] + [o for o in siam if o not in a.predictor_objectives][:1]
+    branches = [o for o in siam if o in a.predictor_objectives] + [o for o in siam if o not in a.predictor_objectives][
+        :1
+    ]
     if "collapsed" in a.states:
         cases += [(o, smooth, False, "collapsed", nan) for o in branches]
     if "pseudo_collapsed" in a.states:
@@ -81,16 +84,28 @@ def _iteration_points(config, sizes) -> list:
         model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, bn, state, key)
         iters, secs = {}, {}
         for cap in ITERATION_PROBE:
+
             def search(cap=cap):
-                iters[cap] = stationary_heads.stationary_head_state(model, variables, loss_fn, z1, key=key, train=train,
-                                                                    max_iter=cap, newton_steps=0,
-                                                                    measure_rank=False)["iterations"]
+                iters[cap] = stationary_heads.stationary_head_state(
+                    model,
+                    variables,
+                    loss_fn,
+                    z1,
+                    key=key,
+                    train=train,
+                    max_iter=cap,
+                    newton_steps=0,
+                    measure_rank=False,
+                )["iterations"]
+
             secs[cap] = projection.step_time(search, repeats=1)
         lo, hi = ITERATION_PROBE
         its, dt = iters[hi] - iters[lo], secs[hi] - secs[lo]
         if its <= 0 or dt <= 0:
-            raise ValueError(f"{NAME}: the stationarity search at batch {n} made {its} more iterations in {dt:.3g} s "
-                             f"more with cap {hi} than with {lo}: no cost per iteration to project.")
+            raise ValueError(
+                f"{NAME}: the stationarity search at batch {n} made {its} more iterations in {dt:.3g} s "
+                f"more with cap {hi} than with {lo}: no cost per iteration to project."
+            )
         points.append([n, dt / its])
     return points
 
@@ -111,11 +126,13 @@ def dry_measure(config) -> dict:
         cases = _dry_cases(cfg)
 
         def step():
-            out = [run_case(cfg, o, a, bn, st, jax.random.fold_in(key, i), s)
-                   for i, (o, a, bn, st, s) in enumerate(cases)]
+            out = [
+                run_case(cfg, o, a, bn, st, jax.random.fold_in(key, i), s) for i, (o, a, bn, st, s) in enumerate(cases)
+            ]
             if not rows:
                 rows.extend(out)
             return out
+
         return step
 
     sizes = batches(config)
@@ -128,8 +145,21 @@ def dry_measure(config) -> dict:
     it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
     if it_points:
         parts["stationarity"] = projection.power_law_projection(it_points, config.data.n, n_collapsed * extra)
-    analysis = {**parts["cases"], "projected_s": sum(p["projected_s"] for p in parts.values()),
-                "part_shown": "cases", "parts": parts}
-    return {"cases": rows, "dry_run": projection.dry_run_record(
-        points[-1][1], analysis=analysis, cases_run=len(rows), cases_full=len(full), batch_full=config.data.n,
-        batches=sizes, stationarity_iterations_full=int(config.analysis.stationarity_max_iter))}
+    analysis = {
+        **parts["cases"],
+        "projected_s": sum(p["projected_s"] for p in parts.values()),
+        "part_shown": "cases",
+        "parts": parts,
+    }
+    return {
+        "cases": rows,
+        "dry_run": projection.dry_run_record(
+            points[-1][1],
+            analysis=analysis,
+            cases_run=len(rows),
+            cases_full=len(full),
+            batch_full=config.data.n,
+            batches=sizes,
+            stationarity_iterations_full=int(config.analysis.stationarity_max_iter),
+        ),
+    }

@@ -16,6 +16,7 @@ its variant end to end at reduced batches and image counts, a few steps per trai
 reports its training and analysis, each timed at two reduced sizes, projected to the full variant
 (``experiments.projection``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -36,17 +37,20 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, A
         node = config
         for i, part in enumerate(path):
             if part not in node:
-                raise KeyError(f"override {dotted!r}: the config has no section {'.'.join(path[:i + 1])!r}.")
+                raise KeyError(f"override {dotted!r}: the config has no section {'.'.join(path[: i + 1])!r}.")
             node = node[part]
         if leaf not in node:
-            raise KeyError(f"override {dotted!r}: the config defines no field {leaf!r} in "
-                           f"{'.'.join(path) or 'the top level'} (define it in base() first).")
+            raise KeyError(
+                f"override {dotted!r}: the config defines no field {leaf!r} in "
+                f"{'.'.join(path) or 'the top level'} (define it in base() first)."
+            )
         node[leaf] = value
     return config
 
 
-def build(base: ml_collections.ConfigDict, variants: Mapping[str, Mapping[str, Any]],
-          arg: str | None = None) -> ml_collections.ConfigDict:
+def build(
+    base: ml_collections.ConfigDict, variants: Mapping[str, Mapping[str, Any]], arg: str | None = None
+) -> ml_collections.ConfigDict:
     """The config of variant ``arg`` (default ``smoke``): ``base`` with ``variants[arg]`` applied.
 
     The result is locked (no new fields) and has ``variant`` set to the variant's name.

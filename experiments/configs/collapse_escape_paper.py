@@ -61,6 +61,7 @@ the 14 settings of ``activations_to_test``, line 918), with their reasons:
   Lanczos on the coupled operator for BatchNorm heads, blockwise only where the block coupling is at most
   ``analysis.block_coupling_tol``); it reads the state and changes nothing in training.
 """
+
 from __future__ import annotations
 
 import ml_collections
@@ -70,47 +71,88 @@ from experiments.configs import build
 #: The authors' ``activations_to_test`` in ``experiments.py`` (activation, use_bn, lr name).
 PAPER_RUNS = [
     ["linear", False, "base"],
-    ["swish", False, "base"], ["swish", True, "base"], ["swish", False, "large"], ["swish", False, "small"],
-    ["swish", True, "large"], ["swish", True, "small"],
+    ["swish", False, "base"],
+    ["swish", True, "base"],
+    ["swish", False, "large"],
+    ["swish", False, "small"],
+    ["swish", True, "large"],
+    ["swish", True, "small"],
     ["gelu", False, "base"],
-    ["relu", False, "base"], ["relu", True, "base"], ["relu", False, "large"], ["relu", False, "small"],
-    ["relu", True, "large"], ["relu", True, "small"],
+    ["relu", False, "base"],
+    ["relu", True, "base"],
+    ["relu", False, "large"],
+    ["relu", False, "small"],
+    ["relu", True, "large"],
+    ["relu", True, "small"],
 ]
 
 
 def base() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "seed": 0,
-        "runs": [["linear", False, "base"], ["swish", False, "base"], ["relu", False, "base"],
-                 ["relu", True, "base"], ["relu", False, "large"], ["relu", False, "small"]],
-        "lrs": {"base": 0.05, "large": 0.5, "small": 0.005},
-        "seeds": 1,
-        "data": {"name": "digits", "data_dir": "", "image_size": 16, "num_train": 0},
-        "model": {"backbone": "small_cnn", "backbone_kwargs": {"widths": (8, 16), "activation": "relu"},
-                  "hidden": 64, "out_dim": 64, "pred_hidden": 16, "collapse_scale": 0.1},
-        "train": {"batch_size": 64, "epochs": 4, "steps_per_epoch": 10},  # 0: full epochs
-        # Curvature of hess_{z1} L (experiments/collapse_escape_paper.py): Lanczos steps and tolerance, and the
-        # block coupling up to which the blockwise solver is used (BN heads are coupled)
-        "analysis": {"lanczos_steps": 200, "lanczos_tol": 1e-10, "block_coupling_tol": 1e-12},
-        # Under dry_run: batches (empty: 1/8 and 1/4 of train.batch_size), steps (the trainer times those after the
-        # first), mock examples, the full variant's training images (0: len(data)) for the projection
-        # (experiments/collapse_escape_paper.py, _projection).
-        "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "full_examples": 0},
-    })
+    return ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            "runs": [
+                ["linear", False, "base"],
+                ["swish", False, "base"],
+                ["relu", False, "base"],
+                ["relu", True, "base"],
+                ["relu", False, "large"],
+                ["relu", False, "small"],
+            ],
+            "lrs": {"base": 0.05, "large": 0.5, "small": 0.005},
+            "seeds": 1,
+            "data": {"name": "digits", "data_dir": "", "image_size": 16, "num_train": 0},
+            "model": {
+                "backbone": "small_cnn",
+                "backbone_kwargs": {"widths": (8, 16), "activation": "relu"},
+                "hidden": 64,
+                "out_dim": 64,
+                "pred_hidden": 16,
+                "collapse_scale": 0.1,
+            },
+            "train": {"batch_size": 64, "epochs": 4, "steps_per_epoch": 10},  # 0: full epochs
+            # Curvature of hess_{z1} L (experiments/collapse_escape_paper.py): Lanczos steps and tolerance, and the
+            # block coupling up to which the blockwise solver is used (BN heads are coupled)
+            "analysis": {"lanczos_steps": 200, "lanczos_tol": 1e-10, "block_coupling_tol": 1e-12},
+            # Under dry_run: batches (empty: 1/8 and 1/4 of train.batch_size), steps (the trainer times those after the
+            # first), mock examples, the full variant's training images (0: len(data)) for the projection
+            # (experiments/collapse_escape_paper.py, _projection).
+            "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "full_examples": 0},
+        }
+    )
 
 
 VARIANTS = {
-    "tiny": {"runs": [["linear", False, "base"], ["swish", True, "base"]], "data.image_size": 8,
-             "model.backbone_kwargs": {"widths": (4, 8), "activation": "relu"}, "model.hidden": 8,
-             "model.out_dim": 8, "model.pred_hidden": 4, "train.batch_size": 16, "train.epochs": 2,
-             "train.steps_per_epoch": 3, "analysis.lanczos_steps": 64},
+    "tiny": {
+        "runs": [["linear", False, "base"], ["swish", True, "base"]],
+        "data.image_size": 8,
+        "model.backbone_kwargs": {"widths": (4, 8), "activation": "relu"},
+        "model.hidden": 8,
+        "model.out_dim": 8,
+        "model.pred_hidden": 4,
+        "train.batch_size": 16,
+        "train.epochs": 2,
+        "train.steps_per_epoch": 3,
+        "analysis.lanczos_steps": 64,
+    },
     "smoke": {},
-    "paper": {"runs": PAPER_RUNS, "seeds": 3, "data.name": "cifar10", "data.image_size": 32,
-              "model.backbone": "resnet18_cifar", "model.backbone_kwargs": {}, "model.hidden": 2048,
-              "model.out_dim": 2048, "model.pred_hidden": 512, "train.batch_size": 512, "train.epochs": 50,
-              "train.steps_per_epoch": 0,
-              # 1/64 and 1/32 of the batch (a dry run's ResNet-18 steps and float64 curvatures on a 2-core CPU)
-              "dry.batch_sizes": (8, 16), "dry.full_examples": 50_000},
+    "paper": {
+        "runs": PAPER_RUNS,
+        "seeds": 3,
+        "data.name": "cifar10",
+        "data.image_size": 32,
+        "model.backbone": "resnet18_cifar",
+        "model.backbone_kwargs": {},
+        "model.hidden": 2048,
+        "model.out_dim": 2048,
+        "model.pred_hidden": 512,
+        "train.batch_size": 512,
+        "train.epochs": 50,
+        "train.steps_per_epoch": 0,
+        # 1/64 and 1/32 of the batch (a dry run's ResNet-18 steps and float64 curvatures on a 2-core CPU)
+        "dry.batch_sizes": (8, 16),
+        "dry.full_examples": 50_000,
+    },
 }
 
 

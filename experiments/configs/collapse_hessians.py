@@ -4,6 +4,7 @@ The paper evaluates Thm 4.1 only through its SimSiam escape runs; there is no au
 this experiment. ``paper`` uses the paper's sizes (projector 512 -> 2048 -> 2048, predictor
 2048 -> 512 -> 2048, batch 256): ``H_eff`` is then 131072-dimensional and goes through Lanczos.
 """
+
 import ml_collections
 
 from experiments.configs import build
@@ -13,13 +14,19 @@ def base() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.data = dict(
-        n=6, d=4,
+        n=6,
+        d=4,
         view_noise=0.1,  # pseudo-collapsed state: z2 = z1 + view_noise * xi
     )
     c.model = dict(
-        hidden=12, k=8, pred_hidden=4,  # an expanding head (k > d): null(J^T) != 0, equilibria with rho != 0 exist
+        hidden=12,
+        k=8,
+        pred_hidden=4,  # an expanding head (k > d): null(J^T) != 0, equilibria with rho != 0 exist
         activations=["identity", "relu", "gelu", "swish", "tanh"],
-        batch_norm=[False, True],  # train-mode BN: pseudo-collapsed states only (at exact collapse it maps every row to beta)
+        batch_norm=[
+            False,
+            True,
+        ],  # train-mode BN: pseudo-collapsed states only (at exact collapse it maps every row to beta)
         pseudo_collapse_scale=0.1,  # the paper: projector weights x 0.1
     )
     c.analysis = dict(
@@ -35,7 +42,8 @@ def base() -> ml_collections.ConfigDict:
         # (ssl_geometry.geometry.collapsed_equilibrium raises otherwise): 1.8 keeps P_i >= q*/10.
         residual_scales=dict(mse_target=[0.3, 1.0, 3.0, 10.0], dino_fixed_teacher=[0.3, 1.0, 1.8]),
         max_dense_dim=4096,
-        # collapsed states: BFGS iterations driving the head to stationarity (experiments/stationary_heads.py)
+        # collapsed states: quasi-Newton iterations driving the head to stationarity (scipy BFGS up to 4096 head
+        # parameters, the jitted L-BFGS beyond: experiments/stationary_heads.py)
         stationarity_max_iter=400,
         # thm4.1-critical-residual: the smooth full-rank equilibria whose residual is swept ([objective, activation,
         # residual_scale], each a state built above), the sweep [lo, hi] x its scale (a x2 grid, DINO capped below
@@ -43,6 +51,19 @@ def base() -> ml_collections.ConfigDict:
         critical_sweep=[["mse_target", "swish", 0.3], ["dino_fixed_teacher", "swish", 0.3]],
         critical_sweep_factors=[1.0 / 8, 16.0],
         critical_sweep_rtol=1e-3,
+        # thm4.1-rank-predicts-stability (experiments/collapse_hessians/widths.py): the ladder of one-hidden-layer
+        # heads (d, h, k) whose top, in the paper variant, is the paper's projector 512 -> 2048 -> 2048; the smooth
+        # activations; seeds per (width, activation, construction); the residual scales (a fresh head per scale);
+        # the samples n of each equilibrium (H_eff is n d dimensional); the fixed-target objective of the equilibria
+        # (the tolerance for a hidden unit at a zero of sigma' is the claim's threshold zero_tol).
+        # smoke: 16 heads per width; measured 57 s (4 -> 12 -> 8) + 81 s (16 -> 48 -> 32) wall at load ~10 on 2 cores,
+        # about 1 min of CPU (JIT compilation dominates up to 64 -> 192 -> 128)
+        widths=[[4, 12, 8], [16, 48, 32]],
+        widths_activations=["swish", "gelu", "tanh"],
+        widths_seeds=2,
+        widths_residual_scales=[0.01],
+        widths_n=4,
+        widths_objective="mse_target",
     )
     c.expected_runtime = "about 1-2 min on 2 CPU cores"
     return c
@@ -50,15 +71,32 @@ def base() -> ml_collections.ConfigDict:
 
 VARIANTS = {
     "smoke": {},
-    "tiny": {"data.n": 3, "data.d": 2, "model.hidden": 5, "model.k": 4, "model.pred_hidden": 3,
-             "model.activations": ["identity", "swish"], "model.batch_norm": [False],
-             "analysis.siamese_objectives": ["byol"],
-             "analysis.residual_scales": {"mse_target": [10.0], "dino_fixed_teacher": [1.8]},
-             "analysis.critical_sweep": [["mse_target", "swish", 10.0]],
-             "expected_runtime": "seconds"},
-    "paper": {"data.n": 256, "data.d": 512, "model.hidden": 2048, "model.k": 2048, "model.pred_hidden": 512,
-              "expected_runtime": "about 30-60 min on one H200 for all cases (Lanczos, 100 steps per operator); "
-                                  "not yet run on an accelerator"},
+    "tiny": {
+        "data.n": 3,
+        "data.d": 2,
+        "model.hidden": 5,
+        "model.k": 4,
+        "model.pred_hidden": 3,
+        "model.activations": ["identity", "swish"],
+        "model.batch_norm": [False],
+        "analysis.siamese_objectives": ["byol"],
+        "analysis.residual_scales": {"mse_target": [10.0], "dino_fixed_teacher": [1.8]},
+        "analysis.critical_sweep": [["mse_target", "swish", 10.0]],
+        "analysis.widths": [[4, 12, 8]],
+        "analysis.widths_activations": ["swish", "tanh"],
+        "analysis.widths_seeds": 1,
+        "expected_runtime": "seconds",
+    },
+    "paper": {
+        "data.n": 256,
+        "data.d": 512,
+        "model.hidden": 2048,
+        "model.k": 2048,
+        "model.pred_hidden": 512,
+        "analysis.widths": [[4, 12, 8], [16, 48, 32], [64, 192, 128], [128, 512, 512], [512, 2048, 2048]],
+        "expected_runtime": "about 30-60 min on one H200 for all cases (Lanczos, 100 steps per operator); "
+        "not yet run on an accelerator",
+    },
 }
 
 

@@ -32,6 +32,7 @@ minutes), ``paper`` (the authors' recipe, for an accelerator, ``data.data_dir`` 
 * the authors average ``lambda_min`` over the 5 tracked batches of an epoch; we keep every
   checkpoint (and report the per-epoch mean too).
 """
+
 from __future__ import annotations
 
 import ml_collections
@@ -40,41 +41,76 @@ from experiments.configs import build
 
 
 def base() -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-        "seed": 0,
-        # (activation, init): the paper's three runs; "collapsed" = projector weights x 0.1.
-        "runs": [["swish", "normal"], ["swish", "collapsed"], ["relu", "collapsed"]],
-        "data": {"name": "digits", "data_dir": "", "image_size": 16, "num_train": 0},
-        "model": {"backbone": "small_cnn", "backbone_kwargs": {"widths": (8, 16), "activation": "relu"},
-                  "hidden": 32, "out_dim": 32, "pred_hidden": 8, "collapse_scale": 0.1},
-        "train": {"lr": 0.05, "batch_size": 64, "epochs": 6, "steps_per_epoch": 20},  # 0: full epochs
-        # The Lanczos references are certified by the registry's converged_residual (experiments/claims/).
-        "analysis": {"tracker_batches": 2, "power_steps": 20, "lanczos_steps": 200, "lanczos_tol": 1e-10,
-                     "exact_blocks": True, "blockwise_lanczos": True, "block_lanczos_steps": 200,
-                     "spearman_from_epoch": 1},
-        # Under dry_run: the first run at each of these batches (empty: 1/8 and 1/4 of train.batch_size), one
-        # epoch of `steps` steps (the trainer times those after the first), the first `tracker_batches` tracked
-        # (the first compiles), on this many mock examples; the full variant's training images (0: len(data))
-        # for the projection (experiments/hessian_tracker.py, _projection).
-        "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "tracker_batches": 2, "full_examples": 0},
-    })
+    return ml_collections.ConfigDict(
+        {
+            "seed": 0,
+            # (activation, init): the paper's three runs; "collapsed" = projector weights x 0.1.
+            "runs": [["swish", "normal"], ["swish", "collapsed"], ["relu", "collapsed"]],
+            "data": {"name": "digits", "data_dir": "", "image_size": 16, "num_train": 0},
+            "model": {
+                "backbone": "small_cnn",
+                "backbone_kwargs": {"widths": (8, 16), "activation": "relu"},
+                "hidden": 32,
+                "out_dim": 32,
+                "pred_hidden": 8,
+                "collapse_scale": 0.1,
+            },
+            "train": {"lr": 0.05, "batch_size": 64, "epochs": 6, "steps_per_epoch": 20},  # 0: full epochs
+            # The Lanczos references are certified by the registry's converged_residual (experiments/claims/).
+            "analysis": {
+                "tracker_batches": 2,
+                "power_steps": 20,
+                "lanczos_steps": 200,
+                "lanczos_tol": 1e-10,
+                "exact_blocks": True,
+                "blockwise_lanczos": True,
+                "block_lanczos_steps": 200,
+                "spearman_from_epoch": 1,
+            },
+            # Under dry_run: the first run at each of these batches (empty: 1/8 and 1/4 of train.batch_size), one
+            # epoch of `steps` steps (the trainer times those after the first), the first `tracker_batches` tracked
+            # (the first compiles), on this many mock examples; the full variant's training images (0: len(data))
+            # for the projection (experiments/hessian_tracker.py, _projection).
+            "dry": {"batch_sizes": (), "steps": 4, "examples": 32, "tracker_batches": 2, "full_examples": 0},
+        }
+    )
 
 
 VARIANTS = {
-    "tiny": {"runs": [["swish", "collapsed"]], "data.image_size": 8,
-             "model.backbone_kwargs": {"widths": (4, 8), "activation": "relu"}, "model.hidden": 8,
-             "model.out_dim": 8, "model.pred_hidden": 4, "train.batch_size": 16, "train.epochs": 3,
-             "train.steps_per_epoch": 3, "analysis.lanczos_steps": 128,
-             "analysis.spearman_from_epoch": 0},
+    "tiny": {
+        "runs": [["swish", "collapsed"]],
+        "data.image_size": 8,
+        "model.backbone_kwargs": {"widths": (4, 8), "activation": "relu"},
+        "model.hidden": 8,
+        "model.out_dim": 8,
+        "model.pred_hidden": 4,
+        "train.batch_size": 16,
+        "train.epochs": 3,
+        "train.steps_per_epoch": 3,
+        "analysis.lanczos_steps": 128,
+        "analysis.spearman_from_epoch": 0,
+    },
     "smoke": {},
-    "paper": {"data.name": "cifar10", "data.image_size": 32, "model.backbone": "resnet18_cifar",
-              "model.backbone_kwargs": {}, "model.hidden": 2048, "model.out_dim": 2048, "model.pred_hidden": 512,
-              "train.batch_size": 256, "train.epochs": 100, "train.steps_per_epoch": 0,
-              "analysis.tracker_batches": 5, "analysis.lanczos_steps": 400, "analysis.exact_blocks": False,
-              "analysis.block_lanczos_steps": 512,
-              # 1/32 and 1/16 of the batch: at 1/8 and 1/4 (32, 64) the dry run's two checkpoints per batch
-              # take several minutes each on a 2-core CPU (float64 Lanczos through the 2048-wide heads).
-              "dry.batch_sizes": (8, 16), "dry.full_examples": 50_000},
+    "paper": {
+        "data.name": "cifar10",
+        "data.image_size": 32,
+        "model.backbone": "resnet18_cifar",
+        "model.backbone_kwargs": {},
+        "model.hidden": 2048,
+        "model.out_dim": 2048,
+        "model.pred_hidden": 512,
+        "train.batch_size": 256,
+        "train.epochs": 100,
+        "train.steps_per_epoch": 0,
+        "analysis.tracker_batches": 5,
+        "analysis.lanczos_steps": 400,
+        "analysis.exact_blocks": False,
+        "analysis.block_lanczos_steps": 512,
+        # 1/32 and 1/16 of the batch: at 1/8 and 1/4 (32, 64) the dry run's two checkpoints per batch
+        # take several minutes each on a 2-core CPU (float64 Lanczos through the 2048-wide heads).
+        "dry.batch_sizes": (8, 16),
+        "dry.full_examples": 50_000,
+    },
 }
 
 

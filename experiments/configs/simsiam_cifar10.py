@@ -31,6 +31,7 @@ Remaining deviations from the authors' code, with their reasons:
 * the augmentation is :func:`ssl_geometry.augment.simsiam_cifar_augment` on device (same
   RandomResizedCrop scale/ratio ranges and flip probability; bilinear resampling in JAX).
 """
+
 import ml_collections
 
 _EPOCHS = 50
@@ -48,34 +49,93 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.dtype = "float32"
-    c.data = ml_collections.ConfigDict({"name": "cifar10", "image_size": 32, "batch_size": _BATCH, "data_dir": "",
-                                        "num_train": 0, "num_test": 0,
-                                        "stream": False, "shuffle_buffer": 10_000})
+    c.data = ml_collections.ConfigDict(
+        {
+            "name": "cifar10",
+            "image_size": 32,
+            "batch_size": _BATCH,
+            "data_dir": "",
+            "num_train": 0,
+            "num_test": 0,
+            "stream": False,
+            "shuffle_buffer": 10_000,
+        }
+    )
     c.augment = ml_collections.ConfigDict({"name": "simsiam_cifar"})
-    c.model = ml_collections.ConfigDict({
-        "backbone": "resnet18_cifar",
-        "backbone_kwargs": {},
-        "projector": {"hidden": (2048,), "out_dim": 2048, "activation": act, "batch_norm": bn,
-                      "final_batch_norm": bn, "bias": False, "scale": 1.0},
-        "predictor": {"hidden": (512,), "out_dim": 2048, "activation": act, "batch_norm": bn,
-                      "final_batch_norm": bn, "bias": False, "scale": 1.0},
-    })
+    c.model = ml_collections.ConfigDict(
+        {
+            "backbone": "resnet18_cifar",
+            "backbone_kwargs": {},
+            "projector": {
+                "hidden": (2048,),
+                "out_dim": 2048,
+                "activation": act,
+                "batch_norm": bn,
+                "final_batch_norm": bn,
+                "bias": False,
+                "scale": 1.0,
+            },
+            "predictor": {
+                "hidden": (512,),
+                "out_dim": 2048,
+                "activation": act,
+                "batch_norm": bn,
+                "final_batch_norm": bn,
+                "bias": False,
+                "scale": 1.0,
+            },
+        }
+    )
     c.objective = ml_collections.ConfigDict({"name": "simsiam", "temperature": 0.1, "ema": 0.99})
-    c.optimizer = ml_collections.ConfigDict({
-        "name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.0, "nesterov": False,
-        "schedule": "constant", "warmup_steps": 0, "lr_batch_scaling": False, "probe_lr": 1e-3,
-        "b1": 0.9, "b2": 0.999,
-    })
-    c.train = ml_collections.ConfigDict({
-        "steps": _EPOCHS * steps_per_epoch, "log_every": 20, "metrics_every": steps_per_epoch,
-        "checkpoint_every": 5 * steps_per_epoch, "keep_checkpoints": 3, "progress": True, "tensorboard": False,
-        "stop_after": 0, "allow_config_change": False,
-    })
-    c.eval = ml_collections.ConfigDict({"max_train": 50_000, "max_test": 10_000, "knn_k": 200, "ridge_l2": 1e-3,
-                                        "rotation": True, "rotation_epochs": 5, "metrics_images": 2048})
+    c.optimizer = ml_collections.ConfigDict(
+        {
+            "name": "sgd",
+            "lr": 0.05,
+            "momentum": 0.9,
+            "weight_decay": 0.0,
+            "nesterov": False,
+            "schedule": "constant",
+            "warmup_steps": 0,
+            "lr_batch_scaling": False,
+            "probe_lr": 1e-3,
+            "b1": 0.9,
+            "b2": 0.999,
+        }
+    )
+    c.train = ml_collections.ConfigDict(
+        {
+            "steps": _EPOCHS * steps_per_epoch,
+            "log_every": 20,
+            "metrics_every": steps_per_epoch,
+            "checkpoint_every": 5 * steps_per_epoch,
+            "keep_checkpoints": 3,
+            "progress": True,
+            "tensorboard": False,
+            "stop_after": 0,
+            "allow_config_change": False,
+        }
+    )
+    c.eval = ml_collections.ConfigDict(
+        {
+            "max_train": 50_000,
+            "max_test": 10_000,
+            "knn_k": 200,
+            "ridge_l2": 1e-3,
+            "rotation": True,
+            "rotation_epochs": 5,
+            "metrics_images": 2048,
+        }
+    )
     c.mesh = ml_collections.ConfigDict({"data": -1, "model": 1, "min_model_dim": 1024})
-    c.distributed = ml_collections.ConfigDict({"initialize": False, "coordinator_address": "",
-                                               "num_processes": 0, "process_id": -1,
-                                               "cpu_collectives": "gloo", "timeout_s": 300})
+    c.distributed = ml_collections.ConfigDict(
+        {
+            "initialize": False,
+            "coordinator_address": "",
+            "num_processes": 0,
+            "process_id": -1,
+            "cpu_collectives": "gloo",
+            "timeout_s": 300,
+        }
+    )
     c.expected_runtime = "about 1 h on one A100/H100-class GPU (50 epochs x 97 steps at batch 512); not measured here"
     return c

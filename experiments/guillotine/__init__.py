@@ -45,8 +45,8 @@ from ssl_geometry import augment, data, metrics
 from . import dry_run as D
 from . import geometry as G
 from . import probing
-from .gap import GAP, PROBES, decide_gap, gap, gap_outcomes, gap_verdict, probe_gap_interval  # noqa: F401 (tests)
 from . import training as T
+from .gap import GAP, PROBES, decide_gap, gap, gap_outcomes, gap_verdict, probe_gap_interval  # tests
 from .geometry import AUGMENTATIONS as AUGMENTATIONS
 from .geometry import CONTROLS as CONTROLS
 from .tables import figures as figures
@@ -216,7 +216,7 @@ def _geometry(cfg, geos, heads, test_ds, sz, scales, key, trained, adt, t0=None)
     """``(curvature, orbits, degeneracy)`` of the main run (``heads``: its trained and untrained head variables) on
     the test images, at the image counts ``sz`` (:func:`_sizes`); progress logged from ``t0`` when given."""
     test_f, (v_tr, v_init) = augment.to_float(test_ds.images, adt), (heads["trained"], heads["untrained"])
-    log = (lambda msg: _log(msg, t0)) if t0 is not None else (lambda msg: None)  # noqa: E731
+    log = (lambda msg: _log(msg, t0)) if t0 is not None else (lambda msg: None)
     curv = G.curvature_analysis(cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales,
                                 convergence_images=sz["convergence"])
     log("curvature done")

@@ -10,6 +10,7 @@ afresh, minutes each on a 2-core CPU. The probe passes are timed at :func:`probe
 images at the paper's size), large enough that the fixed cost of a pass is small beside its images, and the probe
 fits on their features at :func:`fit_timing_sizes` (4096 and 8192 images), each kind of fit once per size.
 """
+
 from __future__ import annotations
 
 import jax
@@ -56,8 +57,10 @@ def run_batch(cfg, c, k: int = 0) -> int:
     """
     b = max(2, round(batches(cfg)[k] * c.train.batch_size / cfg.train.batch_size))
     if b > cfg.data.dry_run_examples:
-        raise ValueError(f"`data.dry_run_examples` = {cfg.data.dry_run_examples} is fewer than a dry run's batch {b} "
-                         f"(`train.dry_run_batches` = {cfg.train.dry_run_batches}).")
+        raise ValueError(
+            f"`data.dry_run_examples` = {cfg.data.dry_run_examples} is fewer than a dry run's batch {b} "
+            f"(`train.dry_run_batches` = {cfg.train.dry_run_batches})."
+        )
     return b
 
 
@@ -81,19 +84,26 @@ def training_projection(cfg, ab, runs: dict) -> dict:
     """
     main = runs["main"]
     own = sorted({d for d in cfg.ablation.depths if runs[d] is not main})
-    t_main = T.train_simclr(_timing_config(cfg), cfg.model.head_depth, cfg.model.head_activation,
-                            batch=run_batch(cfg, cfg, 1))["step_time_s"]
+    t_main = T.train_simclr(
+        _timing_config(cfg), cfg.model.head_depth, cfg.model.head_activation, batch=run_batch(cfg, cfg, 1)
+    )["step_time_s"]
     paths = {"main": (int(cfg.train.steps), int(cfg.train.batch_size), cfg, [main["step_time_s"], t_main])}
     if own:
         deep = max(own)
         t_big = T.train_simclr(_timing_config(ab), deep, cfg.ablation.activation, batch=run_batch(cfg, ab, 1))
-        paths["ablation"] = (len(own) * int(ab.train.steps), int(ab.train.batch_size), ab,
-                             [runs[deep]["step_time_s"], t_big["step_time_s"]])
+        paths["ablation"] = (
+            len(own) * int(ab.train.steps),
+            int(ab.train.batch_size),
+            ab,
+            [runs[deep]["step_time_s"], t_big["step_time_s"]],
+        )
     total = sum(p[0] for p in paths.values())
     points = [[b, sum(p[0] * p[3][k] for p in paths.values()) / total] for k, b in enumerate(batches(cfg))]
     rec = projection.power_law_projection(points, cfg.train.batch_size, total)
-    rec["paths"] = {name: {"steps": steps, "batch_full": full, "points": [[run_batch(cfg, c, k), t[k]] for k in (0, 1)]}
-                    for name, (steps, full, c, t) in paths.items()}
+    rec["paths"] = {
+        name: {"steps": steps, "batch_full": full, "points": [[run_batch(cfg, c, k), t[k]] for k in (0, 1)]}
+        for name, (steps, full, c, t) in paths.items()
+    }
     return rec
 
 
@@ -101,8 +111,7 @@ def probe_timing_sizes(cfg) -> list[int]:
     """The probe-set training image counts the probe part is timed at: 1/8 and 1/4 of ``probes.train_images``
     (:func:`experiments.projection.reduced_sizes`), each at most :data:`PROBE_TIMING_CAP` (512 and 1024 at the
     paper's 50,000: a pass of about 600 and 1200 images, seconds each on a 2-core CPU)."""
-    return sorted({min(n, cap) for n, cap in zip(projection.reduced_sizes(cfg.probes.train_images),
-                                                  PROBE_TIMING_CAP)})
+    return sorted({min(n, cap) for n, cap in zip(projection.reduced_sizes(cfg.probes.train_images), PROBE_TIMING_CAP)})
 
 
 def tile(images, n: int):
@@ -133,16 +142,21 @@ def probe_fits(n_runs: int) -> dict:
     """``{(task, representation): fits}`` of the full variant, each fit a linear and an MLP probe
     (:func:`experiments.guillotine.probing.probe_suite`): rotation probes on z and on h(z) of every trained run and
     on the main run's untrained head h_0(z) (the head's width), class probes on the main run's z and h(z)."""
-    return {("rotation", "backbone"): n_runs, ("rotation", "head"): n_runs + 1, ("class", "backbone"): 1,
-            ("class", "head"): 1}
+    return {
+        ("rotation", "backbone"): n_runs,
+        ("rotation", "head"): n_runs + 1,
+        ("class", "backbone"): 1,
+        ("class", "head"): 1,
+    }
 
 
 def _features(n_train: int, n_test: int, width: int, num_classes: int, seed: int = 0):
     """``((f_tr, y_tr), (f_te, y_te))``: standard normal float32 features and every class in turn as labels (a fit
     costs the same whatever the values)."""
     rng = np.random.default_rng(seed)
-    return tuple((rng.standard_normal((n, width), dtype=np.float32), np.arange(n) % num_classes)
-                 for n in (n_train, n_test))
+    return tuple(
+        (rng.standard_normal((n, width), dtype=np.float32), np.arange(n) % num_classes) for n in (n_train, n_test)
+    )
 
 
 def fit_projection(cfg, n_runs: int, widths: dict, num_classes: int) -> dict:
@@ -170,10 +184,13 @@ def fit_projection(cfg, n_runs: int, widths: dict, num_classes: int) -> dict:
                 return lambda: probing.rotation_fit(feats, hidden[rep], key, int(p.epochs))
             feats = _features(n, n_test, widths[rep], num_classes)
             return lambda: probing.class_fit(feats, hidden[rep], key, int(p.epochs), num_classes)
+
         return unit
 
-    kinds = {f"{task}/{rep}": {"fits": count, "points": projection.time_at_sizes(make(task, rep), sizes, repeats=1)}
-             for (task, rep), count in probe_fits(n_runs).items()}
+    kinds = {
+        f"{task}/{rep}": {"fits": count, "points": projection.time_at_sizes(make(task, rep), sizes, repeats=1)}
+        for (task, rep), count in probe_fits(n_runs).items()
+    }
     points = [[n, sum(k["fits"] * k["points"][i][1] for k in kinds.values())] for i, n in enumerate(sizes)]
     return {**projection.power_law_projection(points, p.train_images, 1), "kinds": kinds}
 
@@ -194,14 +211,22 @@ def analysis_projection(cfg, n_runs: int, probe_unit, geometry_unit, widths: dic
     The record is the costliest part's (its points and exponent) with ``projected_s`` the sum of all three and each
     part under ``parts``.
     """
-    parts = {"probes": projection.project_at_sizes(probe_unit, cfg.probes.train_images, probe_passes(cfg, n_runs),
-                                                   sizes=probe_timing_sizes(cfg), repeats=1),
-             "fits": fit_projection(cfg, n_runs, widths, num_classes),
-             "geometry": projection.project_at_sizes(geometry_unit, cfg.analysis.degeneracy_images, 1,
-                                                     sizes=GEOMETRY_IMAGES, repeats=1)}
+    parts = {
+        "probes": projection.project_at_sizes(
+            probe_unit, cfg.probes.train_images, probe_passes(cfg, n_runs), sizes=probe_timing_sizes(cfg), repeats=1
+        ),
+        "fits": fit_projection(cfg, n_runs, widths, num_classes),
+        "geometry": projection.project_at_sizes(
+            geometry_unit, cfg.analysis.degeneracy_images, 1, sizes=GEOMETRY_IMAGES, repeats=1
+        ),
+    }
     top = max(parts, key=lambda k: parts[k]["projected_s"])
-    return {**parts[top], "projected_s": sum(p["projected_s"] for p in parts.values()), "part_shown": top,
-            "parts": parts}
+    return {
+        **parts[top],
+        "projected_s": sum(p["projected_s"] for p in parts.values()),
+        "part_shown": top,
+        "parts": parts,
+    }
 
 
 def dry_run(cfg, ab, runs: dict, probe_unit, geometry_unit, widths: dict, num_classes: int) -> dict:
@@ -210,6 +235,12 @@ def dry_run(cfg, ab, runs: dict, probe_unit, geometry_unit, widths: dict, num_cl
     n_runs = len({id(r) for r in runs.values()})
     training = training_projection(cfg, ab, runs)
     analysis = analysis_projection(cfg, n_runs, probe_unit, geometry_unit, widths, num_classes)
-    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
-                                     scaled="batch (training), probe and degeneracy images (analysis)",
-                                     batch_full=int(cfg.train.batch_size), batches=batches(cfg), runs_full=n_runs)
+    return projection.dry_run_record(
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        scaled="batch (training), probe and degeneracy images (analysis)",
+        batch_full=int(cfg.train.batch_size),
+        batches=batches(cfg),
+        runs_full=n_runs,
+    )

@@ -2,6 +2,7 @@
 and the untrained head, their difference with a paired bootstrap interval over test images and seeds
 (:func:`probe_gap_interval`), and the verdict (:func:`gap_verdict`, :func:`decide_gap`) as the registry words it.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -32,13 +33,18 @@ def _outcomes(per_seed: Sequence[Mapping]) -> list[np.ndarray]:
         try:
             c = np.asarray([[np.asarray(rec[w][p], np.float64) for p in PROBES] for w in _GAP_REPS])
         except KeyError as err:
-            raise ValueError(f"`per_seed[{s}]` must map each of {_GAP_REPS} to each of {PROBES}; missing {err}") from None
+            raise ValueError(
+                f"`per_seed[{s}]` must map each of {_GAP_REPS} to each of {PROBES}; missing {err}"
+            ) from None
         except ValueError:
-            raise ValueError(f"`per_seed[{s}]`: every probe outcome of a seed must be a 1-D 0/1 sequence over the same "
-                             "test images") from None
+            raise ValueError(
+                f"`per_seed[{s}]`: every probe outcome of a seed must be a 1-D 0/1 sequence over the same test images"
+            ) from None
         if c.ndim != 3 or c.shape[2] < 2 or not np.all((c == 0) | (c == 1)):
-            raise ValueError(f"`per_seed[{s}]`: probe outcomes must be 0/1 per test image, at least 2 images, the same "
-                             f"images for every representation; got shape {c.shape[1:]} per representation")
+            raise ValueError(
+                f"`per_seed[{s}]`: probe outcomes must be 0/1 per test image, at least 2 images, the same "
+                f"images for every representation; got shape {c.shape[1:]} per representation"
+            )
         out.append(c)
     return out
 
@@ -98,16 +104,24 @@ def gap_verdict(stats: Mapping, margin: float) -> tuple[str, str]:
     initialisation) or the trained gap's below 0 (h(z) more decodable than z). Inconclusive otherwise.
     """
     (dlo, dhi), (glo, ghi) = stats["difference_ci"], stats["gap_ci"]
-    desc = (f"trained minus untrained gap {stats['difference']:.3g} (95% interval [{dlo:.3g}, {dhi:.3g}]), trained "
-            f"gap {stats['gap']:.3g} ([{glo:.3g}, {ghi:.3g}]), the untrained head's gap {stats['gap_untrained']:.3g}")
+    desc = (
+        f"trained minus untrained gap {stats['difference']:.3g} (95% interval [{dlo:.3g}, {dhi:.3g}]), trained "
+        f"gap {stats['gap']:.3g} ([{glo:.3g}, {ghi:.3g}]), the untrained head's gap {stats['gap_untrained']:.3g}"
+    )
     if dhi < 0.0 or ghi < 0.0:
-        why = ("training leaves the head more rotation-decodable than at initialisation" if dhi < 0.0 else
-               "rotation is more decodable from h(z) than from z")
+        why = (
+            "training leaves the head more rotation-decodable than at initialisation"
+            if dhi < 0.0
+            else "rotation is more decodable from h(z) than from z"
+        )
         return "not supported", f"{why}: {desc}"
     if dlo > margin and glo > 0.0:
         return "supported", f"{desc}: the difference's lower end > {margin:g} and the gap's > 0"
-    return "inconclusive", (f"{desc}: the difference's interval does not lie above {margin:g}"
-                            if dlo <= margin else f"{desc}: the trained gap's interval reaches 0")
+    return "inconclusive", (
+        f"{desc}: the difference's interval does not lie above {margin:g}"
+        if dlo <= margin
+        else f"{desc}: the trained gap's interval reaches 0"
+    )
 
 
 def decide_gap(m: dict) -> dict:
@@ -115,24 +129,37 @@ def decide_gap(m: dict) -> dict:
     with its interval over test images and seeds (:func:`probe_gap_interval`, :func:`gap_verdict`)."""
     t, pv, rot = claims.CLAIMS[GAP].thresholds, m["premise_values"], m["probes"]["rotation"]
     extra = m["probes"].get("gap_seeds", [])
-    stats = probe_gap_interval([gap_outcomes(rot)] + [gap_outcomes(r["rotation"]) for r in extra],
-                               reps=int(t["bootstrap"]), seed=0)
-    premises = {"ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
-                "backbone_encodes_rotation": pv["backbone_rotation_acc"] >= t["min_backbone_rotation_acc"],
-                "backbone_not_collapsed": pv["erank_rankme_backbone"] >= t["min_effective_rank"]}
-    deciding = {"rotation_gap_difference": stats["difference"], "rotation_gap_difference_ci": stats["difference_ci"],
-                "rotation_gap_mean": stats["gap"], "rotation_gap_mean_ci": stats["gap_ci"],
-                "rotation_gap_mean_untrained_head": stats["gap_untrained"],
-                "rotation_gap_mean_untrained_head_ci": stats["gap_untrained_ci"],
-                "seeds": stats["seeds"], "rotation_probe_test_images": stats["test_images"],
-                "rotation_gap_difference_per_seed": [gap(r) - gap(r, "head_untrained")
-                                                     for r in [rot] + [e["rotation"] for e in extra]],
-                **{f"rot_{k[:3]}_{w}": rot[w][k] for w in _GAP_REPS for k in PROBES}, **pv}
+    stats = probe_gap_interval(
+        [gap_outcomes(rot)] + [gap_outcomes(r["rotation"]) for r in extra], reps=int(t["bootstrap"]), seed=0
+    )
+    premises = {
+        "ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
+        "backbone_encodes_rotation": pv["backbone_rotation_acc"] >= t["min_backbone_rotation_acc"],
+        "backbone_not_collapsed": pv["erank_rankme_backbone"] >= t["min_effective_rank"],
+    }
+    deciding = {
+        "rotation_gap_difference": stats["difference"],
+        "rotation_gap_difference_ci": stats["difference_ci"],
+        "rotation_gap_mean": stats["gap"],
+        "rotation_gap_mean_ci": stats["gap_ci"],
+        "rotation_gap_mean_untrained_head": stats["gap_untrained"],
+        "rotation_gap_mean_untrained_head_ci": stats["gap_untrained_ci"],
+        "seeds": stats["seeds"],
+        "rotation_probe_test_images": stats["test_images"],
+        "rotation_gap_difference_per_seed": [
+            gap(r) - gap(r, "head_untrained") for r in [rot] + [e["rotation"] for e in extra]
+        ],
+        **{f"rot_{k[:3]}_{w}": rot[w][k] for w in _GAP_REPS for k in PROBES},
+        **pv,
+    }
     item = {"id": GAP, "deciding": deciding}
     unmet = sorted(k for k, ok in premises.items() if not ok)
     if unmet:
-        return {**item, "verdict": "premise violated",
-                "reason": "premises not met: " + ", ".join(unmet) + f"; the untrained head's gap is "
-                          f"{stats['gap_untrained']:.3g}, the trained head's {stats['gap']:.3g}"}
+        return {
+            **item,
+            "verdict": "premise violated",
+            "reason": "premises not met: " + ", ".join(unmet) + f"; the untrained head's gap is "
+            f"{stats['gap_untrained']:.3g}, the trained head's {stats['gap']:.3g}",
+        }
     verdict, reason = gap_verdict(stats, float(t["probe_margin"]))
     return {**item, "verdict": verdict, "reason": reason}

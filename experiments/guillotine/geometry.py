@@ -77,14 +77,14 @@ class Geometry:
             return jax.vmap(lambda x: jax.vmap(lambda t: rep(v, x, t, which))(ts))(xs)
 
         def exact(v, xs, ts, which):  # (N, T)
-            one = lambda x, t: metrics.trajectory_curvature(lambda a: rep(v, x, a, which), t)  # noqa: E731
+            one = lambda x, t: metrics.trajectory_curvature(lambda a: rep(v, x, a, which), t)
             return jax.vmap(lambda x: jax.vmap(lambda t: one(x, t))(ts))(xs)
 
         def z_at(v, xs, t0):  # (N, d): z of the augmented images
             return jax.vmap(lambda x: z_of(v, aug(x, t0)))(xs)
 
         def degeneracy(v, xs, t0, dirs):  # (N,) along the tangent; (N,) RMS over the K directions (N, K, d)
-            head_fn = lambda z: h_of(v, z)  # noqa: E731
+            head_fn = lambda z: h_of(v, z)
             along = jax.vmap(lambda x: metrics.augmentation_metric_degeneracy(
                 head_fn, lambda a: z_of(v, aug(x, a)), t0))(xs)
             gains = jax.vmap(lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(head_fn, z, r))(rs))(
@@ -140,7 +140,7 @@ def curvature_analysis(cfg, geo: Geometry, v, images, scales, *, convergence_ima
                       "median_pointwise_rel_diff": float(np.median(np.abs(fd - ex) / np.maximum(ex, 1e-300))),
                       "scale": scales[which]}
         per_angle[which] = {"exact": ex.mean(0) / scales[which], "fd": fd.mean(0) / scales[which]}
-    ratio = lambda k: out["head"][k] / out["backbone"][k]  # noqa: E731
+    ratio = lambda k: out["head"][k] / out["backbone"][k]
     norm = scales["backbone"] / scales["head"]
     summary = {"ratio_exact_raw": ratio("exact_mean"), "ratio_fd_raw": ratio("fd_mean"),
                "ratio_exact_normalised": ratio("exact_mean") * norm, "ratio_fd_normalised": ratio("fd_mean") * norm,
@@ -233,7 +233,7 @@ def orbit_analysis(cfg, geo: Geometry, v, images, scales, v_init=None) -> dict:
     spreads = {w: P.orbit_spreads(r.reshape(C * I * T, -1), ids) for w, r in reps_p.items()}
     compression = {h: rules.orbit_compression(spreads["backbone"], spreads[h], seed=cfg.seed)
                    for h in reps_p if h != "backbone"}
-    get = lambda w, n, k: next(r[k] for r in rows if r["rep"] == w and r["scale"] == n)  # noqa: E731
+    get = lambda w, n, k: next(r[k] for r in rows if r["rep"] == w and r["scale"] == n)
     summary = {f"spread_shrink_{n}": get("backbone", n, "orbit_spread") / get("head", n, "orbit_spread")
                for n in ("raw", "normalised")}
     summary["class_orbit_ratio_backbone"] = get("backbone", "raw", "class_orbit_ratio")

@@ -8,6 +8,7 @@ h(z): the authors' 256 and 512), Adam 1e-3, batch 256, ``probes.epochs`` epochs,
 The untrained head is the same head at its initialisation on the trained backbone: the probe gap
 it already shows is architecture, not training.
 """
+
 from __future__ import annotations
 
 import jax
@@ -16,14 +17,24 @@ from ssl_geometry import augment, probes
 
 from . import training as T
 
-__all__ = ["untrained_head_run", "fit_epochs", "rotation_fit", "class_fit", "representations", "probe_suite",
-           "probe_sets"]
+__all__ = [
+    "untrained_head_run",
+    "fit_epochs",
+    "rotation_fit",
+    "class_fit",
+    "representations",
+    "probe_suite",
+    "probe_sets",
+]
 
 
 def untrained_head_run(run: dict) -> dict:
     """``run`` with the projector's parameters and statistics replaced by their values at initialisation."""
-    return {**run, "params": {**run["params"], "projector": run["init_params"]["projector"]},
-            "state": {**run["state"], "projector": run["init_state"]["projector"]}}
+    return {
+        **run,
+        "params": {**run["params"], "projector": run["init_params"]["projector"]},
+        "state": {**run["state"], "projector": run["init_state"]["projector"]},
+    }
 
 
 def fit_epochs(cfg) -> int:
@@ -58,8 +69,9 @@ def representations(backbone, heads: dict, images) -> dict:
     return {"backbone": z, **{name: probes.features_in_batches(h, z) for name, h in heads.items()}}
 
 
-def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, class_probes: bool = True,
-                untrained: bool = False) -> dict:
+def probe_suite(
+    cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, class_probes: bool = True, untrained: bool = False
+) -> dict:
     """Test accuracies ``{"rotation": {rep: {"linear", "mlp", ...}}, "class": {rep: {"linear", "mlp"}}}``.
 
     ``rep`` is ``backbone`` (z) and ``head`` (h(z)), plus ``head_untrained`` (h_0(z), rotation only)
@@ -76,18 +88,22 @@ def probe_suite(cfg, run, rot_train, rot_test, cls_train, cls_test, key, *, clas
         heads["head_untrained"] = T.feature_fns(untrained_head_run(run))[1]
     hidden = {"backbone": cfg.probes.hidden, "head": cfg.probes.hidden_head, "head_untrained": cfg.probes.hidden_head}
     k_rot, k_cls = jax.random.split(key)
-    (xr_tr, y_tr), (xr_te, y_te) = probes.rotation_views(rot_train, rot_test, rotations=cfg.probes.rotations,
-                                                         key=k_rot)
+    (xr_tr, y_tr), (xr_te, y_te) = probes.rotation_views(rot_train, rot_test, rotations=cfg.probes.rotations, key=k_rot)
     r_tr, r_te = representations(fz, heads, xr_tr), representations(fz, heads, xr_te)
     epochs = fit_epochs(cfg)
-    out = {"rotation": {name: rotation_fit(((r_tr[name], y_tr), (r_te[name], y_te)), hidden[name], k_rot, epochs)
-                        for name in r_tr}, "class": {}}
+    out = {
+        "rotation": {
+            name: rotation_fit(((r_tr[name], y_tr), (r_te[name], y_te)), hidden[name], k_rot, epochs) for name in r_tr
+        },
+        "class": {},
+    }
     if class_probes:
         (xtr, ytr), (xte, yte) = cls_train, cls_test
         c_tr, c_te = representations(fz, {"head": fh}, xtr), representations(fz, {"head": fh}, xte)
         for i, name in enumerate(("backbone", "head")):
-            out["class"][name] = class_fit(((c_tr[name], ytr), (c_te[name], yte)), hidden[name],
-                                           jax.random.fold_in(k_cls, i), epochs)
+            out["class"][name] = class_fit(
+                ((c_tr[name], ytr), (c_te[name], yte)), hidden[name], jax.random.fold_in(k_cls, i), epochs
+            )
     return out
 
 

@@ -1,4 +1,5 @@
 """Experiment 6, training: data, models and SimCLR through the one run loop (``ssl_geometry.trainer.train``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,17 @@ import numpy as np
 
 from ssl_geometry import augment, data, trainer
 
-__all__ = ["load_data", "dry_batch", "trainer_config", "make_backbone", "make_head", "train_simclr", "feature_fns",
-           "rotation_probe_subset", "trained_augmentations"]
+__all__ = [
+    "load_data",
+    "dry_batch",
+    "trainer_config",
+    "make_backbone",
+    "make_head",
+    "train_simclr",
+    "feature_fns",
+    "rotation_probe_subset",
+    "trained_augmentations",
+]
 
 
 def dry_batch(cfg) -> int:
@@ -26,10 +36,17 @@ def _data_section(cfg, batch: int | None = None) -> dict:
     and batch ``batch`` (default :func:`dry_batch`)."""
     d, t = cfg.data, cfg.train
     counts = (d.dry_run_examples,) * 2 if cfg.dry_run else (d.n_train, d.n_test)
-    return {"name": d.name, "image_size": d.image_size, "data_dir": d.data_dir, "num_train": int(counts[0]),
-            "num_test": int(counts[1]), "seed": int(cfg.seed),
-            "shapes_max_angle_deg": float(d.shapes_max_angle_deg) if d.name == "shapes" else None,
-            "batch_size": int((batch or dry_batch(cfg)) if cfg.dry_run else t.batch_size), "stream": False}
+    return {
+        "name": d.name,
+        "image_size": d.image_size,
+        "data_dir": d.data_dir,
+        "num_train": int(counts[0]),
+        "num_test": int(counts[1]),
+        "seed": int(cfg.seed),
+        "shapes_max_angle_deg": float(d.shapes_max_angle_deg) if d.name == "shapes" else None,
+        "batch_size": int((batch or dry_batch(cfg)) if cfg.dry_run else t.batch_size),
+        "stream": False,
+    }
 
 
 def _data_context(cfg):
@@ -53,8 +70,11 @@ def load_data(cfg):
 def _backbone_section(cfg) -> dict:
     """``model.backbone`` / ``model.backbone_kwargs`` of the trainer config for ``cfg.model.backbone``."""
     m, size = cfg.model, cfg.data.image_size
-    kwargs = {"small_cnn": {"widths": tuple(m.widths), "activation": "relu"}, "resnet18_cifar": {},
-              "vit_tiny": {"img_size": size}}
+    kwargs = {
+        "small_cnn": {"widths": tuple(m.widths), "activation": "relu"},
+        "resnet18_cifar": {},
+        "vit_tiny": {"img_size": size},
+    }
     if m.backbone not in kwargs:
         raise ValueError(f"`model.backbone` must be one of {sorted(kwargs)}; got {m.backbone!r}.")
     return {"backbone": m.backbone, "backbone_kwargs": kwargs[m.backbone]}
@@ -65,13 +85,19 @@ def _head_section(cfg, depth: int, activation: str | None) -> dict:
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"head `depth` must be a positive int; got {depth!r}.")
     m = cfg.model
-    return {"hidden": (m.head_hidden,) * (depth - 1), "out_dim": m.head_out,
-            "activation": activation or m.head_activation, "batch_norm": True, "final_batch_norm": m.head_final_bn,
-            "bias": m.head_bias}
+    return {
+        "hidden": (m.head_hidden,) * (depth - 1),
+        "out_dim": m.head_out,
+        "activation": activation or m.head_activation,
+        "batch_norm": True,
+        "final_batch_norm": m.head_final_bn,
+        "bias": m.head_bias,
+    }
 
 
-def trainer_config(cfg, depth: int, activation: str | None = None,
-                   batch: int | None = None) -> ml_collections.ConfigDict:
+def trainer_config(
+    cfg, depth: int, activation: str | None = None, batch: int | None = None
+) -> ml_collections.ConfigDict:
     """The trainer config of one guillotine SimCLR run (every field :func:`ssl_geometry.trainer.train` reads).
 
     The objective ``objective.name`` (SimCLR's NT-Xent, or the authors' one-way cross-entropy
@@ -87,26 +113,47 @@ def trainer_config(cfg, depth: int, activation: str | None = None,
     t = cfg.train
     steps = int(t.dry_run_steps) if cfg.dry_run else int(t.steps)
     every = _checkpoint_every(cfg)
-    return ml_collections.ConfigDict({
-        "seed": int(cfg.seed), "dtype": "float32",
-        "data": _data_section(cfg, batch),
-        "augment": {"name": "simclr_custom", "size": cfg.data.image_size, **cfg.augment.to_dict()},
-        "model": {**_backbone_section(cfg), "projector": _head_section(cfg, depth, activation)},
-        "objective": {"name": cfg.objective.name, "temperature": float(t.temperature)},
-        "optimizer": {"name": "adam", "lr": float(t.lr), "b1": 0.9, "b2": 0.999, "weight_decay": 0.0,
-                      "schedule": "constant", "warmup_steps": 0, "lr_batch_scaling": False, "probe_lr": 1e-3},
-        "train": {"steps": steps, "log_every": 1, "metrics_every": 0, "checkpoint_every": min(every, steps) or steps,
-                  "keep_checkpoints": 2, "progress": False, "tensorboard": False, "stop_after": 0,
-                  "allow_config_change": False},
-        "eval": {"final_probes": False, "metrics_images": 0},
-        "mesh": {"data": -1, "model": 1, "min_model_dim": 1024},
-    })
+    return ml_collections.ConfigDict(
+        {
+            "seed": int(cfg.seed),
+            "dtype": "float32",
+            "data": _data_section(cfg, batch),
+            "augment": {"name": "simclr_custom", "size": cfg.data.image_size, **cfg.augment.to_dict()},
+            "model": {**_backbone_section(cfg), "projector": _head_section(cfg, depth, activation)},
+            "objective": {"name": cfg.objective.name, "temperature": float(t.temperature)},
+            "optimizer": {
+                "name": "adam",
+                "lr": float(t.lr),
+                "b1": 0.9,
+                "b2": 0.999,
+                "weight_decay": 0.0,
+                "schedule": "constant",
+                "warmup_steps": 0,
+                "lr_batch_scaling": False,
+                "probe_lr": 1e-3,
+            },
+            "train": {
+                "steps": steps,
+                "log_every": 1,
+                "metrics_every": 0,
+                "checkpoint_every": min(every, steps) or steps,
+                "keep_checkpoints": 2,
+                "progress": False,
+                "tensorboard": False,
+                "stop_after": 0,
+                "allow_config_change": False,
+            },
+            "eval": {"final_probes": False, "metrics_images": 0},
+            "mesh": {"data": -1, "model": 1, "min_model_dim": 1024},
+        }
+    )
 
 
 def make_backbone(cfg, dtype):
     """The backbone :class:`ssl_geometry.Model` the trainer builds for ``cfg`` (compute dtype ``dtype``)."""
-    return trainer.build_backbone(ml_collections.ConfigDict(_backbone_section(cfg)), (cfg.data.image_size,) * 2 + (3,),
-                              dtype)
+    return trainer.build_backbone(
+        ml_collections.ConfigDict(_backbone_section(cfg)), (cfg.data.image_size,) * 2 + (3,), dtype
+    )
 
 
 def make_head(cfg, in_dim: int, depth: int, dtype, activation: str | None = None):
@@ -121,8 +168,11 @@ def make_head(cfg, in_dim: int, depth: int, dtype, activation: str | None = None
 def trained_augmentations(cfg) -> dict:
     """Which of the analysed augmentations (rotation, hue, blur) the training views include."""
     a = cfg.augment
-    return {"rotation": bool(a.rotation_deg > 0), "hue": bool(a.jitter_prob > 0 and a.jitter[3] > 0),
-            "blur": bool(a.blur_prob > 0)}
+    return {
+        "rotation": bool(a.rotation_deg > 0),
+        "hue": bool(a.jitter_prob > 0 and a.jitter[3] > 0),
+        "blur": bool(a.blur_prob > 0),
+    }
 
 
 def _checkpoint_every(cfg) -> int:
@@ -138,8 +188,9 @@ def _workdir(cfg, depth: int, activation: str | None) -> pathlib.Path | None:
     if not _checkpoint_every(cfg):
         return None
     if not cfg.train.get("checkpoint_dir"):
-        raise ValueError("`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to "
-                         "DIR/<run>/checkpoints).")
+        raise ValueError(
+            "`train.checkpoint_every` > 0 needs `train.checkpoint_dir` (reproduce sets it to DIR/<run>/checkpoints)."
+        )
     return pathlib.Path(cfg.train.checkpoint_dir) / f"depth{depth}_{activation or cfg.model.head_activation}"
 
 
@@ -173,11 +224,23 @@ def train_simclr(cfg, depth: int, activation: str | None = None, batch: int | No
         losses = [r["loss"] for r in trainer.read_metrics(workdir) if "event" not in r]
     state = out["state"]
     # The state train() started from (init_train_state is a pure function of the key): the untrained head.
-    init = trainer.init_train_state(out["objective"], trainer.build_optimizer(tc)[0], jax.random.PRNGKey(tc.seed),
-                                    int(state["params"]["probe"]["b"].shape[0]))
-    return {"objective": out["objective"], "params": state["params"], "state": state["obj_state"],
-            "init_params": init["params"], "init_state": init["obj_state"], "losses": np.asarray(losses, np.float64),
-            "trainer_config": tc.to_dict(), "resumed_from": out["resumed_from"], "step_time_s": out["step_time_s"]}
+    init = trainer.init_train_state(
+        out["objective"],
+        trainer.build_optimizer(tc)[0],
+        jax.random.PRNGKey(tc.seed),
+        int(state["params"]["probe"]["b"].shape[0]),
+    )
+    return {
+        "objective": out["objective"],
+        "params": state["params"],
+        "state": state["obj_state"],
+        "init_params": init["params"],
+        "init_state": init["obj_state"],
+        "losses": np.asarray(losses, np.float64),
+        "trainer_config": tc.to_dict(),
+        "resumed_from": out["resumed_from"],
+        "step_time_s": out["step_time_s"],
+    }
 
 
 def feature_fns(run):

@@ -55,11 +55,26 @@ import numpy as np
 
 from experiments import claims, common, projection
 from experiments.configs import apply_overrides
-from experiments.metric_adaptation.barrier import (FLAT_CONTROL, SCALE_INVARIANT, best_constant_whitener, curvature_rows,
-                                                   curved, make_per_sample_loss, scalar_from_riemann,
-                                                   sectional_from_riemann)
-from experiments.metric_adaptation.isotropy import (coefficient_of_variation, fit_step, head_params, helix,
-                                                    isotropy_fit, matched_width, sample_variation, softmax_dot_loss)
+from experiments.metric_adaptation.barrier import (
+    FLAT_CONTROL,
+    SCALE_INVARIANT,
+    best_constant_whitener,
+    curvature_rows,
+    curved,
+    make_per_sample_loss,
+    scalar_from_riemann,
+    sectional_from_riemann,
+)
+from experiments.metric_adaptation.isotropy import (
+    coefficient_of_variation,
+    fit_step,
+    head_params,
+    helix,
+    isotropy_fit,
+    matched_width,
+    sample_variation,
+    softmax_dot_loss,
+)
 
 __all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "decide_depth", "decide_barrier", "widths",
            "figures", "report", "FLAT_CONTROL", "SCALE_INVARIANT", "best_constant_whitener", "coefficient_of_variation",
@@ -243,26 +258,40 @@ def decide(m, config) -> dict:
 
 
 def figures(results, out_dir) -> None:
+    """``metric_adaptation.png``: |H_eff - I| along the helix per head (eps target drawn) and |S(g_L)| per point
+    per loss (curved losses set the scale; exact zeros, the flat control, drawn apart at the axis floor)."""
+    from experiments import plotting as pl
+
     m = results["measurements"]
     curv_rows, per_point = m["curvature"], m["scalar_curvature_per_point"]
-    plt = common.pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for label, c in m["eps_curves"].items():
-        a1.plot(c["t"], c["eps"], label=label)
+    d = {k: v for c in results["claims"] for k, v in c["deciding"].items()}
+    fig, axes = pl.figure(1, 2, height=3.6)
+    a1, a2 = axes[0]
+    for i, (label, c) in enumerate(m["eps_curves"].items()):
+        a1.plot(c["t"], c["eps"], color=pl.COLOURS[i % 8], ls="--" if label.startswith(("affine", "identity")) else "-",
+                label=label)
     a1.set_yscale("log")
+    if "eps_target" in d:
+        pl.threshold(a1, d["eps_target"], f"eps target {d['eps_target']:g}", at=0.01)
     a1.set_xlabel("t (trajectory parameter)")
-    a1.set_ylabel("|H_eff(z(t)) - I|_2")
+    a1.set_ylabel("$\\epsilon(t) = \\|H_{eff}(z(t)) - I\\|_2$")
     a1.set_title("Thm 3.2: isotropy along the helix")
-    a1.legend(fontsize=7)
     names = [r["loss"] for r in curv_rows]
+    vals = {n: np.abs(np.asarray(per_point.get(n, []), float)) for n in names}
+    pl.scale_from(a2, [v for n in names for v in vals[n] if v > 0] + [d.get("curvature_tol", 1.0)])
     for i, n in enumerate(names):
-        vals = np.abs(np.asarray(per_point.get(n, []), float))
-        a2.scatter(np.full(vals.shape, i), np.maximum(vals, 1e-18), s=12)
-    a2.set_yscale("log")
-    a2.set_xticks(range(len(names)), names, rotation=30, ha="right")
-    a2.set_ylabel("|S(g_L)| (0 drawn at 1e-18)")
+        pos = vals[n][vals[n] > 0]
+        a2.scatter(np.full(pos.shape, i), pos, s=14, color=pl.COLOURS[0], label="|S| at a point" if i == 0 else None)
+    zero = [(i, 0.0) for i, n in enumerate(names) for v in vals[n] if v == 0]
+    pl.draw_apart(a2, [z[0] for z in zero], [z[1] for z in zero], label=f"S = 0 exactly ({len(zero)} points)")
+    if "curvature_tol" in d:
+        pl.threshold(a2, d["curvature_tol"], f"curvature tol {d['curvature_tol']:g}", at=0.01)
+    a2.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=25, ha="right")
+    a2.set_xlabel("loss")
+    a2.set_ylabel("|scalar curvature S(g_L)|")
     a2.set_title("Prop 3.3: curvature of the loss metric")
-    fig.tight_layout()
+    handles = a1.get_legend_handles_labels()[0] + a2.get_legend_handles_labels()[0]
+    pl.legend_outside(fig, loc="below", ncol=3, handles=handles)
     common.save_figure(fig, out_dir, "metric_adaptation")
 
 

@@ -1,4 +1,5 @@
 """Experiment 2, part C: Prop 3.3, the curvature barrier of the loss metric against constant whiteners."""
+
 from __future__ import annotations
 
 import functools
@@ -42,8 +43,10 @@ def make_per_sample_loss(name: str, target, keys, tau: float):
     if name == "softmax_dot":
         K = jnp.asarray(keys)
         return lambda u: softmax_dot_loss(u, K, tau)
-    raise ValueError(f"Unknown per-sample loss {name!r}; expected one of "
-                     f"{['mse', 'negative_cosine', 'byol', 'info_nce', 'softmax_dot']}.")
+    raise ValueError(
+        f"Unknown per-sample loss {name!r}; expected one of "
+        f"{['mse', 'negative_cosine', 'byol', 'info_nce', 'softmax_dot']}."
+    )
 
 
 def _chart(name, u0):
@@ -64,6 +67,7 @@ def _whitener_objective(wflat, g_j):
         W = w.reshape(m, m)
         A = jnp.einsum("ai,sab,bj->sij", W, g_j, W) - jnp.eye(m, dtype=g_j.dtype)
         return jnp.mean(jnp.sum(A**2, axis=(1, 2)))
+
     return jax.value_and_grad(f)(wflat)
 
 
@@ -86,8 +90,13 @@ def best_constant_whitener(gs):
         return float(np.max(np.abs(np.linalg.eigvalsh(A)))), float(np.sqrt(np.mean(np.sum(A**2, axis=(1, 2))) / m))
 
     g_j = jnp.asarray(gs)
-    sol = scipy.optimize.minimize(lambda w: tuple(np.asarray(x, float) for x in fg(jnp.asarray(w), g_j)),
-                                  W0.ravel(), jac=True, method="BFGS", options={"gtol": 1e-12, "maxiter": 2000})
+    sol = scipy.optimize.minimize(
+        lambda w: tuple(np.asarray(x, float) for x in fg(jnp.asarray(w), g_j)),
+        W0.ravel(),
+        jac=True,
+        method="BFGS",
+        options={"gtol": 1e-12, "maxiter": 2000},
+    )
     W = sol.x.reshape(m, m)
     r_fit, rms = resid(W)
     return resid(W0)[0], r_fit, rms, W
@@ -130,8 +139,14 @@ def curvature_rows(cfg, key):
     """Part C: premises, scalar/sectional curvature and the constant-W residual per loss, at ``data.n_points``
     points ``x = spread * N(0, I)`` of each loss's chart."""
     _, _, _, k_x, k_p = jax.random.split(key, 5)
-    charts = _chart_metrics(tuple(np.asarray(key).tolist()), cfg.model.k, cfg.data.n_keys, float(cfg.data.tau),
-                            float(cfg.data.base_offset), tuple(cfg.data.curvature_losses))
+    charts = _chart_metrics(
+        tuple(np.asarray(key).tolist()),
+        cfg.model.k,
+        cfg.data.n_keys,
+        float(cfg.data.tau),
+        float(cfg.data.base_offset),
+        tuple(cfg.data.curvature_losses),
+    )
     rows, per_point = [], {}
     for li, (name, domain, m, metric) in enumerate(charts):
         xs = cfg.data.spread * jax.random.normal(jax.random.fold_in(k_x, li), (cfg.data.n_points, m), jnp.float64)
@@ -145,8 +160,11 @@ def curvature_rows(cfg, key):
                 continue
             Rm = np.asarray(riemann.lowered_riemann(metric, x))
             S.append(scalar_from_riemann(Rm, gs[s]))
-            planes = np.asarray(jax.random.normal(jax.random.fold_in(jax.random.fold_in(k_p, li), s),
-                                                  (cfg.data.n_planes, 2, m), jnp.float64))
+            planes = np.asarray(
+                jax.random.normal(
+                    jax.random.fold_in(jax.random.fold_in(k_p, li), s), (cfg.data.n_planes, 2, m), jnp.float64
+                )
+            )
             K += [sectional_from_riemann(Rm, gs[s], a, b) for a, b in planes] if m >= 2 else []
         S, K = np.asarray(S), np.asarray(K)
         for arr, what in ((S, "scalar"), (K, "sectional")):
@@ -156,16 +174,23 @@ def curvature_rows(cfg, key):
             r0, r1, rms, _ = best_constant_whitener(gs[definite])
         else:
             r0 = r1 = rms = float("nan")
-        rows.append({
-            "loss": name, "domain": domain, "metric_dim": m, "points": int(cfg.data.n_points),
-            "definite_points": int(definite.sum()),
-            "min_eig_ratio": float(np.min(eig[:, 0] / eig[:, -1])),
-            "max_abs_scalar_curvature": float(np.max(np.abs(S))) if S.size else float("nan"),
-            "mean_scalar_curvature": float(np.mean(S)) if S.size else float("nan"),
-            "max_abs_sectional_curvature": float(np.max(np.abs(K))) if K.size else float("nan"),
-            "metric_cv": coefficient_of_variation(gs[definite]) if definite.any() else float("nan"),
-            "constant_W_residual_init": r0, "constant_W_residual": r1, "constant_W_rms": rms,
-        })
+        rows.append(
+            {
+                "loss": name,
+                "domain": domain,
+                "metric_dim": m,
+                "points": int(cfg.data.n_points),
+                "definite_points": int(definite.sum()),
+                "min_eig_ratio": float(np.min(eig[:, 0] / eig[:, -1])),
+                "max_abs_scalar_curvature": float(np.max(np.abs(S))) if S.size else float("nan"),
+                "mean_scalar_curvature": float(np.mean(S)) if S.size else float("nan"),
+                "max_abs_sectional_curvature": float(np.max(np.abs(K))) if K.size else float("nan"),
+                "metric_cv": coefficient_of_variation(gs[definite]) if definite.any() else float("nan"),
+                "constant_W_residual_init": r0,
+                "constant_W_residual": r1,
+                "constant_W_rms": rms,
+            }
+        )
         per_point[name] = S.tolist()
     return rows, per_point
 

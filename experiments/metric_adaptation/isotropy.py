@@ -1,4 +1,5 @@
 """Experiment 2, parts A and B: pullback-metric variation and Thm 3.2 isotropy fits along a helix."""
+
 from __future__ import annotations
 
 import functools
@@ -60,8 +61,14 @@ def sample_variation(cfg, keys, key):
             model, metrics = _variation_program(cfg.model.d, depth, cfg.model.width, cfg.model.k, act)
             euclid, loss = metrics(model.init(jax.random.fold_in(kh, i)), z, keys, cfg.data.tau)
             i += 1
-            rows.append({"activation": act, "depth": depth, "cv_JtJ": coefficient_of_variation(euclid),
-                         "cv_JtHJ": coefficient_of_variation(loss)})
+            rows.append(
+                {
+                    "activation": act,
+                    "depth": depth,
+                    "cv_JtJ": coefficient_of_variation(euclid),
+                    "cv_JtHJ": coefficient_of_variation(loss),
+                }
+            )
     return rows
 
 
@@ -137,8 +144,9 @@ def isotropy_fit(cfg, keys, activation, depth, key, width=None):
     steps, restarts = (2, 1) if cfg.dry_run else (cfg.train.fit_steps, cfg.train.fit_restarts)
     for r in range(restarts):
         params = model.init(jax.random.fold_in(key, r))["params"]
-        res = fit(objective, params, optax.adam(cfg.train.lr), steps=steps,
-                  args=(z_fit, keys, jnp.asarray(cfg.data.tau)))
+        res = fit(
+            objective, params, optax.adam(cfg.train.lr), steps=steps, args=(z_fit, keys, jnp.asarray(cfg.data.tau))
+        )
         params, vals = res.params, res.losses
         ev = np.asarray(evaluate(params, z_eval, keys, cfg.data.tau))
         eps_t = np.max(np.abs(ev), axis=1)
@@ -150,20 +158,34 @@ def isotropy_fit(cfg, keys, activation, depth, key, width=None):
     kind = "linear" if depth == 1 or activation in ("identity", "linear") else activation
     n_params = param_count({"params": params})
     if n_params != head_params(cfg.model.d, cfg.model.k, depth, width):  # the widths were chosen by this formula
-        raise RuntimeError(f"head_params({cfg.model.d}, {cfg.model.k}, {depth}, {width}) = "
-                           f"{head_params(cfg.model.d, cfg.model.k, depth, width)} but the head has {n_params}.")
-    return {"activation": activation if depth > 1 else "affine", "depth": depth, "head": kind,
-            "width": width if depth > 1 else 0, "params": n_params,
-            "eps_max": float(eps_t.max()), "eps_mean": float(eps_t.mean()), "final_objective": float(vals[-1]),
-            "cv_JtJ_along_curve": coefficient_of_variation(pm.euclidean)}, eps_t, np.asarray(t_eval)
+        raise RuntimeError(
+            f"head_params({cfg.model.d}, {cfg.model.k}, {depth}, {width}) = "
+            f"{head_params(cfg.model.d, cfg.model.k, depth, width)} but the head has {n_params}."
+        )
+    return (
+        {
+            "activation": activation if depth > 1 else "affine",
+            "depth": depth,
+            "head": kind,
+            "width": width if depth > 1 else 0,
+            "params": n_params,
+            "eps_max": float(eps_t.max()),
+            "eps_mean": float(eps_t.mean()),
+            "final_objective": float(vals[-1]),
+            "cv_JtJ_along_curve": coefficient_of_variation(pm.euclidean),
+        },
+        eps_t,
+        np.asarray(t_eval),
+    )
 
 
 def fit_step(cfg, keys, activation, depth, key, width):
     """One step of the isotropy fit of a head at ``cfg.data.n_curve`` curve points, as a thunk: the jitted value and
     gradient of the objective (Adam's update, elementwise, is left out)."""
     model, objective, _ = _fit_program(cfg.model.d, depth, width, cfg.model.k, activation)
-    z_fit = helix(jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns,
-                  cfg.data.pitch)
+    z_fit = helix(
+        jnp.linspace(0.0, 1.0, cfg.data.n_curve), cfg.model.d, cfg.data.radius, cfg.data.turns, cfg.data.pitch
+    )
     grad = jax.jit(jax.value_and_grad(objective))
     params, data = model.init(key)["params"], (z_fit, keys, jnp.asarray(cfg.data.tau))
     return lambda: grad(params, None, data)

@@ -24,6 +24,7 @@ and the dense float64 effective Hessian of a small batch with its premises (``H_
 The claim ``sec5-metric-degeneracy`` is decided on the frozen-backbone head by
 :func:`experiments.rules.decide_sec5`; the fine-tuned head is reported beside it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,9 +32,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 import ml_collections
+import numpy as np
 
 from experiments import claims, configs, rules
 from ssl_geometry import heads, text
@@ -51,9 +51,11 @@ DRY_RUN = True  # honours config.dry_run (reduced inputs, a few steps per traini
 TITLE = "Foundation model: MiniLM sentence encoder with a trained SSL head (Sec. 5 on text)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5,)
-CLAIM = ("A trained projection head's pullback metric degenerates along the augmentation directions it was trained "
-         "to be invariant to (|J_h v| small for v along view differences) more than along other directions, and "
-         "each sentence's views are closer together through the head than in z (Sec. 5).")
+CLAIM = (
+    "A trained projection head's pullback metric degenerates along the augmentation directions it was trained "
+    "to be invariant to (|J_h v| small for v along view differences) more than along other directions, and "
+    "each sentence's views are closer together through the head than in z (Sec. 5)."
+)
 #: The name of the training views' augmentation (dropout noise + the ``augment`` token augmentations).
 VIEWS = "views"
 
@@ -70,16 +72,20 @@ def _check(cfg) -> None:
         if not 2 <= t[name] <= d.n_train:
             raise ValueError(f"`train.{name}` must lie in [2, data.n_train={d.n_train}]; got {t[name]}.")
     if not 1 <= a.n_hessian <= d.n_eval or a.n_views < 2:
-        raise ValueError("`analysis.n_hessian` must lie in [1, data.n_eval] and `analysis.n_views` must be >= 2 "
-                         f"(H_eff uses views 0 and 1); got n_hessian={a.n_hessian}, n_views={a.n_views}.")
+        raise ValueError(
+            "`analysis.n_hessian` must lie in [1, data.n_eval] and `analysis.n_views` must be >= 2 "
+            f"(H_eff uses views 0 and 1); got n_hessian={a.n_hessian}, n_views={a.n_views}."
+        )
     trained = {k: v for k, v in cfg.augment.items() if v != _NEUTRAL[k]}
     negative = {k: v for k, v in a.negative.items() if v != _NEUTRAL[k]}
     if not negative:
         raise ValueError(f"`analysis.negative` must set a token augmentation away from its neutral value {_NEUTRAL}.")
     if set(negative) & set(trained):
-        raise ValueError(f"`analysis.negative` {negative} shares {sorted(set(negative) & set(trained))} with the "
-                         f"training views {trained}: a negative control must be an augmentation the head was not "
-                         "trained on.")
+        raise ValueError(
+            f"`analysis.negative` {negative} shares {sorted(set(negative) & set(trained))} with the "
+            f"training views {trained}: a negative control must be an augmentation the head was not "
+            "trained on."
+        )
 
 
 #: The neutral value of each token augmentation of :func:`ssl_geometry.text.augment_tokens` (skipped there).
@@ -91,9 +97,18 @@ _NEUTRAL = {"deletion": 0.0, "span": 0.0, "crop": 1.0, "masking": 0.0, "shuffle_
 #: measurement; then the projection (:mod:`.dry_run`). The batches and evaluation size are the paper variant's
 #: smaller reduced sizes there (16 and 8 of 128 and 64; 8 of 256 sentences), so its compiled programs are shared;
 #: 32 training sentences hold the larger frozen batch.
-_DRY = {"data.n_train": 32, "data.n_eval": 8, "train.view_bank": 2, "train.frozen_steps": 2, "train.frozen_batch": 16,
-        "train.finetune_steps": 2, "train.finetune_batch": 8, "train.fit_steps": 1, "train.embed_batch": 8,
-        "analysis.n_hessian": 2}
+_DRY = {
+    "data.n_train": 32,
+    "data.n_eval": 8,
+    "train.view_bank": 2,
+    "train.frozen_steps": 2,
+    "train.frozen_batch": 16,
+    "train.finetune_steps": 2,
+    "train.finetune_batch": 8,
+    "train.fit_steps": 1,
+    "train.embed_batch": 8,
+    "analysis.n_hessian": 2,
+}
 
 
 def measure(config) -> dict:
@@ -106,12 +121,15 @@ def measure(config) -> dict:
     k_head, k_bank, k_train, k_ft, k_eval, k_meas = jax.random.split(jax.random.PRNGKey(cfg.seed), 6)
     pm = text.load_minilm()
     sentences = text.python_docs_sentences(cfg.data.n_train + cfg.data.n_eval, seed=cfg.seed)
-    train_s, eval_s = sentences[: cfg.data.n_train], sentences[cfg.data.n_train:]
-    tok = {k: text.tokenize(pm.tokenizer, s, max_length=cfg.data.max_length, pad_to=cfg.data.max_length)
-           for k, s in (("train", train_s), ("eval", eval_s))}
+    train_s, eval_s = sentences[: cfg.data.n_train], sentences[cfg.data.n_train :]
+    tok = {
+        k: text.tokenize(pm.tokenizer, s, max_length=cfg.data.max_length, pad_to=cfg.data.max_length)
+        for k, s in (("train", train_s), ("eval", eval_s))
+    }
     m = cfg.model
-    head = heads.mlp(pm.config.hidden, (m.head_hidden,), m.head_out, activation=m.head_activation,
-                     batch_norm=m.head_batch_norm)
+    head = heads.mlp(
+        pm.config.hidden, (m.head_hidden,), m.head_out, activation=m.head_activation, batch_norm=m.head_batch_norm
+    )
     head0 = head.init(k_head)
     view = C.view_fn(pm.model, dict(cfg.augment))
     eb, nh, timings = cfg.train.embed_batch, cfg.analysis.n_hessian, {}
@@ -140,20 +158,29 @@ def measure(config) -> dict:
         hess["finetuned"] = C.effective_hessian_at_data(head, head_ft, views_ft[0, :nh], views_ft[1, :nh], cfg)
         l0, l1 = jax.tree_util.tree_leaves(pm.variables["params"]), jax.tree_util.tree_leaves(bb_ft["params"])
         settings["finetuned"]["backbone_relative_change"] = float(
-            np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l0, l1))) / np.sqrt(sum(float(jnp.sum(a ** 2)) for a in l0)))
+            np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l0, l1)))
+            / np.sqrt(sum(float(jnp.sum(a**2)) for a in l0))
+        )
     timings["total_s"] = time.perf_counter() - t_start
     dry = {}
     if config.dry_run:  # the full variant's training and analysis, each timed at two reduced sizes
         tok_all = text.tokenize(pm.tokenizer, sentences, max_length=cfg.data.max_length, pad_to=cfg.data.max_length)
         training = D.training_projection(pm, head, head0, bank, tok["train"], full, cfg, k_train)
-        analysis = D.analysis_projection(pm, head, head0, view, neg_view, tok_all, full, cfg, k_meas,
-                                         n_heads=2 + (full.train.finetune_steps > 0))  # init, frozen[, fine-tuned]
+        analysis = D.analysis_projection(
+            pm, head, head0, view, neg_view, tok_all, full, cfg, k_meas, n_heads=2 + (full.train.finetune_steps > 0)
+        )  # init, frozen[, fine-tuned]
         dry = {"dry_run": D.record(training, analysis, full)}
-    return {**dry, "paper": {},  # the paper has no text experiment
-            "corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
-            "model": {"name": pm.model.name, "head": head.name}, "settings": settings, "effective_hessian": hess,
-            "loss_curves": {"frozen": loss_frozen.tolist(), "finetuned": np.asarray(loss_ft).tolist()},
-            "negative": {k: float(v) for k, v in cfg.analysis.negative.items()}, "timings": timings}
+    return {
+        **dry,
+        "paper": {},  # the paper has no text experiment
+        "corpus": {"n_sentences": len(sentences), "fingerprint": text.corpus_fingerprint(sentences)},
+        "model": {"name": pm.model.name, "head": head.name},
+        "settings": settings,
+        "effective_hessian": hess,
+        "loss_curves": {"frozen": loss_frozen.tolist(), "finetuned": np.asarray(loss_ft).tolist()},
+        "negative": {k: float(v) for k, v in cfg.analysis.negative.items()},
+        "timings": timings,
+    }
 
 
 def _sec5_inputs(m: dict, trained: str = "frozen") -> tuple[dict, dict, dict]:
@@ -176,23 +203,39 @@ def decide(m: dict, config) -> dict:
     first, last = float(np.mean(loss[:w])), float(np.mean(loss[-w:]))
     fr, init = m["settings"]["frozen"], m["settings"]["init"]
     augs, negative, orbits = _sec5_inputs(m)
-    premises = {"head_loss_decreased": last < first,
-                "backbone_not_collapsed": fr["erank_rankme_z"] >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
-    item = rules.decide_sec5(augs, orbits, negative=negative, premises=premises, orbits_vs_untrained=orbits["vs_untrained"])
+    premises = {
+        "head_loss_decreased": last < first,
+        "backbone_not_collapsed": fr["erank_rankme_z"] >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"],
+    }
+    item = rules.decide_sec5(
+        augs, orbits, negative=negative, premises=premises, orbits_vs_untrained=orbits["vs_untrained"]
+    )
     item["deciding"].update(frozen_loss_first=first, frozen_loss_last=last, erank_rankme_z=fr["erank_rankme_z"])
     k = min(easy_steps, len(loss)) - 1
     solved_early = bool(loss[k] < easy_loss)
     if solved_early:
-        item["reason"] += (f"; the frozen loss is {loss[k]:.2g} after {k + 1} steps: the two-view task is solved at "
-                           "once, so the run shows the geometry of a head that separates distinct sentences, not of "
-                           "one shaped by invariance pressure")
-    h = {"orbit_compression_frozen": fr["orbit_compression"]["S"], "orbit_compression_init": init["orbit_compression"]["S"],
-         **{f"D_{which}_{s}_vs_{c}": m["settings"][s][which][c]["D"] for s in m["settings"]
-            for which in ("views", "negative") for c in CONTROLS},
-         "frozen_loss_first": first, "frozen_loss_last": last, "frozen_loss_at_easy_step": float(loss[k]),
-         "task_solved_early": solved_early, "erank_rankme_z": fr["erank_rankme_z"],
-         "erank_rankme_u_frozen": fr["erank_rankme_u"], "H_eff_min_frozen": m["effective_hessian"]["frozen"]["H_eff_min"]}
+        item["reason"] += (
+            f"; the frozen loss is {loss[k]:.2g} after {k + 1} steps: the two-view task is solved at "
+            "once, so the run shows the geometry of a head that separates distinct sentences, not of "
+            "one shaped by invariance pressure"
+        )
+    h = {
+        "orbit_compression_frozen": fr["orbit_compression"]["S"],
+        "orbit_compression_init": init["orbit_compression"]["S"],
+        **{
+            f"D_{which}_{s}_vs_{c}": m["settings"][s][which][c]["D"]
+            for s in m["settings"]
+            for which in ("views", "negative")
+            for c in CONTROLS
+        },
+        "frozen_loss_first": first,
+        "frozen_loss_last": last,
+        "frozen_loss_at_easy_step": float(loss[k]),
+        "task_solved_early": solved_early,
+        "erank_rankme_z": fr["erank_rankme_z"],
+        "erank_rankme_u_frozen": fr["erank_rankme_u"],
+        "H_eff_min_frozen": m["effective_hessian"]["frozen"]["H_eff_min"],
+    }
     if "finetuned" in m["settings"]:
         h["orbit_compression_finetuned"] = m["settings"]["finetuned"]["orbit_compression"]["S"]
     return {"claims": [item], "headline": h}
-

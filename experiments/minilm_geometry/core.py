@@ -323,7 +323,7 @@ def _matrix_free(head, hv, z1, z2, cfg, probes: int = 2) -> dict:
     """
     hfn, loss = as_function(head, hv), loss_fn(cfg)
     u2 = jax.lax.stop_gradient(hfn(z2))
-    lfn = lambda u: loss(u, u2)  # noqa: E731
+    lfn = lambda u: loss(u, u2)
     spec = geometry.collapse_spectrum(hfn, lfn, z1, max_dense_dim=1, lanczos_steps=int(min(z1.size, 400)),
                                       key=jax.random.PRNGKey(0))
     unconverged = [n for n, r in spec.residual_norms.items() if not r["converged"]]

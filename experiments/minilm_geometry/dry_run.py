@@ -5,6 +5,7 @@ projected as ``count * a * N^p``; each unit is called once untimed first (compil
 both: fixed per-call costs (dispatch, host-side batch assembly, a fresh ``fit`` per call) lower ``p`` at small
 sizes, so the fit under-projects where they dominate, and a reduced batch underuses an accelerator.
 """
+
 from __future__ import annotations
 
 import jax
@@ -39,20 +40,33 @@ def training_projection(pm, head, head0, bank, tok_train, full, cfg, key) -> dic
     both paths share ``p``; each path's own points are kept in ``paths``.
     """
     t = full.train
-    paths = {"frozen": (t.frozen_steps, t.frozen_batch, 3, lambda n: _sized(
-        cfg, {"train.frozen_batch": n, "train.frozen_steps": 1, "train.fit_steps": 1}))}
+    paths = {
+        "frozen": (
+            t.frozen_steps,
+            t.frozen_batch,
+            3,
+            lambda n: _sized(cfg, {"train.frozen_batch": n, "train.frozen_steps": 1, "train.fit_steps": 1}),
+        )
+    }
     if t.finetune_steps > 0:
-        paths["finetune"] = (t.finetune_steps, t.finetune_batch, 2, lambda n: _sized(
-            cfg, {"train.finetune_batch": n, "train.finetune_steps": 1}))
+        paths["finetune"] = (
+            t.finetune_steps,
+            t.finetune_batch,
+            2,
+            lambda n: _sized(cfg, {"train.finetune_batch": n, "train.finetune_steps": 1}),
+        )
 
     def unit(name, c):
         if name == "frozen":
             return lambda: C.train_frozen(head, head0, bank, c, key)
         return lambda: C.train_finetune(pm.model, pm.variables, head, head0, tok_train, c, key)
 
-    timed = {name: projection.time_at_sizes(lambda n, name=name, mk=mk: unit(name, mk(n)),
-                                            projection.reduced_sizes(batch), repeats)
-             for name, (_, batch, repeats, mk) in paths.items()}
+    timed = {
+        name: projection.time_at_sizes(
+            lambda n, name=name, mk=mk: unit(name, mk(n)), projection.reduced_sizes(batch), repeats
+        )
+        for name, (_, batch, repeats, mk) in paths.items()
+    }
     label = "finetune" if "finetune" in paths else "frozen"
     total = sum(steps for steps, *_ in paths.values())
     points = [[n, sum(paths[p][0] * timed[p][i][1] for p in paths) / total] for i, (n, _) in enumerate(timed[label])]
@@ -79,15 +93,23 @@ def analysis_projection(pm, head, head_vars, view, neg_view, tokens, full, cfg, 
     a, N = full.analysis, int(full.data.n_eval)
     sizes = projection.reduced_sizes(N, fractions=ANALYSIS_FRACTIONS)
     if max(sizes) > tokens.input_ids.shape[0]:
-        raise ValueError(f"analysis_projection: `tokens` must hold at least {max(sizes)} sentences; got "
-                         f"{tokens.input_ids.shape[0]}.")
+        raise ValueError(
+            f"analysis_projection: `tokens` must hold at least {max(sizes)} sentences; got {tokens.input_ids.shape[0]}."
+        )
     k_eval, k_meas = jax.random.split(key)
     eval_keys = jax.random.split(k_eval, a.n_views)
     neg_keys = [jax.random.fold_in(k, 1) for k in eval_keys]
 
     def make_unit(n):
-        c = _sized(cfg, {"data.n_eval": n, "analysis.n_views": a.n_views, "analysis.n_between": a.n_between,
-                         "analysis.n_hessian": min(n, max(2, round(a.n_hessian * n / N)))})
+        c = _sized(
+            cfg,
+            {
+                "data.n_eval": n,
+                "analysis.n_views": a.n_views,
+                "analysis.n_between": a.n_between,
+                "analysis.n_hessian": min(n, max(2, round(a.n_hessian * n / N))),
+            },
+        )
         tok, eb, nh = C._tok_slice(tokens, slice(0, n)), c.train.embed_batch, c.analysis.n_hessian
 
         def run():
@@ -96,8 +118,11 @@ def analysis_projection(pm, head, head_vars, view, neg_view, tokens, full, cfg, 
             neg = C.views(neg_view, pm.variables, tok, neg_keys, eb)
             # the full variant's route: matrix-free when its n_hessian x width exceeds the threshold
             dense_dim = 1 if a.n_hessian * vs.shape[-1] > geometry.MATRIX_FREE_ABOVE else geometry.MATRIX_FREE_ABOVE
-            return (C.head_geometry(head, head_vars, z, vs, neg, c, k_meas),
-                    C.effective_hessian_at_data(head, head_vars, vs[0, :nh], vs[1, :nh], c, max_dense_dim=dense_dim))
+            return (
+                C.head_geometry(head, head_vars, z, vs, neg, c, k_meas),
+                C.effective_hessian_at_data(head, head_vars, vs[0, :nh], vs[1, :nh], c, max_dense_dim=dense_dim),
+            )
+
         return run
 
     return projection.project_at_sizes(make_unit, N, n_heads, sizes=sizes, repeats=2)
@@ -108,8 +133,13 @@ def record(training: dict, analysis: dict, full) -> dict:
     time is the training unit's (the schedule's mean step) at the larger reduced batch."""
     t = full.train
     return projection.dry_run_record(
-        training["points"][-1][1], training=training, analysis=analysis, scaled="batch (training), sentences "
-        "(analysis)", batch_full=int(t.finetune_batch if t.finetune_steps else t.frozen_batch),
-        sentences_full=int(full.data.n_eval), training_steps_full=int(training["count"]),
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        scaled="batch (training), sentences (analysis)",
+        batch_full=int(t.finetune_batch if t.finetune_steps else t.frozen_batch),
+        sentences_full=int(full.data.n_eval),
+        training_steps_full=int(training["count"]),
         projection="training: mean step of the schedule at 1/8 and 1/4 of the batch; analysis: one head's "
-                   "evaluation at 1/32 and 1/16 of the evaluation sentences")
+        "evaluation at 1/32 and 1/16 of the evaluation sentences",
+    )

@@ -202,28 +202,31 @@ for r in rows:
 # ## Figures: loss, lambda_min(H_eff), effective rank against t
 
 # %%
-COLORS = {"flow": "k", "GD": "tab:blue", "SGD+momentum": "tab:orange", "Adam": "tab:green"}
+from experiments import plotting as pl  # noqa: E402  (the figure standard every experiment uses)
+
+COLORS = {"flow": "k", "GD": pl.COLOURS[0], "SGD+momentum": pl.COLOURS[1], "Adam": pl.COLOURS[2]}
 
 
 def panel_figure(quantity, ylabel, fname, symlog=False):
+    """One panel per run, three to a row at the site's text width (experiments.plotting's standard)."""
     names = list(runs)
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 2.8), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    nrows = -(-len(names) // 3)
+    fig, axes = pl.figure(nrows, min(3, len(names)), height=2.3 * nrows + 0.8, sharex=True)
+    for ax, name in zip(axes.flat, names):
         for mname, r in runs[name]["results"].items():
             style = "-" if mname == "flow" else "--"
             ax.plot(r.ts, runs[name]["stats"][mname][quantity], style, color=COLORS[mname], label=mname, lw=1.5)
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("t = step x lr")
+        ax.set_title(name)
         if symlog:
             ax.set_yscale("symlog", linthresh=1e-4)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(ylabel)
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    path = FIG_DIR / f"{fname}.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("t = step x lr")
+    for row in axes:
+        row[0].set_ylabel(ylabel)
+    pl.legend_outside(fig, loc="below", ncol=len(COLORS), handles=axes.flat[0].get_legend_handles_labels()[0])
+    return pl.save_figure(fig, FIG_DIR, fname)
 
 
 paths = [
@@ -265,7 +268,7 @@ ce_cfg.model.objectives = ["mse"]
 ce_cfg.model.activations = ["identity", "relu", "swish"]
 ce_cfg.dynamics.head_rates = [4.0]  # the joint flow at the SGD head rate, and SGD from the same state
 escape = {}
-fig, axes = plt.subplots(1, 3, figsize=(10, 2.9), squeeze=False)
+fig, axes = pl.figure(1, 3, height=3.2, sharey=True)
 for ax, act in zip(axes[0], ce_cfg.model.activations):
     prob = ce_problem.make_problem(ce_cfg, "mse", act, "free")
     ce_rows, ce_curves, _ = collapse_escape.run_case(ce_cfg, prob, 0)
@@ -282,13 +285,12 @@ for ax, act in zip(axes[0], ce_cfg.model.activations):
         ta, tb = c["rate_window"]
         tt = np.linspace(ta, tb, 10)
         ax.semilogy(tt, np.interp(ta, t, s) * np.exp(c["predicted_rate"] * (tt - ta)), ":", color=col, lw=2.5)
-    ax.set_title(f"{name} head, MSE to fixed targets", fontsize=9)
-    ax.set_xlabel("t (SGD: step x lr / (1 - momentum))")
+    ax.set_title(f"{name} head, MSE to fixed targets")
+    ax.set_xlabel("t (SGD: step x lr / (1 - mom.))")
 axes[0][0].set_ylabel("spread of z (RMS of z - mean z)")
-axes[0][0].legend(fontsize=7)
-fig.tight_layout()
-fig.savefig(FIG_DIR / "flow_vs_optimisers_escape.png", dpi=100, bbox_inches="tight")
-plt.close(fig)
+axes[0][0].plot([], [], ":", color="0.3", lw=2.5, label="predicted slope (dotted)")
+pl.legend_outside(fig, loc="below", ncol=3, handles=axes[0][0].get_legend_handles_labels()[0])
+pl.save_figure(fig, FIG_DIR, "flow_vs_optimisers_escape")
 summary_path = FIG_DIR / "flow_vs_optimisers_summary.json"
 stored = json.loads(summary_path.read_text())
 stored["escape"] = escape

@@ -1,5 +1,6 @@
 """Experiment 7's measurement of one objective: its head trained (:mod:`.problem`), then measured (Thm 4.1's
 premises and spectra, the collapsed state driven to stationarity, DINO's certified equilibria, Sec. 5)."""
+
 from __future__ import annotations
 
 import time
@@ -10,41 +11,76 @@ import numpy as np
 
 from experiments import stationary_heads
 from experiments.objectives import sec5
-from experiments.objectives.problem import (FAMILIES, apply_heads, build_heads, first_view_problem, sample_views,
-                                            scale_projector, train)
+from experiments.objectives.problem import (
+    FAMILIES,
+    apply_heads,
+    build_heads,
+    first_view_problem,
+    sample_views,
+    scale_projector,
+    train,
+)
 from ssl_geometry import geometry, metrics
 
-__all__ = ["analyse_objective", "collapsed_stationarity", "dino_equilibria", "geometry_row", "representation_stats",
-           "run_objective", "train_objective", "with_activation"]
+__all__ = [
+    "analyse_objective",
+    "collapsed_stationarity",
+    "dino_equilibria",
+    "geometry_row",
+    "representation_stats",
+    "run_objective",
+    "train_objective",
+    "with_activation",
+]
 
 
 def representation_stats(proj, P, z):
     """Effective rank (both named definitions), covariance condition number and mean normalised std of ``h(z)``."""
     u = apply_heads(proj, P, z)
-    return {"erank_rankme": float(metrics.effective_rank(u, "rankme")),
-            "erank_squared": float(metrics.effective_rank(u, "squared")),
-            "cond": float(metrics.covariance_condition_number(u)),
-            "norm_std": float(metrics.normalized_std(u))}
+    return {
+        "erank_rankme": float(metrics.effective_rank(u, "rankme")),
+        "erank_squared": float(metrics.effective_rank(u, "squared")),
+        "cond": float(metrics.covariance_condition_number(u)),
+        "norm_std": float(metrics.normalized_std(u)),
+    }
 
 
 def _classified(res):
     p = res.premises
-    return {"H_L_psd": p.loss_hessian_psd, "lambda_min_H_L": res.lambda_min["loss_hessian"],
-            "rho_norm": p.residual_norm, "rho_nonzero": p.residual_nonzero,
-            "stationary": bool(p.stationary_z and p.stationary_head), "grad_z_ratio": p.grad_z_ratio,
-            "grad_head_ratio": p.grad_head_ratio, "holds": bool(p.holds_except_smoothness),
-            "head_kind": res.head_kind,
-            "lambda_min_H_eff": res.lambda_min["full"], "lambda_max_H_eff": res.lambda_max["full"],
-            "lambda_min_G": res.lambda_min["metric"], "lambda_max_G": res.lambda_max["metric"],
-            "lambda_min_M": res.lambda_min["interaction"], "lambda_max_M": res.lambda_max["interaction"],
-            "eig_tol": res.eig_tol, "conclusion": res.conclusion}
+    return {
+        "H_L_psd": p.loss_hessian_psd,
+        "lambda_min_H_L": res.lambda_min["loss_hessian"],
+        "rho_norm": p.residual_norm,
+        "rho_nonzero": p.residual_nonzero,
+        "stationary": bool(p.stationary_z and p.stationary_head),
+        "grad_z_ratio": p.grad_z_ratio,
+        "grad_head_ratio": p.grad_head_ratio,
+        "holds": bool(p.holds_except_smoothness),
+        "head_kind": res.head_kind,
+        "lambda_min_H_eff": res.lambda_min["full"],
+        "lambda_max_H_eff": res.lambda_max["full"],
+        "lambda_min_G": res.lambda_min["metric"],
+        "lambda_max_G": res.lambda_max["metric"],
+        "lambda_min_M": res.lambda_min["interaction"],
+        "lambda_max_M": res.lambda_max["interaction"],
+        "eig_tol": res.eig_tol,
+        "conclusion": res.conclusion,
+    }
 
 
 def geometry_row(cfg, name, params, target, center, z1, z2, key):
     """Premises (stationarity included) and extreme eigenvalues of ``H_eff``, ``G``, ``M``, ``H_L`` at one state."""
     model, variables, loss_fn = first_view_problem(cfg, name, params, target, center, z1, z2)
-    res = geometry.classify_collapse(model, loss_fn, z1, variables=variables, activation=cfg.model.activation,
-                                     per_sample=True, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+    res = geometry.classify_collapse(
+        model,
+        loss_fn,
+        z1,
+        variables=variables,
+        activation=cfg.model.activation,
+        per_sample=True,
+        max_dense_dim=cfg.analysis.max_dense_dim,
+        key=key,
+    )
     return _classified(res)
 
 
@@ -53,10 +89,14 @@ def collapsed_stationarity(cfg, name, params, target, center, c, key) -> dict:
     zc = jnp.tile(c[None, :], (cfg.data.n_geom, 1))
     model, variables, loss_fn = first_view_problem(cfg, name, params, target, center, zc, zc)
     f = geometry.identical_rows_finding(model, variables, loss_fn, zc)
-    st = stationary_heads.stationary_head_state(model, variables, loss_fn, zc, key=key,
-                                                max_iter=cfg.analysis.stationarity_max_iter)
-    return {"collapsed_rows_identical": f["rows_identical"], "collapsed_forces_rho_0": f["forces_zero_residual"],
-            **{f"st_{k}": v for k, v in st.items()}}
+    st = stationary_heads.stationary_head_state(
+        model, variables, loss_fn, zc, key=key, max_iter=cfg.analysis.stationarity_max_iter
+    )
+    return {
+        "collapsed_rows_identical": f["rows_identical"],
+        "collapsed_forces_rho_0": f["forces_zero_residual"],
+        **{f"st_{k}": v for k, v in st.items()},
+    }
 
 
 def dino_equilibria(cfg, params, c, key, activation, seed) -> list[dict]:
@@ -67,13 +107,28 @@ def dino_equilibria(cfg, params, c, key, activation, seed) -> list[dict]:
         k = jax.random.fold_in(key, j)
         base = {"activation": activation, "seed": seed, "residual_scale": float(scale)}
         try:
-            eq = geometry.collapsed_equilibrium(proj, {"params": params["proj"]}, "dino_fixed_teacher", c,
-                                                cfg.data.n_geom, key=k, residual_scale=scale, activation=activation)
+            eq = geometry.collapsed_equilibrium(
+                proj,
+                {"params": params["proj"]},
+                "dino_fixed_teacher",
+                c,
+                cfg.data.n_geom,
+                key=k,
+                residual_scale=scale,
+                activation=activation,
+            )
         except ValueError as err:  # no null space: no equilibrium with rho != 0 for this head
             rows.append({**base, "exists": False, "reason": str(err)})
             continue
-        res = geometry.classify_collapse(proj, eq.loss_fn, eq.z, variables={"params": params["proj"]},
-                                         activation=activation, max_dense_dim=cfg.analysis.max_dense_dim, key=k)
+        res = geometry.classify_collapse(
+            proj,
+            eq.loss_fn,
+            eq.z,
+            variables={"params": params["proj"]},
+            activation=activation,
+            max_dense_dim=cfg.analysis.max_dense_dim,
+            key=k,
+        )
         rows.append({**base, "exists": True, "certified": eq.certified, **_classified(res)})
     return rows
 
@@ -98,9 +153,16 @@ def train_objective(cfg, name, key, data, steps, seed):
     k_train = jax.random.split(key, 5)[0]
     t0 = time.perf_counter()
     models, (p0, _, _), (p, tgt, c), vals, _ = train(cfg, name, k_train, sigma_sqrt, aug_basis, steps)
-    row = {"objective": name, "family": FAMILIES[name], "activation": cfg.model.activation, "seed": seed,
-           "final_loss": float(vals[-1]), "initial_loss": float(vals[0]), "loss_fell": _loss_fell(np.asarray(vals)),
-           "train_time_s": time.perf_counter() - t0}
+    row = {
+        "objective": name,
+        "family": FAMILIES[name],
+        "activation": cfg.model.activation,
+        "seed": seed,
+        "final_loss": float(vals[-1]),
+        "initial_loss": float(vals[0]),
+        "loss_fell": _loss_fell(np.asarray(vals)),
+        "train_time_s": time.perf_counter() - t0,
+    }
     return row, (models, p0, p, tgt, c), vals
 
 
@@ -121,11 +183,17 @@ def analyse_objective(cfg, name, key, data, row, trained, full: bool):
     trained_fn, untrained_fn = (lambda x: apply_heads(proj, p["proj"], x)), (lambda x: apply_heads(proj, p0["proj"], x))
     dirs = sec5.directions(z, aug_basis, neg_basis, k_dir, cfg.analysis.directions_per_sample)
     a = cfg.analysis
-    orbit_z = jnp.stack([sample_views(cfg, jax.random.fold_in(k_dir, 100 + j), a.orbit_size, sigma_sqrt, aug_basis,
-                                      clean=z[j])[1] for j in range(a.n_orbits)])
+    orbit_z = jnp.stack(
+        [
+            sample_views(cfg, jax.random.fold_in(k_dir, 100 + j), a.orbit_size, sigma_sqrt, aug_basis, clean=z[j])[1]
+            for j in range(a.n_orbits)
+        ]
+    )
     augs, neg, orbits, mean_gains = sec5.sec5_inputs(trained_fn, untrained_fn, z, dirs, orbit_z)
-    row.update(sec5={"augmentations": augs, "negative": neg, "orbits": orbits, "mean_gains": mean_gains},
-               z_full_rank=bool(np.linalg.matrix_rank(np.cov(np.asarray(z), rowvar=False)) == cfg.data.d))
+    row.update(
+        sec5={"augmentations": augs, "negative": neg, "orbits": orbits, "mean_gains": mean_gains},
+        z_full_rank=bool(np.linalg.matrix_rank(np.cov(np.asarray(z), rowvar=False)) == cfg.data.d),
+    )
     for key_, v in representation_stats(proj, p["proj"], z).items():
         row[f"{key_}_trained"] = v
     _, g1, g2 = sample_views(cfg, k_geo, cfg.data.n_geom, sigma_sqrt, aug_basis)

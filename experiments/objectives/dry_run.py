@@ -1,5 +1,6 @@
 """Experiment 7's dry run (``config.dry_run``): every objective's head trained 2 steps and measured once at reduced
 sizes, and the full variant projected from units timed at two reduced sizes each, training and analysis apart."""
+
 from __future__ import annotations
 
 import jax
@@ -40,8 +41,12 @@ def costliest(objectives) -> str:
     """The objective whose training step and online head cost the most: MoCo v3 (a predictor, an EMA target and an
     ``n x n`` contrastive loss), else the first with a predictor and a target, else the first with a predictor, else
     the first."""
-    ranked = ([o for o in objectives if o == "moco_v3"] + [o for o in objectives if o in PREDICTOR and o in TARGET]
-              + [o for o in objectives if o in PREDICTOR] + list(objectives))
+    ranked = (
+        [o for o in objectives if o == "moco_v3"]
+        + [o for o in objectives if o in PREDICTOR and o in TARGET]
+        + [o for o in objectives if o in PREDICTOR]
+        + list(objectives)
+    )
     return ranked[0]
 
 
@@ -96,11 +101,18 @@ def dry_measure(config) -> dict:
         return training_step(c, timed, jax.random.split(keys[timed], 5)[0], *data[:2], config.train.steps)
 
     trainings = config.seeds * (len(objectives) + len(extra))
-    analysis = projection.project_at_sizes(make_analysis, config.data.n_geom, classifications(config),
-                                           sizes=geom_sizes, repeats=1)
-    training = projection.project_at_sizes(make_train, config.data.n, trainings * config.train.steps,
-                                           sizes=train_sizes, repeats=3)
+    analysis = projection.project_at_sizes(
+        make_analysis, config.data.n_geom, classifications(config), sizes=geom_sizes, repeats=1
+    )
+    training = projection.project_at_sizes(
+        make_train, config.data.n, trainings * config.train.steps, sizes=train_sizes, repeats=3
+    )
     record = projection.dry_run_record(
-        training["points"][-1][1], training=training, analysis=analysis, timed_objective=timed, trainings=trainings,
-        scaled={"training": "data.n (batch)", "analysis": "data.n_geom (the geometry batch)"})
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        timed_objective=timed,
+        trainings=trainings,
+        scaled={"training": "data.n (batch)", "analysis": "data.n_geom (the geometry batch)"},
+    )
     return {"rows": rows, "equilibria": equilibria, "curves": curves, "dry_run": record}

@@ -1,4 +1,5 @@
 """Experiment 7's problem: the heads, the objectives, their first-view parts, the views, the training."""
+
 from __future__ import annotations
 
 import functools
@@ -9,16 +10,30 @@ import numpy as np
 import optax
 
 from experiments.objectives import sec5
-from ssl_geometry import heads, losses
-from ssl_geometry import fit
+from ssl_geometry import fit, heads, losses
 
-__all__ = ["FAMILIES", "PREDICTOR", "TARGET", "first_view_problem", "objective_loss", "online_head", "problem_data",
-           "sample_views", "train", "training_step"]
+__all__ = [
+    "FAMILIES",
+    "PREDICTOR",
+    "TARGET",
+    "first_view_problem",
+    "objective_loss",
+    "online_head",
+    "problem_data",
+    "sample_views",
+    "train",
+    "training_step",
+]
 
 FAMILIES = {
-    "info_nce": "contrastive", "moco_v3": "contrastive", "spectral_contrastive": "contrastive",
-    "barlow_twins": "decorrelation", "vicreg": "decorrelation",
-    "byol": "distillation", "simsiam": "distillation", "dino": "distillation",
+    "info_nce": "contrastive",
+    "moco_v3": "contrastive",
+    "spectral_contrastive": "contrastive",
+    "barlow_twins": "decorrelation",
+    "vicreg": "decorrelation",
+    "byol": "distillation",
+    "simsiam": "distillation",
+    "dino": "distillation",
 }
 PREDICTOR = ("simsiam", "byol", "moco_v3")
 TARGET = ("byol", "moco_v3", "dino")
@@ -27,8 +42,11 @@ TARGET = ("byol", "moco_v3", "dino")
 def build_heads(cfg, name):
     m = cfg.model
     proj = heads.mlp(cfg.data.d, (m.hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
-    pred = (heads.mlp(m.k, (m.pred_hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
-            if name in PREDICTOR else None)
+    pred = (
+        heads.mlp(m.k, (m.pred_hidden,), m.k, activation=m.activation, bias=True, dtype=jnp.float64)
+        if name in PREDICTOR
+        else None
+    )
     return proj, pred
 
 
@@ -113,13 +131,19 @@ def sample_views(cfg, key, n, sigma_sqrt, aug_basis, clean=None):
     of that one sample (an orbit) instead of ``n`` samples."""
     kz, k1, k2, k3, k4 = jax.random.split(key, 5)
     d = cfg.data
-    z = (jax.random.normal(kz, (n, d.d), jnp.float64) @ sigma_sqrt if clean is None
-         else jnp.tile(jnp.asarray(clean)[None, :], (n, 1)))
+    z = (
+        jax.random.normal(kz, (n, d.d), jnp.float64) @ sigma_sqrt
+        if clean is None
+        else jnp.tile(jnp.asarray(clean)[None, :], (n, 1))
+    )
     a = aug_basis.shape[1]
 
     def view(ka, ki):
-        return (z + d.aug_scale * jax.random.normal(ka, (n, a), jnp.float64) @ aug_basis.T
-                + d.iso_noise * jax.random.normal(ki, (n, d.d), jnp.float64))
+        return (
+            z
+            + d.aug_scale * jax.random.normal(ka, (n, a), jnp.float64) @ aug_basis.T
+            + d.iso_noise * jax.random.normal(ki, (n, d.d), jnp.float64)
+        )
 
     return z, view(k1, k2), view(k3, k4)
 

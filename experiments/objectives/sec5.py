@@ -19,6 +19,7 @@ each of ``n_orbits`` samples, drawn as the training views are; the spread of an 
 paper's (mean squared distance of the L2-normalised points to their centroid,
 :func:`ssl_geometry.paper.orbit_metrics`), of ``z`` and of ``h(z)``.
 """
+
 from __future__ import annotations
 
 import jax
@@ -39,8 +40,10 @@ def negative_basis(aug_basis, key) -> jnp.ndarray:
     A = np.asarray(aug_basis)
     d, a = A.shape
     if 2 * a > d:
-        raise ValueError(f"the negative control needs a {a}-dimensional complement of the augmentation subspace; "
-                         f"d = {d} leaves {d - a}.")
+        raise ValueError(
+            f"the negative control needs a {a}-dimensional complement of the augmentation subspace; "
+            f"d = {d} leaves {d - a}."
+        )
     X = np.asarray(jax.random.normal(key, (d, a), jnp.float64))
     X = X - A @ (A.T @ X)
     return jnp.asarray(np.linalg.qr(X)[0])
@@ -54,16 +57,18 @@ def directions(z, aug_basis, neg_basis, key, k: int) -> dict:
     others = (jnp.arange(n)[:, None] + jax.random.randint(kb, (n, k), 1, n)) % n  # j != i
     cov = jnp.cov(z, rowvar=False)
     chol = jnp.linalg.cholesky(cov + 1e-12 * jnp.trace(cov) / d * jnp.eye(d))
-    return {"aug": jax.random.normal(ka, (n, k, a), z.dtype) @ aug_basis.T,
-            "negative": jax.random.normal(kn, (n, k, a), z.dtype) @ neg_basis.T,
-            "random": jax.random.normal(kr, (n, k, d), z.dtype),
-            "between": z[others] - z[:, None, :],
-            "data": jax.random.normal(kd, (n, k, d), z.dtype) @ chol.T}
+    return {
+        "aug": jax.random.normal(ka, (n, k, a), z.dtype) @ aug_basis.T,
+        "negative": jax.random.normal(kn, (n, k, a), z.dtype) @ neg_basis.T,
+        "random": jax.random.normal(kr, (n, k, d), z.dtype),
+        "between": z[others] - z[:, None, :],
+        "data": jax.random.normal(kd, (n, k, d), z.dtype) @ chol.T,
+    }
 
 
 def gains(head_fn, z, dirs) -> np.ndarray:
     """``g_i = mean_k |J_h(z_i) v_ik| / |v_ik|`` for ``dirs`` ``(n, k, d)`` (per-sample head on a row)."""
-    row = lambda x: head_fn(x[None, :])[0]  # noqa: E731
+    row = lambda x: head_fn(x[None, :])[0]
     per = jax.vmap(jax.vmap(lambda zz, vv: metrics.metric_degeneracy(row, zz, vv), in_axes=(None, 0)))(z, dirs)
     return np.asarray(jnp.mean(per, axis=1), np.float64)
 
@@ -71,6 +76,7 @@ def gains(head_fn, z, dirs) -> np.ndarray:
 def orbit_spreads(head_fn, orbits) -> tuple[np.ndarray, np.ndarray]:
     """Per-orbit spread (the paper's: mean squared distance of L2-normalised points to the centroid) of the orbits
     ``(n_orbits, K, d)`` and of their images under the head."""
+
     def spread(x):
         x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
         return jnp.mean(jnp.sum((x - jnp.mean(x, axis=1, keepdims=True)) ** 2, axis=-1), axis=1)
@@ -86,12 +92,16 @@ def sec5_inputs(trained_fn, untrained_fn, z, dirs, orbits) -> tuple[dict, dict, 
     the untrained head's on the same orbits (:func:`experiments.rules.orbit_gain_over_untrained`, the rule's
     ``orbits_vs_untrained``). ``gains``: ``{head: {kind: mean gain}}`` for the report.
     """
-    g = {head: {kind: gains(fn, z, dirs[kind]) for kind in DIRECTIONS}
-         for head, fn in (("trained", trained_fn), ("untrained", untrained_fn))}
+    g = {
+        head: {kind: gains(fn, z, dirs[kind]) for kind in DIRECTIONS}
+        for head, fn in (("trained", trained_fn), ("untrained", untrained_fn))
+    }
 
     def ratios(kind):
-        return {head: {c: rules.degeneracy_ratio(g[head][kind], g[head][c]) for c in rules.SEC5_RATIO_CONTROLS}
-                for head in ("trained", "untrained")}
+        return {
+            head: {c: rules.degeneracy_ratio(g[head][kind], g[head][c]) for c in rules.SEC5_RATIO_CONTROLS}
+            for head in ("trained", "untrained")
+        }
 
     sz, sh = orbit_spreads(trained_fn, orbits)
     sh0 = orbit_spreads(untrained_fn, orbits)[1]

@@ -24,6 +24,7 @@ ratios) and those it can only read back as stored numbers (:data:`READ_BACK`: ev
 accuracy); only the recomputed ones decide, each compared with the printed value at the printed
 precision (the registry's rule, ``experiments/claims/``).
 """
+
 from __future__ import annotations
 
 from .analysis import CLAIM as CLAIM
@@ -45,5 +46,20 @@ CLAIMS = ("released-arrays",)
 #: The released arrays are the paper's own runs: every variant reads them at the paper's scale.
 SCALE = "paper"
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "SCALE", "PRINTED", "RECOMPUTED", "READ_BACK", "measure",
-           "decide", "our_values", "data_root", "report", "figures"]
+__all__ = [
+    "NAME",
+    "DRY_RUN",
+    "TITLE",
+    "CLAIM",
+    "CLAIMS",
+    "SCALE",
+    "PRINTED",
+    "RECOMPUTED",
+    "READ_BACK",
+    "measure",
+    "decide",
+    "our_values",
+    "data_root",
+    "report",
+    "figures",
+]

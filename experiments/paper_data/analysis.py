@@ -219,7 +219,8 @@ def dry_measure(root, full_run_s: float, repeats: int = 7) -> dict:
     released h width and ``count`` = the orbit files of :func:`orbit_files`
     (:func:`experiments.projection.project_at_sizes`; each unit is called once untimed first, so
     compilation is excluded, then timed ``repeats`` times, the median kept: a unit takes tens of ms, so
-    a shared machine's noise is the largest error, and a negative ``p`` is projected as 0). Not projected: the per-epoch series (tracker, collapse, curvature,
+    a shared machine's noise is the largest error, and a negative ``p`` is projected as 0). Not projected: the
+    per-epoch series (tracker, collapse, curvature,
     probes: no width), which the measured full run ``full_run_s`` includes. Known bias: the fixed
     per-unit costs (dispatch, the orbit loops on the host) lower ``p`` at small widths, so the fit
     under-projects where they dominate.

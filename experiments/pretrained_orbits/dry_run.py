@@ -3,6 +3,7 @@
 Nothing is trained: the projection is the analysis alone (``analysis=`` of
 :func:`experiments.projection.dry_run_record`).
 """
+
 from __future__ import annotations
 
 from experiments import projection
@@ -25,8 +26,10 @@ def unit_name(config) -> str:
     """
     names = [n for n in config.model.checkpoints if n in config.control.checkpoints] if config.control.enabled else []
     if not names:
-        raise ValueError("pretrained_orbits dry run: `control.enabled` with at least one of `model.checkpoints` in "
-                         "`control.checkpoints` is needed (the projection times a control's analysis).")
+        raise ValueError(
+            "pretrained_orbits dry run: `control.enabled` with at least one of `model.checkpoints` in "
+            "`control.checkpoints` is needed (the projection times a control's analysis)."
+        )
     return DRY_RUN_UNIT if DRY_RUN_UNIT in names else names[0]
 
 
@@ -71,20 +74,38 @@ def project(name: str, models, config, full, key, image_cache: dict, n_present: 
 
     def make_unit(n):
         def run():
-            out = analyse(name, STATUS_CONTROL, backbone, head, variables, config, image_size=int(c.image_size),
-                          num_classes=int(c.num_classes), images_per_class=n // per_image,
-                          steps=int(c.orbit_steps), key=key, image_cache=image_cache)
+            out = analyse(
+                name,
+                STATUS_CONTROL,
+                backbone,
+                head,
+                variables,
+                config,
+                image_size=int(c.image_size),
+                num_classes=int(c.num_classes),
+                images_per_class=n // per_image,
+                steps=int(c.orbit_steps),
+                key=key,
+                image_cache=image_cache,
+            )
             if not first:
                 first.append(out)
             return out
+
         return run
 
-    analysis = projection.project_at_sizes(make_unit, full_n, n_analyses(full, n_present), sizes=[n1, 2 * n1],
-                                           repeats=1)
+    analysis = projection.project_at_sizes(
+        make_unit, full_n, n_analyses(full, n_present), sizes=[n1, 2 * n1], repeats=1
+    )
     record = projection.dry_run_record(
-        analysis["points"][-1][1], analysis=analysis, scaled="orbit points per augmentation (images)",
-        orbit_points_full=full_n, analyses_full=int(analysis["count"]), unit=name,
+        analysis["points"][-1][1],
+        analysis=analysis,
+        scaled="orbit points per augmentation (images)",
+        orbit_points_full=full_n,
+        analyses_full=int(analysis["count"]),
+        unit=name,
         projection=f"one analysis ({name}'s control) timed at {n1} and {2 * n1} orbit points per augmentation, "
-                   f"t = a n^p, x {int(analysis['count'])} analyses at {full_n}")
+        f"t = a n^p, x {int(analysis['count'])} analyses at {full_n}",
+    )
     row, aug_rows = first[0]
     return row, aug_rows, record

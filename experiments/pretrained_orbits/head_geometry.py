@@ -1,4 +1,5 @@
 """Experiment 9, head geometry: |J_h v| along tangents and the Sec. 5 controls, pullback-metric spectrum, orbits."""
+
 from __future__ import annotations
 
 import functools
@@ -11,8 +12,14 @@ from experiments import rules
 from ssl_geometry import as_function, curvature, geometry, metrics
 from ssl_geometry import paper as P
 
-__all__ = ["CONTROLS", "control_directions", "head_measure", "augmentation_geometry", "metric_spectrum",
-           "orbit_geometry"]
+__all__ = [
+    "CONTROLS",
+    "control_directions",
+    "head_measure",
+    "augmentation_geometry",
+    "metric_spectrum",
+    "orbit_geometry",
+]
 
 #: The Sec. 5 controls of the registry (``experiments/claims/``).
 CONTROLS = rules.SEC5_RATIO_CONTROLS
@@ -32,10 +39,11 @@ def control_directions(Z, n_images: int, steps: int, n_dirs: int, key) -> dict:
     k_r, k_b, k_d = jax.random.split(key, 3)
     img, step = np.arange(N) // steps, np.arange(N) % steps
     other = (img[:, None] + np.asarray(jax.random.randint(k_b, (N, n_dirs), 1, max(n_images, 2)))) % n_images
-    return {"random": jax.random.normal(k_r, (N, n_dirs, d), Z.dtype),
-            "between": Z[other * steps + step[:, None]] - Z[:, None],
-            "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_d, (N, n_dirs, N), Z.dtype), Z - Z.mean(0))
-            / np.sqrt(N)}
+    return {
+        "random": jax.random.normal(k_r, (N, n_dirs, d), Z.dtype),
+        "between": Z[other * steps + step[:, None]] - Z[:, None],
+        "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_d, (N, n_dirs, N), Z.dtype), Z - Z.mean(0)) / np.sqrt(N),
+    }
 
 
 @functools.partial(jax.jit, static_argnames=("head",))
@@ -44,8 +52,11 @@ def head_measure(head, hv, Z, V, dirs):
     hfn = as_function(head, hv)
     U = hfn(Z)
     g_aug = jax.vmap(lambda z, v: metrics.metric_degeneracy(hfn, z, v))(Z, V)
-    rms = lambda R: jnp.sqrt(jnp.mean(jax.vmap(  # noqa: E731
-        lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(hfn, z, r))(rs))(Z, R) ** 2, axis=1))
+    rms = lambda R: jnp.sqrt(
+        jnp.mean(
+            jax.vmap(lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(hfn, z, r))(rs))(Z, R) ** 2, axis=1
+        )
+    )
     return U, g_aug, {c: rms(R) for c, R in dirs.items()}
 
 
@@ -73,18 +84,29 @@ def augmentation_geometry(head, heads: dict, Z, V, n_images: int, steps: int, n_
     out = {"valid": valid, "vnorm": vnorm, "U": {}, "orbit_spreads_z": P.orbit_spreads(np.asarray(Z), ids)}
     for name, hv in heads.items():
         U, g_aug, g_c = (jax.tree_util.tree_map(np.asarray, t) for t in head_measure(head, hv, Z, V_safe, dirs))
-        if not (np.all(np.isfinite(U)) and np.all(np.isfinite(g_aug))
-                and all(np.all(np.isfinite(g)) for g in g_c.values())):
+        if not (
+            np.all(np.isfinite(U)) and np.all(np.isfinite(g_aug)) and all(np.all(np.isfinite(g)) for g in g_c.values())
+        ):
             raise FloatingPointError(f"the {name} head produced non-finite outputs or metric gains.")
         ok = valid & (g_aug > 0) & np.all([g > 0 for g in g_c.values()], axis=0)
-        per = {"tangent": _per_image(g_aug, ok, n_images, steps),
-               **{c: _per_image(g, ok, n_images, steps) for c, g in g_c.items()}}
+        per = {
+            "tangent": _per_image(g_aug, ok, n_images, steps),
+            **{c: _per_image(g, ok, n_images, steps) for c, g in g_c.items()},
+        }
         keep = np.isfinite(per["tangent"])
         out["U"][name] = U
-        out[name] = {"ok": ok, "g_aug": g_aug, "g_c": g_c, "per_image": {k: x.tolist() for k, x in per.items()},
-                     "ratios": ({c: rules.degeneracy_ratio(per["tangent"][keep], per[c][keep], seed=seed)
-                                 for c in CONTROLS} if keep.sum() >= 2 else None),
-                     "orbit_spreads_u": P.orbit_spreads(U, ids)}
+        out[name] = {
+            "ok": ok,
+            "g_aug": g_aug,
+            "g_c": g_c,
+            "per_image": {k: x.tolist() for k, x in per.items()},
+            "ratios": (
+                {c: rules.degeneracy_ratio(per["tangent"][keep], per[c][keep], seed=seed) for c in CONTROLS}
+                if keep.sum() >= 2
+                else None
+            ),
+            "orbit_spreads_u": P.orbit_spreads(U, ids),
+        }
     return out
 
 
@@ -114,9 +136,16 @@ def metric_spectrum(head, hv, Z, config, key) -> dict:
     """Extreme eigenvalues of ``G_i = J_h(z_i)^T J_h(z_i)`` at the rows of ``Z`` (float64)."""
     n, d = Z.shape
     k = min(int(config.analysis.lanczos_k), d)
-    res = curvature.blockwise_extreme_eigenvalues(_metric_block_matvec(head), n, d, k=k,
-                                                  num_steps=min(int(config.analysis.lanczos_steps), d), key=key,
-                                                  args=(hv, Z), dtype=jnp.float64)
+    res = curvature.blockwise_extreme_eigenvalues(
+        _metric_block_matvec(head),
+        n,
+        d,
+        k=k,
+        num_steps=min(int(config.analysis.lanczos_steps), d),
+        key=key,
+        args=(hv, Z),
+        dtype=jnp.float64,
+    )
     largest = np.asarray(res.largest)  # (n, k) descending
     smallest = np.asarray(res.smallest)
     out = {
@@ -124,11 +153,15 @@ def metric_spectrum(head, hv, Z, config, key) -> dict:
         "G_top_eigs_mean": np.mean(largest, axis=0).tolist(),
         "G_lambda_min_mean": float(np.mean(smallest[:, 0])),
         "G_cond_top1_topk": float(np.mean(largest[:, 0] / largest[:, -1])),
-        "lanczos_steps": int(res.num_steps), "lanczos_converged": bool(res.converged),
+        "lanczos_steps": int(res.num_steps),
+        "lanczos_converged": bool(res.converged),
         # the top-k end alone (the bottom end of a rank-deficient J^T J is a cluster at 0 followed by
         # small clustered eigenvalues, which converges slowly and matters less here)
-        "lanczos_top_converged": bool(np.all(np.asarray(res.largest_residuals)
-                                             <= res.tol * max(np.max(np.abs(np.asarray(res.ritz_values))), 1e-300))),
+        "lanczos_top_converged": bool(
+            np.all(
+                np.asarray(res.largest_residuals) <= res.tol * max(np.max(np.abs(np.asarray(res.ritz_values))), 1e-300)
+            )
+        ),
         "lanczos_max_residual": float(max(np.max(res.largest_residuals), np.max(res.smallest_residuals))),
         "lanczos_breakdowns": int(np.sum(res.num_breakdowns)),
         "dense_check": None,
@@ -137,7 +170,7 @@ def metric_spectrum(head, hv, Z, config, key) -> dict:
         # Dense cross-check: eig(J^T J) = squared singular values of J (plus d - k zeros when k < d).
         J = _jacobians(head, hv, Z)  # (n, k, d)
         sv = np.asarray(jnp.linalg.svd(J, compute_uv=False))  # (n, min(k, d)) descending
-        ev = np.concatenate([sv ** 2, np.zeros((n, max(d - sv.shape[1], 0)))], axis=1)  # (n, d) descending
+        ev = np.concatenate([sv**2, np.zeros((n, max(d - sv.shape[1], 0)))], axis=1)  # (n, d) descending
         top = ev[:, :k]
         tol_rank = ev[:, :1] * max(d, head.out_dim) * np.finfo(np.float64).eps
         out["dense_check"] = {
@@ -165,10 +198,16 @@ def orbit_geometry(Z, U, n_classes: int, n_images: int, steps: int) -> dict:
         reps = jnp.asarray(R, jnp.float64).reshape(n_classes, n_images, steps, -1)
         st = _orbit_statistics(reps)
         scale = float(_rms_scale(reps))
-        out.update({f"spread_{tag}": float(st.orbit_spread), f"intra_{tag}": float(st.intra_orbit_distance),
-                    f"inter_class_{tag}": float(st.inter_class_distance),
-                    f"class_orbit_ratio_{tag}": float(st.class_orbit_ratio), f"scale_{tag}": scale,
-                    f"rel_spread_{tag}": float(st.orbit_spread) / scale})
+        out.update(
+            {
+                f"spread_{tag}": float(st.orbit_spread),
+                f"intra_{tag}": float(st.intra_orbit_distance),
+                f"inter_class_{tag}": float(st.inter_class_distance),
+                f"class_orbit_ratio_{tag}": float(st.class_orbit_ratio),
+                f"scale_{tag}": scale,
+                f"rel_spread_{tag}": float(st.orbit_spread) / scale,
+            }
+        )
     out["spread_ratio_raw"] = out["spread_u"] / out["spread_z"]
     out["spread_ratio_rel"] = out["rel_spread_u"] / out["rel_spread_z"]
     return out

@@ -10,9 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry import augment, backbones, data, metrics, pretrained
-
 from experiments import rules
+from ssl_geometry import augment, backbones, data, metrics, pretrained
 
 from .head_geometry import augmentation_geometry, metric_spectrum, orbit_geometry
 
@@ -239,7 +238,7 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
     images, labels, source, n_cls = image_cache[ikey]
     n_img = images.shape[0]
     bv = variables["backbone"]
-    to64 = lambda tree: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tree)  # noqa: E731
+    to64 = lambda tree: jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tree)
     k_metric, k_rand, k_init = jax.random.split(key, 3)
     heads = {"trained": to64(variables["head"])}
     if status == STATUS_PRESENT:

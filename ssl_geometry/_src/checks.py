@@ -5,22 +5,41 @@ and ranks are static, so these checks also work on tracers) and raises a
 :class:`ValueError` / :class:`TypeError` that names the argument and says what
 was expected. Value checks (finiteness) only run on concrete arrays.
 """
+
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Sequence
+from typing import Collection, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_choice", "check_int", "check_finite", "check_last_dim", "check_min_batch", "check_positive", "check_rank",
-           "check_same_shape", "is_concrete", "optional_import"]
+__all__ = [
+    "check_choice",
+    "check_int",
+    "check_finite",
+    "check_last_dim",
+    "check_min_batch",
+    "check_positive",
+    "check_rank",
+    "check_same_shape",
+    "is_concrete",
+    "optional_import",
+]
 
 #: The extra that installs each optional package the library imports on use (pyproject.toml).
-EXTRA_OF = {"tensorflow": "data", "tensorflow_datasets": "data", "orbax": "data", "ml_collections": "data",
-            "tqdm": "data", "sklearn": "data", "safetensors": "data", "tokenizers": "data"}
+EXTRA_OF = {
+    "tensorflow": "data",
+    "tensorflow_datasets": "data",
+    "orbax": "data",
+    "ml_collections": "data",
+    "tqdm": "data",
+    "sklearn": "data",
+    "safetensors": "data",
+    "tokenizers": "data",
+}
 
 
 class _OnUse:
@@ -52,15 +71,16 @@ def optional_import(name: str, *, on_use: bool = False) -> ModuleType:
     Example:
       >>> optional_import("tensorflow_datasets", on_use=True)
       <tensorflow_datasets, imported on first use>
-      >>> optional_import("numpy")
+      >>> optional_import("numpy")  # doctest: +ELLIPSIS
       Traceback (most recent call last):
       ...
-      ValueError: `name` must be a package of one of the extras (ml_collections, orbax, safetensors, sklearn, tensorflow, tensorflow_datasets, tokenizers, tqdm); got 'numpy'.
+      ValueError: `name` must be a package of one of the extras (ml_collections, orbax, ..., tqdm); got 'numpy'.
     """
     top = name.split(".")[0]
     if top not in EXTRA_OF:
-        raise ValueError(f"`name` must be a package of one of the extras ({', '.join(sorted(EXTRA_OF))}); "
-                         f"got {name!r}.")
+        raise ValueError(
+            f"`name` must be a package of one of the extras ({', '.join(sorted(EXTRA_OF))}); got {name!r}."
+        )
     if on_use:
         return _OnUse(name)  # type: ignore[return-value]
     try:
@@ -69,9 +89,11 @@ def optional_import(name: str, *, on_use: bool = False) -> ModuleType:
         if err.name is None or err.name.split(".")[0] != top:
             raise  # the package is there but one of its own imports failed: its message says which
         extra = EXTRA_OF[top]
-        raise ImportError(f"`{top}` is not installed: it comes with ssl_geometry's `{extra}` extra "
-                          f"(pip install 'ssl_geometry[{extra}]', or pip install -e '.[{extra}]' from a "
-                          "clone); the core install has the pure library only.") from err
+        raise ImportError(
+            f"`{top}` is not installed: it comes with ssl_geometry's `{extra}` extra "
+            f"(pip install 'ssl_geometry[{extra}]', or pip install -e '.[{extra}]' from a "
+            "clone); the core install has the pure library only."
+        ) from err
 
 
 def is_concrete(x) -> bool:
@@ -90,9 +112,7 @@ def check_rank(x, name: str, ranks: int | Sequence[int]) -> None:
     ndim = jnp.ndim(x)
     if ndim not in ranks:
         want = " or ".join(str(r) for r in ranks)
-        raise ValueError(
-            f"`{name}` must have rank {want}; got shape {tuple(jnp.shape(x))} (rank {ndim})."
-        )
+        raise ValueError(f"`{name}` must have rank {want}; got shape {tuple(jnp.shape(x))} (rank {ndim}).")
 
 
 def check_last_dim(x, name: str, dim: int) -> None:
@@ -106,8 +126,7 @@ def check_same_shape(a, b, name_a: str, name_b: str) -> None:
     """Raise ``ValueError`` unless ``a`` and ``b`` have identical shapes."""
     if jnp.shape(a) != jnp.shape(b):
         raise ValueError(
-            f"`{name_a}` and `{name_b}` must have the same shape; got "
-            f"{tuple(jnp.shape(a))} and {tuple(jnp.shape(b))}."
+            f"`{name_a}` and `{name_b}` must have the same shape; got {tuple(jnp.shape(a))} and {tuple(jnp.shape(b))}."
         )
 
 
@@ -126,9 +145,7 @@ def check_finite(x, name: str) -> None:
             arr = np.asarray(leaf)
             if not np.all(np.isfinite(arr)):
                 bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-                raise FloatingPointError(
-                    f"`{name}` contains {bad} non-finite value(s) (NaN or inf)."
-                )
+                raise FloatingPointError(f"`{name}` contains {bad} non-finite value(s) (NaN or inf).")
 
 
 def check_positive(value, name: str, *, strict: bool = True) -> None:
@@ -142,7 +159,7 @@ def check_positive(value, name: str, *, strict: bool = True) -> None:
         raise ValueError(f"`{name}` must be finite and {rel}; got {value!r}.")
 
 
-def check_choice(value: str, name: str, choices: Sequence[str]) -> None:
+def check_choice(value: str, name: str, choices: Collection[str]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"Unknown {name} {value!r}; expected one of {sorted(choices)}.")

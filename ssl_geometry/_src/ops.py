@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.ops`; the conventions and formulas are in its docstring.
 """
+
 import contextlib
 import contextvars
 from typing import Union

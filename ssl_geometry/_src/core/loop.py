@@ -29,6 +29,7 @@ Compiled programs are cached per ``(loss_fn, optimizer, observe, shapes)``: call
 again with new arrays of the same shapes does not compile again (pass the same function
 objects; a lambda made anew per call is a new cache key).
 """
+
 from __future__ import annotations
 
 import functools
@@ -85,8 +86,11 @@ class FitError(FloatingPointError):
 
 def tree_all_finite(tree) -> jax.Array:
     """``True`` (a traced bool) when every inexact leaf of ``tree`` is finite."""
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
-              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    leaves = [
+        jnp.all(jnp.isfinite(x))
+        for x in jax.tree_util.tree_leaves(tree)
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
@@ -168,8 +172,10 @@ def _check_args(optimizer, steps, chunk, batches):
     if batches is not None:
         for leaf in jax.tree_util.tree_leaves(batches):
             if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != steps:
-                raise ValueError(f"every leaf of `batches` must have leading axis `steps`={steps}; "
-                                 f"got shape {tuple(jnp.shape(leaf))}.")
+                raise ValueError(
+                    f"every leaf of `batches` must have leading axis `steps`={steps}; "
+                    f"got shape {tuple(jnp.shape(leaf))}."
+                )
 
 
 def fit(
@@ -238,17 +244,25 @@ def fit(
             run = _runner(*key, n_chunks, chunk)
             (params, state, opt_state, first_bad), losses, observed = run(params, state, opt_state, xb, args)
         else:
-            (params, state, opt_state, first_bad), losses, observed = _host_loop(key, params, state, opt_state,
-                                                                                batches, args, steps, chunk)
+            (params, state, opt_state, first_bad), losses, observed = _host_loop(
+                key, params, state, opt_state, batches, args, steps, chunk
+            )
     first_bad = int(first_bad)
-    result = FitResult(params=params, state=state if has_state else None, opt_state=opt_state,
-                       losses=np.asarray(losses), observed=observed,
-                       n_steps=steps if first_bad < 0 else first_bad,
-                       first_bad_step=None if first_bad < 0 else first_bad)
+    result = FitResult(
+        params=params,
+        state=state if has_state else None,
+        opt_state=opt_state,
+        losses=np.asarray(losses),
+        observed=observed,
+        n_steps=steps if first_bad < 0 else first_bad,
+        first_bad_step=None if first_bad < 0 else first_bad,
+    )
     if first_bad >= 0 and throw:
-        raise FitError(f"fit: the loss, gradient, state or update of step {first_bad} of {steps} was non-finite; "
-                       "the returned parameters are those before that step (pass throw=False to get them).",
-                       result)
+        raise FitError(
+            f"fit: the loss, gradient, state or update of step {first_bad} of {steps} was non-finite; "
+            "the returned parameters are those before that step (pass throw=False to get them).",
+            result,
+        )
     return result
 
 

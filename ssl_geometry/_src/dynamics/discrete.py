@@ -16,8 +16,8 @@ import numpy as np
 import optax
 
 from ssl_geometry._src.checks import check_positive
-from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, nan_where_unsaved
 from ssl_geometry._src.core import loop as _loop
+from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, nan_where_unsaved
 
 __all__ = ["discrete"]
 
@@ -113,7 +113,8 @@ def discrete(
                     chunk=int(observe_every), observe=_observer(observe, scale), throw=False)
     n_chunks = steps // observe_every
     observed, params, state = jax.device_get((res.observed, res.params, res.state))
-    ok, first_bad = res.ok, res.first_bad_step
+    ok = res.ok
+    first_bad = steps if res.first_bad_step is None else res.first_bad_step  # read only when a step failed
     ts = np.arange(n_chunks + 1, dtype=np.float64) * observe_every * scale
     n_taken = res.n_steps
     saved = np.ones(ts.shape, bool) if ok else np.arange(n_chunks + 1) * observe_every <= first_bad

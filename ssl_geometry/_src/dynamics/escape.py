@@ -1,4 +1,5 @@
 """Reading a trajectory: the first recorded time it left a collapsed state (:func:`escape_time`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,10 @@ class EscapeResult:
 
     def __str__(self) -> str:
         if not self.escaped:
-            return (f"did not escape: {self.criterion} > {self.threshold:g} never held "
-                    f"(max {np.nanmax(self.series) if self.series.size else float('nan'):.4g})")
+            return (
+                f"did not escape: {self.criterion} > {self.threshold:g} never held "
+                f"(max {np.nanmax(self.series) if self.series.size else float('nan'):.4g})"
+            )
         return f"escaped at t = {self.time:.6g} (index {self.index}): {self.criterion} = {self.value:.4g} > {self.threshold:g}"
 
 
@@ -86,22 +89,26 @@ def escape_time(
             refs = jax.tree_util.tree_leaves(reference)
             if len(leaves) != len(refs):
                 raise ValueError("`reference` must have the structure of `result.observed` (one time slice).")
-            sq = sum(np.sum((np.asarray(a) - np.asarray(r)[None]) ** 2, axis=tuple(range(1, np.ndim(a))))
-                     for a, r in zip(leaves, refs))
+            sq = sum(
+                np.sum((np.asarray(a) - np.asarray(r)[None]) ** 2, axis=tuple(range(1, np.ndim(a))))
+                for a, r in zip(leaves, refs)
+            )
             series = np.sqrt(sq)
         else:
             key = key or ("std" if criterion == "std_threshold" else "distance")
             if not isinstance(obs, dict) or key not in obs:
-                raise ValueError(f"criterion {criterion!r} reads `observed[{key!r}]`; the trajectory's observed "
-                                 f"pytree has keys {sorted(obs) if isinstance(obs, dict) else type(obs).__name__}."
-                                 + (" Pass `reference` to measure parameter distance." if criterion == "distance" else ""))
+                raise ValueError(
+                    f"criterion {criterion!r} reads `observed[{key!r}]`; the trajectory's observed "
+                    f"pytree has keys {sorted(obs) if isinstance(obs, dict) else type(obs).__name__}."
+                    + (" Pass `reference` to measure parameter distance." if criterion == "distance" else "")
+                )
             series = np.asarray(obs[key], dtype=np.float64)
             if criterion == "std_threshold" and series.ndim == 3:
-                series = np.array([float(normalized_std(u)) if ok else np.nan
-                                   for u, ok in zip(series, result.saved)])
+                series = np.array([float(normalized_std(u)) if ok else np.nan for u, ok in zip(series, result.saved)])
     if series.shape != result.ts.shape:
-        raise ValueError(f"criterion series must have shape {result.ts.shape} (one value per save time); "
-                         f"got {series.shape}.")
+        raise ValueError(
+            f"criterion series must have shape {result.ts.shape} (one value per save time); got {series.shape}."
+        )
     hits = np.nonzero(result.saved & np.isfinite(series) & (series > threshold))[0]
     if hits.size == 0:
         return EscapeResult(False, None, None, None, name, threshold, key, False, series)

@@ -59,9 +59,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry._src.checks import check_choice, check_positive, check_rank
+from ssl_geometry._src.core.loop import tree_all_finite
 from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, nan_where_unsaved
 from ssl_geometry._src.ops import loop_reports_non_finite
-from ssl_geometry._src.core.loop import tree_all_finite
 
 __all__ = ["RK4", "SOLVERS", "gradient_flow"]
 
@@ -166,7 +166,7 @@ def _flow_solver(loss_fn, observe, solver_name, adaptive_cfg, max_steps, use_igr
 
         def skip(_):  # a non-finite field at the start: no step can be accepted, so none is attempted
             shapes = jax.eval_shape(run, None)
-            nan = lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else 0, s.dtype)  # noqa: E731
+            nan = lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else 0, s.dtype)
             return (jax.tree_util.tree_map(nan, shapes[0]), t0.astype(shapes[1].dtype), params0,
                     *(nan(x) for x in shapes[3:]))
 
@@ -194,11 +194,11 @@ def _result_name(value) -> tuple[str, str]:
     for name in _RESULT_NAMES:
         item = getattr(diffrax.RESULTS, name, None)
         if item is not None and int(item._value) == int(value):
-            return name, diffrax.RESULTS[item]
+            return name, diffrax.RESULTS[item]  # type: ignore[misc]  # equinox's Enumeration: RESULTS[item] is its message
     for name in dir(diffrax.RESULTS):
         item = getattr(diffrax.RESULTS, name)
         if hasattr(item, "_value") and int(item._value) == int(value):
-            return name, diffrax.RESULTS[item]
+            return name, diffrax.RESULTS[item]  # type: ignore[misc]  # equinox's Enumeration: RESULTS[item] is its message
     return f"result_{int(value)}", "unknown diffrax result"
 
 

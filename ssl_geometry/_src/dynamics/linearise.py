@@ -27,6 +27,7 @@ eigenvalue with positive real part.
 applied to train-mode BatchNorm at a nearly collapsed batch it is the mechanism by which
 BatchNorm un-collapses outputs (``~ 1 / sqrt(var + eps)``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -147,8 +148,9 @@ def _jacobian_and_field(field, y, args):
     def f(x):
         out, _ = ravel_pytree(field(unravel(x), args))
         if out.shape != x.shape:
-            raise ValueError(f"`field` must return a pytree of the state's structure ({x.size} entries); "
-                             f"got {out.size} entries.")
+            raise ValueError(
+                f"`field` must return a pytree of the state's structure ({x.size} entries); got {out.size} entries."
+            )
         return out
 
     return jax.jacfwd(f)(flat), f(flat)
@@ -176,8 +178,16 @@ def linearise(field: Callable, y: PyTree, args: Any = None) -> Linearisation:
     asym = float(np.linalg.norm(J - J.T) / nj) if nj > 0 else 0.0
     tiny = np.finfo(J.dtype).tiny
     stiff = float(np.max(np.abs(ev.real)) / max(abs(rate), tiny))
-    return Linearisation(jacobian=J, eigenvalues=ev, eigenvectors=vec, rate=rate,
-                         field_norm=float(np.linalg.norm(F)), asymmetry=asym, stiffness=stiff, unravel=unravel)
+    return Linearisation(
+        jacobian=J,
+        eigenvalues=ev,
+        eigenvectors=vec,
+        rate=rate,
+        field_norm=float(np.linalg.norm(F)),
+        asymmetry=asym,
+        stiffness=stiff,
+        unravel=unravel,
+    )
 
 
 def visible_rate(lin: Linearisation, observable: np.ndarray, *, tol: float = 1e-6) -> float:
@@ -216,8 +226,9 @@ def sgd_map(J: np.ndarray, lr: float, momentum: float = 0.0) -> np.ndarray:
     return np.concatenate([top, bottom], axis=0)
 
 
-def sgd_growth(J: np.ndarray, lr: float, momentum: float = 0.0, observable: Optional[np.ndarray] = None,
-               *, tol: float = 1e-6) -> float:
+def sgd_growth(
+    J: np.ndarray, lr: float, momentum: float = 0.0, observable: Optional[np.ndarray] = None, *, tol: float = 1e-6
+) -> float:
     """Predicted per-step growth factor of a deviation under SGD: spectral radius of :func:`sgd_map`.
 
     The blocks of :func:`sgd_map` are polynomials in ``J``, so ``det(x I - A) = prod_j (x^2 - (1 + mu

@@ -1,4 +1,5 @@
 """Sharpness: the top eigenvalue of the loss Hessian, the edge-of-stability yardstick ``2 / lr``."""
+
 from __future__ import annotations
 
 from typing import Any, Callable

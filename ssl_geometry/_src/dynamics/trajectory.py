@@ -2,6 +2,7 @@
 
 Shared by :func:`ssl_geometry.dynamics.gradient_flow` and :func:`ssl_geometry.dynamics`.
 """
+
 from __future__ import annotations
 
 import dataclasses

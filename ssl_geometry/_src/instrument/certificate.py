@@ -35,6 +35,7 @@ that path needs ``G > 0`` (a non-trivial ``null(G)`` is refused by name there).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -43,9 +44,10 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_finite, check_positive, check_rank
-from ssl_geometry._src.instrument.effective import effective_hvp_operator, flat_problem
+from ssl_geometry._src.instrument.effective import effective_hvp_operator, sample_blocks
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE
+from ssl_geometry._src.linalg.canonical import closure_convert
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
 from ssl_geometry._src.models.base import Model, as_function
 
@@ -156,12 +158,11 @@ def _newton_root(G, M, tol, notes, max_iter=200):
     return s
 
 
-def _block(G, M, m_scale, dtype, notes):
-    """The per-block quantities of the module docstring, as a dict."""
+def _block(G, M, eG, vG, eM, m_scale, dtype, notes):
+    """The per-block quantities of the module docstring, as a dict (``eG, vG``: ``eigh(G)``; ``eM``: ``M``'s
+    eigenvalues)."""
     dim = G.shape[0]
     eps = float(np.finfo(np.dtype(dtype)).eps)
-    eG, vG = np.linalg.eigh(G)
-    eM = np.linalg.eigvalsh(M)
     g_tol = sign_tolerance(eG, dtype)
     m_norm = float(np.max(np.abs(eM)))
     g_norm = float(np.max(np.abs(eG)))
@@ -224,44 +225,37 @@ def _block(G, M, m_scale, dtype, notes):
 
 def _blocks(head_fn, loss_fn, z):
     """``(G blocks, M blocks, M rounding scales, coupled?)``: per-sample ``(n, d, d)`` blocks, or one block when
-    ``H_L`` couples; the scale of block ``i`` is ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``)."""
-    z, _, loss_flat, uf, u_shape = flat_problem(head_fn, loss_fn, z)
-    if len(u_shape) != 2 or u_shape[0] != z.shape[0]:
-        raise ValueError(f"`head` must map a batch (n, d) = {z.shape} to outputs (n, k); got {u_shape}.")
+    ``H_L`` couples; the scale of block ``i`` is ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``).
+
+    ``G_ij`` and ``M_i`` are the effective Hessian's sample blocks
+    (:func:`ssl_geometry._src.instrument.effective.sample_blocks`); all of it jitted with the arrays of
+    ``head_fn`` and ``loss_fn`` as arguments (a fresh closure of the same code compiles nothing)."""
+    blocks = sample_blocks(head_fn, loss_fn, z)
     n, d = z.shape
-    k = u_shape[1]
-
-    def h1(x):
-        return head_fn(x[None, :])[0]
-
-    Jb = jax.vmap(jax.jacfwd(h1))(z)                                   # (n, k, d)
-    rho = jax.grad(loss_flat)(uf).reshape(n, k)
-    check_finite(rho, "residual rho = grad_u L at the given `z`")
-    Mb = jax.vmap(lambda zi, ri: jax.hessian(lambda x: jnp.vdot(ri, h1(x)))(zi))(z, rho)
-    hvp = jax.vmap(lambda t: jax.jvp(jax.grad(loss_flat), (uf,), (t,))[1])
-    # G_ij = J_i^T H_L,ij J_j, column block j at a time: H_L applied to the d tangents of sample j
-    Gfull = np.zeros((n, d, n, d))
-    for j in range(n):
-        T = jnp.zeros((d, n, k)).at[:, j, :].set(Jb[j].T).reshape(d, n * k)
-        HT = hvp(T).reshape(d, n, k)                                    # (d, n, k): (H_L J_j)^T
-        Gfull[:, :, j, :] = np.asarray(jnp.einsum("ipa,bip->iab", Jb, HT))
-    Mb = np.asarray(Mb, np.float64)
-    hess_norms = jnp.sqrt(jnp.sum(jax.hessian(h1)(z[0]) ** 2, axis=(1, 2)))            # (k,)
-    scales = np.asarray(jnp.abs(rho) @ hess_norms, np.float64)                           # (n,)
-    check_finite(Gfull, "metric G = J^T H_L J at the given `z`")
-    check_finite(Mb, "interaction M = sum rho_a hess h_a at the given `z`")
-    diag = np.stack([Gfull[i, :, i, :] for i in range(n)])
-    off = Gfull.copy()
-    for i in range(n):
-        off[i, :, i, :] = 0.0
-    scale = float(np.max(np.abs(Gfull))) if Gfull.size else 0.0
+    check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
+    head_c, head_consts, _ = closure_convert(head_fn, z)
+    scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual), np.float64)       # (n,)
+    G = np.asarray(blocks.metric, np.float64)                                                        # (n, d, n, d)
+    M = np.asarray(blocks.interaction, np.float64)                                                   # (n, d, d)
+    check_finite(G, "metric G = J^T H_L J at the given `z`")
+    check_finite(M, "interaction M = sum rho_a hess h_a at the given `z`")
+    i = np.arange(n)
+    off = G.copy()
+    off[i, :, i, :] = 0.0
+    scale = float(np.max(np.abs(G))) if G.size else 0.0
     coupled = bool(np.max(np.abs(off)) > n * d * np.finfo(np.float64).eps * scale) if n > 1 else False
     if not coupled:
-        return diag, Mb, scales, False
+        return G[i, :, i, :], M, scales, False
     Mfull = np.zeros((n, d, n, d))
-    for i in range(n):
-        Mfull[i, :, i, :] = Mb[i]
-    return Gfull.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), True
+    Mfull[i, :, i, :] = M
+    return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), True
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _rounding_scales(head_c, head_consts, z, rho):
+    """``sum_a |rho_ia| |hess h_a(z_0)|_F`` per sample (the size of the terms of ``M_i``, which may cancel)."""
+    hess = jax.hessian(lambda x: head_c(head_consts, x[None])[0])(z[0])                            # (k, d, d)
+    return jnp.abs(rho) @ jnp.sqrt(jnp.sum(hess ** 2, axis=(1, 2)))
 
 
 def _matrix_free(head_fn, loss_fn, z, lanczos_steps, key, notes):
@@ -387,7 +381,11 @@ def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key):
     if dense:
         if coupled:
             notes.append("H_L couples the samples: G is not block diagonal; one block of size n*d.")
-        per = [_block(_sym(G[b]), _sym(M[b]), float(m_scales[b]), z.dtype, notes) for b in range(G.shape[0])]
+        Gs, Ms = 0.5 * (G + np.swapaxes(G, 1, 2)), 0.5 * (M + np.swapaxes(M, 1, 2))
+        (eG, vG), eM = np.linalg.eigh(Gs), np.linalg.eigvalsh(Ms)   # all blocks in one batched call
+        # what follows has sizes that depend on each block's null space: block by block, on the host
+        per = [_block(Gs[b], Ms[b], eG[b], vG[b], eM[b], float(m_scales[b]), z.dtype, notes)
+               for b in range(G.shape[0])]
         m_sum = np.linalg.norm(_sym(M.sum(axis=0)), 2) if not coupled else float("nan")
         m_max = float(np.max(m_scales))
         m_sum = float(m_sum / m_max) if m_max > 0 else float("nan")

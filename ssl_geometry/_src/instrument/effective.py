@@ -14,8 +14,10 @@ flattened row-major, so ``z_flat[i * d + a] = z[i, a]`` and ``H_eff`` is
 so batch-coupled losses (contrastive, covariance terms) give a dense ``H_L`` that
 couples samples.
 """
+
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_rank, is_concrete
+from ssl_geometry._src.linalg.canonical import closure_convert
 from ssl_geometry._src.linalg.hessians import apply_linear, linearize, linearize_gradient
 
 __all__ = [
@@ -61,15 +64,17 @@ class EffectiveHessian(NamedTuple):
     loss: Array
 
 
-def flat_problem(head_fn, loss_fn, z):
+def flat_problem(head_fn, loss_fn, z) -> tuple[Array, Callable, Callable, Array, tuple[int, ...]]:
     """Flattened head/loss and the point, after checking shapes."""
     z = jnp.asarray(z)
     check_rank(z, "z", (1, 2))
     if not jnp.issubdtype(z.dtype, jnp.floating):
         raise TypeError(f"`z` must be a floating-point array; got dtype {z.dtype}.")
     if z.size == 0:
-        raise ValueError(f"`z` is empty (shape {z.shape}): the effective Hessian needs at least one sample with at "
-                         "least one feature.")
+        raise ValueError(
+            f"`z` is empty (shape {z.shape}): the effective Hessian needs at least one sample with at "
+            "least one feature."
+        )
     check_finite(z, "z")
     z_shape = z.shape
     u = head_fn(z)
@@ -99,17 +104,79 @@ def _block_diag(blocks):
     return jnp.einsum("ij,iab->iajb", eye, blocks).reshape(n * a, n * b)
 
 
-def _per_sample_pieces(head_fn, z, u_shape, H_L, rho):
-    """``(J, G, M)`` of a sample-wise head at a batch ``z`` ``(n, d)``: ``n`` Jacobian blocks ``(k, d)`` and
-    interaction blocks ``hess_{z_i} rho_i . h(z_i)`` ``(d, d)`` through ``vmap``, returned block-diagonal, and
-    ``G = J^T H_L J`` contracted block-wise (``H_L`` may couple samples)."""
+class SampleBlocks(NamedTuple):
+    """The pieces of ``H_eff = G + M`` of a sample-wise head at a batch ``z`` ``(n, d)``, block by block.
+
+    Attributes:
+      jacobian: ``J_i = dh/dz (z_i)``, ``(n, k, d)``.
+      metric: ``G_ij = J_i^T H_L,ij J_j``, ``(n, d, n, d)`` (``H_L`` may couple samples: then ``G_ij != 0``
+        for ``i != j``).
+      interaction: ``M_i = sum_a rho_ia hess h_a(z_i)``, ``(n, d, d)``.
+      residual: ``rho = grad_u L``, ``(n, k)``.
+    """
+
+    jacobian: Array
+    metric: Array
+    interaction: Array
+    residual: Array
+
+
+def sample_blocks(
+    head_fn: Callable[[Array], Array], loss_fn: Callable[[Array], Array], z: Float[ArrayLike, "n d"]
+) -> SampleBlocks:
+    """The sample blocks of the effective Hessian of a sample-wise head (``head_fn(z)[i]`` depends on ``z_i``).
+
+    ``J_i`` by ``jax.jacfwd`` and ``M_i = hess_x (rho_i . h(x))|_{z_i}`` (``rho`` fixed) through ``vmap`` over
+    the samples; ``G_ij = J_i^T (H_L (J_j e_b))`` by one loss Hessian-vector product (forward-over-reverse) per
+    tangent ``J_j e_b``, ``n d`` of them in one ``vmap``: ``H_L`` is never formed. ``head_fn`` and ``loss_fn``
+    are closure-converted (``linalg.canonical.closure_convert``) and the arrays they hold are arguments of one
+    jitted kernel, so a fresh closure of the same code over arrays of the same shapes compiles nothing.
+    :func:`effective_hessian` (``per_sample=True``) and :func:`ssl_geometry.geometry.collapse_certificate`
+    read their blocks from here.
+
+    Raises:
+      ValueError: ``z`` not ``(n, d)``, or head outputs not ``(n, k)``.
+    """
+    z, _, _, _, u_shape = flat_problem(head_fn, loss_fn, z)
+    check_rank(z, "z", 2)
+    if len(u_shape) != 2:
+        raise ValueError(f"`head` must map a batch (n, d) = {z.shape} to outputs (n, k); got {u_shape}.")
+    head_c, head_consts, _ = closure_convert(head_fn, z)
+    loss_c, loss_consts, _ = closure_convert(loss_fn, jax.ShapeDtypeStruct(u_shape, z.dtype))
+    return SampleBlocks(*_sample_blocks(head_c, loss_c, head_consts, loss_consts, z))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _sample_blocks(head_c, loss_c, head_consts, loss_consts, z):
+    """:func:`sample_blocks` on closure-converted ``head_c``, ``loss_c`` (jitted; the arrays are arguments)."""
+    n, d = z.shape
+
+    def h1(x):
+        return head_c(head_consts, x[None])[0]
+
+    def loss(u):
+        return loss_c(loss_consts, u)
+
+    u = head_c(head_consts, z)
+    k = u.shape[1]
+    Jb = jax.vmap(jax.jacfwd(h1))(z)  # (n, k, d)
+    rho = jax.grad(loss)(u)  # (n, k)
+    Mb = jax.vmap(lambda zi, ri: jax.hessian(lambda x: jnp.vdot(ri, h1(x)))(zi))(z, rho)
+    # the n d tangents J_j e_b (sample j's rows only), and H_L applied to each
+    T = jnp.einsum("jpb,jm->jbmp", Jb, jnp.eye(n, dtype=Jb.dtype)).reshape(n * d, n, k)
+    HT = jax.vmap(lambda t: jax.jvp(jax.grad(loss), (u,), (t,))[1])(T).reshape(n, d, n, k)
+    G = jnp.einsum("ipa,jbip->iajb", Jb, HT)  # (n, d, n, d)
+    return Jb, G, Mb, rho
+
+
+def _per_sample_pieces(head_fn, loss_fn, z, u_shape):
+    """``(J, G, M)`` of a sample-wise head at a batch ``z`` ``(n, d)`` from :func:`sample_blocks`, as dense
+    matrices: ``J`` and ``M`` block-diagonal, ``G`` with its coupling blocks."""
     if len(u_shape) != 2:
         raise ValueError(f"`per_sample=True` needs head outputs of shape (n, k); got {u_shape}.")
-    (n, d), k = z.shape, u_shape[1]
-    Jb = jax.vmap(jax.jacfwd(head_fn))(z)  # (n, k, d)
-    Mb = jax.vmap(lambda zi, ri: jax.hessian(lambda x: jnp.vdot(ri, head_fn(x)))(zi))(z, rho.reshape(n, k))
-    G = jnp.einsum("ipa,ipjq,jqb->iajb", Jb, H_L.reshape(n, k, n, k), Jb).reshape(n * d, n * d)
-    return _block_diag(Jb), G, _block_diag(Mb)
+    n, d = z.shape
+    blocks = sample_blocks(head_fn, loss_fn, z)
+    return _block_diag(blocks.jacobian), blocks.metric.reshape(n * d, n * d), _block_diag(blocks.interaction)
 
 
 def effective_hessian(
@@ -142,7 +209,7 @@ def effective_hessian(
         ``head_fn(z)[i]`` depends on ``z[i]`` only). Then ``J`` and ``M`` are
         block diagonal and are computed as ``n`` blocks ``(k, d)`` and ``(d, d)``
         through ``vmap`` (``n`` times fewer derivative passes), and
-        ``G = J^T H_L J`` is contracted block-wise; ``full`` is still the
+        ``G = J^T H_L J`` block by block (computed per sample block); ``full`` is still the
         independent dense Hessian. Results are returned as dense matrices either
         way. With a head that couples samples the option gives a wrong ``G`` and
         ``M`` (the check ``full == metric + interaction`` then fails).
@@ -170,7 +237,7 @@ def effective_hessian(
     H_L = jax.hessian(loss_flat)(uf)
     rho = jax.grad(loss_flat)(uf)
     if per_sample and z.ndim == 2:
-        J, G, M = _per_sample_pieces(head_fn, z, u_shape, H_L, rho)
+        J, G, M = _per_sample_pieces(head_fn, loss_fn, z, u_shape)
     else:
         J = jax.jacfwd(head_flat)(zf)
         G = J.T @ H_L @ J
@@ -178,16 +245,27 @@ def effective_hessian(
         M = jax.hessian(lambda x: jnp.vdot(rho_fixed, head_flat(x)))(zf)
     full = jax.hessian(lambda x: loss_flat(head_flat(x)))(zf)
     out = EffectiveHessian(
-        full=full, metric=G, interaction=M, loss_hessian=H_L, residual=rho, jacobian=J,
+        full=full,
+        metric=G,
+        interaction=M,
+        loss_hessian=H_L,
+        residual=rho,
+        jacobian=J,
         loss=loss_flat(uf),
     )
     _check_finite_pieces(out)
     return out
 
 
-_PIECE_NAMES = {"full": "full Hessian hess_z L(h(z))", "metric": "metric G = J^T H_L J",
-                "interaction": "interaction M = sum_i rho_i hess h_i", "loss_hessian": "loss Hessian H_L",
-                "residual": "residual rho = grad_u L", "jacobian": "head Jacobian J = dh/dz", "loss": "loss L"}
+_PIECE_NAMES = {
+    "full": "full Hessian hess_z L(h(z))",
+    "metric": "metric G = J^T H_L J",
+    "interaction": "interaction M = sum_i rho_i hess h_i",
+    "loss_hessian": "loss Hessian H_L",
+    "residual": "residual rho = grad_u L",
+    "jacobian": "head Jacobian J = dh/dz",
+    "loss": "loss L",
+}
 
 
 def _check_finite_pieces(result: EffectiveHessian) -> None:
@@ -196,7 +274,6 @@ def _check_finite_pieces(result: EffectiveHessian) -> None:
         if not is_concrete(value):
             return
         check_finite(value, f"effective_hessian: {_PIECE_NAMES[name]} at the given `z` (`{name}`)")
-
 
 
 # ------------------------------------------------------------------ pullback metric
@@ -216,8 +293,11 @@ class PullbackMetric(NamedTuple):
     jacobian: Array
 
 
-def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d"],
-                    loss_hessian: Float[ArrayLike, "*m k k"] | None = None) -> PullbackMetric:
+def pullback_metric(
+    head_fn: Callable[[Array], Array],
+    z: Float[ArrayLike, "*n d"],
+    loss_hessian: Float[ArrayLike, "*m k k"] | None = None,
+) -> PullbackMetric:
     """Pullback of the output metric through the head, sample by sample.
 
     ``g_E(z) = J(z)^T J(z)`` (Euclidean metric on outputs pulled back) and, when
@@ -246,9 +326,7 @@ def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d
     jac = jax.jacfwd(head_fn)
     J = jac(z) if z.ndim == 1 else jax.vmap(jac)(z)
     if J.ndim != z.ndim + 1:
-        raise ValueError(
-            f"`head_fn` must map one sample (d,) to a vector (k,); its Jacobian has shape {J.shape}."
-        )
+        raise ValueError(f"`head_fn` must map one sample (d,) to a vector (k,); its Jacobian has shape {J.shape}.")
     euclid = jnp.einsum("...pa,...pb->...ab", J, J)
     loss = None
     if loss_hessian is not None:
@@ -265,7 +343,6 @@ def pullback_metric(head_fn: Callable[[Array], Array], z: Float[ArrayLike, "*n d
 
 
 # -------------------------------------------------------------------- matrix-free
-
 
 
 def effective_hvp(
@@ -330,20 +407,20 @@ def effective_hvp_operator(
       ``G v = J^T (H_L (J v))``, with ``J^T`` the transpose of ``J``.
 
     ``v`` is flat ``(n*d,)``; the linearisations are arguments, not constants of the compiled solver.
-    The closures built here are new on every call: they are looked up by the program they trace to
-    and not kept (nor ``head_fn`` with what it holds) once the caller drops the result.
+    The closures built here are new on every call: they are closure-converted
+    (``linalg.canonical.closure_convert``), so the same code over new arrays compiles nothing.
     """
     check_choice(part, "part", ("full", "metric", "interaction"))
     z, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
     zf = z.reshape(-1)
     if part == "full":
-        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, (), remember=False)[1],)
+        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, ())[1],)
     if part == "interaction":
         rho = jax.grad(loss_flat)(uf)
-        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,), remember=False)[1]
+        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,))[1]
         return apply_linear, (lin,)
-    _, J = linearize(head_flat, zf, remember=False)
-    return _metric_product, (J, linearize_gradient(loss_flat, uf, (), remember=False)[1])
+    _, J = linearize(head_flat, zf)
+    return _metric_product, (J, linearize_gradient(loss_flat, uf, ())[1])
 
 
 def _metric_product(v, J, H_L):
@@ -363,10 +440,12 @@ def _raw_hvp(head_fn, loss_fn, z, part):
         return loss_flat(head_flat(x))
 
     if part == "full":
+
         def raw(v, zf, rho):
             del rho
             return jax.jvp(jax.grad(objective), (zf,), (v,))[1]
     elif part == "metric":
+
         def raw(v, zf, rho):
             del rho
             u, Jv = jax.jvp(head_flat, (zf,), (v,))
@@ -374,9 +453,9 @@ def _raw_hvp(head_fn, loss_fn, z, part):
             _, vjp = jax.vjp(head_flat, zf)
             return vjp(HJv)[0]
     else:
+
         def raw(v, zf, rho):
             g = jax.grad(lambda x: jnp.vdot(rho, head_flat(x)))
             return jax.jvp(g, (zf,), (v,))[1]
+
     return raw, zf, rho
-
-

@@ -124,7 +124,7 @@ def _null_dim(J, sum_to_zero, constraints=None):
 
 
 def collapsed_equilibrium(
-    model: Model, variables: dict, objective: str, c: Float[ArrayLike, "d"], n: int, *, key: Array,
+    model: Model, variables: dict, objective: str, c: Float[ArrayLike, " d"], n: int, *, key: Array,
     residual_scale: float = 1.0, student_temp: float = 0.1, teacher_temp: float = 0.04,
     **premise_options,
 ) -> CollapsedEquilibrium:

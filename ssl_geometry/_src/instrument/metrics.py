@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.metrics`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping, NamedTuple
@@ -195,9 +196,7 @@ def _key_str(k) -> str:
     return str(k)
 
 
-def relative_update_size(
-    before, after, groups: Mapping[str, str | Callable[[str], bool]] | None = None
-) -> dict:
+def relative_update_size(before, after, groups: Mapping[str, str | Callable[[str], bool]] | None = None) -> dict:
     """Relative update size ``|Delta theta_g| / |theta_g|`` per named parameter group.
 
     ``|Delta theta_g| = sqrt(sum over leaves in g of |after - before|^2)`` and
@@ -224,7 +223,7 @@ def relative_update_size(
     """
     s_b = jax.tree_util.tree_structure(before)
     s_a = jax.tree_util.tree_structure(after)
-    if s_b != s_a:
+    if s_b != s_a:  # type: ignore[operator]  # jax's PyTreeDef is an unresolved name in its stubs (no __eq__/__ne__ to mypy)
         raise ValueError(f"`before` and `after` must have the same pytree structure; got {s_b} and {s_a}.")
     for lb, la in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)):
         check_same_shape(lb, la, "before leaf", "after leaf")

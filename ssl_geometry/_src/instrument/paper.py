@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.paper`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -116,7 +117,7 @@ def fd_curvature(traj, *, normalize: bool = True):
     if r.ndim < 2 or r.shape[-2] < 3:
         raise ValueError(f"`traj` must have shape (..., T, d) with T >= 3; got {r.shape}.")
     if normalize:
-        r = _l2_normalize(r)
+        r = jnp.asarray(_l2_normalize(r))
     d2 = r[..., 2:, :] - 2.0 * r[..., 1:-1, :] + r[..., :-2, :]
     return jnp.mean(jnp.linalg.norm(d2, axis=-1), axis=-1)
 
@@ -198,9 +199,16 @@ def orbit_metrics(x, orbit_ids, labels, *, normalize: bool = True) -> dict:
     intra, intra_std = float(np.mean(intras)), float(np.std(intras))
     ratio = inter / (intra + 1e-10)
     ratio_std = ratio * np.sqrt((inter_std / (inter + 1e-10)) ** 2 + (intra_std / (intra + 1e-10)) ** 2)
-    return {"spread": float(np.mean(spreads)), "spread_std": float(np.std(spreads)), "intra": intra,
-            "intra_std": intra_std, "inter": inter, "inter_std": inter_std, "ratio": float(ratio),
-            "ratio_std": float(ratio_std)}
+    return {
+        "spread": float(np.mean(spreads)),
+        "spread_std": float(np.std(spreads)),
+        "intra": intra,
+        "intra_std": intra_std,
+        "inter": inter,
+        "inter_std": inter_std,
+        "ratio": float(ratio),
+        "ratio_std": float(ratio_std),
+    }
 
 
 def orbit_compression(x_z, x_h, orbit_ids, labels, *, normalize: bool = True) -> float:

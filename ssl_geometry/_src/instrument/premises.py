@@ -3,6 +3,7 @@
 Every definiteness decision of :mod:`ssl_geometry.geometry` (``H_L`` PSD?, the sign of
 ``lambda_min(H_eff)``, ranks) uses :func:`sign_tolerance`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -102,8 +103,7 @@ class Premises:
         return d
 
 
-def premises(result: EffectiveHessian, *, psd_tol: float | None = None,
-             rank_tol: float | None = None) -> Premises:
+def premises(result: EffectiveHessian, *, psd_tol: float | None = None, rank_tol: float | None = None) -> Premises:
     """Premises report of an :func:`effective_hessian` result (concrete arrays only).
 
     Eigenvalues come from ``numpy.linalg.eigvalsh`` of the symmetrised matrices.
@@ -154,5 +154,3 @@ def premises(result: EffectiveHessian, *, psd_tol: float | None = None,
         signs=signs,
         tolerances=tols,
     )
-
-

@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.riemann`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import functools
@@ -68,9 +69,7 @@ def _christoffel(metric_fn: MetricFn, x: Array) -> Array:
     g = _metric(metric_fn, x)
     dg = jax.jacfwd(metric_fn)(x)  # dg[a, b, c] = d_c g_ab
     # first kind: Gamma_{l,ij} = 1/2 (d_i g_jl + d_j g_il - d_l g_ij)
-    first = 0.5 * (
-        jnp.einsum("jli->lij", dg) + jnp.einsum("ilj->lij", dg) - jnp.einsum("ijl->lij", dg)
-    )
+    first = 0.5 * (jnp.einsum("jli->lij", dg) + jnp.einsum("ilj->lij", dg) - jnp.einsum("ijl->lij", dg))
     m = x.shape[0]
     return jnp.linalg.solve(g, first.reshape(m, m * m)).reshape(m, m, m)
 

@@ -30,7 +30,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_finite, check_positive, check_rank
-from ssl_geometry._src.instrument.effective import flat_problem, effective_hessian, effective_hvp_operator
+from ssl_geometry._src.instrument.effective import effective_hessian, effective_hvp_operator, flat_problem
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.linalg.hessians import apply_linear, linearize_gradient
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
@@ -187,7 +187,7 @@ def _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps, k
         check_finite(H_L, "loss Hessian H_L at the given `z`")
         eL = np.linalg.eigvalsh(0.5 * (H_L + H_L.T))
         return float(eL[0]), float(eL[-1]), sign_tolerance(eL, dtype), ()
-    lin = linearize_gradient(loss_flat, uf, (), remember=False)[1]
+    lin = linearize_gradient(loss_flat, uf, ())[1]
     lo, hi, res = lanczos_extremes(apply_linear, (lin,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
     if not res["converged"]:
         notes = notes + (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)
@@ -256,7 +256,7 @@ def _premise_notes(p: "Thm41Premises", timescale_ratio) -> list:
     return notes
 
 
-def _check_premise_args(z, timescale_ratio, min_timescale_ratio, max_dense_dim):
+def _check_premise_args(z, timescale_ratio, min_timescale_ratio, max_dense_dim) -> Array:
     """Validate :func:`thm41_premises`'s arguments; returns ``z`` as an array."""
     z = jnp.asarray(z)
     check_rank(z, "z", (1, 2))
@@ -348,7 +348,7 @@ def thm41_premises(
     c2 = {"linear": True, "smooth": True, "piecewise": False, "non_c2": False}.get(kind)
     ts = None if timescale_ratio is None else bool(float(timescale_ratio) > min_timescale_ratio)
     collapsed, spread, c_tol = _collapse_spread(z)
-    checks = {"residual_nonzero": bool(r_norm > r_tol), "loss_hessian_psd": bool(lo >= -p_tol),
+    checks: dict[str, Any] = {"residual_nonzero": bool(r_norm > r_tol), "loss_hessian_psd": bool(lo >= -p_tol),
               "stationary_z": bool(gz_ratio <= s_tol), "stationary_head": stat_head, "c2_head": c2,
               "timescale_separation": ts}
     rest = [v for n, v in checks.items() if n != "c2_head" and v is not None]
@@ -427,8 +427,8 @@ def collapse_spectrum(
     key = jax.random.PRNGKey(0) if key is None else key
     lmin, lmax, tols, res_norms = {}, {}, {}, {}
     names = ("full", "metric", "interaction")
-    dense, notes = _dense_route(dim, max_dense_dim, "H_eff, G and M")
-    notes = list(notes)
+    dense, route_notes = _dense_route(dim, max_dense_dim, "H_eff, G and M")
+    notes = list(route_notes)
     if dense:
         method = "dense"
         eh = effective_hessian(head_fn, loss_fn, z, per_sample=per_sample)
@@ -558,7 +558,8 @@ def classify_collapse(
     key = jax.random.PRNGKey(0) if key is None else key
     prem = thm41_premises(head, variables, loss_fn, z, train=train, max_dense_dim=max_dense_dim,
                           lanczos_steps=lanczos_steps, key=key, **premise_options)
-    head_fn = as_function(head, variables, train=train) if isinstance(head, Model) else head
+    # (a Model's variables were checked by thm41_premises: a dict with 'params', never None here)
+    head_fn = head if not isinstance(head, Model) else as_function(head, variables or {}, train=train)
     spec = collapse_spectrum(head_fn, loss_fn, z, per_sample=per_sample, max_dense_dim=max_dense_dim,
                              lanczos_steps=lanczos_steps, key=key)
     return thm41_conclusion(prem, spec, eig_tol=eig_tol)

@@ -1,4 +1,5 @@
 """Thm 3.1 (local subspace whitening): the linear head that whitens ``H_eff`` on a subspace, and its check."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -45,8 +46,9 @@ def _orthonormal_check(B: np.ndarray, name: str) -> None:
         )
 
 
-def whitening_head(loss_hessian: Float[ArrayLike, "k k"], subspace_basis: Float[ArrayLike, "d r"], *,
-                   tol: float | None = None) -> WhiteningHead:
+def whitening_head(
+    loss_hessian: Float[ArrayLike, "k k"], subspace_basis: Float[ArrayLike, "d r"], *, tol: float | None = None
+) -> WhiteningHead:
     """Thm 3.1 (local subspace whitening): a linear head that whitens ``H_eff`` on S.
 
     With ``H_L = U Lambda U^T`` (``k x k``), ``U_r, Lambda_r`` its top-r eigenpairs
@@ -99,8 +101,13 @@ def whitening_head(loss_hessian: Float[ArrayLike, "k k"], subspace_basis: Float[
     U = evecs[:, :r]
     W = (U / np.sqrt(lam)) @ B.T  # (k, d)
     dt = H.dtype
-    return WhiteningHead(paper=jnp.asarray(W, dt), weight=jnp.asarray(W.T, dt), eigenvalues=jnp.asarray(lam, dt),
-                         eigenvectors=jnp.asarray(U, dt), loss_hessian_rank=rank)
+    return WhiteningHead(
+        paper=jnp.asarray(W, dt),
+        weight=jnp.asarray(W.T, dt),
+        eigenvalues=jnp.asarray(lam, dt),
+        eigenvectors=jnp.asarray(U, dt),
+        loss_hessian_rank=rank,
+    )
 
 
 class WhiteningCheck(NamedTuple):
@@ -121,8 +128,9 @@ class WhiteningCheck(NamedTuple):
     cross_norm: float
 
 
-def check_whitening(h_eff: Float[ArrayLike, "D D"] | EffectiveHessian,
-                    subspace_basis: Float[ArrayLike, "D r"]) -> WhiteningCheck:
+def check_whitening(
+    h_eff: Float[ArrayLike, "D D"] | EffectiveHessian, subspace_basis: Float[ArrayLike, "D r"]
+) -> WhiteningCheck:
     """Measure Thm 3.1's claim ``v^T H_eff v = |v|^2`` for ``v`` in ``S = span(B)``.
 
     For ``v = B c``: ``v^T H v - |v|^2 = c^T (B^T H B - I) c`` and ``|v| = |c|``, so the
@@ -149,7 +157,6 @@ def check_whitening(h_eff: Float[ArrayLike, "D D"] | EffectiveHessian,
     P = Ufull[:, r:]
     comp = np.linalg.eigvalsh(P.T @ H @ P) if P.shape[1] else np.zeros((0,), H.dtype)
     cross = float(np.linalg.norm(B.T @ H @ P, 2)) if (P.shape[1] and r) else 0.0
-    return WhiteningCheck(max_rel_error=max_err, subspace_eigenvalues=sub_eigs, complement_eigenvalues=comp,
-                          cross_norm=cross)
-
-
+    return WhiteningCheck(
+        max_rel_error=max_err, subspace_eigenvalues=sub_eigs, complement_eigenvalues=comp, cross_norm=cross
+    )

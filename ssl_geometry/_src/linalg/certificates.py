@@ -5,6 +5,7 @@
 * :func:`psd_certificate` -- a shifted float64 Cholesky (Rump 2006) proving
   ``lambda_min(H) > -margin``.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,14 +94,17 @@ def negative_curvature_witness(matvec_or_matrix, v, *, matvec_error: float | Non
         num = float(v @ hv)
         abs_term = float(np.abs(v) @ np.abs(hv))
         rigorous = matvec_error is not None
-        if rigorous:
+        if matvec_error is not None:
             check_positive(matvec_error, "matvec_error", strict=False)
             mv_err = float(matvec_error)
         else:
             mv_err = math.sqrt(n) * 1e3 * _U64 * float(np.linalg.norm(hv))
         E = g_n * abs_term + math.sqrt(den) * mv_err * (1 + g_n)
-        used = ("gamma_n |v|^T|fl(Hv)| + |v|_2 * matvec_error (dot product, Higham Lemma 3.1)"
-                if rigorous else "heuristic: gamma_n |v|^T|fl(Hv)| + |v| sqrt(n) 1e3 u |Hv| (matvec error unknown)")
+        used = (
+            "gamma_n |v|^T|fl(Hv)| + |v|_2 * matvec_error (dot product, Higham Lemma 3.1)"
+            if rigorous
+            else "heuristic: gamma_n |v|^T|fl(Hv)| + |v| sqrt(n) 1e3 u |Hv| (matvec error unknown)"
+        )
     else:
         H = np.asarray(matvec_or_matrix, dtype=np.float64)
         check_rank(H, "matvec_or_matrix", 2)
@@ -173,8 +177,9 @@ def psd_certificate(H, margin: float = 0.0) -> PSDCertificate:
     A = 0.5 * (H + H.T) + margin * np.eye(n)
     d = np.diag(A)
     if np.any(d < 0):
-        return PSDCertificate(False, float(margin), 0.0, None,
-                              f"H + margin I has a negative diagonal entry ({d.min():.3g}): not PSD.")
+        return PSDCertificate(
+            False, float(margin), 0.0, None, f"H + margin I has a negative diagonal entry ({d.min():.3g}): not PSD."
+        )
     g = _gamma(n + 1)
     eta = 2.0**-1074
     fro = float(np.linalg.norm(A))
@@ -182,9 +187,18 @@ def psd_certificate(H, margin: float = 0.0) -> PSDCertificate:
     try:
         np.linalg.cholesky(A - c * np.eye(n))
     except np.linalg.LinAlgError:
-        return PSDCertificate(False, float(margin), c, None,
-                              f"Cholesky of H + ({margin:.3g} - {c:.3g}) I failed: lambda_min(H) >= -{margin:.3g} "
-                              "is NOT certified (H may be indefinite, singular or too close to singular).")
-    return PSDCertificate(True, float(margin), c, -float(margin),
-                          f"Cholesky of H + ({margin:.3g} - {c:.3g}) I succeeded: lambda_min(H) > -{margin:.3g} (Rump 2006).")
-
+        return PSDCertificate(
+            False,
+            float(margin),
+            c,
+            None,
+            f"Cholesky of H + ({margin:.3g} - {c:.3g}) I failed: lambda_min(H) >= -{margin:.3g} "
+            "is NOT certified (H may be indefinite, singular or too close to singular).",
+        )
+    return PSDCertificate(
+        True,
+        float(margin),
+        c,
+        -float(margin),
+        f"Cholesky of H + ({margin:.3g} - {c:.3g}) I succeeded: lambda_min(H) > -{margin:.3g} (Rump 2006).",
+    )

@@ -16,8 +16,8 @@ Both stop when every requested Ritz pair's residual is ``<= tol * max|theta|``; 
 the Hessian lies within that distance of each reported value (the residual certificate of
 :mod:`ssl_geometry._src.linalg.lanczos`). With ``error_bound="gap"`` they stop on the Kato-Temple
 bound ``min(r, r^2 / delta)`` instead (``delta`` the distance to the other Ritz values' residual
-intervals): the eigenvalues' own error, quadratic in the residual, so fewer steps for the values. The linearisation is returned, so further products at
-the same point (a witness, more eigenvectors) cost only the tangent map.
+intervals): the eigenvalues' own error, quadratic in the residual, so fewer steps for the values. The
+linearisation is returned, so further products at the same point (a witness, more eigenvectors) cost only the tangent map.
 """
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ import numpy as np
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
 from ssl_geometry._src.linalg.hessians import LinearMatvec, apply_linear, linearize_gradient, off_block_response
-from ssl_geometry._src.linalg.lanczos import (AsymmetryError, LanczosResult, blockwise_extreme_eigenvalues,
-                                              extreme_eigenvalues)
+from ssl_geometry._src.linalg.lanczos import (
+    AsymmetryError,
+    LanczosResult,
+    blockwise_extreme_eigenvalues,
+    extreme_eigenvalues,
+)
 from ssl_geometry._src.linalg.operators import as_dtype, default_key
 
 __all__ = ["HessianExtremes", "hessian_extremes"]
@@ -159,12 +163,7 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
       >>> r.method, r.coupling, round(float(r.smallest[0]), 8), round(float(r.largest[0]), 8)
       ('blockwise', 0.0, -1.0, 2.0)
     """
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(f"`x` must be a floating-point array; got dtype {x.dtype}.")
-    dtype = as_dtype(x.dtype)
-    check_finite(x, "x"), check_choice(method, "method", ("auto", "blockwise", "full"))
-    k, num_probes = check_int(k, "k"), check_int(num_probes, "num_probes")
+    x, dtype, k, num_probes = _checked_arguments(x, method, k, num_probes)
     k_probe, k_solve = jax.random.split(default_key(key))
     grad, lin = linearize_gradient(loss, x, args)
     check_finite(grad, "gradient of `loss` at `x`")
@@ -195,6 +194,17 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
         converged=bool(res.converged), tol=float(res.tol), method=method, coupling=coupling,
         num_hvps=int(res.num_steps + probes + spent + (2 * k if return_vectors else 0)), num_steps=int(res.num_steps),
         lanczos=res, linearization=lin, gradient=grad)
+
+
+def _checked_arguments(x, method, k, num_probes):
+    """``(x, dtype, k, num_probes)`` after :func:`hessian_extremes`' argument checks (each error names its argument)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"`x` must be a floating-point array; got dtype {x.dtype}.")
+    dtype = as_dtype(x.dtype)
+    check_finite(x, "x")
+    check_choice(method, "method", ("auto", "blockwise", "full"))
+    return x, dtype, check_int(k, "k"), check_int(num_probes, "num_probes")
 
 
 def _choose_method(method, lin, shape, dtype, key, num_probes, coupling_tol):
@@ -232,6 +242,6 @@ def _full(lin, shape, num_steps, opts):
     size = int(np.prod(shape))
     res = extreme_eigenvalues(LinearMatvec(shape), size, args=(lin,), num_steps=_budget(num_steps, size), **opts)
     vshape = (opts["k"],) + tuple(shape)
-    vec = lambda v: None if v is None else v.reshape(vshape)  # noqa: E731
+    vec = lambda v: None if v is None else v.reshape(vshape)
     return res, ((res.smallest, res.smallest_residuals, res.smallest_error_bounds, vec(res.smallest_vectors)),
                  (res.largest, res.largest_residuals, res.largest_error_bounds, vec(res.largest_vectors)))

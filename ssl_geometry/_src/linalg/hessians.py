@@ -11,6 +11,7 @@
   Hessian of ``f(x)``, ``x`` of shape ``(n, d)``, by probing, and a numerical check that
   the off-diagonal blocks vanish.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,11 +27,19 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_int, check_rank
-from ssl_geometry._src.linalg.canonical import canonical
+from ssl_geometry._src.linalg.canonical import closure_convert
 from ssl_geometry._src.linalg.operators import check_scalar_fn, default_key
 
-__all__ = ["hessian", "hvp", "flat_hvp", "linearized_hvp", "LinearMatvec", "apply_linear",
-           "block_diagonal_hessian", "block_coupling"]
+__all__ = [
+    "hessian",
+    "hvp",
+    "flat_hvp",
+    "linearized_hvp",
+    "LinearMatvec",
+    "apply_linear",
+    "block_diagonal_hessian",
+    "block_coupling",
+]
 
 
 def hessian(f: Callable, params, *f_args) -> Float[Array, "P P"]:
@@ -73,7 +82,7 @@ def hvp(f: Callable, params, v, *f_args):
       Array([ 3., -6.], dtype=float64)
     """
     s_p, s_v = jax.tree_util.tree_structure(params), jax.tree_util.tree_structure(v)
-    if s_p != s_v:
+    if s_p != s_v:  # type: ignore[operator]  # jax's PyTreeDef is an unresolved name in its stubs (no __eq__/__ne__ to mypy)
         raise ValueError(f"`v` must have the tree structure of `params`; got {s_v} and {s_p}.")
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(v)):
         if jnp.shape(a) != jnp.shape(b):
@@ -125,8 +134,8 @@ def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) ->
     primal forward/backward pass that ``jax.jvp(jax.grad(f), ...)`` repeats on every
     product is not redone. ``v`` must have ``x``'s shape and dtype.
 
-    Compiled once per *computation*: ``grad f`` is looked up by the program it traces to
-    (``linalg.canonical.canonical``), so ``f`` written as a fresh closure
+    Compiled once per *computation*: ``grad f`` is closure-converted
+    (``linalg.canonical.closure_convert``), so ``f`` written as a fresh closure
     on every call (``lambda z: loss(z, params, batch)``) does not recompile, and arrays it closes
     over are arguments of the compiled code, not constants.
 
@@ -160,14 +169,14 @@ class _GradOf:
         return jax.grad(self.f)(x, *args)
 
 
-def linearize_gradient(f: Callable, x, f_args, *, remember: bool = True) -> tuple:
+def linearize_gradient(f: Callable, x, f_args) -> tuple:
     """``(grad f(x), lin)`` with ``lin(v) = H(x) v``, compiled once per computation (see :func:`linearized_hvp`).
 
     Raises ``ValueError`` unless ``f`` returns a scalar, naming ``f``.
     """
     x = jnp.asarray(x)
     try:
-        return linearize(_GradOf(f), x, f_args, remember=remember)
+        return linearize(_GradOf(f), x, f_args)
     except TypeError as err:
         if "scalar" not in str(err):
             raise
@@ -175,15 +184,14 @@ def linearize_gradient(f: Callable, x, f_args, *, remember: bool = True) -> tupl
         raise
 
 
-def linearize(fn: Callable, x, args=(), *, remember: bool = True) -> tuple:
+def linearize(fn: Callable, x, args=()) -> tuple:
     """``(fn(x, *args), lin)`` with ``lin(v)`` the derivative of ``fn`` at ``x`` applied to ``v``.
 
-    ``jax.linearize`` under ``jit``, looked up by the program ``fn`` traces to
-    (``linalg.canonical.canonical``): one compilation per computation,
+    ``jax.linearize`` under ``jit`` of ``fn`` closure-converted
+    (``linalg.canonical.closure_convert``): one compilation per computation and shapes,
     whatever closure ``fn`` is; ``lin`` is a :class:`jax.tree_util.Partial` to pass to solvers.
-    ``remember=False`` for a closure made afresh on every call (see ``canonical``).
     """
-    fn_c, consts, _ = canonical(fn, x, *args, remember=remember)
+    fn_c, consts, _ = closure_convert(fn, x, *args)
     return _linearize_jit(fn_c)(consts, x, tuple(jax.tree_util.tree_leaves(args)))
 
 
@@ -217,8 +225,9 @@ class LinearMatvec:
         return lin(v.reshape(self.shape)).reshape(-1)
 
 
-def block_diagonal_hessian(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args,
-                           chunk_size: int | None = None) -> Float[Array, "n d d"]:
+def block_diagonal_hessian(
+    f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, chunk_size: int | None = None
+) -> Float[Array, "n d d"]:
     """Diagonal blocks ``H_i = d^2 f / dx_i dx_i`` (``(n, d, d)``) of the Hessian of ``f(x)``.
 
     ``x`` is ``(n, d)``. Probing: the HVP with ``V = 1_n e_j^T`` (``e_j`` placed in
@@ -260,8 +269,9 @@ def block_coupling(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, ke
     n_probes = check_int(num_probes, "num_probes")
     if jnp.shape(x)[0] < 2:
         raise ValueError(f"`x` needs at least 2 rows to test block coupling; got {jnp.shape(x)[0]}.")
-    return off_block_response(linearized_hvp(f, x, *f_args), jnp.shape(x), jnp.result_type(x), default_key(key),
-                              n_probes)[0]
+    return off_block_response(
+        linearized_hvp(f, x, *f_args), jnp.shape(x), jnp.result_type(x), default_key(key), n_probes
+    )[0]
 
 
 def off_block_response(lin, shape, dtype, key, num_probes: int, stop_above: float | None = None) -> tuple[float, int]:
@@ -290,7 +300,7 @@ def _split_probe(lin, key, shape, dtype):
     """``(max_{rows not in S} |(H v)_i|, max |H v|)`` for ``v`` random on a random half ``S`` of the rows."""
     n, d = shape
     k1, k2 = jax.random.split(key)
-    inside = jax.random.permutation(k1, n) < n // 2          # a random half of the rows (n >= 2: both halves)
+    inside = jax.random.permutation(k1, n) < n // 2  # a random half of the rows (n >= 2: both halves)
     v = jnp.where(inside[:, None], jax.random.normal(k2, (n, d), dtype), 0)
     hv = lin(v)
     return jnp.max(jnp.where(inside[:, None], 0, jnp.abs(hv))), jnp.max(jnp.abs(hv))

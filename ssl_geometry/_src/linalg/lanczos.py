@@ -17,13 +17,12 @@ residual does not by itself prove that ``theta_i`` is the *extreme* eigenvalue (
 eigenvector orthogonal to ``v_0`` is invisible to Krylov methods); random starting vectors
 make that event probability zero.
 
-A matvec is compiled once per computation, not once per Python function: it is looked up by the
-program it traces to (:func:`ssl_geometry._src.linalg.operators.prepare_matvec`), so a matvec
+A matvec is compiled once per code and shapes, not once per Python function: it is
+closure-converted (:func:`ssl_geometry._src.linalg.operators.prepare_matvec`), so a matvec
 written as a fresh closure on every call (``lambda v: A @ v`` in a loop) reuses the compiled
-product, and the arrays it closes over are passed to the compiled code as arguments, not baked
-into it. The one exception: a matvec holding host callbacks of its own (``jax.pure_callback``,
-an ``equinox.error_if`` of the caller's) is keyed by the callbacks' identity and recompiles when
-they are created afresh.
+product, and the JAX arrays it closes over are passed to the compiled code as arguments, not baked
+into it. A new non-array value in the closure (a Python scalar, a NumPy array, a host callback
+created afresh) is a new program and compiles.
 
 Breakdown (``beta_j <= breakdown_tol * |A|_est``): the Krylov space is an invariant subspace, so
 its Ritz values are exact eigenvalues. The solver records it (``breakdown``, ``num_breakdowns``),
@@ -44,9 +43,19 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ssl_geometry._src.checks import check_choice, check_finite, check_int, check_positive
-from ssl_geometry._src.linalg.lanczos_core import (LanczosState, advance, capacity, coefficients,
-                                                   ensure_capacity, gap_error_bounds, lanczos_init, ritz_batch,
-                                                   round_rows, scaled_norm, to_host)
+from ssl_geometry._src.linalg.lanczos_core import (
+    LanczosState,
+    advance,
+    capacity,
+    coefficients,
+    ensure_capacity,
+    gap_error_bounds,
+    lanczos_init,
+    ritz_batch,
+    round_rows,
+    scaled_norm,
+    to_host,
+)
 from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec
 
 __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalues"]
@@ -212,7 +221,7 @@ def _check_symmetry(state: LanczosState, sym_tol, j, name) -> float:
 def _ritz_vectors(mv, state, S, smallest, largest, k, args, dtype):
     """Unit Ritz vectors ``(B, k, n)`` of both ends and their true residuals ``(B, k)`` (``2k`` products)."""
     rows, m = state.Q.shape[0], S.shape[1]
-    pad = lambda C: np.pad(C, ((0, 0), (0, rows - m), (0, 0)))  # noqa: E731  rows >= m: basis rows past the run get 0
+    pad = lambda C: np.pad(C, ((0, 0), (0, rows - m), (0, 0)))  # rows >= m: basis rows past the run get 0
     Ys, Yl = _combine(state.Q, jnp.asarray(pad(S[:, :, :k]), dtype), jnp.asarray(pad(S[:, :, ::-1][:, :, :k]), dtype))
     tr_s = _true_residuals(mv, Ys, jnp.asarray(smallest.T, dtype), args)
     tr_l = _true_residuals(mv, Yl, jnp.asarray(largest.T, dtype), args)
@@ -402,7 +411,7 @@ def extreme_eigenvalues(
                        return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
                        name="matvec", single=True, error_bound=error_bound, device_loop=device_loop,
                        which=which)
-    squeeze = lambda a: None if a is None else a[0]  # noqa: E731  the one block of a single operator
+    squeeze = lambda a: None if a is None else a[0]  # the one block of a single operator
     fields = ("smallest", "largest", "smallest_residuals", "largest_residuals", "smallest_vectors", "largest_vectors",
               "smallest_true_residuals", "largest_true_residuals", "smallest_error_bounds", "largest_error_bounds",
               "ritz_values")

@@ -20,6 +20,7 @@ products, and a run costs its products plus ``4 (j + 1) B n`` multiply-adds of r
 Norms are taken of ``w / max|w|`` (:func:`scaled_norm`), so a finite operator of any norm the
 dtype holds (``|A| = 1e30`` in float32) cannot overflow them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,20 +35,20 @@ from jaxtyping import Array
 
 __all__: list[str] = []
 
-BLOCK = 8             # rows of the basis visited per reorthogonalisation block
+BLOCK = 8  # rows of the basis visited per reorthogonalisation block
 _DENSE_RITZ_MAX = 48  # up to this many steps the Ritz problem is one batched dense eigh
 _HI = lax.Precision.HIGHEST  # reorthogonalisation must not run in TF32/bf16 on accelerators
-_DGKS = 2 ** -0.5     # a second Gram-Schmidt pass when the first keeps less than this fraction of |w|
+_DGKS = 2**-0.5  # a second Gram-Schmidt pass when the first keeps less than this fraction of |w|
 
 
 class LanczosState(NamedTuple):
-    Q: Array            # (rows, B, n) Lanczos vectors (rows a multiple of BLOCK, grown on demand); unused rows zero
-    alpha: Array        # (m, B) diagonal of T
-    beta: Array         # (m, B) off-diagonal of T (0 where a breakdown restarted)
-    resid: Array        # (m, B) |w_j| after reorthogonalisation (the true beta, kept at breakdowns)
-    broke: Array        # (m, B) bool: breakdown at step j
-    anorm: Array        # (B,) running estimate of |A| (max sqrt(alpha^2 + beta^2 + beta_prev^2))
-    asym: Array         # (B,) max_j |q_{j-1}^T A q_j - beta_{j-1}| / anorm (symmetry defect)
+    Q: Array  # (rows, B, n) Lanczos vectors (rows a multiple of BLOCK, grown on demand); unused rows zero
+    alpha: Array  # (m, B) diagonal of T
+    beta: Array  # (m, B) off-diagonal of T (0 where a breakdown restarted)
+    resid: Array  # (m, B) |w_j| after reorthogonalisation (the true beta, kept at breakdowns)
+    broke: Array  # (m, B) bool: breakdown at step j
+    anorm: Array  # (B,) running estimate of |A| (max sqrt(alpha^2 + beta^2 + beta_prev^2))
+    asym: Array  # (B,) max_j |q_{j-1}^T A q_j - beta_{j-1}| / anorm (symmetry defect)
     bad_product: Array  # (B,) bool: the matvec returned a non-finite value at some step
     second_passes: Array  # () int: steps that needed the second Gram-Schmidt pass
 
@@ -78,6 +79,7 @@ def _gram_schmidt(w, Q, j):
     filled part, not with the capacity. Each block is contracted batch-first (``(B, BLOCK, n)``),
     the layout the CPU and GPU matrix-vector kernels take without a transposed copy.
     """
+
     def body(c, acc):
         Qc = jnp.swapaxes(lax.dynamic_slice_in_dim(Q, c * BLOCK, BLOCK, axis=0), 0, 1)
         coef = jnp.einsum("bmn,bn->bm", Qc, w, precision=_HI)
@@ -130,7 +132,7 @@ def _recurrence(Q, st: LanczosState, w, j, key, breakdown_tol, gram_schmidt=_gra
 
     q_next = lax.cond(jnp.any(broke), restart, lambda _: w / b[:, None], None)
     new = LanczosState(
-        Q=None,
+        Q=None,  # type: ignore[arg-type]  # the state without its basis (Q travels beside it)
         alpha=st.alpha.at[j].set(alpha),
         beta=st.beta.at[j].set(jnp.where(broke, 0, b)),
         resid=st.resid.at[j].set(b),
@@ -157,8 +159,18 @@ def _steps(batched_matvec, state: LanczosState, q, start, stop, key, breakdown_t
     return lax.fori_loop(start, stop, body, (state, q))
 
 
-def advance(batched_matvec, state: LanczosState, q, start: int, stop: int, key, breakdown_tol, args, *,
-            device_loop: bool | None = None):
+def advance(
+    batched_matvec,
+    state: LanczosState,
+    q,
+    start: int,
+    stop: int,
+    key,
+    breakdown_tol,
+    args,
+    *,
+    device_loop: bool | None = None,
+):
     """Lanczos steps ``start <= j < stop``: ``(state, q_stop)``. Dispatches only; nothing waits here.
 
     On an accelerator the steps run as one device loop (:func:`_steps`): a per-step dispatch from the
@@ -175,11 +187,19 @@ def advance(batched_matvec, state: LanczosState, q, start: int, stop: int, key, 
     if device_loop is None:
         device_loop = next(iter(state.Q.devices())).platform != "cpu"
     if device_loop:
-        return _steps(batched_matvec, state, q, jnp.asarray(start, jnp.int32), jnp.asarray(stop, jnp.int32), key,
-                      breakdown_tol, args)
+        return _steps(
+            batched_matvec,
+            state,
+            q,
+            jnp.asarray(start, jnp.int32),
+            jnp.asarray(stop, jnp.int32),
+            key,
+            breakdown_tol,
+            args,
+        )
     for j in range(start, stop):
         w = _product(batched_matvec, q, args)
-        small, q = _recurrence_call(state.Q, state._replace(Q=None), w, jnp.asarray(j), key, breakdown_tol)
+        small, q = _recurrence_call(state.Q, state._replace(Q=None), w, jnp.asarray(j), key, breakdown_tol)  # type: ignore[arg-type]  # the state without its basis (Q travels beside it)
         state = small._replace(Q=_set_row(state.Q, j + 1, q))
     return state, q
 
@@ -240,8 +260,17 @@ def lanczos_init(v0, num_steps, dtype, rows):
     q0 = v0 / scaled_norm(v0)[:, None]
     Q = jnp.zeros((rows, B, n), dtype).at[0].set(q0)
     zeros = jnp.zeros((num_steps, B), dtype)
-    state = LanczosState(Q, zeros, zeros, zeros, jnp.zeros((num_steps, B), bool), jnp.zeros((B,), dtype),
-                         jnp.zeros((B,), dtype), jnp.zeros((B,), bool), jnp.zeros((), jnp.int32))
+    state = LanczosState(
+        Q,
+        zeros,
+        zeros,
+        zeros,
+        jnp.zeros((num_steps, B), bool),
+        jnp.zeros((B,), dtype),
+        jnp.zeros((B,), dtype),
+        jnp.zeros((B,), bool),
+        jnp.zeros((), jnp.int32),
+    )
     return state, q0
 
 
@@ -276,7 +305,7 @@ def ritz_batch(alpha, beta, resid, broke):
 
 def to_host(state: LanczosState) -> LanczosState:
     """The state without its basis, every array on the host, fetched in one transfer (a check reads them all)."""
-    return jax.device_get(state._replace(Q=None))
+    return jax.device_get(state._replace(Q=None))  # type: ignore[arg-type]  # the state without its basis (Q travels beside it)
 
 
 def coefficients(state: LanczosState, j: int):
@@ -315,5 +344,5 @@ def gap_error_bounds(theta, est):
     below = np.concatenate([-inf, np.maximum.accumulate(upper[..., :-1], axis=-1)], axis=-1)
     delta = np.minimum(above - theta, theta - below)
     with np.errstate(divide="ignore", invalid="ignore"):
-        quad = np.where(np.isfinite(delta) & (delta > est), est ** 2 / np.where(delta > 0, delta, 1.0), np.inf)
+        quad = np.where(np.isfinite(delta) & (delta > est), est**2 / np.where(delta > 0, delta, 1.0), np.inf)
     return np.minimum(est, quad)

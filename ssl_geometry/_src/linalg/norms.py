@@ -3,6 +3,7 @@
 The Thm 4.1 premises (:mod:`ssl_geometry._src.instrument.thm41`) scale the gradients of the loss by it: the
 head's Jacobian in the representation and in its parameters (millions of them at the paper's widths).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,15 @@ class _GramMatvec:
         return lin_t(lin(v.reshape(self.in_shape)))[0].reshape(-1)  # J^T (J v)
 
 
-def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, tol: float = 1e-6,
-                  max_steps: int = 200, key: Array | None = None) -> float:
+def operator_norm(
+    fn: Callable,
+    x: Array,
+    *,
+    max_dense_entries: int = 1 << 22,
+    tol: float = 1e-6,
+    max_steps: int = 200,
+    key: Array | None = None,
+) -> float:
     """Spectral norm ``|D fn(x)|_2 = sqrt(lambda_max(J^T J))`` of the Jacobian ``J`` of ``fn`` at ``x``.
 
     Dense (``jax.jacfwd`` then the largest singular value) when ``J`` has at most ``max_dense_entries``
@@ -66,18 +74,30 @@ def operator_norm(fn: Callable, x: Array, *, max_dense_entries: int = 1 << 22, t
         J = np.asarray(jax.jacfwd(lambda v: jnp.ravel(fn(v.reshape(x.shape))))(x.reshape(-1)))
         check_finite(J, "Jacobian in operator_norm")
         return float(np.linalg.norm(J, 2)) if J.size else 0.0
-    _, lin = linearize(fn, x, remember=False)
+    _, lin = linearize(fn, x)
     side, dim = ("out", out_size) if out_size < x.size else ("in", int(x.size))
     mv = _GramMatvec(tuple(x.shape), tuple(out_info.shape), side)
-    res = extreme_eigenvalues(mv, dim, k=1, num_steps=min(max_steps, dim), tol=tol, error_bound="gap",
-                              key=jax.random.PRNGKey(0) if key is None else key, args=(lin,), dtype=x.dtype,
-                              check_every=4, which="largest")
+    res = extreme_eigenvalues(
+        mv,
+        dim,
+        k=1,
+        num_steps=min(max_steps, dim),
+        tol=tol,
+        error_bound="gap",
+        key=jax.random.PRNGKey(0) if key is None else key,
+        args=(lin,),
+        dtype=x.dtype,
+        check_every=4,
+        which="largest",
+    )
     lam = float(np.asarray(res.largest)[0])
     if not np.isfinite(lam):
         raise FloatingPointError(f"operator_norm: Lanczos returned a non-finite lambda_max(J^T J) = {lam}.")
     if not res.converged:
         bound = float(np.asarray(res.largest_error_bounds)[0])
-        raise RuntimeError(f"operator_norm: Lanczos on the {dim}-dimensional Gram operator did not meet `tol` = "
-                           f"{tol:.1e} in {int(res.num_steps)} steps (`max_steps`): error bound {bound:.3e} against "
-                           f"lambda_max {lam:.6e}.")
+        raise RuntimeError(
+            f"operator_norm: Lanczos on the {dim}-dimensional Gram operator did not meet `tol` = "
+            f"{tol:.1e} in {int(res.num_steps)} steps (`max_steps`): error bound {bound:.3e} against "
+            f"lambda_max {lam:.6e}."
+        )
     return float(np.sqrt(max(lam, 0.0)))

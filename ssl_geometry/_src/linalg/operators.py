@@ -5,6 +5,7 @@ a *batched* matvec ``(B, dim) -> (B, dim)`` internally. :class:`SingleAsBatch` a
 :class:`Vmapped` make one from the other; both are frozen dataclasses, so they hash
 by the wrapped function and can be static arguments of ``jax.jit``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from ssl_geometry._src.linalg.canonical import canonical
+from ssl_geometry._src.linalg.canonical import closure_convert
 
 __all__: list[str] = []
 
@@ -68,29 +69,34 @@ class Vmapped:
 
 
 def prepare_matvec(batched_matvec, v_shape, dtype, args, *, name: str = "matvec", single: bool = False):
-    """``(canon, args')``: the batched matvec keyed by its computation, and the arguments it takes.
+    """``(canon, args')``: the batched matvec closure-converted, and the arguments it takes.
 
-    ``canon(V, *args') == batched_matvec(V, *args)``, where ``canon`` is one object per traced
-    program (``linalg.canonical.canonical``) and ``args' = (consts, leaves)``
+    ``canon(V, *args') == batched_matvec(V, *args)``, where ``canon`` compares equal for every
+    matvec of the same code (``linalg.canonical.closure_convert``) and ``args' = (consts, leaves)``
     holds the arrays the matvec closes over and the leaves of ``args``. Raises ``ValueError``
     unless the matvec returns ``V``'s shape as a float (traced abstractly: no FLOPs). ``single`` reports the shapes of the user's
     single-vector matvec (``(dim,)``) instead of the internal ``(1, dim)``.
     """
     spec = jax.ShapeDtypeStruct(tuple(v_shape), jnp.dtype(dtype))
     try:
-        canon, consts, out = canonical(batched_matvec, spec, *args)
+        canon, consts, out = closure_convert(batched_matvec, spec, *args)
     except (TypeError, ValueError) as err:
         shown = v_shape[1:] if single else v_shape
-        raise ValueError(f"`{name}` failed on an input of shape {shown} ({dtype}) with the given `args`: {err}") from err
+        raise ValueError(
+            f"`{name}` failed on an input of shape {shown} ({dtype}) with the given `args`: {err}"
+        ) from err
     shape = getattr(out, "shape", None)
     if shape != tuple(v_shape):
         got, want = (shape, v_shape)
         if single and shape is not None and len(shape) >= 1:
             got, want = shape[1:], v_shape[1:]
-        raise ValueError(f"`{name}` must return an array of the input's shape {tuple(want)}; got "
-                         f"{got if got is not None else type(out).__name__}.")
-    if not jnp.issubdtype(out.dtype, jnp.floating):
-        raise ValueError(f"`{name}` must return floating-point values; got dtype {out.dtype}.")
+        raise ValueError(
+            f"`{name}` must return an array of the input's shape {tuple(want)}; got "
+            f"{got if got is not None else type(out).__name__}."
+        )
+    out_dtype = getattr(out, "dtype", None)
+    if out_dtype is None or not jnp.issubdtype(out_dtype, jnp.floating):
+        raise ValueError(f"`{name}` must return floating-point values; got dtype {out_dtype}.")
     return _FlatCall(canon), (consts, tuple(jax.tree_util.tree_leaves(args)))
 
 

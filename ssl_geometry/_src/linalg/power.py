@@ -6,6 +6,7 @@ finds the eigenvalue of largest magnitude and does not converge in 20 steps when
 eigenvalues are close. :func:`paper_power_iteration` is ``get_min_eigenvalue_hvp`` of the
 authors' ``hessian_tracker.py`` (commit 117231d) step for step, float32 by default.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,8 +50,8 @@ class PowerIterationResult(NamedTuple):
 def _power_pair(matvec, steps, v0, u0, args):
     dtype = v0.dtype
     floor = jnp.asarray(NORM_FLOOR, dtype)
-    A = lambda v: matvec(v[None], *args)[0].astype(dtype)  # noqa: E731
-    unit = lambda v: v / (jnp.linalg.norm(v) + floor)      # noqa: E731  (torch.norm(v) + 1e-8)
+    A = lambda v: matvec(v[None], *args)[0].astype(dtype)
+    unit = lambda v: v / (jnp.linalg.norm(v) + floor)  # (torch.norm(v) + 1e-8)
 
     def power(op, v):
         return lax.fori_loop(0, steps, lambda _, v: unit(op(v)), unit(v))
@@ -61,9 +62,17 @@ def _power_pair(matvec, steps, v0, u0, args):
     return lam_max, jnp.sum(u * A(u))
 
 
-def paper_power_iteration(matvec: Callable, dim: int, *, steps: int = 20, key=None, args: Sequence = (),
-                          dtype=jnp.float32, v0: Float[Array | np.ndarray, " dim"] | None = None,
-                          u0: Float[Array | np.ndarray, " dim"] | None = None) -> PowerIterationResult:
+def paper_power_iteration(
+    matvec: Callable,
+    dim: int,
+    *,
+    steps: int = 20,
+    key=None,
+    args: Sequence = (),
+    dtype=jnp.float32,
+    v0: Float[Array | np.ndarray, " dim"] | None = None,
+    u0: Float[Array | np.ndarray, " dim"] | None = None,
+) -> PowerIterationResult:
     """The paper's "20-step shifted power iteration" for ``lambda_min`` (the baseline), as the authors run it.
 
     ``get_min_eigenvalue_hvp`` in the authors' ``hessian_tracker.py``, step for step, with

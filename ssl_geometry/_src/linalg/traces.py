@@ -5,6 +5,7 @@
 * :func:`hutchinson_trace`, :func:`hutchpp_trace` -- Hutchinson (1989) and Hutch++
   (Meyer, Musco, Musco & Woodruff 2021).
 """
+
 from __future__ import annotations
 
 import functools
@@ -104,8 +105,9 @@ def _quad_forms(batched_matvec, Z, args):
     return jnp.sum(Z * batched_matvec(Z, *args).astype(Z.dtype), axis=-1)
 
 
-def hutchinson_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, args: Sequence = (),
-                     dtype=None) -> Float[Array, ""]:
+def hutchinson_trace(
+    matvec: Callable, dim: int, *, num_matvecs: int, key=None, args: Sequence = (), dtype=None
+) -> Float[Array, ""]:
     """Hutchinson's trace estimator ``tr(A) ~ (1/m) sum_i z_i^T A z_i``, Rademacher ``z_i``.
 
     Unbiased, variance ``2 (|A|_F^2 - sum_i A_ii^2) / m`` (Hutchinson 1989).
@@ -127,18 +129,19 @@ def hutchinson_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, 
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _hutchpp(batched_matvec, S, G, args):
-    AS = batched_matvec(S, *args).astype(S.dtype)          # (s, n): m/3 matvecs
-    Q, _ = jnp.linalg.qr(AS.T)                             # (n, s) orthonormal basis of range(A S)
-    AQ = batched_matvec(Q.T, *args).astype(S.dtype)        # m/3 matvecs
-    t_low = jnp.sum(Q.T * AQ)                              # tr(Q^T A Q)
-    Gp = G - (G @ Q) @ Q.T                                 # (I - Q Q^T) G, rows
-    AGp = batched_matvec(Gp, *args).astype(S.dtype)        # m/3 matvecs
+    AS = batched_matvec(S, *args).astype(S.dtype)  # (s, n): m/3 matvecs
+    Q, _ = jnp.linalg.qr(AS.T)  # (n, s) orthonormal basis of range(A S)
+    AQ = batched_matvec(Q.T, *args).astype(S.dtype)  # m/3 matvecs
+    t_low = jnp.sum(Q.T * AQ)  # tr(Q^T A Q)
+    Gp = G - (G @ Q) @ Q.T  # (I - Q Q^T) G, rows
+    AGp = batched_matvec(Gp, *args).astype(S.dtype)  # m/3 matvecs
     t_rest = jnp.sum(Gp * AGp) / G.shape[0]
     return t_low + t_rest
 
 
-def hutchpp_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, args: Sequence = (),
-                  dtype=None) -> Float[Array, ""]:
+def hutchpp_trace(
+    matvec: Callable, dim: int, *, num_matvecs: int, key=None, args: Sequence = (), dtype=None
+) -> Float[Array, ""]:
     """Hutch++ trace estimator (Meyer, Musco, Musco & Woodruff, SOSA 2021, Alg. 1).
 
     With ``s = num_matvecs // 3``: ``Q = orth(A S)`` for a Rademacher ``S`` (n x s),
@@ -158,4 +161,3 @@ def hutchpp_trace(matvec: Callable, dim: int, *, num_matvecs: int, key=None, arg
     S = jax.random.rademacher(k1, (s, dim), dtype)
     G = jax.random.rademacher(k2, (s, dim), dtype)
     return _hutchpp(mv, S, G, margs)
-

@@ -10,6 +10,7 @@ and while it is read, so each failure says what it is:
   (a code-execution payload) -> :class:`UnsafeCheckpointError`; nothing in it runs;
 * a readable checkpoint without tensors (``{"epoch": 3}``) -> :class:`CheckpointLayoutError`.
 """
+
 import io
 import os
 import pathlib
@@ -20,8 +21,12 @@ from typing import NamedTuple
 from ssl_geometry._src.checks import check_choice
 
 __all__ = [
-    "CHECKPOINTS", "CheckpointInfo", "CheckpointLayoutError", "CorruptCheckpointError",
-    "UnsafeCheckpointError", "load_torch_checkpoint",
+    "CHECKPOINTS",
+    "CheckpointInfo",
+    "CheckpointLayoutError",
+    "CorruptCheckpointError",
+    "UnsafeCheckpointError",
+    "load_torch_checkpoint",
 ]
 
 
@@ -37,18 +42,25 @@ CHECKPOINTS: dict[str, CheckpointInfo] = {
     "dino_vits16": CheckpointInfo(
         "dino_deitsmall16_pretrain_full_checkpoint.pth",
         "https://dl.fbaipublicfiles.com/dino/dino_deitsmall16_pretrain/dino_deitsmall16_pretrain_full_checkpoint.pth",
-        "facebookresearch/dino: main_dino.py, vision_transformer.py"),
+        "facebookresearch/dino: main_dino.py, vision_transformer.py",
+    ),
     "dino_resnet50": CheckpointInfo(
         "dino_resnet50_pretrain_full_checkpoint.pth",
         "https://dl.fbaipublicfiles.com/dino/dino_resnet50_pretrain/dino_resnet50_pretrain_full_checkpoint.pth",
-        "facebookresearch/dino: main_dino.py, vision_transformer.py (DINOHead)"),
+        "facebookresearch/dino: main_dino.py, vision_transformer.py (DINOHead)",
+    ),
     "vicreg_resnet50": CheckpointInfo(
-        "resnet50_fullckpt.pth", "https://dl.fbaipublicfiles.com/vicreg/resnet50_fullckpt.pth",
-        "facebookresearch/vicreg: main_vicreg.py (Projector), resnet.py"),
+        "resnet50_fullckpt.pth",
+        "https://dl.fbaipublicfiles.com/vicreg/resnet50_fullckpt.pth",
+        "facebookresearch/vicreg: main_vicreg.py (Projector), resnet.py",
+    ),
     "barlowtwins_resnet50": CheckpointInfo(
-        "checkpoint.pth", "https://dl.fbaipublicfiles.com/barlowtwins/ljng/checkpoint.pth",
-        "facebookresearch/barlowtwins: main.py (BarlowTwins)"),
+        "checkpoint.pth",
+        "https://dl.fbaipublicfiles.com/barlowtwins/ljng/checkpoint.pth",
+        "facebookresearch/barlowtwins: main.py (BarlowTwins)",
+    ),
 }
+
 
 class UnsafeCheckpointError(RuntimeError):
     """The checkpoint holds pickled objects other than tensors, containers and primitives."""
@@ -67,8 +79,7 @@ _PICKLE_PROTO = 0x80  # the PROTO opcode every pickle of protocol >= 2 (torch's 
 #: Callables a weights-only checkpoint may name (module prefixes): tensor and storage rebuilders,
 #: ordered dicts, DINO's argparse.Namespace of training arguments.
 _SAFE_GLOBAL_MODULES = ("torch", "collections", "argparse")
-_SAFE_GLOBALS_EXACT = {"builtins set", "builtins frozenset", "builtins bytearray", "builtins slice",
-                       "_codecs encode"}
+_SAFE_GLOBALS_EXACT = {"builtins set", "builtins frozenset", "builtins bytearray", "builtins slice", "_codecs encode"}
 
 
 def _resolve_path(path, name: str | None) -> pathlib.Path:
@@ -80,14 +91,17 @@ def _resolve_path(path, name: str | None) -> pathlib.Path:
         if info is not None:
             raise FileNotFoundError(
                 f"Checkpoint file not found: {str(p)!r}. The {name} converter expects the official full "
-                f"checkpoint {info.filename!r}, downloadable from {info.url} (layout: {info.source}).")
+                f"checkpoint {info.filename!r}, downloadable from {info.url} (layout: {info.source})."
+            )
         raise FileNotFoundError(f"Checkpoint file not found: {str(p)!r}.")
     return p
 
 
 def _corrupt(p, what: str) -> CorruptCheckpointError:
-    return CorruptCheckpointError(f"{str(p)!r} is not a readable PyTorch checkpoint ({what}): the file is not "
-                                  "a checkpoint, or it is truncated or corrupted. Download it again.")
+    return CorruptCheckpointError(
+        f"{str(p)!r} is not a readable PyTorch checkpoint ({what}): the file is not "
+        "a checkpoint, or it is truncated or corrupted. Download it again."
+    )
 
 
 def _check_header(p: pathlib.Path) -> bytes:
@@ -118,18 +132,18 @@ def _unsafe_globals(data: bytes) -> list[str]:
     Reads the opcodes with :func:`pickletools.genops`: ``GLOBAL`` carries ``"module name"``;
     ``STACK_GLOBAL`` takes the two strings pushed before it. Raises ``ValueError`` for a damaged stream.
     """
-    found, strings = [], []
+    found: list[str] = []
+    strings: list[str] = []
     for op, arg, _ in pickletools.genops(io.BytesIO(data)):
         if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
-            strings.append(arg)
+            strings.append(str(arg))
         elif op.name in ("GLOBAL", "INST"):
-            found.append(arg)
+            found.append(str(arg))
         elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
             found.append(f"{strings[-2]} {strings[-1]}")
         elif op.name == "STOP":
             break
-    return [g for g in found
-            if not (g.split(" ")[0].split(".")[0] in _SAFE_GLOBAL_MODULES or g in _SAFE_GLOBALS_EXACT)]
+    return [g for g in found if not (g.split(" ")[0].split(".")[0] in _SAFE_GLOBAL_MODULES or g in _SAFE_GLOBALS_EXACT)]
 
 
 def _classify_unpickling_error(p, head: bytes, err: Exception) -> Exception:
@@ -146,7 +160,8 @@ def _classify_unpickling_error(p, head: bytes, err: Exception) -> Exception:
         return UnsafeCheckpointError(
             f"Refusing to load {str(p)!r}: it contains pickled objects other than tensors and plain "
             f"containers, which could execute code when unpickled ({names}). Only weights-only "
-            "checkpoints are accepted.")
+            "checkpoints are accepted."
+        )
     return _corrupt(p, f"the weights-only unpickler cannot read it: {lines[0] if lines else type(err).__name__}")
 
 
@@ -204,6 +219,7 @@ def load_torch_checkpoint(path, *, name: str | None = None) -> dict:
     out = _tensors_only(obj, torch)
     if not out:
         keys = f" (top-level keys {sorted(map(str, obj))[:10]})" if isinstance(obj, dict) else ""
-        raise CheckpointLayoutError(f"{str(p)!r} holds no tensors: a {type(obj).__name__}{keys}, "
-                                    "not a model checkpoint.")
+        raise CheckpointLayoutError(
+            f"{str(p)!r} holds no tensors: a {type(obj).__name__}{keys}, not a model checkpoint."
+        )
     return out

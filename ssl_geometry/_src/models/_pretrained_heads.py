@@ -3,6 +3,7 @@
 Part of :mod:`ssl_geometry.pretrained` (re-exported there). Each ``apply`` checks the
 variables' shapes against the head (a ``ValueError`` names the leaf and both shapes).
 """
+
 import math
 
 import jax
@@ -20,8 +21,16 @@ __all__ = ["barlowtwins_projector", "dino_head", "vicreg_projector"]
 L2_NORMALIZE = _act.Activation("l2_normalize", lambda h: _ops.l2_normalize(h, 1e-12), "c2")
 
 
-def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048, bottleneck_dim: int = 256,
-              nlayers: int = 3, use_bn: bool = False, dtype=jnp.float32) -> Model:
+def dino_head(
+    in_dim: int = 384,
+    out_dim: int = 65536,
+    *,
+    hidden_dim: int = 2048,
+    bottleneck_dim: int = 256,
+    nlayers: int = 3,
+    use_bn: bool = False,
+    dtype=jnp.float32,
+) -> Model:
     """DINO projection head (``facebookresearch/dino`` ``vision_transformer.py`` ``DINOHead``).
 
     ``u = W_last^T n(m(z))`` with ``m`` the MLP ``in_dim -> hidden_dim (x nlayers-1) -> bottleneck_dim``
@@ -34,8 +43,15 @@ def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048
     """
     if nlayers < 1:
         raise ValueError(f"`nlayers` must be >= 1; got {nlayers!r}.")
-    mlp = _heads.mlp(in_dim, (hidden_dim,) * (nlayers - 1), bottleneck_dim, activation="gelu", batch_norm=use_bn,
-                     bias=True, dtype=dtype)
+    mlp = _heads.mlp(
+        in_dim,
+        (hidden_dim,) * (nlayers - 1),
+        bottleneck_dim,
+        activation="gelu",
+        batch_norm=use_bn,
+        bias=True,
+        dtype=dtype,
+    )
     name = f"dino_head({in_dim}->{hidden_dim}x{nlayers - 1}->{bottleneck_dim}->norm->wn {out_dim}, bn={use_bn})"
 
     def init(key):
@@ -48,8 +64,9 @@ def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048
         return out
 
     def apply(variables, z, *, train: bool = False):
-        _heads.check_shapes(variables, {"params/last_layer/v": (bottleneck_dim, out_dim),
-                                        "params/last_layer/g": (out_dim,)}, name)
+        _heads.check_shapes(
+            variables, {"params/last_layer/v": (bottleneck_dim, out_dim), "params/last_layer/g": (out_dim,)}, name
+        )
         mv = {"params": variables["params"]["mlp"]}
         if use_bn:
             mv["batch_stats"] = variables["batch_stats"]["mlp"]
@@ -59,8 +76,14 @@ def dino_head(in_dim: int = 384, out_dim: int = 65536, *, hidden_dim: int = 2048
         u = _ops.l2_normalize(h, 1e-12) @ w
         return u, ({"batch_stats": {"mlp": st["batch_stats"]}} if use_bn else {})
 
-    return Model(init=init, apply=apply, in_shape=(in_dim,), out_dim=out_dim, name=name,
-                 activations=mlp.activations + (L2_NORMALIZE,))
+    return Model(
+        init=init,
+        apply=apply,
+        in_shape=(in_dim,),
+        out_dim=out_dim,
+        name=name,
+        activations=(*(mlp.activations or ()), L2_NORMALIZE),
+    )
 
 
 def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Model:
@@ -78,11 +101,17 @@ def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Mod
     n = len(dims) - 1
     name = f"vicreg_projector({'-'.join(map(str, dims))})"
     relu = _act.ACTIVATIONS["relu"]
-    want = {f"params/layers[{i}]/w": (dims[i], dims[i + 1]) for i in range(n)}
+    want: dict[str, tuple[int, ...]] = {f"params/layers[{i}]/w": (dims[i], dims[i + 1]) for i in range(n)}
     want.update({f"params/layers[{i}]/b": (dims[i + 1],) for i in range(n - 1)})
     for j, d in enumerate(dims[1:-1]):
-        want.update({f"params/bn[{j}]/scale": (d,), f"params/bn[{j}]/bias": (d,),
-                     f"batch_stats/bn[{j}]/mean": (d,), f"batch_stats/bn[{j}]/var": (d,)})
+        want.update(
+            {
+                f"params/bn[{j}]/scale": (d,),
+                f"params/bn[{j}]/bias": (d,),
+                f"batch_stats/bn[{j}]/mean": (d,),
+                f"batch_stats/bn[{j}]/var": (d,),
+            }
+        )
 
     def init(key):
         keys = jax.random.split(key, n)
@@ -97,7 +126,9 @@ def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Mod
         out = {"params": {"layers": layers}}
         if n > 1:
             out["params"]["bn"] = [{"scale": jnp.ones((d,), dtype), "bias": jnp.zeros((d,), dtype)} for d in dims[1:-1]]
-            out["batch_stats"] = {"bn": [{"mean": jnp.zeros((d,), dtype), "var": jnp.ones((d,), dtype)} for d in dims[1:-1]]}
+            out["batch_stats"] = {
+                "bn": [{"mean": jnp.zeros((d,), dtype), "var": jnp.ones((d,), dtype)} for d in dims[1:-1]]
+            }
         return out
 
     def apply(variables, z, *, train: bool = False):
@@ -113,13 +144,16 @@ def vicreg_projector(dims=(2048, 8192, 8192, 8192), *, dtype=jnp.float32) -> Mod
                 h = h + layer["b"]
             if i < n - 1:
                 s = variables["batch_stats"]["bn"][i]
-                h, (m, v) = _heads.batchnorm(h, p["bn"][i]["scale"], p["bn"][i]["bias"], s["mean"], s["var"], train=train)
+                h, (m, v) = _heads.batchnorm(
+                    h, p["bn"][i]["scale"], p["bn"][i]["bias"], s["mean"], s["var"], train=train
+                )
                 stats.append({"mean": m, "var": v})
                 h = relu.fn(h)
         return h, ({"batch_stats": {"bn": stats}} if n > 1 else {})
 
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=name,
-                 activations=(relu,) * (n - 1))
+    return Model(
+        init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=name, activations=(relu,) * (n - 1)
+    )
 
 
 def barlowtwins_projector(dims=(2048, 8192, 8192, 8192), *, loss_bn: bool = False, dtype=jnp.float32) -> Model:
@@ -138,21 +172,31 @@ def barlowtwins_projector(dims=(2048, 8192, 8192, 8192), *, loss_bn: bool = Fals
 
     def init(key):
         pv = proj.init(key)
-        return {"params": {"projector": pv["params"]},
-                "batch_stats": {"projector": pv["batch_stats"],
-                                "loss_bn": {"mean": jnp.zeros((k,), dtype), "var": jnp.ones((k,), dtype)}}}
+        return {
+            "params": {"projector": pv["params"]},
+            "batch_stats": {
+                "projector": pv["batch_stats"],
+                "loss_bn": {"mean": jnp.zeros((k,), dtype), "var": jnp.ones((k,), dtype)},
+            },
+        }
 
     def apply(variables, z, *, train: bool = False):
-        _heads.check_shapes(variables, {"batch_stats/loss_bn/mean": (k,), "batch_stats/loss_bn/var": (k,)},
-                            "the Barlow Twins loss BatchNorm")
+        _heads.check_shapes(
+            variables,
+            {"batch_stats/loss_bn/mean": (k,), "batch_stats/loss_bn/var": (k,)},
+            "the Barlow Twins loss BatchNorm",
+        )
         bs = variables["batch_stats"]
         u, st = proj.apply({"params": variables["params"]["projector"], "batch_stats": bs["projector"]}, z, train=train)
         one, zero = jnp.ones((k,), u.dtype), jnp.zeros((k,), u.dtype)
         u, (m, v) = _heads.batchnorm(u, one, zero, bs["loss_bn"]["mean"], bs["loss_bn"]["var"], train=train)
         return u, {"batch_stats": {"projector": st["batch_stats"], "loss_bn": {"mean": m, "var": v}}}
 
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=k,
-                 name=f"barlowtwins_projector({'-'.join(map(str, dims))}) + BN(affine=False)",
-                 activations=proj.activations)
-
-
+    return Model(
+        init=init,
+        apply=apply,
+        in_shape=(dims[0],),
+        out_dim=k,
+        name=f"barlowtwins_projector({'-'.join(map(str, dims))}) + BN(affine=False)",
+        activations=proj.activations,
+    )

@@ -5,6 +5,7 @@ Part of :mod:`ssl_geometry.backbones` (re-exported there): the DINO / timm
 bicubic position-embedding resize of PyTorch's ``F.interpolate`` (``align_corners=False``,
 ``A = -0.75``) that DINO uses for other input sizes.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,15 @@ import numpy as np
 
 Dtype = Any
 
-__all__ = ["Attention", "Block", "MlpBlock", "PatchEmbed", "VisionTransformer", "bicubic_resize_matrix",
-           "interpolate_pos_embed"]
+__all__ = [
+    "Attention",
+    "Block",
+    "MlpBlock",
+    "PatchEmbed",
+    "VisionTransformer",
+    "bicubic_resize_matrix",
+    "interpolate_pos_embed",
+]
 
 
 def _cubic_weights(t: np.ndarray, a: float = -0.75) -> np.ndarray:
@@ -85,9 +93,16 @@ class PatchEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x = nn.Conv(self.dim, (self.patch, self.patch), strides=(self.patch, self.patch), padding="VALID",
-                    dtype=self.dtype, param_dtype=self.param_dtype,
-                    kernel_init=nn.initializers.truncated_normal(0.02), name="proj")(x)
+        x = nn.Conv(
+            self.dim,
+            (self.patch, self.patch),
+            strides=(self.patch, self.patch),
+            padding="VALID",
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=nn.initializers.truncated_normal(0.02),
+            name="proj",
+        )(x)
         return x.reshape(x.shape[0], -1, self.dim)
 
 
@@ -103,8 +118,9 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(self, x):
         b, n, c = x.shape
-        dense = partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype,
-                        kernel_init=nn.initializers.truncated_normal(0.02))
+        dense = partial(
+            nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=nn.initializers.truncated_normal(0.02)
+        )
         qkv = dense(3 * c, use_bias=self.qkv_bias, name="qkv")(x)
         qkv = qkv.reshape(b, n, 3, self.heads, c // self.heads).transpose(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
@@ -123,8 +139,9 @@ class MlpBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        dense = partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype,
-                        kernel_init=nn.initializers.truncated_normal(0.02))
+        dense = partial(
+            nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=nn.initializers.truncated_normal(0.02)
+        )
         return dense(self.dim, name="fc2")(jax.nn.gelu(dense(self.hidden, name="fc1")(x), approximate=False))
 
 
@@ -143,9 +160,11 @@ class Block(nn.Module):
     def __call__(self, x):
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
         x = x + Attention(self.dim, self.heads, self.qkv_bias, name="attn", **kw)(
-            nn.LayerNorm(self.eps, name="norm1", **kw)(x))
+            nn.LayerNorm(self.eps, name="norm1", **kw)(x)
+        )
         return x + MlpBlock(self.dim, int(self.dim * self.mlp_ratio), name="mlp", **kw)(
-            nn.LayerNorm(self.eps, name="norm2", **kw)(x))
+            nn.LayerNorm(self.eps, name="norm2", **kw)(x)
+        )
 
 
 class VisionTransformer(nn.Module):
@@ -175,7 +194,9 @@ class VisionTransformer(nn.Module):
         tokens = jnp.concatenate([jnp.broadcast_to(cls.astype(self.dtype), (b, 1, self.dim)), tokens], axis=1)
         tokens = tokens + interpolate_pos_embed(pos, h // self.patch, w // self.patch).astype(self.dtype)
         for i in range(self.depth):
-            tokens = Block(self.dim, self.heads, self.mlp_ratio, self.qkv_bias, self.eps, name=f"blocks_{i}", **kw)(tokens)
+            tokens = Block(self.dim, self.heads, self.mlp_ratio, self.qkv_bias, self.eps, name=f"blocks_{i}", **kw)(
+                tokens
+            )
         tokens = nn.LayerNorm(self.eps, name="norm", **kw)(tokens)
         return tokens[:, 0]
 

@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.activations`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,17 @@ from ssl_geometry._src.checks import check_choice
 from ssl_geometry._src.ops import ArrayIn
 
 __all__ = [
-    "ACTIVATIONS", "AFFINE_ACTIVATIONS", "Activation", "C2_ACTIVATIONS", "NON_C2_ACTIVATIONS",
-    "PIECEWISE_LINEAR", "SMOOTHNESS", "UNKNOWN", "get", "lookup", "smoothness",
+    "ACTIVATIONS",
+    "AFFINE_ACTIVATIONS",
+    "Activation",
+    "C2_ACTIVATIONS",
+    "NON_C2_ACTIVATIONS",
+    "PIECEWISE_LINEAR",
+    "SMOOTHNESS",
+    "UNKNOWN",
+    "get",
+    "lookup",
+    "smoothness",
 ]
 
 #: The smoothness classes, each with what it means for a head built from it (``M`` is the
@@ -24,7 +34,7 @@ __all__ = [
 SMOOTHNESS: dict[str, str] = {
     "affine": "sigma'' = 0 everywhere: an affine head, M = 0 exactly (H_eff = G)",
     "piecewise_linear": "sigma'' = 0 away from finitely many kinks, where sigma' jumps: not C^1 there, "
-                        "M = 0 almost everywhere",
+    "M = 0 almost everywhere",
     "c1": "sigma' continuous, sigma'' jumps at finitely many points: C^1 but not C^2, M != 0",
     "c2": "twice continuously differentiable and not affine: M != 0 generically",
 }
@@ -58,9 +68,14 @@ class Activation:
         check_choice(self.smoothness, f"smoothness of activation {self.name!r}", [*SMOOTHNESS, UNKNOWN])
         kinked = self.smoothness in ("piecewise_linear", "c1")
         if kinked != bool(self.kinks):
-            raise ValueError(f"activation {self.name!r} of class {self.smoothness!r} "
-                             + ("needs the points where it is not smooth (`kinks`)." if kinked
-                                else f"has no kinks; got kinks={self.kinks!r}."))
+            raise ValueError(
+                f"activation {self.name!r} of class {self.smoothness!r} "
+                + (
+                    "needs the points where it is not smooth (`kinks`)."
+                    if kinked
+                    else f"has no kinks; got kinks={self.kinks!r}."
+                )
+            )
 
 
 def _identity(x: Float[ArrayIn, "..."]) -> Float[ArrayIn, "..."]:

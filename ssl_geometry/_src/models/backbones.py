@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.backbones`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ssl_geometry._src.checks import check_min_batch, check_rank
 from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models import heads as _heads
-from ssl_geometry._src.checks import check_min_batch, check_rank
 from ssl_geometry._src.models._vit import Attention as Attention
 from ssl_geometry._src.models._vit import Block as Block
 from ssl_geometry._src.models._vit import MlpBlock as MlpBlock
@@ -73,13 +74,17 @@ class BatchNorm(nn.Module):
         if train:
             n = int(np.prod([x.shape[a] for a in axes]))
             if n < 2:
-                raise ValueError(f"BatchNorm in train mode needs at least 2 values per channel; got input shape {x.shape}.")
+                raise ValueError(
+                    f"BatchNorm in train mode needs at least 2 values per channel; got input shape {x.shape}."
+                )
             mu = jnp.mean(x, axis=axes)
             var = jnp.mean(jnp.square(x - mu), axis=axes)
             if not self.is_initializing():
                 m = self.momentum
                 ra_mean.value = (1 - m) * ra_mean.value + m * jax.lax.stop_gradient(mu).astype(self.param_dtype)
-                ra_var.value = (1 - m) * ra_var.value + m * (jax.lax.stop_gradient(var) * (n / (n - 1))).astype(self.param_dtype)
+                ra_var.value = (1 - m) * ra_var.value + m * (jax.lax.stop_gradient(var) * (n / (n - 1))).astype(
+                    self.param_dtype
+                )
         else:
             mu = ra_mean.value.astype(self.dtype)
             var = ra_var.value.astype(self.dtype)
@@ -88,8 +93,17 @@ class BatchNorm(nn.Module):
 
 
 def _conv(features, kernel, stride, padding, name, dtype, param_dtype):
-    return nn.Conv(features, (kernel, kernel), strides=(stride, stride), padding=((padding, padding),) * 2,
-                   use_bias=False, kernel_init=_conv_init, dtype=dtype, param_dtype=param_dtype, name=name)
+    return nn.Conv(
+        features,
+        (kernel, kernel),
+        strides=(stride, stride),
+        padding=((padding, padding),) * 2,
+        use_bias=False,
+        kernel_init=_conv_init,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        name=name,
+    )
 
 
 # ----------------------------------------------------------------------------- ResNet
@@ -174,8 +188,10 @@ def _check_images(x, in_shape, *, exact: bool, multiple_of: int = 1, min_size: i
     check_rank(x, name, 4)
     h, w, c = x.shape[1:]
     if c != in_shape[-1]:
-        raise ValueError(f"`{name}` must be NHWC images with {in_shape[-1]} channels; got shape {tuple(x.shape)} "
-                         "(channels-first input? transpose to NHWC).")
+        raise ValueError(
+            f"`{name}` must be NHWC images with {in_shape[-1]} channels; got shape {tuple(x.shape)} "
+            "(channels-first input? transpose to NHWC)."
+        )
     if exact and (h, w) != tuple(in_shape[:2]):
         raise ValueError(f"`{name}` must have spatial size {in_shape[0]}x{in_shape[1]}; got {h}x{w}.")
     if h % multiple_of or w % multiple_of:
@@ -227,7 +243,7 @@ def _fast_init(module: nn.Module, init_shape: tuple):
         out, offset = [], 0
         for p, (_, leaf), std in zip(paths, flat, stds):
             if std is not None:
-                out.append((draw[offset:offset + leaf.size] * std).reshape(leaf.shape).astype(leaf.dtype))
+                out.append((draw[offset : offset + leaf.size] * std).reshape(leaf.shape).astype(leaf.dtype))
                 offset += leaf.size
             elif p[-1] in ("scale", "var"):
                 out.append(jnp.ones(leaf.shape, leaf.dtype))
@@ -235,32 +251,47 @@ def _fast_init(module: nn.Module, init_shape: tuple):
                 out.append(jnp.zeros(leaf.shape, leaf.dtype))
         return jax.tree_util.tree_unflatten(treedef, out)
 
-    init.shapes = {"/".join(map(str, p)): tuple(leaf.shape) for p, (_, leaf) in zip(paths, flat)}
+    init.shapes = {  # type: ignore[attr-defined]  # the leaf shapes, an attribute of the jitted function
+        "/".join(map(str, p)): tuple(leaf.shape) for p, (_, leaf) in zip(paths, flat)
+    }
     return init
 
 
 def _leaf_shapes(tree) -> dict:
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {"/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in kp): tuple(jnp.shape(leaf))
-            for kp, leaf in flat}
+    return {
+        "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in kp): tuple(jnp.shape(leaf)) for kp, leaf in flat
+    }
 
 
 def _check_variable_shapes(variables, want: dict, name: str) -> None:
     """Raise ``ValueError`` naming the first leaf whose shape (or presence) differs from the model's."""
     if not isinstance(variables, dict) or "params" not in variables:
-        raise ValueError(f"`variables` must be a dict with a 'params' entry (from `init`); got "
-                         f"{type(variables).__name__}.")
+        raise ValueError(
+            f"`variables` must be a dict with a 'params' entry (from `init`); got {type(variables).__name__}."
+        )
     got = _leaf_shapes(variables)
     for path, shape in want.items():
         if path not in got:
-            raise ValueError(f"`variables` lacks {path} (expected shape {shape}); they belong to a different "
-                             f"model than {name}.")
+            raise ValueError(
+                f"`variables` lacks {path} (expected shape {shape}); they belong to a different model than {name}."
+            )
         if got[path] != shape:
             raise ValueError(f"`variables`: {path} has shape {got[path]}, but {name} expects {shape}.")
 
 
-def _wrap(module: nn.Module, in_shape, out_dim: int, name: str, *, has_bn: bool, exact: bool,
-          multiple_of: int = 1, min_size: int = 1, init_shape=None) -> Model:
+def _wrap(
+    module: nn.Module,
+    in_shape,
+    out_dim: int,
+    name: str,
+    *,
+    has_bn: bool,
+    exact: bool,
+    multiple_of: int = 1,
+    min_size: int = 1,
+    init_shape=None,
+) -> Model:
     # Parameter shapes do not depend on the spatial size for convnets, so init may trace a small image.
     _init = _fast_init(module, tuple(init_shape or in_shape))
 
@@ -282,8 +313,17 @@ def _wrap(module: nn.Module, in_shape, out_dim: int, name: str, *, has_bn: bool,
     return Model(init=init, apply=apply, in_shape=tuple(in_shape), out_dim=out_dim, name=name)
 
 
-def mlp(in_dim: int, hidden: Sequence[int] = (256, 256), out_dim: int = 128, *, activation: str | Callable = "relu",
-        batch_norm: bool = False, bias: bool = True, dtype=jnp.float32, param_dtype=None) -> Model:
+def mlp(
+    in_dim: int,
+    hidden: Sequence[int] = (256, 256),
+    out_dim: int = 128,
+    *,
+    activation: str | Callable = "relu",
+    batch_norm: bool = False,
+    bias: bool = True,
+    dtype=jnp.float32,
+    param_dtype=None,
+) -> Model:
     """Fully connected backbone ``z = A_L(sigma(... sigma(A_1 x)))`` on vectors ``(n, in_dim)``.
 
     The same network as :func:`ssl_geometry.heads.mlp` (PyTorch ``nn.Linear`` initialisation,
@@ -297,8 +337,9 @@ def mlp(in_dim: int, hidden: Sequence[int] = (256, 256), out_dim: int = 128, *, 
       >>> z.shape, state
       ((3, 4), {})
     """
-    m = _heads.mlp(in_dim, hidden, out_dim, activation=activation, batch_norm=batch_norm, bias=bias,
-                   dtype=param_dtype or dtype)
+    m = _heads.mlp(
+        in_dim, hidden, out_dim, activation=activation, batch_norm=batch_norm, bias=bias, dtype=param_dtype or dtype
+    )
     return m._replace(name="backbone " + m.name)
 
 
@@ -316,17 +357,31 @@ class SmallCNN(nn.Module):
         act = _act.get(self.activation)
         x = jnp.asarray(x, self.dtype)
         for i, w in enumerate(self.widths):
-            x = nn.Conv(w, (3, 3), strides=(1, 1) if i == 0 else (2, 2), padding=((1, 1), (1, 1)),
-                        use_bias=not self.batch_norm, dtype=self.dtype, param_dtype=self.param_dtype,
-                        name=f"conv{i + 1}")(x)
+            x = nn.Conv(
+                w,
+                (3, 3),
+                strides=(1, 1) if i == 0 else (2, 2),
+                padding=((1, 1), (1, 1)),
+                use_bias=not self.batch_norm,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                name=f"conv{i + 1}",
+            )(x)
             if self.batch_norm:
                 x = BatchNorm(dtype=self.dtype, param_dtype=self.param_dtype, name=f"bn{i + 1}")(x, train)
             x = act(x)
         return jnp.mean(x, axis=(1, 2))
 
 
-def small_cnn(in_shape: Sequence[int] = (32, 32, 3), widths: Sequence[int] = (32, 64, 128), *,
-              activation: str = "relu", batch_norm: bool = False, dtype=jnp.float32, param_dtype=None) -> Model:
+def small_cnn(
+    in_shape: Sequence[int] = (32, 32, 3),
+    widths: Sequence[int] = (32, 64, 128),
+    *,
+    activation: str = "relu",
+    batch_norm: bool = False,
+    dtype=jnp.float32,
+    param_dtype=None,
+) -> Model:
     """Small CNN for 8x8..32x32 images: ``len(widths)`` 3x3 conv layers + global average pool.
 
     Layer ``i`` is ``sigma([BN](conv3x3_i(x)))`` with stride 1 for the first layer and 2 after;
@@ -353,15 +408,21 @@ def small_cnn(in_shape: Sequence[int] = (32, 32, 3), widths: Sequence[int] = (32
     return model._replace(activations=(act,) * len(widths))
 
 
-def resnet(depth: int = 18, *, cifar_stem: bool = False, image_size: int | None = None, dtype=jnp.float32,
-           param_dtype=None) -> Model:
+def resnet(
+    depth: int = 18, *, cifar_stem: bool = False, image_size: int | None = None, dtype=jnp.float32, param_dtype=None
+) -> Model:
     """torchvision ResNet-18/34/50/101/152 without ``fc`` (``z`` = global average pool of ``layer4``).
 
     ``cifar_stem=True`` replaces the 7x7/2 ``conv1`` + 3x3/2 max-pool by a 3x3/1 ``conv1`` and no pool.
     Any spatial size works (``image_size`` only sets ``in_shape`` and the shape used by ``init``).
     """
-    specs = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)), 50: ("bottleneck", (3, 4, 6, 3)),
-             101: ("bottleneck", (3, 4, 23, 3)), 152: ("bottleneck", (3, 8, 36, 3))}
+    specs = {
+        18: ("basic", (2, 2, 2, 2)),
+        34: ("basic", (3, 4, 6, 3)),
+        50: ("bottleneck", (3, 4, 6, 3)),
+        101: ("bottleneck", (3, 4, 23, 3)),
+        152: ("bottleneck", (3, 8, 36, 3)),
+    }
     if depth not in specs:
         raise ValueError(f"Unknown ResNet depth {depth!r}; expected one of {sorted(specs)}.")
     block, layers = specs[depth]
@@ -369,8 +430,16 @@ def resnet(depth: int = 18, *, cifar_stem: bool = False, image_size: int | None 
     module = ResNet(block, layers, cifar_stem, dtype, param_dtype or dtype)
     out = 512 if block == "basic" else 2048
     name = f"resnet{depth}" + ("_cifar" if cifar_stem else "")
-    return _wrap(module, (size, size, 3), out, name, has_bn=True, exact=False, min_size=1 if cifar_stem else 2,
-                 init_shape=(32, 32, 3))
+    return _wrap(
+        module,
+        (size, size, 3),
+        out,
+        name,
+        has_bn=True,
+        exact=False,
+        min_size=1 if cifar_stem else 2,
+        init_shape=(32, 32, 3),
+    )
 
 
 def resnet18_cifar(*, dtype=jnp.float32, param_dtype=None) -> Model:
@@ -387,9 +456,21 @@ def resnet50(*, image_size: int = 224, dtype=jnp.float32, param_dtype=None) -> M
     return resnet(50, image_size=image_size, dtype=dtype, param_dtype=param_dtype)
 
 
-def vit(*, img_size: int, patch: int, dim: int, depth: int, heads: int, mlp_ratio: float = 4.0,
-        qkv_bias: bool = True, eps: float = 1e-6, in_chans: int = 3, dtype=jnp.float32, param_dtype=None,
-        name: str = "vit") -> Model:
+def vit(
+    *,
+    img_size: int,
+    patch: int,
+    dim: int,
+    depth: int,
+    heads: int,
+    mlp_ratio: float = 4.0,
+    qkv_bias: bool = True,
+    eps: float = 1e-6,
+    in_chans: int = 3,
+    dtype=jnp.float32,
+    param_dtype=None,
+    name: str = "vit",
+) -> Model:
     """Vision Transformer (DINO/timm layout), ``z`` = cls token after the final LayerNorm.
 
     ``tokens = [cls; patch_embed(x)] + pos_embed``; each block is
@@ -401,9 +482,12 @@ def vit(*, img_size: int, patch: int, dim: int, depth: int, heads: int, mlp_rati
         raise ValueError(f"`dim` ({dim}) must be divisible by `heads` ({heads}).")
     if img_size % patch:
         raise ValueError(f"`img_size` ({img_size}) must be a multiple of `patch` ({patch}).")
-    module = VisionTransformer(img_size, patch, dim, depth, heads, mlp_ratio, qkv_bias, eps, dtype, param_dtype or dtype)
-    return _wrap(module, (img_size, img_size, in_chans), dim, name, has_bn=False, exact=False, multiple_of=patch,
-                 min_size=patch)
+    module = VisionTransformer(
+        img_size, patch, dim, depth, heads, mlp_ratio, qkv_bias, eps, dtype, param_dtype or dtype
+    )
+    return _wrap(
+        module, (img_size, img_size, in_chans), dim, name, has_bn=False, exact=False, multiple_of=patch, min_size=patch
+    )
 
 
 def vit_tiny(*, img_size: int = 32, dtype=jnp.float32, param_dtype=None) -> Model:
@@ -411,8 +495,16 @@ def vit_tiny(*, img_size: int = 32, dtype=jnp.float32, param_dtype=None) -> Mode
 
     qkv bias and LayerNorm eps 1e-6 as in DINO's ``vit_tiny``; 1,357,056 parameters.
     """
-    return vit(img_size=img_size, patch=4, dim=192, depth=3, heads=3, dtype=dtype, param_dtype=param_dtype,
-               name="vit_tiny(p4, d192, L3, h3)")
+    return vit(
+        img_size=img_size,
+        patch=4,
+        dim=192,
+        depth=3,
+        heads=3,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        name="vit_tiny(p4, d192, L3, h3)",
+    )
 
 
 def vit_small16(*, img_size: int = 224, dtype=jnp.float32, param_dtype=None) -> Model:
@@ -421,13 +513,26 @@ def vit_small16(*, img_size: int = 224, dtype=jnp.float32, param_dtype=None) -> 
     21,665,664 parameters (position embedding for 224 px, 14x14 + 1 positions); other
     resolutions interpolate the position grid bicubically as DINO does. ``z`` = cls token (384-d).
     """
-    return vit(img_size=img_size, patch=16, dim=384, depth=12, heads=6, dtype=dtype, param_dtype=param_dtype,
-               name="vit_small16 (DINO ViT-S/16)")
+    return vit(
+        img_size=img_size,
+        patch=16,
+        dim=384,
+        depth=12,
+        heads=6,
+        dtype=dtype,
+        param_dtype=param_dtype,
+        name="vit_small16 (DINO ViT-S/16)",
+    )
 
 
 # ----------------------------------------------------------------------------- key mapping
-_LEAF_TO_TORCH = {("params", "kernel"): "weight", ("params", "scale"): "weight", ("params", "bias"): "bias",
-                  ("batch_stats", "mean"): "running_mean", ("batch_stats", "var"): "running_var"}
+_LEAF_TO_TORCH = {
+    ("params", "kernel"): "weight",
+    ("params", "scale"): "weight",
+    ("params", "bias"): "bias",
+    ("batch_stats", "mean"): "running_mean",
+    ("batch_stats", "var"): "running_var",
+}
 
 
 def torch_key(path: Sequence[str]) -> str:

@@ -16,6 +16,7 @@ Because both functions are pure, ``jax.jit``, ``jax.vmap``, ``jax.grad``,
 ``jax.hessian`` and ``jax.jvp`` compose with them directly, in float32 or
 float64 (the dtype of the inputs and parameters decides).
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple

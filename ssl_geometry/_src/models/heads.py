@@ -2,19 +2,20 @@
 
 Implementation of :mod:`ssl_geometry.heads`; the conventions and formulas are in its docstring.
 """
+
 import numbers
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, ScalarLike
 
-from ssl_geometry._src.ops import ArrayIn
-
-from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.checks import check_finite, check_last_dim, check_min_batch, check_positive, check_rank
+from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model
+from ssl_geometry._src.ops import ArrayIn
 
 
 def _torch_linear_init(key, fan_in, fan_out, dtype):
@@ -28,10 +29,11 @@ def _torch_linear_init(key, fan_in, fan_out, dtype):
 def check_batchnorm_hparams(momentum, eps, *, names=("bn_momentum", "bn_eps")) -> None:
     """Raise ``ValueError`` unless ``0 <= momentum <= 1`` and ``eps > 0`` (both finite)."""
     m_name, e_name = names
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"`{m_name}` must be a number in [0, 1] (the running-statistics update weight); "
-                         f"got {momentum!r}.")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (eps > 0 and np.isfinite(eps)):
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= float(momentum) <= 1.0:
+        raise ValueError(
+            f"`{m_name}` must be a number in [0, 1] (the running-statistics update weight); got {momentum!r}."
+        )
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not (float(eps) > 0 and np.isfinite(float(eps))):
         raise ValueError(f"`{e_name}` must be a finite number > 0 (the variance floor); got {eps!r}.")
 
 
@@ -66,7 +68,7 @@ def batchnorm(
     else:
         new_mean, new_var = mean, var
         y = (x - mean) * jax.lax.rsqrt(var + eps)
-    return y * scale + bias, (new_mean, new_var)
+    return jnp.asarray(y * scale + bias), (jnp.asarray(new_mean), jnp.asarray(new_var))  # Arrays also for NumPy inputs
 
 
 def _check_dims(in_dim, hidden, out_dim):
@@ -83,7 +85,7 @@ def _check_dims(in_dim, hidden, out_dim):
 
 def _expected_shapes(dims, bias, bn_layers) -> dict:
     """The shape of every leaf of an :func:`mlp`'s variables, keyed by a readable path."""
-    want = {}
+    want: dict[str, tuple[int, ...]] = {}
     for i in range(len(dims) - 1):
         want[f"params/layers[{i}]/w"] = (dims[i], dims[i + 1])
         if bias:
@@ -103,19 +105,23 @@ def check_shapes(variables, want: dict, model: str, name: str = "variables") -> 
     message. Shapes are static, so this also runs (at trace time) inside ``jit``.
     """
     if not isinstance(variables, dict) or "params" not in variables:
-        raise ValueError(f"`{name}` must be a dict with a 'params' entry (from `init`); "
-                         f"got {type(variables).__name__}.")
+        raise ValueError(
+            f"`{name}` must be a dict with a 'params' entry (from `init`); got {type(variables).__name__}."
+        )
     for path, shape in want.items():
-        node = variables
+        node: Any = variables
         try:
             for part in path.replace("]", "").replace("[", "/").split("/"):
                 node = node[int(part)] if part.isdigit() else node[part]
         except (KeyError, IndexError, TypeError):
-            raise ValueError(f"`{name}` lacks {path} (expected shape {shape}); the variables belong "
-                             f"to a different model than {model}.") from None
+            raise ValueError(
+                f"`{name}` lacks {path} (expected shape {shape}); the variables belong "
+                f"to a different model than {model}."
+            ) from None
         if tuple(jnp.shape(node)) != tuple(shape):
-            raise ValueError(f"`{name}`: {path} has shape {tuple(jnp.shape(node))}, but {model} "
-                             f"expects {tuple(shape)}.")
+            raise ValueError(
+                f"`{name}`: {path} has shape {tuple(jnp.shape(node))}, but {model} expects {tuple(shape)}."
+            )
 
 
 def check_variables(variables, dims, bias, bn_layers, name: str = "variables") -> None:
@@ -146,10 +152,15 @@ def _mlp_init(dims, bias, bn_layers, scale, dtype):
         params = {"layers": layers}
         variables = {"params": params}
         if bn_layers:
-            params["bn"] = [{"scale": jnp.ones((dims[i + 1],), dtype), "bias": jnp.zeros((dims[i + 1],), dtype)}
-                            for i in bn_layers]
-            variables["batch_stats"] = {"bn": [{"mean": jnp.zeros((dims[i + 1],), dtype),
-                                                "var": jnp.ones((dims[i + 1],), dtype)} for i in bn_layers]}
+            params["bn"] = [
+                {"scale": jnp.ones((dims[i + 1],), dtype), "bias": jnp.zeros((dims[i + 1],), dtype)} for i in bn_layers
+            ]
+            variables["batch_stats"] = {
+                "bn": [
+                    {"mean": jnp.zeros((dims[i + 1],), dtype), "var": jnp.ones((dims[i + 1],), dtype)}
+                    for i in bn_layers
+                ]
+            }
         return variables
 
     return init
@@ -175,8 +186,9 @@ def _mlp_apply(dims, bias, bn_layers, act, bn_momentum, bn_eps):
             if i in bn_layers:
                 j = bn_layers.index(i)
                 p, s = params["bn"][j], variables["batch_stats"]["bn"][j]
-                h, (m, v) = batchnorm(h, p["scale"], p["bias"], s["mean"], s["var"], train=train,
-                                      momentum=bn_momentum, eps=bn_eps)
+                h, (m, v) = batchnorm(
+                    h, p["scale"], p["bias"], s["mean"], s["var"], train=train, momentum=bn_momentum, eps=bn_eps
+                )
                 new_stats.append({"mean": m, "var": v})
             if i < n_layers - 1:
                 h = act(h)
@@ -238,16 +250,20 @@ def mlp(
     check_batchnorm_hparams(bn_momentum, bn_eps)
     act = _act.lookup(activation)
     n_layers = len(dims) - 1
-    bn_layers = [i for i in range(n_layers)
-                 if (batch_norm and i < n_layers - 1) or (final_batch_norm and i == n_layers - 1)]
+    bn_layers = [
+        i for i in range(n_layers) if (batch_norm and i < n_layers - 1) or (final_batch_norm and i == n_layers - 1)
+    ]
     init = _mlp_init(dims, bias, bn_layers, scale, dtype)
     apply = _mlp_apply(dims, bias, bn_layers, act.fn, bn_momentum, bn_eps)
     desc = f"mlp({'->'.join(map(str, dims))}, {act.name}, bn={batch_norm}, final_bn={final_batch_norm}, bias={bias})"
-    return Model(init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=desc,
-                 activations=(act,) * (n_layers - 1))
+    return Model(
+        init=init, apply=apply, in_shape=(dims[0],), out_dim=dims[-1], name=desc, activations=(act,) * (n_layers - 1)
+    )
 
 
-def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
+def linear(
+    in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale: ScalarLike = 1.0, dtype=jnp.float32
+) -> Model:
     """Linear head ``h(z) = z @ W (+ b)``; ``W`` has shape ``(in_dim, out_dim)``.
 
     Its Hessian in ``z`` is exactly zero, so the effective Hessian reduces to the
@@ -256,18 +272,42 @@ def linear(in_dim: int, out_dim: int | None = None, *, bias: bool = False, scale
     return mlp(in_dim, (), out_dim, activation="identity", bias=bias, scale=scale, dtype=dtype)
 
 
-def simsiam_projector(in_dim: int = 512, width: int = 2048, *, activation="relu", batch_norm: bool = True,
-                      scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
+def simsiam_projector(
+    in_dim: int = 512,
+    width: int = 2048,
+    *,
+    activation="relu",
+    batch_norm: bool = True,
+    scale: ScalarLike = 1.0,
+    dtype=jnp.float32,
+) -> Model:
     """The paper's SimSiam projector ``in_dim -> width -> width``, bias-free."""
-    return mlp(in_dim, (width,), width, activation=activation, batch_norm=batch_norm,
-               final_batch_norm=batch_norm, bias=False, scale=scale, dtype=dtype)
+    return mlp(
+        in_dim,
+        (width,),
+        width,
+        activation=activation,
+        batch_norm=batch_norm,
+        final_batch_norm=batch_norm,
+        bias=False,
+        scale=scale,
+        dtype=dtype,
+    )
 
 
-def simsiam_predictor(dim: int = 2048, bottleneck: int = 512, *, activation="relu", batch_norm: bool = True,
-                      scale: ScalarLike = 1.0, dtype=jnp.float32) -> Model:
+def simsiam_predictor(
+    dim: int = 2048,
+    bottleneck: int = 512,
+    *,
+    activation="relu",
+    batch_norm: bool = True,
+    scale: ScalarLike = 1.0,
+    dtype=jnp.float32,
+) -> Model:
     """The paper's SimSiam predictor ``dim -> bottleneck -> dim`` (BN on the hidden layer)."""
-    return mlp(dim, (bottleneck,), dim, activation=activation, batch_norm=batch_norm, bias=False,
-               scale=scale, dtype=dtype)
+    return mlp(
+        dim, (bottleneck,), dim, activation=activation, batch_norm=batch_norm, bias=False, scale=scale, dtype=dtype
+    )
 
 
 def scale_weights(variables: dict, alpha: ScalarLike) -> dict:
@@ -316,12 +356,26 @@ def compose(*models: Model) -> Model:
                 new_stats[str(i)] = st["batch_stats"]
         return x, ({"batch_stats": new_stats} if new_stats else {})
 
-    acts = None if any(m.activations is None for m in models) else sum((m.activations for m in models), ())
-    return Model(init=init, apply=apply, in_shape=models[0].in_shape, out_dim=models[-1].out_dim,
-                 name=" -> ".join(m.name for m in models), activations=acts)
+    acts = None if any(m.activations is None for m in models) else sum((m.activations or () for m in models), ())
+    return Model(
+        init=init,
+        apply=apply,
+        in_shape=models[0].in_shape,
+        out_dim=models[-1].out_dim,
+        name=" -> ".join(m.name for m in models),
+        activations=acts,
+    )
 
 
 __all__ = [
-    "batchnorm", "check_batchnorm_hparams", "check_shapes", "check_variables", "compose", "linear", "mlp", "scale_weights",
-    "simsiam_predictor", "simsiam_projector",
+    "batchnorm",
+    "check_batchnorm_hparams",
+    "check_shapes",
+    "check_variables",
+    "compose",
+    "linear",
+    "mlp",
+    "scale_weights",
+    "simsiam_predictor",
+    "simsiam_projector",
 ]

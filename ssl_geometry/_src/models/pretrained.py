@@ -139,7 +139,8 @@ def variables_from_torch(template, state: dict, *, what: str = "backbone", dtype
     ``template`` may hold arrays or ``jax.ShapeDtypeStruct`` (e.g. from ``jax.eval_shape``).
     """
     flat, treedef = jax.tree_util.tree_flatten_with_path(template)
-    used, missing, bad, leaves = set(), [], [], []
+    used, missing, bad = set(), [], []
+    leaves: list = []  # a template leaf's array, None where the state lacks it
     for kp, leaf in flat:
         path = tuple(getattr(k, "key", getattr(k, "name", str(k))) for k in kp)
         key = _bb.torch_key(path)
@@ -195,7 +196,8 @@ def _sequential_mlp(state: dict, prefix: str, *, what: str, bn: bool, stride: in
     if linear_idx != expected:
         raise _layout_error(what, [f"{prefix}{i}.weight" for i in expected if i not in linear_idx],
                             [f"{prefix}{i}.weight" for i in linear_idx if i not in expected])
-    used, layers, bns, stats, dims = set(), [], [], [], []
+    used, layers, bns, stats = set(), [], [], []
+    dims: list[int] = []
     for j, i in enumerate(linear_idx):
         w = np.asarray(sub[f"{i}.weight"])
         used.add(f"{prefix}{i}.weight")
@@ -330,7 +332,8 @@ def convert_dino_vits16(path, *, which: str = "teacher", dtype=jnp.float32) -> P
     backbone, bv = vit_from_torch(bstate, patch=16, heads=6, dtype=dtype)
     head, hv, used, hcfg = _dino_head_from_state(state, what=f"{name} head", dtype=dtype)
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
-    cfg = {"kind": name, "which": which, "img_size": backbone.in_shape[0], "depth": int(len([k for k in bv["params"] if k.startswith("blocks_")])),
+    depth = len([k for k in bv["params"] if k.startswith("blocks_")])
+    cfg = {"kind": name, "which": which, "img_size": backbone.in_shape[0], "depth": depth,
            "dim": backbone.out_dim, "head": hcfg}
     return _pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg, name)
 

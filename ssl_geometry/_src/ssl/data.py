@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry._src.ssl.augment.primitives import resample_matrix
 from ssl_geometry._src.checks import check_choice, check_int, optional_import
+from ssl_geometry._src.ssl.augment.primitives import resample_matrix
 from ssl_geometry._src.ssl.dataset import Dataset
 from ssl_geometry._src.ssl.shapes import make_shapes, to_uint8
 
-
-__all__ = ['BatchIterator', 'DATASETS', 'DataNotFoundError', 'DatasetInfo', 'Position', 'batches', 'epoch_order', 'info', 'load', 'load_tfds', 'make_batches', 'make_digits', 'process_split', 'subset', 'tfds_batches']
+__all__ = ['BatchIterator', 'DATASETS', 'DataNotFoundError', 'DatasetInfo', 'Position', 'batches', 'epoch_order',
+           'info', 'load', 'load_tfds', 'make_batches', 'make_digits', 'process_split', 'subset', 'tfds_batches']
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -112,7 +112,7 @@ class BatchIterator:
         self.steps_per_epoch = steps_per_epoch
         self.description = description
         self._position = self._normalise(position)
-        self._it = None
+        self._it: Iterator[dict] | None = None
 
     def _normalise(self, pos: Position) -> Position:
         spe = self.steps_per_epoch

@@ -1,4 +1,5 @@
 """The in-memory data set type, on its own so that every loader (digits, shapes, tfds) can build one."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.objectives`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import functools
@@ -10,21 +11,39 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ssl_geometry._src.checks import check_choice, check_positive
+from ssl_geometry._src.models.base import Model
+from ssl_geometry._src.ops import l2_normalize
 from ssl_geometry._src.ssl.losses import contrastive as _contrastive
 from ssl_geometry._src.ssl.losses import cosine as _cosine
 from ssl_geometry._src.ssl.losses import distillation as _distillation
 from ssl_geometry._src.ssl.losses import redundancy as _redundancy
-from ssl_geometry._src.checks import check_choice, check_positive
-from ssl_geometry._src.models.base import Model
-from ssl_geometry._src.ops import l2_normalize
 
 Array = jax.Array
 
-__all__ = ["OBJECTIVES", "EMA_METHODS", "PREDICTOR_METHODS", "Objective", "ema_decay", "identity_views",
-           "make_objective"]
+__all__ = [
+    "OBJECTIVES",
+    "EMA_METHODS",
+    "PREDICTOR_METHODS",
+    "Objective",
+    "ema_decay",
+    "identity_views",
+    "make_objective",
+]
 
-OBJECTIVES = ("simsiam", "byol", "simclr", "simclr_one_way", "moco", "moco_v3", "barlow_twins", "vicreg", "dino",
-              "spectral_contrastive", "wmse")
+OBJECTIVES = (
+    "simsiam",
+    "byol",
+    "simclr",
+    "simclr_one_way",
+    "moco",
+    "moco_v3",
+    "barlow_twins",
+    "vicreg",
+    "dino",
+    "spectral_contrastive",
+    "wmse",
+)
 #: Methods that keep an EMA copy of backbone + projector as ``state["target"]``.
 EMA_METHODS = frozenset({"byol", "moco", "moco_v3", "dino"})
 #: Methods whose online branch has a predictor after the projector.
@@ -111,11 +130,13 @@ def _check_args(name, backbone, projector, predictor, temperature, ema, total_st
     if name not in PREDICTOR_METHODS and predictor is not None:
         raise ValueError(f"objective {name!r} has no predictor; pass `predictor=None`.")
     if projector.in_shape != (backbone.out_dim,):
-        raise ValueError(f"`projector` input {projector.in_shape} does not match the backbone output "
-                         f"dimension {backbone.out_dim}.")
+        raise ValueError(
+            f"`projector` input {projector.in_shape} does not match the backbone output dimension {backbone.out_dim}."
+        )
     if predictor is not None and predictor.in_shape != (projector.out_dim,):
-        raise ValueError(f"`predictor` input {predictor.in_shape} does not match the projector output "
-                         f"dimension {projector.out_dim}.")
+        raise ValueError(
+            f"`predictor` input {predictor.in_shape} does not match the projector output dimension {projector.out_dim}."
+        )
     check_positive(temperature, "temperature")
     if not 0.0 <= ema < 1.0:
         raise ValueError(f"`ema` must lie in [0, 1); got {ema!r}.")
@@ -130,7 +151,9 @@ def _method_loss(name, c: dict, z, p, t, state, new_state):
     ``z = (z1, z2)``, predictor outputs ``p``, EMA target outputs ``t`` (or ``None``);
     writes the MoCo queue / DINO centre updates into ``new_state``."""
     (z1, z2), (p1, p2) = z, p
-    t1, t2 = t if t is not None else (None, None)
+    if t is None and name in EMA_METHODS:
+        raise ValueError(f"objective {name!r} reads the EMA target's outputs `t`; got None.")
+    t1, t2 = t if t is not None else (z1, z2)  # (z1, z2): never read by a method without an EMA target
     if name == "simsiam":
         loss = _cosine.simsiam(p1, p2, z1, z2)
     elif name == "byol":
@@ -146,12 +169,18 @@ def _method_loss(name, c: dict, z, p, t, state, new_state):
     elif name == "barlow_twins":
         loss = _redundancy.barlow_twins(z1, z2, lambd=c["barlow_lambda"])
     elif name == "vicreg":
-        loss = _redundancy.vicreg(z1, z2, sim_coeff=c["vicreg_coeffs"][0], std_coeff=c["vicreg_coeffs"][1],
-                             cov_coeff=c["vicreg_coeffs"][2])
+        loss = _redundancy.vicreg(
+            z1, z2, sim_coeff=c["vicreg_coeffs"][0], std_coeff=c["vicreg_coeffs"][1], cov_coeff=c["vicreg_coeffs"][2]
+        )
     elif name == "dino":
         loss, new_state["center"] = _distillation.dino(
-            jnp.stack([z1, z2]), jnp.stack([t1, t2]), state["center"], student_temp=c["dino_temps"][0],
-            teacher_temp=c["dino_temps"][1], center_momentum=c["dino_center_momentum"])
+            jnp.stack([z1, z2]),
+            jnp.stack([t1, t2]),
+            state["center"],
+            student_temp=c["dino_temps"][0],
+            teacher_temp=c["dino_temps"][1],
+            center_momentum=c["dino_center_momentum"],
+        )
     elif name == "spectral_contrastive":
         loss = _contrastive.spectral_contrastive(z1, z2)
     else:  # wmse
@@ -171,16 +200,23 @@ def _init(name, models, queue_size, key):
         # The target starts equal to the online network but as *copies*: a state whose
         # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
         # the same buffer twice"; on several devices the aliased donation crashed XLA).
-        state["target"] = jax.tree_util.tree_map(jnp.copy, {
-            "params": {k: params[k] for k in ("backbone", "projector")},
-            "stats": {k: state[k] for k in ("backbone", "projector")},
-        })
+        state["target"] = jax.tree_util.tree_map(
+            jnp.copy,
+            {
+                "params": {k: params[k] for k in ("backbone", "projector")},
+                "stats": {k: state[k] for k in ("backbone", "projector")},
+            },
+        )
     if name == "moco":
         # drawn in the parameter dtype, so the queue does not depend on jax_enable_x64
         pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype
-        state["queue"] = l2_normalize(jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt))
+        state["queue"] = l2_normalize(
+            jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt)
+        )
     if name == "dino":
-        state["center"] = jnp.zeros((models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype)
+        state["center"] = jnp.zeros(
+            (models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype
+        )
     return params, state
 
 
@@ -227,8 +263,7 @@ def _update_state(uses_target: bool, total_steps: int, ema: float, new_params, s
         return state
     online_p = {k: new_params[k] for k in ("backbone", "projector")}
     new_target = dict(state["target"])
-    new_target["params"] = _cosine.ema_update(state["target"]["params"], online_p,
-                                              ema_decay(step, total_steps, ema))
+    new_target["params"] = _cosine.ema_update(state["target"]["params"], online_p, ema_decay(step, total_steps, ema))
     return {**state, "target": new_target}
 
 
@@ -304,16 +339,25 @@ def make_objective(
       barlow_lambda, vicreg_coeffs, dino_temps, dino_center_momentum: method constants.
     """
     _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size)
-    consts = {"temperature": temperature, "barlow_lambda": barlow_lambda, "vicreg_coeffs": vicreg_coeffs,
-              "dino_temps": dino_temps, "dino_center_momentum": dino_center_momentum}
+    consts = {
+        "temperature": temperature,
+        "barlow_lambda": barlow_lambda,
+        "vicreg_coeffs": vicreg_coeffs,
+        "dino_temps": dino_temps,
+        "dino_center_momentum": dino_center_momentum,
+    }
     models = {"backbone": backbone, "projector": projector}
     if predictor is not None:
         models["predictor"] = predictor
     groups = {k: "backbone" if k == "backbone" else "head" for k in models}
-    return Objective(name=name, init=functools.partial(_init, name, models, queue_size),
-                     loss_fn=functools.partial(_loss_fn, name, consts, models, augment),
-                     update_state=functools.partial(_update_state, name in EMA_METHODS, total_steps, ema),
-                     features=functools.partial(_features, backbone),
-                     embed=functools.partial(_embed, backbone, projector),
-                     project=functools.partial(_project, projector),
-                     groups=groups, feature_dim=backbone.out_dim)
+    return Objective(
+        name=name,
+        init=functools.partial(_init, name, models, queue_size),
+        loss_fn=functools.partial(_loss_fn, name, consts, models, augment),
+        update_state=functools.partial(_update_state, name in EMA_METHODS, total_steps, ema),
+        features=functools.partial(_features, backbone),
+        embed=functools.partial(_embed, backbone, projector),
+        project=functools.partial(_project, projector),
+        groups=groups,
+        feature_dim=backbone.out_dim,
+    )

@@ -7,6 +7,7 @@ re-renders any image from its label and factors, differentiably in the factors, 
 tangents of the true nuisance orbits are available (``jax.jvp`` in a factor).
 Split out of :mod:`ssl_geometry.data`, which re-exports every public name.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,10 +19,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry._src.checks import check_int
-from ssl_geometry._src.ssl.dataset import Dataset
 from ssl_geometry._src.ssl.augment import primitives as _aug
+from ssl_geometry._src.ssl.dataset import Dataset
 
-__all__ = ['SHAPE_NAMES', 'FACTOR_NAMES', 'ShapesConfig', 'render_shape', 'render_shapes', 'shapes_factors', 'to_uint8', 'make_shapes']
+__all__ = [
+    "SHAPE_NAMES",
+    "FACTOR_NAMES",
+    "ShapesConfig",
+    "render_shape",
+    "render_shapes",
+    "shapes_factors",
+    "to_uint8",
+    "make_shapes",
+]
 
 
 SHAPE_NAMES = ("disk", "square", "triangle", "plus", "ring", "ell", "bar", "half_disk")
@@ -68,16 +78,18 @@ def _triangle(x, y, r=0.85):
 
 def _sdf(label, x, y):
     """Signed distance (shape units, radius ~1) of every class; selects ``label``."""
-    sdfs = jnp.stack([
-        _norm2(x, y) - 0.9,
-        _box(x, y, 0.75, 0.75),
-        _triangle(x, y),
-        jnp.minimum(_box(x, y, 0.9, 0.3), _box(x, y, 0.3, 0.9)),
-        jnp.abs(_norm2(x, y) - 0.7) - 0.22,
-        jnp.minimum(_box(x + 0.45, y, 0.3, 0.9), _box(x, y + 0.6, 0.75, 0.3)),
-        _box(x, y, 0.95, 0.35),
-        jnp.maximum(_norm2(x, y + 0.4) - 0.95, -(y + 0.4)),
-    ])
+    sdfs = jnp.stack(
+        [
+            _norm2(x, y) - 0.9,
+            _box(x, y, 0.75, 0.75),
+            _triangle(x, y),
+            jnp.minimum(_box(x, y, 0.9, 0.3), _box(x, y, 0.3, 0.9)),
+            jnp.abs(_norm2(x, y) - 0.7) - 0.22,
+            jnp.minimum(_box(x + 0.45, y, 0.3, 0.9), _box(x, y + 0.6, 0.75, 0.3)),
+            _box(x, y, 0.95, 0.35),
+            jnp.maximum(_norm2(x, y + 0.4) - 0.95, -(y + 0.4)),
+        ]
+    )
     return jnp.take(sdfs, label, axis=0)
 
 
@@ -85,8 +97,9 @@ def _hsv_color(h, s, v):
     return _aug.hsv_to_rgb(jnp.stack([h, jnp.full_like(h, s), jnp.full_like(h, v)], -1))
 
 
-def render_shape(label, factors: dict, image_size: int = 32, *, config: ShapesConfig = ShapesConfig(),
-                 max_blur: float | None = None):
+def render_shape(
+    label, factors: dict, image_size: int = 32, *, config: ShapesConfig = ShapesConfig(), max_blur: float | None = None
+):
     """Render one image (float ``(S, S, 3)`` in ``[0, 1]``) from a label and its factors.
 
     Pixel centres ``p`` in ``[-1, 1]^2`` (x right, y up); shape coordinates
@@ -133,16 +146,16 @@ def render_shapes(labels, factors: dict, image_size: int = 32, *, config: Shapes
     missing = [k for k in FACTOR_NAMES if k not in factors]
     if missing:
         raise ValueError(f"`factors` lacks {missing}; expected the keys {list(FACTOR_NAMES)}.")
-    return _render_batch(jnp.asarray(labels), {k: jnp.asarray(factors[k]) for k in FACTOR_NAMES},
-                         int(image_size), config)
+    return _render_batch(
+        jnp.asarray(labels), {k: jnp.asarray(factors[k]) for k in FACTOR_NAMES}, int(image_size), config
+    )
 
 
-def shapes_factors(num_examples: int, num_classes: int = 8, *, seed: int = 0,
-                   config: ShapesConfig = ShapesConfig()):
+def shapes_factors(num_examples: int, num_classes: int = 8, *, seed: int = 0, config: ShapesConfig = ShapesConfig()):
     """Labels (balanced: ``i mod K``, shuffled) and factors ``{name: float64 (n,)}`` from ``seed``."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x5A4E]))
     labels = rng.permutation(np.arange(num_examples) % num_classes).astype(np.int32)
-    u = lambda lo, hi: rng.uniform(lo, hi, num_examples)  # noqa: E731
+    u = lambda lo, hi: rng.uniform(lo, hi, num_examples)
     factors = {
         "angle": u(*config.angle),
         "scale": u(*config.scale),
@@ -160,8 +173,15 @@ def to_uint8(images) -> np.ndarray:
     return np.asarray(np.clip(np.round(np.asarray(images, np.float64) * 255.0), 0, 255), np.uint8)
 
 
-def make_shapes(num_examples: int = 10_000, *, num_classes: int = 8, image_size: int = 32,
-                seed: int = 0, config: ShapesConfig = ShapesConfig(), chunk: int = 2048):
+def make_shapes(
+    num_examples: int = 10_000,
+    *,
+    num_classes: int = 8,
+    image_size: int = 32,
+    seed: int = 0,
+    config: ShapesConfig = ShapesConfig(),
+    chunk: int = 2048,
+):
     """The procedural ``"shapes"`` set: deterministic in ``seed`` (rendered in float32 on CPU).
 
     Classes are the first ``num_classes`` of :data:`SHAPE_NAMES`, balanced; the

@@ -5,6 +5,7 @@
 and a batch; they keep ``[CLS]`` first, ``[SEP]`` last, at least one content token, and re-pack
 the kept tokens to the left so that the mask stays a right-padded prefix.
 """
+
 from __future__ import annotations
 
 import jax
@@ -36,7 +37,7 @@ def _repack(ids, keep):
     order = jnp.argsort(jnp.logical_not(keep), axis=-1, stable=True)
     new_ids = jnp.take_along_axis(ids, order, axis=-1)
     n_keep = jnp.sum(keep, axis=-1, keepdims=True)
-    new_mask = (jnp.arange(ids.shape[-1])[None] < n_keep)
+    new_mask = jnp.arange(ids.shape[-1])[None] < n_keep
     return Tokens(jnp.where(new_mask, new_ids, PAD_ID).astype(ids.dtype), new_mask.astype(jnp.int32))
 
 
@@ -119,8 +120,16 @@ def local_shuffle(key: Array, tokens: Tokens, window: float) -> Tokens:
     return Tokens(jnp.take_along_axis(ids, order, axis=-1), mask)
 
 
-def augment_tokens(key: Array, tokens: Tokens, *, deletion: float = 0.0, masking: float = 0.0,
-                   span: float = 0.0, crop: float = 1.0, shuffle_window: float = 0.0) -> Tokens:
+def augment_tokens(
+    key: Array,
+    tokens: Tokens,
+    *,
+    deletion: float = 0.0,
+    masking: float = 0.0,
+    span: float = 0.0,
+    crop: float = 1.0,
+    shuffle_window: float = 0.0,
+) -> Tokens:
     """Compose the token augmentations in the order crop -> span deletion -> token deletion
     -> masking -> local shuffle; each is skipped at its neutral value (static Python floats)."""
     k = jax.random.split(key, 5)

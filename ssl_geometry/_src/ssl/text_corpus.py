@@ -1,4 +1,5 @@
 """An offline English corpus: sentences from Python's own documentation (deterministic)."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,7 @@ def _corpus_paragraphs(text: str):
         yield " ".join(line.strip() for line in lines)
 
 
-def python_docs_sentences(n: int | None = None, *, seed: int = 0, min_words: int = 6,
-                          max_words: int = 40) -> list[str]:
+def python_docs_sentences(n: int | None = None, *, seed: int = 0, min_words: int = 6, max_words: int = 40) -> list[str]:
     """English sentences from Python's own documentation, offline and deterministic.
 
     Source: ``pydoc_data.topics.topics`` (standard library; the text of the Python

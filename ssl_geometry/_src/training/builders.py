@@ -11,9 +11,11 @@ Each builder reads one section of the config (fields documented in :func:`ssl_ge
 
 The tables :data:`BACKBONES`, :data:`AUGMENTS` and :data:`DTYPES` list the names the config may use.
 """
+
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -27,8 +29,19 @@ from ssl_geometry._src.ssl.augment import pipelines as _aug
 from ssl_geometry._src.ssl.shapes import ShapesConfig
 from ssl_geometry._src.training.optimizer import make_optimizer
 
-__all__ = ["BACKBONES", "AUGMENTS", "DTYPES", "load_dataset", "load_split", "build_augment", "augment_config",
-           "build_backbone", "build_head", "build_objective", "build_optimizer"]
+__all__ = [
+    "BACKBONES",
+    "AUGMENTS",
+    "DTYPES",
+    "load_dataset",
+    "load_split",
+    "build_augment",
+    "augment_config",
+    "build_backbone",
+    "build_head",
+    "build_objective",
+    "build_optimizer",
+]
 
 BACKBONES = ("mlp", "small_cnn", "resnet18_cifar", "resnet50", "vit_tiny", "vit_small16")
 AUGMENTS = ("none", "crop_flip", "simsiam_cifar", "simclr_cifar", "simclr_imagenet", "simclr_custom")
@@ -38,8 +51,14 @@ DTYPES = {"float32": jnp.float32, "float64": jnp.float64}
 # ----------------------------------------------------------------------------- data
 
 
-def load_dataset(name: str, split: str, *, image_size: int | None = None, num_examples: int | None = None,
-                 data_dir: str | None = None):
+def load_dataset(
+    name: str,
+    split: str,
+    *,
+    image_size: int | None = None,
+    num_examples: int | None = None,
+    data_dir: str | None = None,
+):
     """``(images, labels)`` as NumPy (``uint8`` NHWC, ``int32``) from :func:`ssl_geometry.data.load`.
 
     Embedded sets (``"digits"``, ``"shapes"``) need no download; tfds sets
@@ -68,12 +87,21 @@ def load_split(data, split: str):
     if angle is not None:
         a = math.radians(float(angle))
         kwargs["config"] = ShapesConfig(angle=(-a, a))
-    ds = _data.load(data.name, split, seed=int(data.get("seed", 0)), image_size=int(data.image_size) if data.get("image_size") else None,
-                    data_dir=data.get("data_dir") or None, num_examples=count, **kwargs)
+    ds = _data.load(
+        data.name,
+        split,
+        seed=int(data.get("seed", 0)),
+        image_size=int(data.image_size) if data.get("image_size") else None,
+        data_dir=data.get("data_dir") or None,
+        num_examples=count,
+        **kwargs,
+    )
     if count is not None and ds.num_examples < count:
         field = "num_train" if split == "train" else "num_test"
-        raise ValueError(f"`data.{field}` = {count}, but the {data.name!r} {split!r} split has only "
-                         f"{ds.num_examples} examples; use at most that (0: the whole split).")
+        raise ValueError(
+            f"`data.{field}` = {count}, but the {data.name!r} {split!r} split has only "
+            f"{ds.num_examples} examples; use at most that (0: the whole split)."
+        )
     return ds
 
 
@@ -99,8 +127,9 @@ def build_augment(cfg, image_shape):
         size = int(image_shape[0])
         return lambda key, x: _aug.two_views(key, x, _aug.simsiam_cifar_augment, size=size)
     if image_shape[-1] != 3:
-        raise ValueError(f"augment.name={name!r} needs RGB images; the data set has {image_shape[-1]} channel(s). "
-                         "Use 'crop_flip'.")
+        raise ValueError(
+            f"augment.name={name!r} needs RGB images; the data set has {image_shape[-1]} channel(s). Use 'crop_flip'."
+        )
     if name == "simclr_custom":
         conf = augment_config(cfg)
     else:
@@ -111,11 +140,15 @@ def build_augment(cfg, image_shape):
 def augment_config(cfg) -> _aug.AugmentConfig:
     """The :class:`~ssl_geometry.augment.AugmentConfig` of an ``augment`` section (every field but ``name``;
     lists become tuples). An unknown field raises ``ValueError`` naming it."""
-    fields = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(cfg).items() if k != "name"}
+    fields: dict[str, Any] = {
+        k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in dict(cfg).items() if k != "name"
+    }
     unknown = sorted(set(fields) - set(_aug.AugmentConfig._fields))
     if unknown:
-        raise ValueError(f"`augment` has field(s) {unknown} that AugmentConfig does not define; expected a subset of "
-                         f"{list(_aug.AugmentConfig._fields)}.")
+        raise ValueError(
+            f"`augment` has field(s) {unknown} that AugmentConfig does not define; expected a subset of "
+            f"{list(_aug.AugmentConfig._fields)}."
+        )
     return _aug.AugmentConfig(**fields)
 
 
@@ -140,6 +173,8 @@ def build_head(cfg, in_dim: int, dtype, default_out: int | None = None):
     cfg = dict(cfg)
     hidden = tuple(cfg.pop("hidden", ()))
     out_dim = cfg.pop("out_dim", None) or default_out
+    if out_dim is None:
+        raise ValueError(f"the head section {sorted(cfg)} needs `out_dim` (no default width for this head).")
     return _heads.mlp(in_dim, hidden, int(out_dim), dtype=dtype, **cfg)
 
 
@@ -157,13 +192,24 @@ def build_objective(config, image_shape, total_steps: int) -> _obj.Objective:
     for key in ("vicreg_coeffs", "dino_temps"):
         if key in ocfg:
             ocfg[key] = tuple(ocfg[key])
-    return _obj.make_objective(name, backbone, projector, predictor, augment=build_augment(config.augment, image_shape),
-                               total_steps=total_steps, **ocfg)
+    return _obj.make_objective(
+        name,
+        backbone,
+        projector,
+        predictor,
+        augment=build_augment(config.augment, image_shape),
+        total_steps=total_steps,
+        **ocfg,
+    )
 
 
 def build_optimizer(config):
     """``(tx, schedule)`` of a run: :func:`ssl_geometry.trainer.make_optimizer` of the ``optimizer`` section
     over ``train.steps`` at global batch ``data.batch_size``, the probe's Adam at ``optimizer.probe_lr``
     (default 1e-3)."""
-    return make_optimizer(config.optimizer, int(config.train.steps), int(config.data.batch_size),
-                          probe_lr=float(config.optimizer.get("probe_lr", 1e-3)))
+    return make_optimizer(
+        config.optimizer,
+        int(config.train.steps),
+        int(config.data.batch_size),
+        probe_lr=float(config.optimizer.get("probe_lr", 1e-3)),
+    )

@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.checkpoint`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,19 @@ else:  # the `data` extra; imported at the first checkpoint call, so the core im
     ocp = optional_import("orbax.checkpoint", on_use=True)
 
 
-__all__ = ["CheckpointWarning", "CheckpointMismatchError", "Restored", "tree_signature", "manager", "fingerprint", "save", "restore", "restore_latest",
-           "latest_meta", "quarantine"]
+__all__ = [
+    "CheckpointWarning",
+    "CheckpointMismatchError",
+    "Restored",
+    "tree_signature",
+    "manager",
+    "fingerprint",
+    "save",
+    "restore",
+    "restore_latest",
+    "latest_meta",
+    "quarantine",
+]
 
 
 class CheckpointWarning(UserWarning):
@@ -57,8 +69,10 @@ def manager(directory, *, max_to_keep: int = 3, async_save: bool = False) -> ocp
     for entry in (path, *path.parents):
         if entry.exists():
             if not entry.is_dir():
-                raise NotADirectoryError(f"`directory` {str(path)!r}: {str(entry)!r} exists and is not a directory; "
-                                         "checkpoints need a directory.")
+                raise NotADirectoryError(
+                    f"`directory` {str(path)!r}: {str(entry)!r} exists and is not a directory; "
+                    "checkpoints need a directory."
+                )
             break
     path.mkdir(parents=True, exist_ok=True)
     options = ocp.CheckpointManagerOptions(
@@ -117,7 +131,8 @@ def _check_signature(saved: dict, target, step, directory) -> None:
         parts.append(f"dtype or shape mismatch ({len(differ)}): {', '.join(differ[:8])}")
     raise CheckpointMismatchError(
         f"checkpoint step {step} in {directory} holds another tree than the restore target: {'; '.join(parts)}. "
-        "Restore into a target of the saved structure, dtypes and shapes (the files are intact).")
+        "Restore into a target of the saved structure, dtypes and shapes (the files are intact)."
+    )
 
 
 def save(mngr: ocp.CheckpointManager, step: int, state, meta: dict | None = None, *, force: bool = True) -> bool:
@@ -216,7 +231,7 @@ def restore_latest(mngr: ocp.CheckpointManager, target, *, move_aside: bool = Tr
             out = restore(mngr, step, target)
         except CheckpointMismatchError:
             raise  # the caller's target is wrong, not the files: no fallback, nothing moved
-        except Exception as err:  # orbax/tensorstore raise many types for damaged files
+        except Exception as err:  # noqa: BLE001 - orbax/tensorstore raise many types for damaged files
             msg = f"{type(err).__name__}: {' '.join(str(err).split())[:1000]}"
             errors.append(f"step {step}: {msg}")
             bad.append(step)
@@ -250,7 +265,7 @@ def quarantine(mngr: ocp.CheckpointManager, step: int) -> pathlib.Path:
         root.mkdir(parents=True, exist_ok=True)
         shutil.move(str(src), str(dst))
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils  # noqa: PLC0415
+        from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(f"ssl_geometry.checkpoint.quarantine.{step}")
     mngr.reload()

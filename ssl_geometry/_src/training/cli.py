@@ -22,6 +22,7 @@ boundary, after writing a checkpoint there and releasing the lock (run again to 
 signal interrupts at once). Every failure is one line on stderr, ``error: ...`` naming the problem
 and what to do, without a traceback; a warning is one line ``warning: ...``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -51,13 +52,15 @@ def parse_args(argv):
     naming the problem for a missing config file, a variant (``path.py:variant``) that the file's
     ``VARIANTS`` does not list, or an override ``--config.a.b=...`` of a field the config lacks.
     """
-    from absl import flags  # noqa: PLC0415
+    from absl import flags
+
     config_flags = optional_import("ml_collections.config_flags")
 
     _check_config_file(_flag_value(argv, "--config"))
     fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "Training config file (get_config()).", flag_values=fv,
-                                    lock_config=True, sys_argv=list(argv))
+    config_flags.DEFINE_config_file(
+        "config", None, "Training config file (get_config()).", flag_values=fv, lock_config=True, sys_argv=list(argv)
+    )
     flags.DEFINE_string("workdir", None, "Directory for metrics.jsonl and checkpoints.", flag_values=fv)
     try:
         rest = fv(list(argv))[1:]  # absl returns the program name and the arguments it did not parse
@@ -67,11 +70,14 @@ def parse_args(argv):
             raise
         field, suggestion = found
         hint = f" (did you mean --{suggestion}?)" if suggestion else ""
-        raise ValueError(f"unknown config field {field!r} (in --{field}=...): the config file defines no such "
-                         f"field{hint}; see --help for the fields.") from None
+        raise ValueError(
+            f"unknown config field {field!r} (in --{field}=...): the config file defines no such "
+            f"field{hint}; see --help for the fields."
+        ) from None
     if rest:
-        raise flags.IllegalFlagValueError(f"unexpected argument(s) {rest}: every setting is a flag "
-                                          "(--config, --workdir, --config.a.b=value).")
+        raise flags.IllegalFlagValueError(
+            f"unexpected argument(s) {rest}: every setting is a flag (--config, --workdir, --config.a.b=value)."
+        )
     if fv["config"].value is None:
         raise flags.IllegalFlagValueError("--config is required (a path to a config file with get_config()).")
     if not fv["workdir"].value:
@@ -83,7 +89,7 @@ def _flag_value(argv, name: str) -> str | None:
     """The value of ``name`` in ``argv`` (``--name=v`` or ``--name v``), or ``None``."""
     for i, a in enumerate(argv[1:], 1):
         if a.startswith(name + "="):
-            return a[len(name) + 1:]
+            return a[len(name) + 1 :]
         if a == name and i + 1 < len(argv):
             return argv[i + 1]
     return None
@@ -100,12 +106,12 @@ def _check_config_file(spec: str | None) -> None:
     if not pathlib.Path(path).is_file():
         raise ValueError(f"--config {path!r}: no such file (a Python file with get_config()).")
     mod_spec = importlib.util.spec_from_file_location("_ssl_geometry_config_check", path)
-    if mod_spec is None or not path.endswith(".py"):
+    if mod_spec is None or mod_spec.loader is None or not path.endswith(".py"):
         raise ValueError(f"--config {path!r} is not a Python file (.py): give a file with get_config().")
     module = importlib.util.module_from_spec(mod_spec)
     try:
         mod_spec.loader.exec_module(module)
-    except Exception as err:  # a syntax error, a failed import: the file is not a config
+    except Exception as err:  # noqa: BLE001 - a syntax error, a failed import: the file is not a config
         raise ValueError(f"--config {path!r}: running the file raised {_named(err)}.") from None
     known = getattr(module, "VARIANTS", None)
     if variant and known is not None and variant not in known:
@@ -116,12 +122,14 @@ def _check_config_file(spec: str | None) -> None:
         raise ValueError(f"--config {path!r}: the file defines no get_config() function.")
     try:
         config = get_config(variant) if variant else get_config()
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - whatever the user's get_config raises, named in one line
         call = f"get_config({variant!r})" if variant else "get_config()"
         raise ValueError(f"--config {spec!r}: {call} raised {_named(err)}.") from None
     if not hasattr(config, "items"):
-        raise ValueError(f"--config {spec!r}: get_config returned {type(config).__name__} {config!r:.60}, "
-                         "not an ml_collections.ConfigDict.")
+        raise ValueError(
+            f"--config {spec!r}: get_config returned {type(config).__name__} {config!r:.60}, "
+            "not an ml_collections.ConfigDict."
+        )
 
 
 def _named(err: BaseException) -> str:
@@ -153,7 +161,7 @@ def _missing_key(err) -> tuple[str, str | None] | None:
     """``(key, suggestion or None)`` of absl/ml_collections' error for a missing config key: a ``KeyError``
     (possibly wrapped in an ``AttributeError`` or a flags error) whose message is ``'key'`` optionally
     followed by ``Did you mean "other" instead of "key"?``; ``None`` for any other error."""
-    import re  # noqa: PLC0415
+    import re
 
     seen = 0
     while err is not None and seen < 5:
@@ -178,15 +186,20 @@ def _usage() -> str:
 
 def _print_summary(summary) -> None:
     if summary["status"] == "interrupted":
-        print(f"stopped at step {summary['step']} by {summary['signal']} (checkpointed, lock released); run again "
-              "to continue.", flush=True)
+        print(
+            f"stopped at step {summary['step']} by {summary['signal']} (checkpointed, lock released); run again "
+            "to continue.",
+            flush=True,
+        )
         return
     if summary["status"] == "stopped":
         print(f"stopped at step {summary['step']} (train.stop_after); run again to continue.")
         return
     if summary["status"] == "finished" and summary["last"]:
-        print(f"final step {summary['step']}: loss {summary['last']['loss']:.4f}, "
-              f"throughput {summary['images_per_s']:.1f} images/s")
+        print(
+            f"final step {summary['step']}: loss {summary['last']['loss']:.4f}, "
+            f"throughput {summary['images_per_s']:.1f} images/s"
+        )
     elif summary["status"] == "finished":
         print(f"final step {summary['step']} (restored; no training step in this invocation)")
     for k, v in sorted(summary["final"].items()):
@@ -196,8 +209,14 @@ def _print_summary(summary) -> None:
 #: Errors of bad input or a refused run (exit status 2: a bad config, missing data, an unusable, locked or
 #: mismatched workdir); any other exception (a diverged loss, unreadable checkpoints, a full disk, peers
 #: that never connected) is a failure during the run (1).
-_REFUSED = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-            _wd.WorkdirLockedError)
+_REFUSED = (
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    _wd.WorkdirLockedError,
+)
 
 
 def _one_line(err: BaseException) -> str:
@@ -229,7 +248,7 @@ def main(argv=None) -> int:
         return 0
     try:
         config, workdir = parse_args(argv)
-    except Exception as err:  # absl flag errors, a missing config file, an unknown field: one line, no traceback
+    except Exception as err:  # noqa: BLE001 - absl flag errors, a missing config file, an unknown field: one line, no traceback
         return _fail(err, 2)
     # The trainer turns a failed in-jit check into one FloatingPointError; jax's log of the callback's
     # traceback would only repeat it.
@@ -239,7 +258,7 @@ def main(argv=None) -> int:
         summary = train(config, workdir)
     except _REFUSED as err:
         return _fail(err, 2)
-    except Exception as err:  # a failure during the run
+    except Exception as err:  # noqa: BLE001 - a failure during the run: one line, exit 1
         return _fail(err, 1)
     finally:
         warnings.formatwarning = formatwarning

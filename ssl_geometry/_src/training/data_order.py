@@ -5,6 +5,7 @@ The batch at step ``s`` is a pure function of ``(seed, s)`` (a per-epoch permuta
 run reads the batches the uninterrupted one reads. Every process computes the same global indices
 and reads only its contiguous slice (:func:`host_slice`).
 """
+
 from __future__ import annotations
 
 import jax
@@ -21,7 +22,7 @@ def batch_indices(seed: int, step: int, num_examples: int, batch_size: int) -> n
         raise ValueError(f"`data.batch_size` {batch_size} exceeds the number of training examples {num_examples}.")
     epoch, pos = divmod(int(step), per_epoch)
     perm = np.random.default_rng([int(seed), epoch]).permutation(num_examples)
-    return perm[pos * batch_size:(pos + 1) * batch_size]
+    return perm[pos * batch_size : (pos + 1) * batch_size]
 
 
 def host_slice(indices: np.ndarray) -> np.ndarray:
@@ -30,5 +31,4 @@ def host_slice(indices: np.ndarray) -> np.ndarray:
     if len(indices) % n_proc:
         raise ValueError(f"global batch {len(indices)} must divide by the process count {n_proc}.")
     per = len(indices) // n_proc
-    return indices[pid * per:(pid + 1) * per]
-
+    return indices[pid * per : (pid + 1) * per]

@@ -3,6 +3,7 @@
 Implementation of :func:`ssl_geometry.trainer.init_distributed` and
 :func:`ssl_geometry.trainer.check_same_config`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +11,7 @@ import json
 import os
 import sys
 import threading
+from typing import Any
 
 import jax
 import numpy as np
@@ -40,7 +42,7 @@ def init_distributed(config) -> None:
         return
     timeout = int(max(1, round(float(dist.get("timeout_s", 300)))))
     # JAX's own bound is set past the watchdog's, so the watchdog's one line ends a stuck wait, not a C++ abort.
-    kw = {"initialization_timeout": timeout + _JAX_GRACE_S}
+    kw: dict[str, Any] = {"initialization_timeout": timeout + _JAX_GRACE_S}
     if dist.get("coordinator_address"):
         kw["coordinator_address"] = dist.coordinator_address
     if dist.get("num_processes", 0) > 0:
@@ -52,22 +54,38 @@ def init_distributed(config) -> None:
     if not jax.distributed.is_initialized():
         n, me = kw.get("num_processes"), kw.get("process_id")
         others = sorted(set(range(n)) - {me}) if n is not None and me is not None else "the others"
-        facts = (f"coordinator {kw.get('coordinator_address', '(auto-detected)')}, process {me} of {n}, "
-                 f"waiting for process(es) {others}")
-        print(f"ssl_geometry: jax.distributed.initialize: {facts}, for at most distributed.timeout_s = "
-              f"{timeout} s (a process missing by then ends this one).", file=sys.stderr, flush=True)
-        advice = ("Start every process with the same coordinator_address and num_processes, or raise "
-                  "distributed.timeout_s.")
+        facts = (
+            f"coordinator {kw.get('coordinator_address', '(auto-detected)')}, process {me} of {n}, "
+            f"waiting for process(es) {others}"
+        )
+        print(
+            f"ssl_geometry: jax.distributed.initialize: {facts}, for at most distributed.timeout_s = "
+            f"{timeout} s (a process missing by then ends this one).",
+            file=sys.stderr,
+            flush=True,
+        )
+        advice = (
+            "Start every process with the same coordinator_address and num_processes, or raise distributed.timeout_s."
+        )
         done = threading.Event()
-        threading.Thread(target=_watchdog, args=(done, timeout, f"jax.distributed.initialize did not complete "
-                                                 f"within distributed.timeout_s = {timeout} s: {facts}. {advice}"),
-                         name="ssl_geometry-init-watchdog", daemon=True).start()
+        threading.Thread(
+            target=_watchdog,
+            args=(
+                done,
+                timeout,
+                f"jax.distributed.initialize did not complete "
+                f"within distributed.timeout_s = {timeout} s: {facts}. {advice}",
+            ),
+            name="ssl_geometry-init-watchdog",
+            daemon=True,
+        ).start()
         try:
             jax.distributed.initialize(**kw)
-        except Exception as err:  # the coordination service reports a timeout as several XLA error types
+        except Exception as err:  # noqa: BLE001 - the coordination service reports a timeout as several XLA error types
             raise TimeoutError(
                 f"jax.distributed.initialize did not complete within distributed.timeout_s = "
-                f"{timeout} s: {facts}. {advice} ({' '.join(str(err).split())[:300]})") from None
+                f"{timeout} s: {facts}. {advice} ({' '.join(str(err).split())[:300]})"
+            ) from None
         finally:
             done.set()
     check_same_config(config)
@@ -110,22 +128,27 @@ def check_same_config(config) -> None:
     """
     if jax.process_count() == 1:
         return
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    from jax.experimental import multihost_utils
 
     names, mine = _field_digests(config)
     size = multihost_utils.process_allgather(np.asarray([mine.size], np.int32))
     if len(set(np.asarray(size).ravel().tolist())) > 1:
-        raise ValueError(f"the processes' configs have different numbers of fields ({np.asarray(size).ravel().tolist()} "
-                         "by process id); start every process with the same config file and overrides.")
+        raise ValueError(
+            f"the processes' configs have different numbers of fields ({np.asarray(size).ravel().tolist()} "
+            "by process id); start every process with the same config file and overrides."
+        )
     every = np.asarray(multihost_utils.process_allgather(mine)).reshape(jax.process_count(), -1)
     differ = np.any(every != every[0], axis=0)
     if not differ.any():
         return
     if differ[0]:
-        raise ValueError("the processes' configs have different fields; start every process with the same config "
-                         "file and overrides.")
+        raise ValueError(
+            "the processes' configs have different fields; start every process with the same config file and overrides."
+        )
     fields = [names[i - 1] for i in np.flatnonzero(differ)]
     procs = sorted(int(p) for p in np.flatnonzero(np.any(every != every[0], axis=1)))
-    raise ValueError(f"the processes of this run were started with different configs: field(s) {fields} differ "
-                     f"between process 0 and process(es) {procs}; start every process with the same config file "
-                     "and overrides.")
+    raise ValueError(
+        f"the processes of this run were started with different configs: field(s) {fields} differ "
+        f"between process 0 and process(es) {procs}; start every process with the same config file "
+        "and overrides."
+    )

@@ -29,6 +29,7 @@ ImageNet) are tfds builders, and ``tfds.even_splits`` / deterministic tf.data wi
 seeded shuffles give per-host sharding and an exactly resumable order without a new
 dependency (grain is not installed here and would add one).
 """
+
 from __future__ import annotations
 
 import jax
@@ -99,8 +100,9 @@ class StreamFeed:
     def __init__(self, config):
         name = config.data.name
         if _data.info(name).source == "embedded":
-            raise ValueError(f"`data.stream=True` streams tfds data sets; {name!r} is embedded (in memory): "
-                             "set data.stream=False.")
+            raise ValueError(
+                f"`data.stream=True` streams tfds data sets; {name!r} is embedded (in memory): set data.stream=False."
+            )
         self.config, self.seed = config, int(config.seed)
         pc = jax.process_count()
         if int(config.data.batch_size) % pc:
@@ -118,10 +120,18 @@ class StreamFeed:
         """The first ``limit`` examples of ``split`` in file order (offline probes, tracked metrics);
         tf.data reads lazily, so only those are decoded."""
         kw = _sizes(config)
-        _, it = _data._tfds_pipeline(config.data.name, split, data_dir=kw["data_dir"],
-                                     image_size=_data._default_size(config.data.name, kw["image_size"]),
-                                     batch_size=min(256, limit), shuffle=False, shuffle_seed=None, shuffle_buffer=1,
-                                     skip_examples=0, drop_remainder=False)
+        _, it = _data._tfds_pipeline(
+            config.data.name,
+            split,
+            data_dir=kw["data_dir"],
+            image_size=_data._default_size(config.data.name, kw["image_size"]),
+            batch_size=min(256, limit),
+            shuffle=False,
+            shuffle_seed=None,
+            shuffle_buffer=1,
+            skip_examples=0,
+            drop_remainder=False,
+        )
         return _take(it, limit)
 
     def attach(self, mesh):
@@ -132,9 +142,15 @@ class StreamFeed:
         if position is None and step:
             raise ValueError(f"checkpoint at step {step} has no stream position.")
         c = self.config
-        self.it = _data.tfds_batches(c.data.name, "train", batch_size=self.local_batch, seed=self.seed,
-                                     position=pos, shuffle_buffer=int(c.data.get("shuffle_buffer", 10_000)),
-                                     **_sizes(c))
+        self.it = _data.tfds_batches(
+            c.data.name,
+            "train",
+            batch_size=self.local_batch,
+            seed=self.seed,
+            position=pos,
+            shuffle_buffer=int(c.data.get("shuffle_buffer", 10_000)),
+            **_sizes(c),
+        )
 
     def position(self, done: int) -> dict:
         del done

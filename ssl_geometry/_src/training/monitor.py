@@ -7,6 +7,7 @@ probes at the end, and the ``metrics.jsonl`` logger.
   ``"event": "final"`` record;
 * :class:`MetricLogger` / :func:`read_metrics`: one JSON record per line in ``<workdir>/metrics.jsonl``.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,12 @@ def representation_metrics(z) -> dict:
       the singular values ``s_i`` of ``z`` (RankMe) or to ``s_i^2`` (the paper's code),
       :func:`~ssl_geometry.metrics.effective_rank`.
     """
-    return {"std_norm": _metrics.normalized_std(z), "cond": _metrics.covariance_condition_number(z),
-            "erank_rankme": _metrics.effective_rank(z, "rankme"),
-            "erank_squared": _metrics.effective_rank(z, "squared")}
+    return {
+        "std_norm": _metrics.normalized_std(z),
+        "cond": _metrics.covariance_condition_number(z),
+        "erank_rankme": _metrics.effective_rank(z, "rankme"),
+        "erank_squared": _metrics.effective_rank(z, "squared"),
+    }
 
 
 def make_eval_metrics(objective: Objective) -> Callable:
@@ -57,18 +61,23 @@ def make_eval_metrics(objective: Objective) -> Callable:
 
     return eval_metrics
 
+
 def _apply_in_batches(fn, params, obj_state, images, batch_size=512):
-    out = [np.asarray(fn(params, obj_state, jnp.asarray(images[i:i + batch_size])))
-           for i in range(0, len(images), batch_size)]
+    out = [
+        np.asarray(fn(params, obj_state, jnp.asarray(images[i : i + batch_size])))
+        for i in range(0, len(images), batch_size)
+    ]
     return np.concatenate(out, 0)
 
 
 def check_knn_k(knn_k, num_train: int) -> None:
     """Raise ``ValueError`` naming ``eval.knn_k`` when the kNN probe has fewer than ``knn_k`` training images."""
     if int(knn_k) > int(num_train):
-        raise ValueError(f"eval.knn_k: {knn_k} neighbours cannot be found among the kNN probe's {num_train} "
-                         f"training images; use eval.knn_k <= {num_train} or more examples (eval.max_train, "
-                         "data.num_train).")
+        raise ValueError(
+            f"eval.knn_k: {knn_k} neighbours cannot be found among the kNN probe's {num_train} "
+            f"training images; use eval.knn_k <= {num_train} or more examples (eval.max_train, "
+            "data.num_train)."
+        )
 
 
 def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=None) -> dict:
@@ -94,8 +103,9 @@ def evaluate(objective, params, obj_state, train_data, test_data, cfg, *, key=No
         if cfg.get("rotation", False):
             if xtr.shape[1] != xtr.shape[2]:
                 raise ValueError("eval.rotation needs square images.")
-            r = _probes.rotation_probe(lambda x, fn=fn: fn(params, obj_state, x), xtr, xte,
-                                       epochs=cfg.get("rotation_epochs", 5), key=key)
+            r = _probes.rotation_probe(
+                lambda x, fn=fn: fn(params, obj_state, x), xtr, xte, epochs=cfg.get("rotation_epochs", 5), key=key
+            )
             out[f"{where}/rotation_linear"] = r["linear"]
             out[f"{where}/rotation_mlp"] = r["mlp"]
     return out
@@ -111,10 +121,10 @@ class MetricLogger:
         self._tb = None
         if self.active and tensorboard:
             try:
-                import tensorflow as tf  # noqa: PLC0415
+                import tensorflow as tf
 
                 self._tb = tf.summary.create_file_writer(str(pathlib.Path(workdir) / "tensorboard"))
-            except Exception as err:  # pragma: no cover - optional dependency
+            except Exception as err:  # noqa: BLE001 - optional dependency: any failure disables TB  # pragma: no cover
                 warnings.warn(f"TensorBoard logging disabled: {err}", stacklevel=2)
 
     def write(self, record: dict) -> None:
@@ -130,7 +140,7 @@ class MetricLogger:
         with open(self.path, "a") as f:
             f.write(json.dumps(clean, sort_keys=True) + "\n")
         if self._tb is not None and "step" in clean:
-            import tensorflow as tf  # noqa: PLC0415
+            import tensorflow as tf
 
             with self._tb.as_default():
                 for k, v in clean.items():

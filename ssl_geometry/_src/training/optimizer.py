@@ -3,6 +3,7 @@
 Implementation of :func:`ssl_geometry.trainer.make_schedule` and :func:`~ssl_geometry.trainer.make_optimizer`;
 the run builds them from its ``optimizer`` section with :func:`ssl_geometry.trainer.build_optimizer`.
 """
+
 from __future__ import annotations
 
 import jax
@@ -71,19 +72,20 @@ def make_optimizer(cfg, total_steps: int, batch_size: int, *, probe_lr: float = 
         parts.append(optax.sgd(sched, momentum=momentum or None, nesterov=bool(cfg.get("nesterov", False))))
         main = optax.chain(*parts)
     elif name == "lars":
-        main = optax.lars(sched, weight_decay=wd, weight_decay_mask=_decay_mask, trust_ratio_mask=_decay_mask,
-                          momentum=momentum)
+        main = optax.lars(
+            sched, weight_decay=wd, weight_decay_mask=_decay_mask, trust_ratio_mask=_decay_mask, momentum=momentum
+        )
     elif name == "adam":
         main = optax.adam(sched, b1=float(cfg.get("b1", 0.9)), b2=float(cfg.get("b2", 0.999)))
         if wd:
             main = optax.chain(optax.add_decayed_weights(wd, mask=_decay_mask), main)
     else:
-        main = optax.adamw(sched, b1=float(cfg.get("b1", 0.9)), b2=float(cfg.get("b2", 0.999)), weight_decay=wd,
-                           mask=_decay_mask)
+        main = optax.adamw(
+            sched, b1=float(cfg.get("b1", 0.9)), b2=float(cfg.get("b2", 0.999)), weight_decay=wd, mask=_decay_mask
+        )
 
     def labels(params):
         return {k: jax.tree_util.tree_map(lambda _: "probe" if k == "probe" else "ssl", v) for k, v in params.items()}
 
     tx = optax.multi_transform({"ssl": main, "probe": optax.adam(probe_lr)}, labels)
     return tx, sched
-

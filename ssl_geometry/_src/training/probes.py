@@ -2,6 +2,7 @@
 
 Implementation of :mod:`ssl_geometry.probes`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,21 +20,34 @@ from ssl_geometry._src.checks import (
     check_rank,
 )
 
-__all__ = ["standardize", "ridge_probe", "knn_probe", "logistic_probe", "mlp_probe", "rotate_images", "rotation_dataset",
-           "features_in_batches", "rotation_views", "fit_rotation_probes", "rotation_probe"]
+__all__ = [
+    "standardize",
+    "ridge_probe",
+    "knn_probe",
+    "logistic_probe",
+    "mlp_probe",
+    "rotate_images",
+    "rotation_dataset",
+    "features_in_batches",
+    "rotation_views",
+    "fit_rotation_probes",
+    "rotation_probe",
+]
 
 
 def _check_xy(x, y, name: str, num_classes: int | None = None):
     check_rank(x, f"{name}_x", 2)
     check_rank(y, f"{name}_y", 1)
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"`{name}_x` and `{name}_y` must have the same number of rows; got {x.shape[0]} and "
-                         f"{y.shape[0]}.")
+        raise ValueError(
+            f"`{name}_x` and `{name}_y` must have the same number of rows; got {x.shape[0]} and {y.shape[0]}."
+        )
     if not np.issubdtype(np.asarray(y).dtype, np.integer):
         raise TypeError(f"`{name}_y` must hold integer class labels; got dtype {np.asarray(y).dtype}.")
     if num_classes is not None and y.size and (int(np.min(y)) < 0 or int(np.max(y)) >= num_classes):
-        raise ValueError(f"`{name}_y` labels must lie in [0, {num_classes}); got range [{int(np.min(y))}, "
-                         f"{int(np.max(y))}].")
+        raise ValueError(
+            f"`{name}_y` labels must lie in [0, {num_classes}); got range [{int(np.min(y))}, {int(np.max(y))}]."
+        )
     check_finite(x, f"{name}_x")
 
 
@@ -45,8 +59,10 @@ def _prepare(train_x, train_y, test_x, test_y, num_classes):
     _check_xy(train_x, train_y, "train", num_classes)
     _check_xy(test_x, test_y, "test", num_classes)
     if train_x.shape[1] != test_x.shape[1]:
-        raise ValueError(f"`train_x` and `test_x` must have the same feature dimension; got {train_x.shape[1]} and "
-                         f"{test_x.shape[1]}.")
+        raise ValueError(
+            f"`train_x` and `test_x` must have the same feature dimension; got {train_x.shape[1]} and "
+            f"{test_x.shape[1]}."
+        )
     return train_x, train_y, test_x, test_y, num_classes
 
 
@@ -74,12 +90,26 @@ def ridge_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = N
     w = np.linalg.solve(gram, xtr.T @ (y - b))
     pred_tr = np.argmax(xtr @ w + b, -1)
     pred = np.argmax(xte @ w + b, -1)
-    return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
-            "l2": l2, "num_classes": c}
+    return {
+        "acc": float(np.mean(pred == test_y)),
+        "train_acc": float(np.mean(pred_tr == train_y)),
+        "l2": l2,
+        "num_classes": c,
+    }
 
 
-def knn_probe(train_x, train_y, test_x, test_y, *, k: int = 20, num_classes: int | None = None,
-              weighting: str = "uniform", temperature: float = 0.07, chunk: int = 1024) -> dict:
+def knn_probe(
+    train_x,
+    train_y,
+    test_x,
+    test_y,
+    *,
+    k: int = 20,
+    num_classes: int | None = None,
+    weighting: str = "uniform",
+    temperature: float = 0.07,
+    chunk: int = 1024,
+) -> dict:
     """k-NN classifier under cosine similarity ``s(a, b) = a.b / (|a| |b|)``.
 
     Each test point takes its ``k`` most similar training points; ``weighting=
@@ -100,9 +130,22 @@ def knn_probe(train_x, train_y, test_x, test_y, *, k: int = 20, num_classes: int
     tr = jnp.asarray(unit(train_x.astype(np.float32)))
     ytr = jnp.asarray(train_y)
     te = unit(test_x.astype(np.float32))
-    preds = np.concatenate([np.asarray(_knn_predict(jnp.asarray(te[i:i + chunk]), tr, ytr, k=k, num_classes=c,
-                                                    weighting=weighting, temperature=float(temperature)))
-                            for i in range(0, len(te), chunk)])
+    preds = np.concatenate(
+        [
+            np.asarray(
+                _knn_predict(
+                    jnp.asarray(te[i : i + chunk]),
+                    tr,
+                    ytr,
+                    k=k,
+                    num_classes=c,
+                    weighting=weighting,
+                    temperature=float(temperature),
+                )
+            )
+            for i in range(0, len(te), chunk)
+        ]
+    )
     return {"acc": float(np.mean(preds == test_y)), "k": k, "weighting": weighting, "num_classes": c}
 
 
@@ -121,8 +164,17 @@ def _fit_classifier(kind: str, params, x, y, *, epochs: int, batch_size: int, lr
     """Adam(W) on mean cross-entropy over shuffled minibatches; all epochs in one ``lax.scan``
     (:func:`_fit`, compiled once per shape and setting)."""
     bs = min(batch_size, x.shape[0])
-    params, losses = _fit(params, key, jnp.asarray(x), jnp.asarray(y), kind=kind, epochs=epochs, batch_size=bs,
-                          lr=float(lr), weight_decay=float(weight_decay))
+    params, losses = _fit(
+        params,
+        key,
+        jnp.asarray(x),
+        jnp.asarray(y),
+        kind=kind,
+        epochs=epochs,
+        batch_size=bs,
+        lr=float(lr),
+        weight_decay=float(weight_decay),
+    )
     losses = np.asarray(losses)
     if not np.all(np.isfinite(losses)):
         raise FloatingPointError(f"probe training diverged: epoch losses {losses.tolist()}.")
@@ -174,8 +226,9 @@ def _mlp_apply(p, x):
 _APPLY = {"linear": _linear_apply, "mlp": _mlp_apply}
 
 
-def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, epochs, batch_size, lr,
-                weight_decay, key):
+def _train_eval(
+    kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, epochs, batch_size, lr, weight_decay, key
+):
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"`epochs` must be a positive int; got {epochs!r}.")
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -191,39 +244,93 @@ def _train_eval(kind, train_x, train_y, test_x, test_y, num_classes, *, hidden, 
     else:
         if not isinstance(hidden, int) or hidden < 1:
             raise ValueError(f"`hidden` must be a positive int; got {hidden!r}.")
-        params = {"w1": jax.random.normal(k1, (d, hidden), jnp.float32) * np.sqrt(2.0 / d),
-                  "b1": jnp.zeros((hidden,), jnp.float32),
-                  "w2": jax.random.normal(k2, (hidden, c), jnp.float32) * np.sqrt(1.0 / hidden),
-                  "b2": jnp.zeros((c,), jnp.float32)}
-    params, losses = _fit_classifier(kind, params, xtr, train_y, epochs=epochs, batch_size=batch_size, lr=lr,
-                                     weight_decay=weight_decay, key=kfit)
+        params = {
+            "w1": jax.random.normal(k1, (d, hidden), jnp.float32) * np.sqrt(2.0 / d),
+            "b1": jnp.zeros((hidden,), jnp.float32),
+            "w2": jax.random.normal(k2, (hidden, c), jnp.float32) * np.sqrt(1.0 / hidden),
+            "b2": jnp.zeros((c,), jnp.float32),
+        }
+    params, losses = _fit_classifier(
+        kind, params, xtr, train_y, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=kfit
+    )
     apply = _APPLY[kind]
     pred = np.asarray(jnp.argmax(apply(params, jnp.asarray(xte)), -1))
     pred_tr = np.asarray(jnp.argmax(apply(params, jnp.asarray(xtr)), -1))
-    return {"acc": float(np.mean(pred == test_y)), "train_acc": float(np.mean(pred_tr == train_y)),
-            "final_loss": float(losses[-1]), "epochs": epochs, "num_classes": c,
-            "test_correct": (pred == test_y).astype(int).tolist()}
+    return {
+        "acc": float(np.mean(pred == test_y)),
+        "train_acc": float(np.mean(pred_tr == train_y)),
+        "final_loss": float(losses[-1]),
+        "epochs": epochs,
+        "num_classes": c,
+        "test_correct": (pred == test_y).astype(int).tolist(),
+    }
 
 
-def logistic_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, epochs: int = 20,
-                   batch_size: int = 256, lr: float = 1e-2, weight_decay: float = 0.0, key=None) -> dict:
+def logistic_probe(
+    train_x,
+    train_y,
+    test_x,
+    test_y,
+    *,
+    num_classes: int | None = None,
+    epochs: int = 20,
+    batch_size: int = 256,
+    lr: float = 1e-2,
+    weight_decay: float = 0.0,
+    key=None,
+) -> dict:
     """Multinomial logistic regression ``softmax(x W + b)`` trained by AdamW (optax).
 
     Returns ``{"acc", "train_acc", "final_loss", "epochs", "num_classes", "test_correct"}``; ``test_correct`` is
     ``[1 if the test example is predicted right else 0, ...]`` in the test order (``acc`` is its mean)."""
     key = jax.random.PRNGKey(0) if key is None else key
-    return _train_eval("linear", train_x, train_y, test_x, test_y, num_classes, hidden=None, epochs=epochs,
-                       batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
+    return _train_eval(
+        "linear",
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        num_classes,
+        hidden=None,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        key=key,
+    )
 
 
-def mlp_probe(train_x, train_y, test_x, test_y, *, num_classes: int | None = None, hidden: int = 512,
-              epochs: int = 20, batch_size: int = 256, lr: float = 1e-3, weight_decay: float = 0.0,
-              key=None) -> dict:
+def mlp_probe(
+    train_x,
+    train_y,
+    test_x,
+    test_y,
+    *,
+    num_classes: int | None = None,
+    hidden: int = 512,
+    epochs: int = 20,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    key=None,
+) -> dict:
     """2-layer MLP probe ``softmax(relu(x W1 + b1) W2 + b2)`` trained by AdamW (optax); returns the fields of
     :func:`logistic_probe`."""
     key = jax.random.PRNGKey(0) if key is None else key
-    return _train_eval("mlp", train_x, train_y, test_x, test_y, num_classes, hidden=hidden, epochs=epochs,
-                       batch_size=batch_size, lr=lr, weight_decay=weight_decay, key=key)
+    return _train_eval(
+        "mlp",
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        num_classes,
+        hidden=hidden,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        key=key,
+    )
 
 
 def rotate_images(images, k: int):
@@ -254,7 +361,7 @@ def rotation_dataset(images, *, key=None):
 
 def features_in_batches(feature_fn: Callable, images, batch_size: int = 512) -> np.ndarray:
     """``feature_fn`` over ``images`` in chunks of ``batch_size``, concatenated as NumPy."""
-    out = [np.asarray(feature_fn(images[i:i + batch_size])) for i in range(0, images.shape[0], batch_size)]
+    out = [np.asarray(feature_fn(images[i : i + batch_size])) for i in range(0, images.shape[0], batch_size)]
     return np.concatenate(out, 0)
 
 
@@ -275,8 +382,18 @@ def rotation_views(train_images, test_images, *, rotations: str = "all", key=Non
     return train, test
 
 
-def fit_rotation_probes(train_features, train_labels, test_features, test_labels, *, epochs: int = 5,
-                        hidden: int = 512, batch_size: int = 256, lr: float = 1e-3, key=None) -> dict:
+def fit_rotation_probes(
+    train_features,
+    train_labels,
+    test_features,
+    test_labels,
+    *,
+    epochs: int = 5,
+    hidden: int = 512,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    key=None,
+) -> dict:
     """The rotation probes on given features: a linear probe (key ``split(key)[0]``) and a 2-layer MLP of width
     ``hidden`` (key ``split(key)[1]``), 4 classes, Adam ``lr``, ``epochs`` epochs; test accuracy.
 
@@ -286,16 +403,52 @@ def fit_rotation_probes(train_features, train_labels, test_features, test_labels
     """
     key = jax.random.PRNGKey(0) if key is None else key
     k1, k2 = jax.random.split(key)
-    lin = logistic_probe(train_features, train_labels, test_features, test_labels, num_classes=4, epochs=epochs,
-                         batch_size=batch_size, lr=lr, key=k1)
-    mlp = mlp_probe(train_features, train_labels, test_features, test_labels, num_classes=4, hidden=hidden,
-                    epochs=epochs, batch_size=batch_size, lr=lr, key=k2)
-    return {"linear": lin["acc"], "mlp": mlp["acc"], "linear_train": lin["train_acc"], "mlp_train": mlp["train_acc"],
-            "linear_test_correct": lin["test_correct"], "mlp_test_correct": mlp["test_correct"], "epochs": epochs}
+    lin = logistic_probe(
+        train_features,
+        train_labels,
+        test_features,
+        test_labels,
+        num_classes=4,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        key=k1,
+    )
+    mlp = mlp_probe(
+        train_features,
+        train_labels,
+        test_features,
+        test_labels,
+        num_classes=4,
+        hidden=hidden,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        key=k2,
+    )
+    return {
+        "linear": lin["acc"],
+        "mlp": mlp["acc"],
+        "linear_train": lin["train_acc"],
+        "mlp_train": mlp["train_acc"],
+        "linear_test_correct": lin["test_correct"],
+        "mlp_test_correct": mlp["test_correct"],
+        "epochs": epochs,
+    }
 
 
-def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: int = 5, hidden: int = 512,
-                   batch_size: int = 256, lr: float = 1e-3, rotations: str = "all", key=None) -> dict:
+def rotation_probe(
+    feature_fn: Callable,
+    train_images,
+    test_images,
+    *,
+    epochs: int = 5,
+    hidden: int = 512,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    rotations: str = "all",
+    key=None,
+) -> dict:
     """The guillotine experiment's rotation-prediction probe.
 
     The probes (linear and a 2-layer MLP of width ``hidden``) are trained on ``(feature_fn(R_k x), k)``,
@@ -314,5 +467,14 @@ def rotation_probe(feature_fn: Callable, train_images, test_images, *, epochs: i
     """
     key = jax.random.PRNGKey(0) if key is None else key
     (xr_tr, y_tr), (xr_te, y_te) = rotation_views(train_images, test_images, rotations=rotations, key=key)
-    return fit_rotation_probes(features_in_batches(feature_fn, xr_tr), y_tr, features_in_batches(feature_fn, xr_te),
-                               y_te, epochs=epochs, hidden=hidden, batch_size=batch_size, lr=lr, key=key)
+    return fit_rotation_probes(
+        features_in_batches(feature_fn, xr_tr),
+        y_tr,
+        features_in_batches(feature_fn, xr_te),
+        y_te,
+        epochs=epochs,
+        hidden=hidden,
+        batch_size=batch_size,
+        lr=lr,
+        key=key,
+    )

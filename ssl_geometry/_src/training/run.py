@@ -4,6 +4,7 @@ Implementation of :func:`ssl_geometry.trainer.train`, which ``python -m ssl_geom
 experiments that train (``experiments/guillotine/training.py``, ``experiments/paper_simsiam.py``) call;
 the config fields, the workdir's rules and the hooks are documented there.
 """
+
 from __future__ import annotations
 
 import errno
@@ -23,11 +24,11 @@ from ssl_geometry._src.training import checkpoint as ckpt
 from ssl_geometry._src.training import workdir as _wd
 from ssl_geometry._src.training.builders import build_objective, build_optimizer
 from ssl_geometry._src.training.distributed import init_distributed
-from ssl_geometry._src.training.validate import validate_config
 from ssl_geometry._src.training.feed import make_feed
 from ssl_geometry._src.training.monitor import MetricLogger, check_knn_k, evaluate, make_eval_metrics, read_metrics
 from ssl_geometry._src.training.state import init_train_state, make_mesh, place_state
 from ssl_geometry._src.training.step import jit_train_step, make_train_step
+from ssl_geometry._src.training.validate import validate_config
 
 __all__ = ["train"]
 
@@ -149,13 +150,20 @@ class StopSignals:
 
 
 def _checkpoint_meta(config, state, position) -> dict:
-    return {"data_position": position, "seed": int(config.seed), "config": _wd.config_record(config),
-            "state_signature": _wd.state_signature(state)}
+    return {
+        "data_position": position,
+        "seed": int(config.seed),
+        "config": _wd.config_record(config),
+        "state_signature": _wd.state_signature(state),
+    }
 
 
 def _final_record(workdir) -> dict | None:
-    recs = [r for r in read_metrics(workdir) if r.get("event") == "final"] \
-        if (pathlib.Path(workdir) / "metrics.jsonl").exists() else []
+    recs = (
+        [r for r in read_metrics(workdir) if r.get("event") == "final"]
+        if (pathlib.Path(workdir) / "metrics.jsonl").exists()
+        else []
+    )
     return recs[-1] if recs else None
 
 
@@ -171,27 +179,43 @@ def _resume(run: dict, config, workdir, verbose: bool):
         if jax.process_index() == 0:  # a fresh start: earlier records are kept aside, never deleted
             moved = _wd.set_aside(workdir / "metrics.jsonl")
             if moved is not None:
-                warnings.warn(f"{workdir / 'metrics.jsonl'} held records but the workdir has no checkpoint to "
-                              f"continue; moved it to {moved} (unchanged) and starting a fresh run.", stacklevel=2)
+                warnings.warn(
+                    f"{workdir / 'metrics.jsonl'} held records but the workdir has no checkpoint to "
+                    f"continue; moved it to {moved} (unchanged) and starting a fresh run.",
+                    stacklevel=2,
+                )
         return None
     changed = _wd.check_resume(restored.meta, config, run["state"], allow_config_change=allow)
     if "config" not in restored.meta:
-        warnings.warn(f"checkpoint step {restored.step} in {workdir / 'checkpoints'} stores no config, so this "
-                      "resume cannot be checked against the run that wrote it; continuing, and recording the "
-                      "current config as a config_change in metrics.jsonl.", stacklevel=2)
+        warnings.warn(
+            f"checkpoint step {restored.step} in {workdir / 'checkpoints'} stores no config, so this "
+            "resume cannot be checked against the run that wrote it; continuing, and recording the "
+            "current config as a config_change in metrics.jsonl.",
+            stacklevel=2,
+        )
     steps = int(config.train.steps)
     if restored.step > steps:
-        raise ValueError(f"workdir {workdir} holds a checkpoint at step {restored.step}, beyond `train.steps` = "
-                         f"{steps}; set train.steps >= {restored.step} or use a fresh --workdir.")
+        raise ValueError(
+            f"workdir {workdir} holds a checkpoint at step {restored.step}, beyond `train.steps` = "
+            f"{steps}; set train.steps >= {restored.step} or use a fresh --workdir."
+        )
     run.update(state=restored.state, start=restored.step, position=restored.meta.get("data_position"))
     if jax.process_index() == 0:
         dropped = _wd.truncate_metrics(workdir / "metrics.jsonl", restored.step)
         if changed:
-            run["logger"].write({"step": restored.step, "event": "config_change",
-                                 "fields": {k: {"saved": a, "now": b} for k, (a, b) in changed.items()}})
+            run["logger"].write(
+                {
+                    "step": restored.step,
+                    "event": "config_change",
+                    "fields": {k: {"saved": a, "now": b} for k, (a, b) in changed.items()},
+                }
+            )
         if verbose:
-            print(f"resumed from checkpoint step {restored.step}"
-                  + (f" (dropped {dropped} metrics records written after it)" if dropped else ""), flush=True)
+            print(
+                f"resumed from checkpoint step {restored.step}"
+                + (f" (dropped {dropped} metrics records written after it)" if dropped else ""),
+                flush=True,
+            )
     return restored.step
 
 
@@ -211,11 +235,13 @@ def _in_jit_failure(err: Exception, step: int, mngr) -> FloatingPointError | Non
     if found is None:
         return None
     what = " ".join(found.group(1).split())
-    return FloatingPointError(f"update {step} (or one just before it) failed a check inside the jitted step: {what} "
-                              f"{_last_checkpoint(mngr).capitalize()}; {_ADVICE}.")
+    return FloatingPointError(
+        f"update {step} (or one just before it) failed a check inside the jitted step: {what} "
+        f"{_last_checkpoint(mngr).capitalize()}; {_ADVICE}."
+    )
 
 
-def _no_space(err: BaseException) -> OSError | None:
+def _no_space(err: BaseException | None) -> OSError | None:
     """The ``OSError`` with ``errno == ENOSPC`` (disk full) or ``EDQUOT`` (quota) in ``err``'s chain (orbax wraps
     its writers' errors), or ``None``."""
     seen = set()
@@ -239,9 +265,11 @@ def _save_checkpoint(run, config, state, done: int) -> None:
         if full is None:
             raise
         last = "no complete checkpoint" if before is None else f"the last complete checkpoint is step {before}"
-        raise OSError(f"no space left on the device while writing checkpoint step {done} to "
-                      f"{run['mngr'].directory} ({full.strerror or full}); {last}. Free space (or lower "
-                      "train.keep_checkpoints) and run the same command again to continue.") from None
+        raise OSError(
+            f"no space left on the device while writing checkpoint step {done} to "
+            f"{run['mngr'].directory} ({full.strerror or full}); {last}. Free space (or lower "
+            "train.keep_checkpoints) and run the same command again to continue."
+        ) from None
 
 
 def _log_step(run, metrics, done, clock) -> dict:
@@ -254,8 +282,9 @@ def _log_step(run, metrics, done, clock) -> dict:
     clock["t_mark"], clock["s_mark"] = now, done
     rec["step"] = done
     if not math.isfinite(rec["loss"]):
-        raise FloatingPointError(f"non-finite SSL loss {rec['loss']} at step {done}; "
-                                 f"{_last_checkpoint(run['mngr'])}; {_ADVICE}.")
+        raise FloatingPointError(
+            f"non-finite SSL loss {rec['loss']} at step {done}; {_last_checkpoint(run['mngr'])}; {_ADVICE}."
+        )
     run["logger"].write(rec)
     return rec
 
@@ -266,8 +295,11 @@ def _bookkeeping(run, config, state, metrics, done, end, clock, bar, verbose) ->
     if done % tc.log_every == 0 or done == end:
         rec = _log_step(run, metrics, done, clock)
         if bar is not None:
-            bar.set_postfix(loss=f"{rec['loss']:.4f}", probe=f"{rec['probe_acc']:.3f}",
-                            img_s=f"{rec.get('images_per_s', float('nan')):.0f}")
+            bar.set_postfix(
+                loss=f"{rec['loss']:.4f}",
+                probe=f"{rec['probe_acc']:.3f}",
+                img_s=f"{rec.get('images_per_s', float('nan')):.0f}",
+            )
     if tc.metrics_every and (done % tc.metrics_every == 0 or done == steps):
         em = jax.device_get(run["eval_fn"](state["params"], state["obj_state"], run["eval_images"]))
         run["logger"].write({"step": done, "event": "tracked", **{k: float(v) for k, v in em.items()}})
@@ -294,7 +326,9 @@ def _run_steps(run: dict, config, verbose: bool, hooks) -> tuple[dict, dict, flo
         bar = tqdm(total=steps, initial=run["start"], desc=f"{config.objective.name}", dynamic_ncols=True)
     before = [h.before_step for h in hooks if hasattr(h, "before_step")]
     after = [h.after_step for h in hooks if hasattr(h, "after_step")]
-    last, state, times = {}, run["state"], []
+    last: dict = {}
+    state = run["state"]
+    times: list[float] = []
     clock = {"t_mark": None, "s_mark": run["start"], "n_images": 0, "t_train": 0.0}
     for s in range(run["start"], end):
         try:
@@ -351,17 +385,37 @@ def _setup(config, workdir) -> dict:
     feed.attach(mesh)
     mngr = ckpt.manager(workdir / "checkpoints", max_to_keep=int(config.train.keep_checkpoints))
     n_eval = min(len(feed.test[0]), int(config.eval.get("metrics_images", 512)))
-    return {"feed": feed, "objective": objective, "tx": tx, "sched": sched, "mesh": mesh, "mmd": mmd,
-            "state": state, "mngr": mngr, "start": 0, "batch_size": batch_size,
-            "eval_images": np.asarray(feed.test[0][:n_eval]),  # numpy: valid under multi-process jit
-            "eval_fn": jax.jit(make_eval_metrics(objective)),
-            "logger": MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False)))}
+    return {
+        "feed": feed,
+        "objective": objective,
+        "tx": tx,
+        "sched": sched,
+        "mesh": mesh,
+        "mmd": mmd,
+        "state": state,
+        "mngr": mngr,
+        "start": 0,
+        "batch_size": batch_size,
+        "eval_images": np.asarray(feed.test[0][:n_eval]),  # numpy: valid under multi-process jit
+        "eval_fn": jax.jit(make_eval_metrics(objective)),
+        "logger": MetricLogger(workdir, tensorboard=bool(config.train.get("tensorboard", False))),
+    }
 
 
-def _summary(run, status, step, resumed_from, *, last=None, final=None, ips=float("nan"),
-             step_time=float("nan")) -> dict:
-    return {"step": step, "resumed_from": resumed_from, "status": status, "last": last or {}, "final": final or {},
-            "images_per_s": ips, "step_time_s": step_time, "state": run["state"], "objective": run["objective"]}
+def _summary(
+    run, status, step, resumed_from, *, last=None, final=None, ips=float("nan"), step_time=float("nan")
+) -> dict:
+    return {
+        "step": step,
+        "resumed_from": resumed_from,
+        "status": status,
+        "last": last or {},
+        "final": final or {},
+        "images_per_s": ips,
+        "step_time_s": step_time,
+        "state": run["state"],
+        "objective": run["objective"],
+    }
 
 
 def _train_locked(config, workdir, verbose, observe, hooks, stop):
@@ -373,13 +427,16 @@ def _train_locked(config, workdir, verbose, observe, hooks, stop):
         final = _final_record(workdir) if resumed_from == steps else None
         if final is not None:
             if verbose and jax.process_index() == 0:
-                print(f"already complete: {workdir} holds a finished run of {steps} steps; nothing to do.",
-                      flush=True)
+                print(f"already complete: {workdir} holds a finished run of {steps} steps; nothing to do.", flush=True)
             final = {k: v for k, v in final.items() if k not in ("step", "event")}
             return _summary(run, "already_complete", steps, resumed_from, final=final)
         run["feed"].seek(run["start"], run.pop("position", None))
-        run["step_fn"] = jit_train_step(make_train_step(run["objective"], run["tx"], run["sched"], observe=observe),
-                                        run["mesh"], run["state"], min_model_dim=run["mmd"])
+        run["step_fn"] = jit_train_step(
+            make_train_step(run["objective"], run["tx"], run["sched"], observe=observe),
+            run["mesh"],
+            run["state"],
+            min_model_dim=run["mmd"],
+        )
         state, last, ips, step_time = _run_steps(run, config, verbose, hooks)
         run["mngr"].wait_until_finished()
     finally:
@@ -394,7 +451,14 @@ def _train_locked(config, workdir, verbose, observe, hooks, stop):
         return _summary(run, "stopped", done, resumed_from, last=last, ips=ips, step_time=step_time)
     final = {}
     if config.eval.get("final_probes", True):
-        final = evaluate(run["objective"], state["params"], state["obj_state"], run["feed"].eval_train,
-                         run["feed"].test, config.eval, key=jax.random.PRNGKey(int(config.seed)))
+        final = evaluate(
+            run["objective"],
+            state["params"],
+            state["obj_state"],
+            run["feed"].eval_train,
+            run["feed"].test,
+            config.eval,
+            key=jax.random.PRNGKey(int(config.seed)),
+        )
     run["logger"].write({"step": steps, "event": "final", **final})
     return _summary(run, "finished", steps, resumed_from, last=last, final=final, ips=ips, step_time=step_time)

@@ -11,17 +11,27 @@ Sharding: :func:`make_mesh` builds a ``("data", "model")`` mesh; the batch is sp
 along their output side over ``model`` (:func:`state_shardings`). :func:`place_state` and
 :func:`place_batch` put host values onto the mesh, multi-host safe.
 """
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ssl_geometry._src.ssl.objectives import Objective
 
-__all__ = ["make_mesh", "state_shardings", "batch_sharding", "init_probe", "init_train_state", "unalias",
-           "place_state", "place_batch"]
+__all__ = [
+    "make_mesh",
+    "state_shardings",
+    "batch_sharding",
+    "init_probe",
+    "init_train_state",
+    "unalias",
+    "place_state",
+    "place_batch",
+]
 
 
 def make_mesh(data: int = -1, model: int = 1, devices=None) -> Mesh:
@@ -47,7 +57,7 @@ def state_shardings(mesh: Mesh, tree, *, min_model_dim: int = 1024):
 
     def leaf(x):
         shape = jnp.shape(x)
-        if (msize > 1 and len(shape) == 2 and min(shape) >= min_model_dim and shape[1] % msize == 0):
+        if msize > 1 and len(shape) == 2 and min(shape) >= min_model_dim and shape[1] % msize == 0:
             return NamedSharding(mesh, P(None, "model"))
         return NamedSharding(mesh, P())
 
@@ -73,8 +83,13 @@ def init_train_state(objective: Objective, tx, key, num_classes: int) -> dict:
     params, obj_state = objective.init(k_init)
     dtype = jax.tree_util.tree_leaves(params["backbone"])[0].dtype
     params = {**params, "probe": init_probe(k_probe, objective.feature_dim, num_classes, dtype)}
-    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params),
-            "obj_state": obj_state, "rng": k_rng}
+    return {
+        "step": jnp.zeros((), jnp.int32),
+        "params": params,
+        "opt_state": tx.init(params),
+        "obj_state": obj_state,
+        "rng": k_rng,
+    }
 
 
 def unalias(tree):

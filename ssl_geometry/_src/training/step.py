@@ -7,6 +7,7 @@ One update (:func:`make_train_step`) draws ``rng_t = fold_in(rng, step)``, runs 
 (EMA target). :func:`jit_train_step` jits it with the shardings of
 :mod:`ssl_geometry._src.training.state`.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -14,7 +15,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ssl_geometry._src.ssl.objectives import Objective
 from ssl_geometry._src.training.state import batch_sharding, state_shardings
@@ -64,8 +66,9 @@ def make_train_step(objective: Objective, tx, schedule: Callable, *, observe: Ca
         step = state["step"]
         rng = jax.random.fold_in(state["rng"], step)
         params = state["params"]
-        (_, (loss, new_obj_state, aux, probe_loss, probe_acc)), grads = jax.value_and_grad(
-            total_loss, has_aux=True)(params, state["obj_state"], rng, batch)
+        (_, (loss, new_obj_state, aux, probe_loss, probe_acc)), grads = jax.value_and_grad(total_loss, has_aux=True)(
+            params, state["obj_state"], rng, batch
+        )
         updates, opt_state = tx.update(grads, state["opt_state"], params)
         new_params = optax.apply_updates(params, updates)
         new_obj_state = objective.update_state(new_params, new_obj_state, step + 1)
@@ -73,13 +76,23 @@ def make_train_step(objective: Objective, tx, schedule: Callable, *, observe: Ca
         delta = jax.tree_util.tree_map(lambda a, b: a - b, new_params, params)
         dn = _group_norms(delta, objective.groups)
         pn = _group_norms(params, objective.groups)
-        metrics = {"loss": loss, "probe_loss": probe_loss, "probe_acc": probe_acc, "lr": schedule(step),
-                   "grad_norm": optax.global_norm(ssl_grads)}
+        metrics = {
+            "loss": loss,
+            "probe_loss": probe_loss,
+            "probe_acc": probe_acc,
+            "lr": schedule(step),
+            "grad_norm": optax.tree.norm(ssl_grads),
+        }
         for g in dn:
             metrics[f"rel_update/{g}"] = dn[g] / jnp.maximum(pn[g], 1e-30)
         metrics.update(aux)
-        new_state = {"step": step + 1, "params": new_params, "opt_state": opt_state, "obj_state": new_obj_state,
-                     "rng": state["rng"]}
+        new_state = {
+            "step": step + 1,
+            "params": new_params,
+            "opt_state": opt_state,
+            "obj_state": new_obj_state,
+            "rng": state["rng"],
+        }
         if observe is not None:
             extra = observe(state, batch, new_state)
             clash = sorted(set(extra) & set(metrics))
@@ -100,5 +113,9 @@ def jit_train_step(train_step: Callable, mesh: Mesh, state, *, min_model_dim: in
     """
     s_sh = state_shardings(mesh, state, min_model_dim=min_model_dim)
     b_sh = batch_sharding(mesh)
-    return jax.jit(train_step, in_shardings=(s_sh, b_sh), out_shardings=(s_sh, NamedSharding(mesh, P())),
-                   donate_argnums=(0,) if donate else ())
+    return jax.jit(
+        train_step,
+        in_shardings=(s_sh, b_sh),
+        out_shardings=(s_sh, NamedSharding(mesh, P())),
+        donate_argnums=(0,) if donate else (),
+    )

@@ -11,6 +11,7 @@ augmentation is asked for) and independent dropout keys per view (SimCSE). With
 ``finetune=True`` its parameters are trained too. The steps are
 :func:`ssl_geometry.fit`, the one optimisation loop of the library.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ssl_geometry._src.core.loop import fit
 from ssl_geometry._src.models.base import Model
 from ssl_geometry._src.models.text import Tokens, check_tokens
 from ssl_geometry._src.ssl.text_augment import augment_tokens
-from ssl_geometry._src.core.loop import fit
 
 Array = jax.Array
 
@@ -39,8 +40,15 @@ class TwoViewResult(NamedTuple):
     losses: np.ndarray
 
 
-def make_two_view_loss(backbone: Model, head: Model, loss_fn: Callable[[Array, Array], Array], *,
-                       finetune: bool, augment: dict | None = None, dropout_views: bool = True) -> Callable:
+def make_two_view_loss(
+    backbone: Model,
+    head: Model,
+    loss_fn: Callable[[Array, Array], Array],
+    *,
+    finetune: bool,
+    augment: dict | None = None,
+    dropout_views: bool = True,
+) -> Callable:
     """The two-view objective ``objective(params, state, tokens, key) -> (loss, new_head_state)``.
 
     ``params`` is ``{"head": ...}`` or, with ``finetune=True``, ``{"backbone": ..., "head": ...}``;
@@ -70,8 +78,9 @@ def make_two_view_loss(backbone: Model, head: Model, loss_fn: Callable[[Array, A
 @functools.lru_cache(maxsize=32)
 def _fit_loss(backbone, head, loss_fn, finetune, augment_items, dropout_views):
     """The stateful loss :func:`fit` runs (cached, so repeated runs reuse one compiled program)."""
-    objective = make_two_view_loss(backbone, head, loss_fn, finetune=finetune, augment=dict(augment_items),
-                                   dropout_views=dropout_views)
+    objective = make_two_view_loss(
+        backbone, head, loss_fn, finetune=finetune, augment=dict(augment_items), dropout_views=dropout_views
+    )
 
     def loss(params, state, batch, args):
         del args
@@ -82,10 +91,21 @@ def _fit_loss(backbone, head, loss_fn, finetune, augment_items, dropout_views):
     return loss
 
 
-def fit_two_view(backbone: Model, head: Model, loss_fn: Callable[[Array, Array], Array],
-                 optimizer: optax.GradientTransformation, backbone_variables: dict, head_variables: dict, *,
-                 tokens: Tokens, keys: Array, finetune: bool, augment: Optional[dict] = None,
-                 dropout_views: bool = True, chunk: Optional[int] = None) -> TwoViewResult:
+def fit_two_view(
+    backbone: Model,
+    head: Model,
+    loss_fn: Callable[[Array, Array], Array],
+    optimizer: optax.GradientTransformation,
+    backbone_variables: dict,
+    head_variables: dict,
+    *,
+    tokens: Tokens,
+    keys: Array,
+    finetune: bool,
+    augment: Optional[dict] = None,
+    dropout_views: bool = True,
+    chunk: Optional[int] = None,
+) -> TwoViewResult:
     """Train the head (and with ``finetune=True`` the encoder) on per-step token batches.
 
     Args:
@@ -104,8 +124,9 @@ def fit_two_view(backbone: Model, head: Model, loss_fn: Callable[[Array, Array],
     """
     ids, mask = tokens
     if jnp.ndim(ids) != 3:
-        raise ValueError(f"`tokens` must carry a leading step axis, (steps, n, L); got input_ids of shape "
-                         f"{tuple(jnp.shape(ids))}.")
+        raise ValueError(
+            f"`tokens` must carry a leading step axis, (steps, n, L); got input_ids of shape {tuple(jnp.shape(ids))}."
+        )
     check_tokens(Tokens(ids[0], mask[0]))
     steps = int(jnp.shape(ids)[0])
     if jnp.shape(keys)[0] != steps:
@@ -114,8 +135,9 @@ def fit_two_view(backbone: Model, head: Model, loss_fn: Callable[[Array, Array],
     if finetune:
         params["backbone"] = backbone_variables["params"]
     state = {"backbone": backbone_variables, "head": {k: v for k, v in head_variables.items() if k != "params"}}
-    loss = _fit_loss(backbone, head, loss_fn, bool(finetune), tuple(sorted((augment or {}).items())),
-                     bool(dropout_views))
+    loss = _fit_loss(
+        backbone, head, loss_fn, bool(finetune), tuple(sorted((augment or {}).items())), bool(dropout_views)
+    )
     res = fit(loss, params, optimizer, steps=steps, batches=(Tokens(ids, mask), keys), state=state, chunk=chunk)
     bb = {**backbone_variables, "params": res.params["backbone"]} if finetune else backbone_variables
     hv = {**res.state["head"], "params": res.params["head"]}

@@ -7,6 +7,7 @@ than the objective constants of :func:`ssl_geometry.objectives.make_objective` a
 ``model.backbone_kwargs`` is handed whole to the backbone's constructor (its fields depend on the
 backbone), which checks it.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,19 +32,27 @@ def _fail(field, expected, value):
 
 def _int(lo, *, also=()):
     """An int ``>= lo`` (or one of ``also``); bools are not ints here."""
+
     def check(field, v):
         if isinstance(v, bool) or not isinstance(v, int) or (v < lo and v not in also):
             _fail(field, f"an integer >= {lo}" + "".join(f" or {a}" for a in also), v)
+
     return check
 
 
 def _num(lo, hi=math.inf, *, lo_open=False, hi_open=False):
     """A finite number in the interval from ``lo`` to ``hi`` (open ends as given)."""
+
     def check(field, v):
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and (
-            (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi))
+        ok = (
+            not isinstance(v, bool)
+            and isinstance(v, (int, float))
+            and math.isfinite(v)
+            and ((v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi))
+        )
         if not ok:
             _fail(field, f"a finite number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}", v)
+
     return check
 
 
@@ -56,6 +65,7 @@ def _choice(options):
     def check(field, v):
         if v not in tuple(options):
             _fail(field, f"one of {sorted(options)}", v)
+
     return check
 
 
@@ -65,6 +75,7 @@ def _tuple(item, length=None):
             _fail(field, f"a list of {length or 'any number of'} values", v)
         for i, x in enumerate(v):
             item(f"{field}[{i}]", x)
+
     return check
 
 
@@ -85,10 +96,15 @@ def _address(field, v):
 
 
 def _head(prefix):
-    return {f"{prefix}.hidden": _tuple(_int(1)), f"{prefix}.out_dim": _int(1),
-            f"{prefix}.activation": _choice(ACTIVATIONS), f"{prefix}.batch_norm": _bool,
-            f"{prefix}.final_batch_norm": _bool, f"{prefix}.bias": _bool,
-            f"{prefix}.scale": _num(0, lo_open=True)}
+    return {
+        f"{prefix}.hidden": _tuple(_int(1)),
+        f"{prefix}.out_dim": _int(1),
+        f"{prefix}.activation": _choice(ACTIVATIONS),
+        f"{prefix}.batch_norm": _bool,
+        f"{prefix}.final_batch_norm": _bool,
+        f"{prefix}.bias": _bool,
+        f"{prefix}.scale": _num(0, lo_open=True),
+    }
 
 
 _POS = _num(0, lo_open=True)
@@ -96,30 +112,68 @@ _UNIT = _num(0, 1)
 
 #: Every config field the trainer reads: dotted name -> ``check(field, value)`` raising ``ValueError``.
 FIELDS = {
-    "seed": _int(0), "dtype": _choice(DTYPES), "expected_runtime": _text,
-    "data.name": _choice(_data.DATASETS), "data.image_size": _int(1), "data.batch_size": _int(2),
-    "data.data_dir": _data_dir, "data.num_train": _int(0), "data.num_test": _int(0), "data.stream": _bool,
-    "data.shuffle_buffer": _int(1), "data.seed": _int(0),
+    "seed": _int(0),
+    "dtype": _choice(DTYPES),
+    "expected_runtime": _text,
+    "data.name": _choice(_data.DATASETS),
+    "data.image_size": _int(1),
+    "data.batch_size": _int(2),
+    "data.data_dir": _data_dir,
+    "data.num_train": _int(0),
+    "data.num_test": _int(0),
+    "data.stream": _bool,
+    "data.shuffle_buffer": _int(1),
+    "data.seed": _int(0),
     "data.shapes_max_angle_deg": lambda f, v: None if v is None else _num(0)(f, v),
-    "augment.name": _choice(AUGMENTS), "model.backbone": _choice(BACKBONES),
-    **_head("model.projector"), **_head("model.predictor"),
-    "objective.name": _choice(OBJECTIVES), "objective.temperature": _POS, "objective.ema": _UNIT,
-    "objective.queue_size": _int(1), "objective.barlow_lambda": _num(0), "objective.vicreg_coeffs": _tuple(_num(0), 3),
-    "objective.dino_temps": _tuple(_POS, 2), "objective.dino_center_momentum": _UNIT,
-    "optimizer.name": _choice(OPTIMIZERS), "optimizer.lr": _POS, "optimizer.momentum": _num(0, 1, hi_open=True),
-    "optimizer.weight_decay": _num(0), "optimizer.nesterov": _bool, "optimizer.schedule": _choice(SCHEDULES),
-    "optimizer.warmup_steps": _int(0), "optimizer.lr_batch_scaling": _bool, "optimizer.probe_lr": _POS,
-    "optimizer.b1": _num(0, 1, hi_open=True), "optimizer.b2": _num(0, 1, hi_open=True),
-    "train.steps": _int(1), "train.log_every": _int(1), "train.metrics_every": _int(0),
-    "train.checkpoint_every": _int(1), "train.keep_checkpoints": _int(1), "train.progress": _bool,
-    "train.tensorboard": _bool, "train.stop_after": _int(0), "train.allow_config_change": _bool,
-    "eval.final_probes": _bool, "eval.max_train": _int(1), "eval.max_test": _int(1), "eval.knn_k": _int(0),
-    "eval.ridge_l2": _num(0), "eval.rotation": _bool, "eval.rotation_epochs": _int(1),
+    "augment.name": _choice(AUGMENTS),
+    "model.backbone": _choice(BACKBONES),
+    **_head("model.projector"),
+    **_head("model.predictor"),
+    "objective.name": _choice(OBJECTIVES),
+    "objective.temperature": _POS,
+    "objective.ema": _UNIT,
+    "objective.queue_size": _int(1),
+    "objective.barlow_lambda": _num(0),
+    "objective.vicreg_coeffs": _tuple(_num(0), 3),
+    "objective.dino_temps": _tuple(_POS, 2),
+    "objective.dino_center_momentum": _UNIT,
+    "optimizer.name": _choice(OPTIMIZERS),
+    "optimizer.lr": _POS,
+    "optimizer.momentum": _num(0, 1, hi_open=True),
+    "optimizer.weight_decay": _num(0),
+    "optimizer.nesterov": _bool,
+    "optimizer.schedule": _choice(SCHEDULES),
+    "optimizer.warmup_steps": _int(0),
+    "optimizer.lr_batch_scaling": _bool,
+    "optimizer.probe_lr": _POS,
+    "optimizer.b1": _num(0, 1, hi_open=True),
+    "optimizer.b2": _num(0, 1, hi_open=True),
+    "train.steps": _int(1),
+    "train.log_every": _int(1),
+    "train.metrics_every": _int(0),
+    "train.checkpoint_every": _int(1),
+    "train.keep_checkpoints": _int(1),
+    "train.progress": _bool,
+    "train.tensorboard": _bool,
+    "train.stop_after": _int(0),
+    "train.allow_config_change": _bool,
+    "eval.final_probes": _bool,
+    "eval.max_train": _int(1),
+    "eval.max_test": _int(1),
+    "eval.knn_k": _int(0),
+    "eval.ridge_l2": _num(0),
+    "eval.rotation": _bool,
+    "eval.rotation_epochs": _int(1),
     "eval.metrics_images": _int(0),
-    "mesh.data": _int(1, also=(-1,)), "mesh.model": _int(1), "mesh.min_model_dim": _int(1),
-    "distributed.initialize": _bool, "distributed.coordinator_address": _address,
-    "distributed.num_processes": _int(0), "distributed.process_id": _int(0, also=(-1,)),
-    "distributed.cpu_collectives": _choice(("gloo", "mpi", "")), "distributed.timeout_s": _POS,
+    "mesh.data": _int(1, also=(-1,)),
+    "mesh.model": _int(1),
+    "mesh.min_model_dim": _int(1),
+    "distributed.initialize": _bool,
+    "distributed.coordinator_address": _address,
+    "distributed.num_processes": _int(0),
+    "distributed.process_id": _int(0, also=(-1,)),
+    "distributed.cpu_collectives": _choice(("gloo", "mpi", "")),
+    "distributed.timeout_s": _POS,
 }
 #: Sections whose whole value is handed to a constructor that checks it.
 _OPAQUE = ("model.backbone_kwargs",)
@@ -158,8 +212,9 @@ def validate_config(config, *, devices: bool = True) -> None:
             check(field, value)
         elif field.startswith("objective."):
             continue  # another make_objective constant: make_objective refuses unknown ones by name
-        elif not (custom_augment and field.split(".")[0] == "augment"
-                  and field.split(".")[1] in _aug.AugmentConfig._fields):
+        elif not (
+            custom_augment and field.split(".")[0] == "augment" and field.split(".")[1] in _aug.AugmentConfig._fields
+        ):
             raise ValueError(f"`{field}`: the trainer reads no such config field (see --help for the fields).")
     for required in ("seed", "dtype", "data.name", "data.batch_size", "objective.name", "train.steps"):
         _get(config, required)
@@ -182,8 +237,10 @@ def _check_across(config, *, devices: bool = True) -> None:
     dist = config.get("distributed", {})
     n_proc, pid = dist.get("num_processes", 0), dist.get("process_id", -1)
     if n_proc > 0 and pid >= n_proc:
-        raise ValueError(f"`distributed.process_id`: expected an id in [0, {n_proc - 1}] for "
-                         f"distributed.num_processes = {n_proc}, got {pid}.")
+        raise ValueError(
+            f"`distributed.process_id`: expected an id in [0, {n_proc - 1}] for "
+            f"distributed.num_processes = {n_proc}, got {pid}."
+        )
     b, mesh = data.batch_size, config.get("mesh", {})
     data_axis = mesh.get("data", -1)
     if data_axis == -1:
@@ -194,26 +251,36 @@ def _check_across(config, *, devices: bool = True) -> None:
     if ev.get("final_probes", True) and ev.get("knn_k", 20) < 1:
         raise ValueError(f"eval.knn_k: expected an integer >= 1 with eval.final_probes on, got {ev.knn_k!r}.")
     if tr.get("metrics_every", 0) and ev.get("metrics_images", 512) < 1:
-        raise ValueError(f"eval.metrics_images: expected an integer >= 1 with train.metrics_every = "
-                         f"{tr.metrics_every} (tracked metrics on), got {ev.metrics_images!r}.")
+        raise ValueError(
+            f"eval.metrics_images: expected an integer >= 1 with train.metrics_every = "
+            f"{tr.metrics_every} (tracked metrics on), got {ev.metrics_images!r}."
+        )
     obj, proj = config.get("objective", {}), config.get("model", {}).get("projector", {})
     k = proj.get("out_dim", 0)
     if obj.get("name") == "wmse" and k and b < k + 1:
-        raise ValueError(f"`data.batch_size`: W-MSE whitens each view with the covariance of its {k} projector "
-                         f"outputs (model.projector.out_dim), which needs a batch of at least {k + 1}; got {b}. "
-                         f"Use data.batch_size >= {k + 1} or model.projector.out_dim <= {b - 1}.")
+        raise ValueError(
+            f"`data.batch_size`: W-MSE whitens each view with the covariance of its {k} projector "
+            f"outputs (model.projector.out_dim), which needs a batch of at least {k + 1}; got {b}. "
+            f"Use data.batch_size >= {k + 1} or model.projector.out_dim <= {b - 1}."
+        )
     n = data.get("num_train", 0)
     if n and n < b:
-        raise ValueError(f"`data.num_train`: {n} examples cannot fill one batch of `data.batch_size` = {b}; "
-                         "use num_train >= batch_size (0: the whole split).")
+        raise ValueError(
+            f"`data.num_train`: {n} examples cannot fill one batch of `data.batch_size` = {b}; "
+            "use num_train >= batch_size (0: the whole split)."
+        )
     probe_train = min(ev.get("max_train", math.inf), data.get("num_train", 0) or math.inf)
     if ev.get("final_probes", True) and ev.get("knn_k", 20) > probe_train:
-        raise ValueError(f"eval.knn_k: {ev.knn_k} neighbours cannot be found among the kNN probe's "
-                         f"{probe_train} training examples (eval.max_train = {ev.get('max_train')}, data.num_train = "
-                         f"{data.get('num_train', 0)}); use eval.knn_k <= {probe_train} or more examples.")
+        raise ValueError(
+            f"eval.knn_k: {ev.knn_k} neighbours cannot be found among the kNN probe's "
+            f"{probe_train} training examples (eval.max_train = {ev.get('max_train')}, data.num_train = "
+            f"{data.get('num_train', 0)}); use eval.knn_k <= {probe_train} or more examples."
+        )
     if data.get("shapes_max_angle_deg", None) is not None and data.name != "shapes":
-        raise ValueError(f"`data.shapes_max_angle_deg` sets the nuisance rotations of the 'shapes' set; the data set "
-                         f"is {data.name!r}: leave it None.")
+        raise ValueError(
+            f"`data.shapes_max_angle_deg` sets the nuisance rotations of the 'shapes' set; the data set "
+            f"is {data.name!r}: leave it None."
+        )
     _check_memory(data)
     embedded = _data.DATASETS[data.name].source == "embedded"
     if embedded and data.get("data_dir", ""):
@@ -224,8 +291,15 @@ def _check_across(config, *, devices: bool = True) -> None:
 
 #: Training examples of each data set's train split (the in-memory feed holds them all; ``shapes``: the default
 #: ``num_examples``), for the memory bound of ``_check_memory``.
-_TRAIN_EXAMPLES = {"shapes": 10_000, "digits": 1_438, "cifar10": 50_000, "cifar100": 50_000, "stl10": 5_000,
-                   "imagenette": 9_469, "imagenet2012": 1_281_167}
+_TRAIN_EXAMPLES = {
+    "shapes": 10_000,
+    "digits": 1_438,
+    "cifar10": 50_000,
+    "cifar100": 50_000,
+    "stl10": 5_000,
+    "imagenette": 9_469,
+    "imagenet2012": 1_281_167,
+}
 
 
 def host_memory_bytes() -> int:
@@ -243,6 +317,8 @@ def _check_memory(data) -> None:
     n = data.get("num_train", 0) or _TRAIN_EXAMPLES.get(data.name, 0)
     need, limit = n * side * side * 3, host_memory_bytes()
     if need > limit:
-        raise ValueError(f"`data.image_size`: {side} px would make the {n} training images of {data.name!r} "
-                         f"{need / 2**30:.3g} GiB in memory, more than this host's {limit / 2**30:.3g} GiB; "
-                         "use a smaller image_size (or fewer data.num_train).")
+        raise ValueError(
+            f"`data.image_size`: {side} px would make the {n} training images of {data.name!r} "
+            f"{need / 2**30:.3g} GiB in memory, more than this host's {limit / 2**30:.3g} GiB; "
+            "use a smaller image_size (or fewer data.num_train)."
+        )

@@ -18,6 +18,7 @@
   log, or a run killed before its first checkpoint) is never deleted: a fresh start renames it to
   ``metrics.orphaned-<n>.jsonl`` (byte for byte) and says so.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,15 +32,37 @@ import warnings
 import jax
 import numpy as np
 
-__all__ = ["RUNTIME_FIELDS", "WorkdirLockedError", "ConfigMismatchError", "prepare", "Lock", "flatten_config",
-           "config_record", "state_signature", "digest", "check_resume", "truncate_metrics", "set_aside"]
+__all__ = [
+    "RUNTIME_FIELDS",
+    "WorkdirLockedError",
+    "ConfigMismatchError",
+    "prepare",
+    "Lock",
+    "flatten_config",
+    "config_record",
+    "state_signature",
+    "digest",
+    "check_resume",
+    "truncate_metrics",
+    "set_aside",
+]
 
 #: Config fields (dotted prefixes) that do not change the trained state: how often to
 #: log / evaluate / checkpoint, the probes run at the end, process set-up, where data
 #: lives, and the resume controls. A resume never compares them.
-RUNTIME_FIELDS = ("train.progress", "train.tensorboard", "train.log_every", "train.metrics_every",
-                  "train.checkpoint_every", "train.keep_checkpoints", "train.stop_after",
-                  "train.allow_config_change", "eval.", "distributed.", "data.data_dir")
+RUNTIME_FIELDS = (
+    "train.progress",
+    "train.tensorboard",
+    "train.log_every",
+    "train.metrics_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.stop_after",
+    "train.allow_config_change",
+    "eval.",
+    "distributed.",
+    "data.data_dir",
+)
 
 
 #: Seconds after which an empty ``.lock`` (its writer killed between create and write) counts as stale.
@@ -76,8 +99,9 @@ def prepare(workdir) -> pathlib.Path:
         entry = path / name
         if entry.exists() and entry.is_dir() != want_dir:
             kind = "a directory" if want_dir else "a file"
-            raise NotADirectoryError(f"--workdir {str(path)!r}: {str(entry)!r} must be {kind}; move it away or use "
-                                     "a fresh --workdir.")
+            raise NotADirectoryError(
+                f"--workdir {str(path)!r}: {str(entry)!r} must be {kind}; move it away or use a fresh --workdir."
+            )
     probe = path / f".write_test.{os.getpid()}"
     try:
         probe.write_bytes(b"")
@@ -139,14 +163,16 @@ class Lock:
                     self.path.unlink(missing_ok=True)
                     continue
                 if not other and self._empty_for(EMPTY_LOCK_GRACE_S):
-                    warnings.warn(f"removing stale empty lock {self.path} (its run died before writing it).",
-                                  stacklevel=2)
+                    warnings.warn(
+                        f"removing stale empty lock {self.path} (its run died before writing it).", stacklevel=2
+                    )
                     self.path.unlink(missing_ok=True)
                     continue
                 raise WorkdirLockedError(
                     f"workdir {str(self.path.parent)!r} is in use by another run (pid {pid} on {host} since "
                     f"{other.get('since')}; lock file {self.path}). Wait for it, or delete the lock file if that "
-                    "run is gone.") from None
+                    "run is gone."
+                ) from None
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self._held = True
@@ -202,8 +228,11 @@ def digest(record: dict) -> str:
 
 def _diff(saved: dict, now: dict) -> dict:
     keys = sorted(set(saved) | set(now))
-    return {k: (saved.get(k, "<absent>"), now.get(k, "<absent>")) for k in keys if saved.get(k, "<absent>")
-            != now.get(k, "<absent>")}
+    return {
+        k: (saved.get(k, "<absent>"), now.get(k, "<absent>"))
+        for k in keys
+        if saved.get(k, "<absent>") != now.get(k, "<absent>")
+    }
 
 
 def check_resume(meta: dict, config, state, *, allow_config_change: bool = False) -> dict:
@@ -217,14 +246,14 @@ def check_resume(meta: dict, config, state, *, allow_config_change: bool = False
     every current field is returned as changed from ``"<not saved>"`` (whatever
     ``allow_config_change`` says), so the caller warns and records the resume as a config change.
     """
-    changed_shapes = _diff(meta.get("state_signature", {}), state_signature(state)) \
-        if "state_signature" in meta else {}
+    changed_shapes = _diff(meta.get("state_signature", {}), state_signature(state)) if "state_signature" in meta else {}
     if changed_shapes:
         fields = "; ".join(f"{k}: saved {a}, now {b}" for k, (a, b) in list(changed_shapes.items())[:8])
         cfg = _diff(meta.get("config", {}), config_record(config))
         raise ConfigMismatchError(
             f"the checkpoint's state has different shapes ({len(changed_shapes)} leaves: {fields}); config fields "
-            f"that differ: {sorted(cfg) or 'none'}. This cannot be resumed; use a fresh --workdir.")
+            f"that differ: {sorted(cfg) or 'none'}. This cannot be resumed; use a fresh --workdir."
+        )
     if "config" not in meta:
         return {k: (NOT_SAVED, v) for k, v in config_record(config).items()}
     changed = _diff(meta["config"], config_record(config))
@@ -233,7 +262,8 @@ def check_resume(meta: dict, config, state, *, allow_config_change: bool = False
         raise ConfigMismatchError(
             f"the workdir holds a run with a different config ({fields}). Use a fresh --workdir, the saved "
             "values, or --config.train.allow_config_change=True to continue this state under the new values "
-            "(state shapes must match; the change is recorded in metrics.jsonl).")
+            "(state shapes must match; the change is recorded in metrics.jsonl)."
+        )
     return changed
 
 
@@ -254,8 +284,10 @@ def truncate_metrics(path, step: int) -> int:
             continue
         s = rec.get("step", 0) if isinstance(rec, dict) else None
         if isinstance(s, bool) or not isinstance(s, int):
-            raise ValueError(f"{path} line {lineno}: expected a JSON object with an integer \"step\", got "
-                             f"{line[:80]!r}; this is not a metrics file this trainer wrote (move it away).")
+            raise ValueError(
+                f'{path} line {lineno}: expected a JSON object with an integer "step", got '
+                f"{line[:80]!r}; this is not a metrics file this trainer wrote (move it away)."
+            )
         if s <= step:
             keep.append(line)
         else:

@@ -1,4 +1,5 @@
 """Augmentation pipelines (SimCLR, SimSiam CIFAR, two views) and orbits of a continuous augmentation."""
+
 from __future__ import annotations
 
 import functools
@@ -9,11 +10,33 @@ import jax
 import jax.numpy as jnp
 
 from ssl_geometry._src.checks import check_rank
-from ssl_geometry._src.ssl.augment.primitives import (check_rgb, float_dtype, batch_augment, random_color_jitter, random_flip,
-                                                 random_gaussian_blur, random_grayscale, random_resized_crop,
-                                                 random_rotation, random_solarize, to_float)
+from ssl_geometry._src.ssl.augment.primitives import (
+    batch_augment,
+    check_rgb,
+    float_dtype,
+    random_color_jitter,
+    random_flip,
+    random_gaussian_blur,
+    random_grayscale,
+    random_resized_crop,
+    random_rotation,
+    random_solarize,
+    to_float,
+)
 
-__all__ = ["AugmentConfig", "augment_image", "simclr_augment", "simsiam_cifar_augment", "two_views", "orbit", "orbit_tangents", "SIMCLR_IMAGENET", "SIMCLR_CIFAR", "BYOL_VIEW1", "BYOL_VIEW2"]
+__all__ = [
+    "AugmentConfig",
+    "augment_image",
+    "simclr_augment",
+    "simsiam_cifar_augment",
+    "two_views",
+    "orbit",
+    "orbit_tangents",
+    "SIMCLR_IMAGENET",
+    "SIMCLR_CIFAR",
+    "BYOL_VIEW1",
+    "BYOL_VIEW2",
+]
 
 
 class AugmentConfig(NamedTuple):
@@ -61,13 +84,11 @@ def augment_image(key, image, config: AugmentConfig = SIMCLR_IMAGENET):
         x = random_rotation(jax.random.fold_in(key, 7), x, math.radians(config.rotation_deg))
     b, c, s, h = config.jitter
     if config.jitter_prob > 0:
-        x = random_color_jitter(k_jit, x, b, c, s, h, random_order=config.jitter_random_order,
-                                p=config.jitter_prob)
+        x = random_color_jitter(k_jit, x, b, c, s, h, random_order=config.jitter_random_order, p=config.jitter_prob)
     if config.gray_prob > 0:
         x = random_grayscale(k_gray, x, config.gray_prob)
     if config.blur_prob > 0:
-        x = random_gaussian_blur(k_blur, x, config.blur_sigma, radius=config.blur_radius,
-                                 p=config.blur_prob)
+        x = random_gaussian_blur(k_blur, x, config.blur_sigma, radius=config.blur_radius, p=config.blur_prob)
     if config.solarize_prob > 0:
         x = random_solarize(k_sol, x, config.solarize_threshold, config.solarize_prob)
     return x

@@ -2,6 +2,7 @@
 
 See :mod:`ssl_geometry.augment` for the conventions.
 """
+
 from __future__ import annotations
 
 import math
@@ -202,8 +203,9 @@ def _conv1d_axis(x, w, axis, radius, mode, cval):
     return out
 
 
-def gaussian_blur(image, sigma, *, radius: int | None = None, truncate: float = 4.0,
-                  mode: str = "reflect", cval: float = 0.0):
+def gaussian_blur(
+    image, sigma, *, radius: int | None = None, truncate: float = 4.0, mode: str = "reflect", cval: float = 0.0
+):
     """Separable Gaussian blur of an ``HWC`` image over ``H`` and ``W``.
 
     ``y[i, j] = sum_{a, b} w_a w_b x[i - a, j - b]`` with ``w`` from
@@ -324,8 +326,7 @@ def random_flip(key, image, p: float = 0.5):
     return jnp.where(_u(key, 1)[0] < p, hflip(image), image)
 
 
-def random_crop_window(key, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                       trials: int = 10):
+def random_crop_window(key, height: int, width: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), trials: int = 10):
     """torchvision's ``RandomResizedCrop.get_params``: ``(top, left, h, w)`` int32.
 
     ``trials`` candidates with area ``H W U(scale)`` and aspect ``exp(U(log ratio))``;
@@ -339,7 +340,7 @@ def random_crop_window(key, height: int, width: int, scale=(0.08, 1.0), ratio=(3
         raise ValueError(f"`ratio` must satisfy 0 < ratio[0] <= ratio[1]; got {ratio}.")
     u = _u(key, 2 * trials + 2)
     area = height * width * _lerp(u[:trials], scale[0], scale[1], jnp.float32)
-    aspect = jnp.exp(_lerp(u[trials:2 * trials], math.log(ratio[0]), math.log(ratio[1]), jnp.float32))
+    aspect = jnp.exp(_lerp(u[trials : 2 * trials], math.log(ratio[0]), math.log(ratio[1]), jnp.float32))
     w = jnp.round(jnp.sqrt(area * aspect)).astype(jnp.int32)
     h = jnp.round(jnp.sqrt(area / aspect)).astype(jnp.int32)
     ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
@@ -357,12 +358,11 @@ def random_crop_window(key, height: int, width: int, scale=(0.08, 1.0), ratio=(3
         fw, fh = width, height
     ftop, fleft = (height - fh) // 2, (width - fw) // 2
     any_ok = jnp.any(ok)
-    pick = lambda a, b: jnp.where(any_ok, a, jnp.int32(b))  # noqa: E731
+    pick = lambda a, b: jnp.where(any_ok, a, jnp.int32(b))
     return pick(top_t, ftop), pick(left_t, fleft), pick(h_t, fh), pick(w_t, fw)
 
 
-def random_resized_crop(key, image, size: Sequence[int] | int | None = None, scale=(0.08, 1.0),
-                        ratio=(3 / 4, 4 / 3)):
+def random_resized_crop(key, image, size: Sequence[int] | int | None = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
     """RandomResizedCrop: a :func:`random_crop_window` resampled bilinearly to ``size``.
 
     ``size`` defaults to the input size. With ``scale=(1, 1)`` and ``ratio=(1, 1)`` on
@@ -378,8 +378,9 @@ def random_resized_crop(key, image, size: Sequence[int] | int | None = None, sca
     return crop_and_resize(image, top, left, h, w, size)
 
 
-def random_color_jitter(key, image, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1,
-                        *, random_order: bool = True, p: float = 1.0):
+def random_color_jitter(
+    key, image, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, *, random_order: bool = True, p: float = 1.0
+):
     """torchvision ``ColorJitter`` applied with probability ``p``.
 
     Factors ``~ U[max(0, 1-s), 1+s]`` for brightness, contrast and saturation, hue
@@ -477,4 +478,37 @@ def batch_augment(key, images, fn: Callable, *args, **kwargs):
     keys = jax.random.split(key, images.shape[0])
     return jax.vmap(lambda k, x: fn(k, x, *args, **kwargs))(keys, images)
 
-__all__ = ["to_float", "normalize", "grayscale", "rgb_to_hsv", "hsv_to_rgb", "adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue", "solarize", "hflip", "blur_radius", "gaussian_kernel1d", "gaussian_blur", "rotate", "crop_and_resize", "random_flip", "random_crop_window", "random_resized_crop", "random_color_jitter", "random_apply", "random_grayscale", "random_gaussian_blur", "random_solarize", "random_rotation", "batch_augment", "GRAY_WEIGHTS", "IMAGENET_MEAN", "IMAGENET_STD", "CIFAR10_MEAN", "CIFAR10_STD"]
+
+__all__ = [
+    "to_float",
+    "normalize",
+    "grayscale",
+    "rgb_to_hsv",
+    "hsv_to_rgb",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_saturation",
+    "adjust_hue",
+    "solarize",
+    "hflip",
+    "blur_radius",
+    "gaussian_kernel1d",
+    "gaussian_blur",
+    "rotate",
+    "crop_and_resize",
+    "random_flip",
+    "random_crop_window",
+    "random_resized_crop",
+    "random_color_jitter",
+    "random_apply",
+    "random_grayscale",
+    "random_gaussian_blur",
+    "random_solarize",
+    "random_rotation",
+    "batch_augment",
+    "GRAY_WEIGHTS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+]

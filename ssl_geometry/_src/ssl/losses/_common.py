@@ -1,4 +1,5 @@
 """Shared pieces of the loss families: argument checks, norm floors, the finiteness guard."""
+
 from __future__ import annotations
 
 import jax
@@ -14,8 +15,17 @@ from ssl_geometry._src.checks import (
     is_concrete,
 )
 
-__all__ = ["EPS_TF_L2_NORMALIZE", "EPS_TORCH_COSINE", "EPS_TORCH_NORMALIZE", "check_pair", "finite_loss",
-           "off_diagonal_mask", "positive", "sg", "unit_interval"]
+__all__ = [
+    "EPS_TF_L2_NORMALIZE",
+    "EPS_TORCH_COSINE",
+    "EPS_TORCH_NORMALIZE",
+    "check_pair",
+    "finite_loss",
+    "off_diagonal_mask",
+    "positive",
+    "sg",
+    "unit_interval",
+]
 
 sg = jax.lax.stop_gradient
 
@@ -66,6 +76,8 @@ def finite_loss(loss, name: str, inputs, degree: int | None = None):
     if degree is None:
         why = "This is a numerical failure of the loss; please report it."
     else:
-        why = (f"The loss grows as (input scale)^{degree} and exceeded the largest finite value "
-               f"of {jnp.result_type(loss)} (a documented limit): rescale the inputs or use float64.")
+        why = (
+            f"The loss grows as (input scale)^{degree} and exceeded the largest finite value "
+            f"of {jnp.result_type(loss)} (a documented limit): rescale the inputs or use float64."
+        )
     return _ops.check_finite_result(loss, f"`{name}` loss", inputs, why)

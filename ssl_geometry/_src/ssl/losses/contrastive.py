@@ -1,5 +1,6 @@
 """Contrastive losses: SimCLR's NT-Xent, its one-directional form, MoCo v2 (queue) and v3 (in-batch),
 spectral contrastive."""
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, ScalarLike
@@ -20,7 +21,9 @@ from ssl_geometry._src.ssl.losses._common import (
 __all__ = ["info_nce", "info_nce_one_way", "moco", "moco_v3", "spectral_contrastive"]
 
 
-def info_nce(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperature: ScalarLike = 0.1) -> Float[Array, ""]:
+def info_nce(
+    z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperature: ScalarLike = 0.1
+) -> Float[Array, ""]:
     """SimCLR NT-Xent over the ``2n`` views of a batch.
 
     With ``u = [z1; z2] / |.|`` (rows L2-normalised, norm floor ``1e-6`` as
@@ -51,8 +54,9 @@ def info_nce(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, temperatur
     return finite_loss(jnp.mean(lse - pos), "info_nce", (z1, z2))
 
 
-def info_nce_one_way(u1: Float[ArrayIn, "n k"], u2: Float[ArrayIn, "n k"], *,
-                     temperature: ScalarLike = 0.1) -> Float[Array, ""]:
+def info_nce_one_way(
+    u1: Float[ArrayIn, "n k"], u2: Float[ArrayIn, "n k"], *, temperature: ScalarLike = 0.1
+) -> Float[Array, ""]:
     """One-directional InfoNCE: view 1 anchors, view 2 candidates, ``n - 1`` cross-view negatives.
 
     With ``a_i = u1_i / max(|u1_i|, 1e-12)``, ``b_j = u2_j / max(|u2_j|, 1e-12)``

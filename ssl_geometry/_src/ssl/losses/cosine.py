@@ -1,4 +1,5 @@
 """Non-contrastive alignment losses: SimSiam, BYOL (with its EMA target), plain MSE."""
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -121,7 +122,7 @@ def ema_update(target: PyTree, online: PyTree, decay: ScalarLike) -> PyTree:
     decay = unit_interval(decay, "decay")
     t_def = jax.tree_util.tree_structure(target)
     o_def = jax.tree_util.tree_structure(online)
-    if t_def != o_def:
+    if t_def != o_def:  # type: ignore[operator]  # jax's PyTreeDef is an unresolved name in its stubs (no __eq__/__ne__ to mypy)
         raise ValueError(f"`target` and `online` must have the same tree structure; got {t_def} and {o_def}.")
 
     def upd(t, o):

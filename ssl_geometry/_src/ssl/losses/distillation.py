@@ -1,4 +1,5 @@
 """Self-distillation: DINO's cross-entropy between teacher and student crops."""
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, ScalarLike

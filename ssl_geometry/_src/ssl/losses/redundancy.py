@@ -1,6 +1,8 @@
 """Redundancy-reduction losses: Barlow Twins, VICReg, W-MSE (batch statistics of each view)."""
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, ScalarLike
 
 from ssl_geometry._src import ops as _ops
@@ -168,7 +170,7 @@ def wmse(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, eps: ScalarLik
     check_pair(z1, z2, "z1", "z2", 2, "W-MSE whitens with the batch covariance")
     eps = unit_interval(eps, "eps")
     n, k = z1.shape
-    if is_concrete(eps) and float(eps) == 0.0 and n < k + 1:
+    if is_concrete(eps) and float(np.asarray(eps)) == 0.0 and n < k + 1:
         raise ValueError(
             f"`z1` needs a batch of at least k + 1 = {k + 1} samples for W-MSE with eps=0 "
             f"(the covariance of {k} features must be positive definite); got {n}. "
@@ -179,6 +181,9 @@ def wmse(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, eps: ScalarLik
     w2 = _ops.l2_normalize(cholesky_whiten(z2, eps), EPS_TORCH_NORMALIZE)
     loss = 2.0 - 2.0 * jnp.mean(jnp.sum(w1 * w2, axis=-1))
     return _ops.check_finite_result(
-        loss, "`wmse` loss", (z1, z2),
+        loss,
+        "`wmse` loss",
+        (z1, z2),
         "The batch covariance is not positive definite (Cholesky failed); the embeddings are "
-        "(nearly) rank-deficient. Pass eps > 0 or a larger batch.")
+        "(nearly) rank-deficient. Pass eps > 0 or a larger batch.",
+    )

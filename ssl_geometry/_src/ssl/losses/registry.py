@@ -5,6 +5,7 @@ To add a loss: write it in the family module it belongs to, export it from
 registry-parametrized tests (``tests/test_losses.py``, ``tests/test_registries.py``)
 then run on it, and ask for a NumPy reference of it.
 """
+
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -70,35 +71,133 @@ def _per_sample(why):
 
 #: Every loss of :mod:`ssl_geometry.losses`, by canonical name.
 REGISTRY: dict[str, LossSpec] = {
-    "simsiam": LossSpec(simsiam, ("p1", "p2", "z1", "z2"), (0, 1), (2, 3), False,
-                        _per_sample("per-sample cosine, averaged"), False, 0, "cosine"),
-    "negative_cosine": LossSpec(negative_cosine, ("p", "z"), (0,), (1,), False,
-                                _per_sample("per-sample cosine, averaged"), False, 0, "cosine"),
-    "byol": LossSpec(byol, ("p1", "p2", "t1", "t2"), (0, 1), (2, 3), False,
-                     _per_sample("per-sample normalised MSE, averaged"), False, 0, "cosine"),
-    "mse": LossSpec(mse, ("u1", "u2"), (0, 1), (), False,
-                    _per_sample("per-sample squared distance, averaged"), True, 2, "cosine"),
-    "moco": LossSpec(moco, ("q", "k", "queue"), (0,), (1, 2), True,
-                     _per_sample("negatives come from the queue (K >= n keys)"), False, 0, "contrastive"),
-    "info_nce": LossSpec(info_nce, ("z1", "z2"), (0, 1), (), False,
-                         BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"), False, 0, "contrastive"),
-    "info_nce_one_way": LossSpec(info_nce_one_way, ("u1", "u2"), (0, 1), (), False,
-                                 BatchNeeds(True, 2, "in-batch cross-view negatives (n - 1 per anchor, one direction)"),
-                                 False, 0, "contrastive"),
-    "moco_v3": LossSpec(moco_v3, ("q1", "q2", "k1", "k2"), (0, 1), (2, 3), False,
-                        BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"), False, 0, "contrastive"),
-    "spectral_contrastive": LossSpec(spectral_contrastive, ("z1", "z2"), (0, 1), (), False,
-                                     BatchNeeds(True, 2, "negative pairs of different samples"), False, 4,
-                                     "contrastive"),
-    "barlow_twins": LossSpec(barlow_twins, ("z1", "z2"), (0, 1), (), False,
-                             BatchNeeds(True, 2, "per-feature batch standardisation"), False, 0, "redundancy"),
-    "vicreg": LossSpec(vicreg, ("z1", "z2"), (0, 1), (), False,
-                       BatchNeeds(True, 2, "unbiased batch variance and covariance"), False, 4, "redundancy"),
-    "wmse": LossSpec(wmse, ("z1", "z2"), (0, 1), (), False,
-                     BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"), False, 0,
-                     "redundancy"),
-    "dino": LossSpec(dino, ("student", "teacher", "center"), (0,), (1, 2), True,
-                     BatchNeeds(True, 2, "teacher centre is an EMA of batch means"), True, None, "distillation"),
+    "simsiam": LossSpec(
+        simsiam,
+        ("p1", "p2", "z1", "z2"),
+        (0, 1),
+        (2, 3),
+        False,
+        _per_sample("per-sample cosine, averaged"),
+        False,
+        0,
+        "cosine",
+    ),
+    "negative_cosine": LossSpec(
+        negative_cosine, ("p", "z"), (0,), (1,), False, _per_sample("per-sample cosine, averaged"), False, 0, "cosine"
+    ),
+    "byol": LossSpec(
+        byol,
+        ("p1", "p2", "t1", "t2"),
+        (0, 1),
+        (2, 3),
+        False,
+        _per_sample("per-sample normalised MSE, averaged"),
+        False,
+        0,
+        "cosine",
+    ),
+    "mse": LossSpec(
+        mse, ("u1", "u2"), (0, 1), (), False, _per_sample("per-sample squared distance, averaged"), True, 2, "cosine"
+    ),
+    "moco": LossSpec(
+        moco,
+        ("q", "k", "queue"),
+        (0,),
+        (1, 2),
+        True,
+        _per_sample("negatives come from the queue (K >= n keys)"),
+        False,
+        0,
+        "contrastive",
+    ),
+    "info_nce": LossSpec(
+        info_nce,
+        ("z1", "z2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"),
+        False,
+        0,
+        "contrastive",
+    ),
+    "info_nce_one_way": LossSpec(
+        info_nce_one_way,
+        ("u1", "u2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "in-batch cross-view negatives (n - 1 per anchor, one direction)"),
+        False,
+        0,
+        "contrastive",
+    ),
+    "moco_v3": LossSpec(
+        moco_v3,
+        ("q1", "q2", "k1", "k2"),
+        (0, 1),
+        (2, 3),
+        False,
+        BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"),
+        False,
+        0,
+        "contrastive",
+    ),
+    "spectral_contrastive": LossSpec(
+        spectral_contrastive,
+        ("z1", "z2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "negative pairs of different samples"),
+        False,
+        4,
+        "contrastive",
+    ),
+    "barlow_twins": LossSpec(
+        barlow_twins,
+        ("z1", "z2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "per-feature batch standardisation"),
+        False,
+        0,
+        "redundancy",
+    ),
+    "vicreg": LossSpec(
+        vicreg,
+        ("z1", "z2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "unbiased batch variance and covariance"),
+        False,
+        4,
+        "redundancy",
+    ),
+    "wmse": LossSpec(
+        wmse,
+        ("z1", "z2"),
+        (0, 1),
+        (),
+        False,
+        BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"),
+        False,
+        0,
+        "redundancy",
+    ),
+    "dino": LossSpec(
+        dino,
+        ("student", "teacher", "center"),
+        (0,),
+        (1, 2),
+        True,
+        BatchNeeds(True, 2, "teacher centre is an EMA of batch means"),
+        True,
+        None,
+        "distillation",
+    ),
 }
 
 #: Which losses need batch statistics and the minimum batch size each accepts (from
@@ -109,10 +208,19 @@ NEEDS_BATCH: dict[str, BatchNeeds] = {name: s.batch for name, s in REGISTRY.item
 #: name -> loss function (from :data:`REGISTRY`).
 LOSSES: dict[str, Callable] = {name: s.fn for name, s in REGISTRY.items()}
 
-_ALIASES = {"simclr": "info_nce", "nt_xent": "info_nce", "ntxent": "info_nce",
-            "simclr_one_way": "info_nce_one_way", "mocov2": "moco",
-            "moco_v2": "moco", "mocov3": "moco_v3", "barlow": "barlow_twins", "w_mse": "wmse",
-            "spectral": "spectral_contrastive", "alignment": "mse"}
+_ALIASES = {
+    "simclr": "info_nce",
+    "nt_xent": "info_nce",
+    "ntxent": "info_nce",
+    "simclr_one_way": "info_nce_one_way",
+    "mocov2": "moco",
+    "moco_v2": "moco",
+    "mocov3": "moco_v3",
+    "barlow": "barlow_twins",
+    "w_mse": "wmse",
+    "spectral": "spectral_contrastive",
+    "alignment": "mse",
+}
 
 
 def _canonical(name: str) -> str:

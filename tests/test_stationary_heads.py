@@ -1,0 +1,151 @@
+"""The jitted L-BFGS stationarity search (experiments/stationary_heads.py) against scipy's L-BFGS-B, on hand-made heads
+with known stationary points and on one smoke collapsed state; its stops and its reuse of one compiled search."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+from jax.flatten_util import ravel_pytree
+
+from experiments import stationary_heads
+from experiments.collapse_hessians.cases import siamese_problem
+from experiments.configs import collapse_hessians as cfg_module
+from ssl_geometry import heads
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _linear(d, k, key):
+    """``h(z) = z W`` (one bias-free linear layer, ``W`` of shape (d, k))."""
+    model = heads.mlp(d, (), k, activation="identity", bias=False, dtype=jnp.float64)
+    return model, model.init(key)
+
+
+def _target_problem(seed, n=4, d=3, k=5):
+    """``L(W) = (1/2) sum_i |c W - t|^2`` at a collapsed batch (every row ``c``): stationary iff ``c W = t``
+    (then ``L = 0`` and ``rho = grad_u L = 0``), the minimiser nearest ``W_0`` being ``W_0 + c^T (t - c W_0) / |c|^2``."""
+    model, variables = _linear(d, k, jax.random.PRNGKey(seed))
+    c = jax.random.normal(jax.random.PRNGKey(seed + 100), (1, d), jnp.float64)
+    t = jax.random.normal(jax.random.PRNGKey(seed + 200), (k,), jnp.float64)
+    z = jnp.tile(c, (n, 1))
+    return model, variables, (lambda u: 0.5 * jnp.sum((u - t) ** 2)), z, c[0], t
+
+
+def _scipy_lbfgsb(model, variables, loss_fn, z, train=False, max_iter=400):
+    flat0, unravel = ravel_pytree(variables["params"])
+    vg = jax.jit(
+        jax.value_and_grad(lambda th: loss_fn(model.apply({**variables, "params": unravel(th)}, z, train=train)[0]))
+    )
+
+    def fg(x):
+        v, g = vg(jnp.asarray(x))
+        return float(v), np.asarray(g, np.float64)
+
+    opt = scipy.optimize.minimize(
+        fg, np.asarray(flat0), jac=True, method="L-BFGS-B", options={"gtol": 0.0, "maxiter": max_iter}
+    )
+    return opt.x, fg(opt.x)
+
+
+def test_lbfgs_reaches_the_known_minimiser_like_scipy_lbfgsb():
+    model, variables, loss_fn, z, c, t = _target_problem(0)
+    theta, it, stop = stationary_heads._lbfgs_search(model, variables, loss_fn, z, False, max_iter=400)
+    W = np.asarray(theta).reshape(3, 5)
+    # the minimiser: c W = t; L-BFGS from W_0 along gradients (all in span(c^T)) reaches the nearest one
+    W0 = np.asarray(ravel_pytree(variables["params"])[0]).reshape(3, 5)
+    nearest = W0 + np.outer(c, t - np.asarray(c) @ W0) / float(c @ c)
+    np.testing.assert_allclose(W, nearest, atol=1e-9)
+    assert 0 < it < 400 and stop in ("line search failed", "no decrease", "gtol")
+    x_ref, (l_ref, g_ref) = _scipy_lbfgsb(model, variables, loss_fn, z)
+    np.testing.assert_allclose(np.asarray(c) @ x_ref.reshape(3, 5), t, atol=1e-6)  # scipy's own stop: ftol
+    st = stationary_heads.stationary_head_state(
+        model, variables, loss_fn, z, key=jax.random.PRNGKey(1), method="lbfgs", newton_steps=0
+    )
+    assert st["search_method"] == "lbfgs" and st["newton_steps"] == 0
+    assert st["loss"] <= max(l_ref, 1e-20) and st["grad_norm"] <= max(np.linalg.norm(g_ref), 1e-12)
+    assert st["stationary"] and st["within_bound"] and st["rho"] < 1e-9 and st["rho_start"] > 1e-2
+
+
+def test_one_compiled_search_serves_new_data_of_the_same_shapes():
+    # the data (z, the target the loss closes over) are arguments of the compiled search: a second state of the
+    # same shapes reuses it, and reaches its own minimiser (not the first state's)
+    a, b = _target_problem(0), _target_problem(7)
+    canon_a = stationary_heads._objective_program(*a[:4], False)[0]
+    canon_b = stationary_heads._objective_program(*b[:4], False)[0]
+    assert canon_a == canon_b and hash(canon_a) == hash(canon_b)  # one program: the jit cache key is equal
+    before = stationary_heads._lbfgs_run._cache_size()
+    for model, variables, loss_fn, z, c, t in (a, b):
+        theta, _, _ = stationary_heads._lbfgs_search(model, variables, loss_fn, z, False, max_iter=400)
+        np.testing.assert_allclose(np.asarray(c) @ np.asarray(theta).reshape(3, 5), np.asarray(t), atol=1e-9)
+    assert stationary_heads._lbfgs_run._cache_size() - before <= 1
+
+
+def test_the_search_reports_each_stop():
+    model, variables, loss_fn, z, _, _ = _target_problem(0)
+    # max_iter: three steps, not yet at the minimiser of an ill-conditioned quadratic in 15 parameters
+    scale = jnp.linspace(1.0, 1e3, 5)
+    th, it, stop = stationary_heads._lbfgs_search(
+        model, variables, lambda u: jnp.sum(scale * (u - 1.0) ** 2), z, False, max_iter=3
+    )
+    assert (it, stop) == (3, "max_iter")
+    # gtol: a head already stationary (|grad|_inf = 0 <= gtol = 0) takes no step
+    zero = {"params": jax.tree.map(jnp.zeros_like, variables["params"])}
+    th, it, stop = stationary_heads._lbfgs_search(model, zero, lambda u: jnp.sum(u**2), z, False, max_iter=50)
+    assert (it, stop) == (0, "gtol") and float(jnp.max(jnp.abs(th))) == 0.0
+
+    # no decrease: a gradient of the wrong sign makes the L-BFGS direction an ascent direction; the step the line
+    # search returns raises L, so it is not taken and the search stops where it started
+    @jax.custom_jvp
+    def uphill(u):
+        return jnp.sum(u**2)
+
+    @uphill.defjvp
+    def _uphill_jvp(primals, tangents):
+        (u,), (du,) = primals, tangents
+        return jnp.sum(u**2), jnp.sum(-2.0 * u * du)
+
+    th, it, stop = stationary_heads._lbfgs_search(model, variables, uphill, z, False, max_iter=50)
+    assert (it, stop) == (0, "no decrease")
+    np.testing.assert_array_equal(np.asarray(th), np.asarray(ravel_pytree(variables["params"])[0]))
+    # non-finite: a loss that is NaN at the start raises, naming what failed
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        stationary_heads._lbfgs_search(model, variables, lambda u: jnp.sum(jnp.log(u)), z, False, max_iter=5)
+
+
+def test_stationary_head_state_rejects_bad_search_arguments():
+    model, variables, loss_fn, z, _, _ = _target_problem(0)
+    kw = dict(key=jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="`method`"):
+        stationary_heads.stationary_head_state(model, variables, loss_fn, z, method="newton", **kw)
+    with pytest.raises(ValueError, match="`max_iter`"):
+        stationary_heads.stationary_head_state(model, variables, loss_fn, z, max_iter=-1, **kw)
+    with pytest.raises(ValueError, match="`gtol`"):
+        stationary_heads.stationary_head_state(model, variables, loss_fn, z, gtol=float("nan"), **kw)
+    big_model, big_vars = _linear(64, 65, jax.random.PRNGKey(0))  # 4160 > MAX_DENSE_PARAMS parameters
+    big_z = jnp.ones((2, 64), jnp.float64)
+    with pytest.raises(ValueError, match="only for at most"):
+        stationary_heads.stationary_head_state(big_model, big_vars, lambda u: jnp.sum(u**2), big_z, method="bfgs", **kw)
+
+
+def test_smoke_collapsed_state_reaches_scipys_verdict_inputs():
+    # SimSiam/swish at the smoke config's collapsed state: the jitted L-BFGS (no Newton polish) and scipy's
+    # L-BFGS-B reach the same loss, and the L-BFGS head meets the stationarity rule with rho within its bound, as
+    # scipy's BFGS head does
+    cfg = cfg_module.get_config("smoke")
+    model, variables, loss_fn, z1, train, _ = siamese_problem(
+        cfg, "simsiam", "swish", False, "collapsed", jax.random.PRNGKey(cfg.seed)
+    )
+    key = jax.random.PRNGKey(3)
+    new = stationary_heads.stationary_head_state(
+        model, variables, loss_fn, z1, key=key, train=train, method="lbfgs", newton_steps=0
+    )
+    old = stationary_heads.stationary_head_state(
+        model, variables, loss_fn, z1, key=key, train=train, method="bfgs", newton_steps=0
+    )
+    _, (l_ref, g_ref) = _scipy_lbfgsb(model, variables, loss_fn, z1, train)
+    assert new["loss"] == pytest.approx(l_ref, abs=1e-9) and new["loss"] == pytest.approx(old["loss"], abs=1e-12)
+    assert new["grad_norm"] <= max(np.linalg.norm(g_ref), old["grad_norm"])
+    for k in ("stationary", "within_bound", "full_row_rank"):
+        assert new[k] == old[k] is True, k
+    assert new["rho"] <= new["rho_bound"] and new["rho_start"] > 1e3 * new["rho_bound"]
