@@ -1,7 +1,7 @@
 """thm4.1-rank-predicts-stability: the rank of J(c) predicted from the head and c, and the rule on hand-made rows.
 
-experiments/collapse_hessians/widths.py; docs/theory.md, section "Thm 4.1 repaired: when a collapsed equilibrium
-is unstable", parts (c) and (d).
+experiments/collapse_hessians/widths.py; docs/theory.md, section
+"Thm 4.1 repaired: when a collapsed equilibrium is unstable", parts (c) and (d).
 """
 
 import math
