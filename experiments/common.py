@@ -16,7 +16,9 @@ a config module ``experiments/configs/<name>.py``. The module separates four thi
   item is ``{"id", "verdict", "deciding", "reason"[, "subject"]}``: the registry rule of that claim
   applied with the registry's thresholds (``claims.CLAIMS[id].thresholds``), ``deciding`` the
   numbers the rule read. Rules shared by several experiments are applied by
-  :mod:`experiments.rules`.
+  :mod:`experiments.rules`. A module whose variants decide different claims defines
+  ``measured_claims(config)``, the ids that variant decides (default ``CLAIMS``); a claim it does not
+  measure gets no record, so a variant never stores a verdict about a state it did not build.
 * **reporting** -- ``report(results, rel_dir) -> str`` (a markdown section) and optionally
   ``figures(results, out_dir)``; both read the *stored* results, never module state.
 
@@ -136,10 +138,13 @@ def read_results(out_dir) -> dict:
     return from_jsonable(json.loads((pathlib.Path(out_dir) / "results.json").read_text()))
 
 
-def _claim_records(module, decision: dict, scale: str, code_digest: str | None = None) -> list[dict]:
+def _claim_records(module, decision: dict, scale: str, code_digest: str | None = None, config=None) -> list[dict]:
     """The stored claim records of one ``decide`` result (see :func:`run_experiment`): one per item of its
-    ``claims`` list, each decided by the registry's rule."""
+    ``claims`` list, each decided by the registry's rule; exactly the claims ``module.measured_claims(config)``
+    names where the module defines it, else exactly its ``CLAIMS``."""
     declared = tuple(getattr(module, "CLAIMS", ()))
+    measured = getattr(module, "measured_claims", None)
+    required = tuple(measured(config)) if measured is not None and config is not None else declared
     if not declared:
         raise ValueError(f"{module.__name__} declares no CLAIMS (the registry ids it decides).")
     if "claims" not in decision:
@@ -165,9 +170,12 @@ def _claim_records(module, decision: dict, scale: str, code_digest: str | None =
                 code_digest=code_digest,
             )
         )
-    missing = sorted(set(declared) - {r["id"] for r in records})
+    missing = sorted(set(required) - {r["id"] for r in records})
     if missing:
         raise ValueError(f"{module.__name__}.decide did not decide its claims {missing}.")
+    unmeasured = sorted({r["id"] for r in records} - set(required))
+    if unmeasured:
+        raise ValueError(f"{module.__name__}.decide decided {unmeasured}, which its variant does not measure.")
     return records
 
 
@@ -203,7 +211,7 @@ def run_experiment(module, config, out_dir, *, variant: str | None = None) -> di
         )
     variant = variant or config.variant
     scale = getattr(module, "SCALE", None) or claims.scale_of(variant)
-    records = _claim_records(module, decision, scale, code_digest)
+    records = _claim_records(module, decision, scale, code_digest, config)
     seed = config.get("seed") if hasattr(config, "get") else None
     results = {
         "variant": variant,

@@ -137,6 +137,17 @@ def provenance(entries: list[Entry]) -> str:
     return "\n".join(lines)
 
 
+def _part_text(name: str, v: dict) -> str:
+    """One separately projected part: fitted (``exponent``, both points, the full size) or measured at full size
+    (``points`` per rung, the spread of the timed runs)."""
+    if "exponent" not in v:
+        spread = "-".join(_fmt(x / 3600) for x in v["spread_s"])
+        return (f"{name}: {_fmt(v['projected_s'] / 3600)} h (spread {spread} h), {v['method']}, "
+                f"{int(v['count'])} units, {_projection.points_text(v)}")
+    return (f"{name}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, {_projection.points_text(v)}, "
+            f"full {_fmt(v['full_size'])}")
+
+
 def _projected_part(d: dict, name: str) -> str:
     """A part (training, analysis) of a measured projection: hours, the fitted exponent and both points (of each
     of its own parts, where it is a sum of separately projected parts under ``parts``)."""
@@ -144,8 +155,7 @@ def _projected_part(d: dict, name: str) -> str:
     if not r:
         return "-"
     if r.get("parts"):
-        each = "; ".join(f"{k}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, "
-                         f"{_projection.points_text(v)}, full {_fmt(v['full_size'])}" for k, v in r["parts"].items())
+        each = "; ".join(_part_text(k, v) for k, v in r["parts"].items())
         return f"{_fmt(r['projected_s'] / 3600)} h ({each})"
     return f"{_fmt(r['projected_s'] / 3600)} h (p = {_fmt(r['exponent'])}; {_projection.points_text(r)}; full {_fmt(r['full_size'])})"
 

@@ -1,6 +1,6 @@
 """Run every experiment of the suite and assemble ``REPORT.md``.
 
-    python -m experiments.reproduce [--out DIR] [--only NAME[,NAME]] [--variant smoke|tiny|paper]
+    python -m experiments.reproduce [--out DIR] [--only NAME[,NAME]] [--variant smoke|tiny|paper|paper_*]
                                     [--force] [--resume] [--seed N] [--report PATH] [--data-dir DIR] [--dry-run]
                                     [--stale]
 
@@ -25,25 +25,27 @@ claim-level verdicts (:func:`experiments.report_md.update_readme`).
 was written. 2: bad input or a refused run, with one line naming the argument or path and what to do.
 1: a failure during the run: one line per failed experiment (its traceback in
 ``DIR/.reproduce_errors.log``); the other experiments still run, the report is still written, and
-the next run on ``DIR`` resumes. 130: interrupted (Ctrl-C); the same command resumes.
+the next run on ``DIR`` resumes. 130: interrupted (Ctrl-C); the same command resumes. Each experiment
+runs in a child process of its own (:mod:`experiments.job`): one killed by a signal (a segfault in native
+code) is a failure whose line names the signal and its faulthandler trace, ``DIR/<name>/crash.log``.
 
 **Which module runs what.** :data:`experiments.suite.EXPERIMENTS` lists the suite: each experiment is one module
 ``experiments/<name>`` with its config ``experiments/configs/<name>.py``, and ``--variant V`` runs
 variant ``V`` of every config that defines it (an experiment without it is listed as skipped).
-``--variant paper`` also runs each sibling ``paper_*`` variant a config defines (the guillotine's
-``paper_vit_tiny``, ``paper_cifar100``) in ``DIR/<name>-<variant>/`` (:func:`experiments.suite.variants_of`,
-:func:`~experiments.suite.run_dir`). ``--data-dir DIR`` sets ``data.data_dir`` in every config that has the field (the
-paper variants read prepared tfds CIFAR from it). ``--dry-run`` runs each variant end to end with
-``config.dry_run = True`` (the paper's models and image shapes, mock or generated data, reduced
-batches and image counts, a few steps per training phase plus every analysis step) and reports the
-full variant's training and analysis projected apart from two measured sizes each; a module that does not declare ``DRY_RUN = True`` is
-listed as skipped, because running it would run its full variant.
+``--variant paper`` also runs each sibling ``paper_*`` variant a config defines (the guillotine's ``paper_vit_tiny``,
+collapse_hessians' ``paper_widths``; ``--variant paper_widths`` runs that one alone) in ``DIR/<name>-<variant>/``
+(:func:`experiments.suite.variants_of`, :func:`~experiments.suite.run_dir`). ``--data-dir DIR`` sets
+``data.data_dir`` in every config that has the field (the paper variants read prepared tfds CIFAR from it).
+``--dry-run`` runs each variant end to end with ``config.dry_run = True`` (the paper's models and image shapes, mock
+or generated data, reduced batches and image counts, a few steps per training phase plus every analysis step) and
+reports the full variant's training and analysis projected apart from two measured sizes each; a module that does not
+declare ``DRY_RUN = True`` is listed as skipped, because running it would run its full variant.
 
-**Resuming.** While a run is in progress ``DIR/.reproduce_in_progress.json`` marks it; if the run
-is interrupted or an experiment fails the marker stays, and the next run on ``DIR`` reuses every
-stored result whose config equals the requested one and whose code digest is the current code's. Without a marker every requested experiment
-is computed afresh, so the numbers come from the code being run. ``--resume`` reuses stored results
-even without a marker; ``--force`` never does.
+**Resuming.** While a run is in progress ``DIR/.reproduce_in_progress.json`` marks it; if the run is interrupted or an
+experiment fails the marker stays, and the next run on ``DIR`` reuses every stored result whose config equals the
+requested one and whose code digest is the current code's. Without a marker every requested experiment is computed
+afresh, so the numbers come from the code being run. ``--resume`` reuses stored results even without a marker;
+``--force`` never does.
 """
 from __future__ import annotations
 
@@ -54,13 +56,12 @@ import os
 import pathlib
 import sys
 import tempfile
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import jax
 
-from experiments import common, report_md, suite
+from experiments import common, job, report_md, suite
 from experiments.benchmarks import harness
 
 #: The variant of the committed run.
@@ -139,7 +140,8 @@ def _parse(argv):
     parser.add_argument("--out", default=None, help="output directory (default: results for the full default run, "
                                                     "runs/<variant> for any other, dry_run/<variant> with --dry-run)")
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {suite.NAMES}")
-    parser.add_argument("--variant", default=DEFAULT_VARIANT, choices=["tiny", "smoke", "paper"])
+    parser.add_argument("--variant", default=DEFAULT_VARIANT, type=suite.parse_variant, help="tiny, smoke, paper (with its "
+                        "sibling paper_* variants) or one sibling alone (paper_widths)")
     parser.add_argument("--force", action="store_true", help="rerun every experiment, even when resuming; with "
                                                              "--out results, let a partial run write results/")
     parser.add_argument("--resume", action="store_true",
@@ -248,13 +250,12 @@ def _dry_line(tag: str, res: dict) -> str:
             f"{d.get('projected_wall_time_s', float('nan')) / 3600:.3g} h on {d.get('device')}")
 
 
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or "(no message)"
-    return f"{type(err).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
+_one_line = job.one_line
 
 
 def _run_all(args, jobs, skipped: dict, out_root: pathlib.Path, resuming: bool) -> tuple[dict, dict]:
-    """Run every (experiment, variant, seed) of ``jobs``; returns ``(failures, skipped)``, each ``{tag: one line}``."""
+    """Run every (experiment, variant, seed) of ``jobs``, each in a child process of its own (:func:`experiments.job.run`);
+    returns ``(failures, skipped)``, each ``{tag: one line}``."""
     from tqdm.auto import tqdm
 
     failures, skipped, log = {}, dict(skipped), out_root / ERROR_LOG
@@ -266,21 +267,26 @@ def _run_all(args, jobs, skipped: dict, out_root: pathlib.Path, resuming: bool) 
     for name, variant, seed in bar:
         tag = suite.run_dir(name, variant)
         bar.set_postfix_str(tag)
+        bar.clear()  # the child's output starts on a line of its own
         try:
-            res = suite.run_one(name, variant, out_root, force=not resuming, seed=seed, data_dir=args.data_dir,
-                                dry_run=args.dry_run)
-            if args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is the result
-                tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")
-            else:
-                tqdm.write(f"[{tag}] {report_md.verdict_line(res)} ({res.get('wall_time_s', 0):.1f} s)")
-        except NotImplementedError as err:  # a dry run of an experiment that cannot dry-run
-            skipped[tag] = f"skipped: {err}"
+            got = job.run(name, variant, out_root, force=not resuming, seed=seed, data_dir=args.data_dir,
+                          dry_run=args.dry_run, shown=_shown)
+        except Exception as err:  # noqa: BLE001 - the child could not be started or read back: one line, go on
+            got = job.Outcome("failed", _one_line(err), f"{type(err).__name__}: {err}", None)
+        res = got.results or {}
+        if got.status == "ok" and args.dry_run:  # 2 steps on mock data: the verdict decides nothing, the timing is
+            tqdm.write(f"{_dry_line(tag, res)} (dry run took {res.get('wall_time_s', 0):.1f} s)")  # the result
+        elif got.status == "ok":
+            tqdm.write(f"[{tag}] {report_md.verdict_line(res)} ({res.get('wall_time_s', 0):.1f} s)")
+        elif got.status == "skipped":  # a dry run of an experiment that cannot dry-run
+            skipped[tag] = got.line
             tqdm.write(f"[{tag}] {skipped[tag]}")
-        except Exception as err:  # noqa: BLE001 - keep going: one broken experiment must not lose the others
-            failures[tag] = _one_line(err)
+        else:  # failed (it raised: its traceback) or crashed (a signal: its faulthandler trace); the others go on
+            failures[tag] = got.line
             with log.open("a") as f:
-                f.write(f"===== {tag} ({args.variant})\n{traceback.format_exc()}\n")
-            tqdm.write(f"[{tag}] FAILED: {failures[tag]} (traceback in {_shown(log)})")
+                f.write(f"===== {tag} ({args.variant}) {got.status}: {got.line}\n{got.detail}\n")
+            where = "" if got.status == "crashed" else f" (traceback in {_shown(log)})"
+            tqdm.write(f"[{tag}] FAILED: {failures[tag]}{where}")
     return failures, skipped
 
 

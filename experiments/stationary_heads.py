@@ -26,7 +26,7 @@ import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 from experiments import claims, rules
-from ssl_geometry import curvature, geometry
+from ssl_geometry import curvature
 
 __all__ = ["head_jacobian_singular_values", "stationary_head_state"]
 
@@ -225,7 +225,7 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     gradient (:func:`_newton_polish`) where the head reached is not yet stationary. At the head ``theta*``
     reached:
 
-    * ``grad_norm = |grad_theta L|``, ``jac_norm = |dh/dtheta|_2`` (:func:`ssl_geometry.geometry.operator_norm`);
+    * ``grad_norm = |grad_theta L|``, ``jac_norm = |dh/dtheta|_2`` (:func:`ssl_geometry.curvature.operator_norm`);
     * ``rho = |grad_u L|``, ``residual_tol = sqrt(eps) max(1, |L|)`` (the certificate's ``rho = 0``);
     * ``rho_ref``: ``|grad_u L|`` with every parameter of ``theta*`` multiplied by ``1 + p xi``,
       ``xi ~ N(0, 1)``, ``p`` the registry's ``head_perturbation``;
@@ -278,7 +278,7 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
             raise FloatingPointError("the head's loss or gradient became non-finite while driving it to stationarity.")
         theta = jnp.asarray(x)
         rho_ref = float(res(theta * (1.0 + p * xi))[0])
-        jac, g = geometry.operator_norm(out, theta), float(np.linalg.norm(grad))
+        jac, g = curvature.operator_norm(out, theta), float(np.linalg.norm(grad))
         r_tol = float(np.sqrt(_EPS) * max(1.0, abs(loss)))
         st = {"rho": float(res(theta)[0]), "rho_ref": rho_ref, "residual_tol": r_tol, "grad_norm": g,
               "jac_norm": jac, "loss": loss,

@@ -8,6 +8,7 @@ sibling ``paper_*`` variant in a directory of its own (:func:`variants_of`, :fun
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import pathlib
@@ -36,6 +37,17 @@ NAMES = [n for n, _ in EXPERIMENTS]
 def is_paper_variant(variant: str | None) -> bool:
     """``paper`` and its named siblings (``paper_vit_tiny``, ``paper_cifar100``, ...)."""
     return variant is not None and (variant == "paper" or variant.startswith("paper_"))
+
+
+def parse_variant(text: str) -> str:
+    """``--variant``'s type: ``tiny``, ``smoke``, ``paper`` or a sibling ``paper_*`` variant's name (run alone).
+
+    Raises:
+      argparse.ArgumentTypeError: naming the accepted values.
+    """
+    if text in ("tiny", "smoke") or is_paper_variant(text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected tiny, smoke, paper or a sibling paper_* variant; got {text!r}")
 
 
 def load(name: str):

@@ -21,7 +21,14 @@ attribute access (``ssl_geometry.heads``) or with ``from ssl_geometry import hea
   :mod:`~ssl_geometry.probes`; ``python -m ssl_geometry.train`` (or ``ssl-geometry-train``);
 * shared numerics: :mod:`~ssl_geometry.ops`.
 
+:data:`NAMESPACES` names these; ``__version__`` is the package's version (its one source:
+``pyproject.toml`` reads it). :class:`Variables` is a model's variables dict; :func:`fit` returns a
+:class:`FitResult` and raises :class:`FitError` when a run cannot go on.
+
 The implementation is private (``ssl_geometry/_src/``, grouped by layer; ``docs/architecture.md``).
+:mod:`ssl_geometry.internal` (``from ssl_geometry import internal``) holds the plumbing of the run loop
+that the experiment harness and the tests reach into -- workdir locks, config digests, resume checks,
+per-process batch slices: it is not in :data:`NAMESPACES`, not public API, and may change without notice.
 """
 
 import importlib as _importlib
@@ -76,7 +83,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    if name in NAMESPACES:
+    if name in NAMESPACES or name == "internal":
         return _importlib.import_module(f"ssl_geometry.{name}")
     raise AttributeError(f"module 'ssl_geometry' has no attribute {name!r}")
 

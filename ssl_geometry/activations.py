@@ -16,6 +16,9 @@ registered has class ``"unknown"`` (:data:`UNKNOWN`) unless it comes as an
 ``nn.GELU()`` default; ``gelu_tanh`` is the tanh approximation. ``leaky_relu`` uses slope 0.01
 (PyTorch default). A :class:`~ssl_geometry.Model` carries the records of its layers in
 ``Model.activations``.
+The smoothness classes as name sets: :data:`AFFINE_ACTIVATIONS`, :data:`PIECEWISE_LINEAR`,
+:data:`C2_ACTIVATIONS` and :data:`NON_C2_ACTIVATIONS` (the names Thm 4.1's C^2 premise refuses);
+:func:`lookup` returns the :class:`Activation` record of a name, a record or a callable.
 """
 
 from ssl_geometry._src.models.activations import ACTIVATIONS as ACTIVATIONS

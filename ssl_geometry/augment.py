@@ -45,6 +45,18 @@ Random resized crop follows torchvision's ``RandomResizedCrop.get_params``
 rounded integer sizes, fallback to the centre crop with the ratio clamped) and
 resamples the crop with ``jax.image.scale_and_translate`` (bilinear, antialiased
 when downscaling, as torchvision's ``antialias=True``).
+
+Also exported, by kind:
+
+* pixel operations -- :func:`normalize`, :func:`grayscale` (weights :data:`GRAY_WEIGHTS`),
+  :func:`rgb_to_hsv`, :func:`hsv_to_rgb`, :func:`solarize`, :func:`hflip`, :func:`crop_and_resize`, and the
+  blur's :func:`gaussian_kernel1d` and :func:`blur_radius`;
+* random augmentations -- :func:`random_apply`, :func:`random_flip`, :func:`random_crop_window`,
+  :func:`random_resized_crop`, :func:`random_color_jitter`, :func:`random_grayscale`,
+  :func:`random_gaussian_blur`, :func:`random_solarize`, :func:`random_rotation`;
+* views as configs -- :class:`AugmentConfig` applied by :func:`augment_image`, the presets
+  :data:`SIMCLR_IMAGENET`, :data:`SIMCLR_CIFAR`, :data:`BYOL_VIEW1`, :data:`BYOL_VIEW2`, and the channel
+  statistics :data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`, :data:`CIFAR10_MEAN`, :data:`CIFAR10_STD`.
 """
 
 from ssl_geometry._src.ssl.augment.pipelines import BYOL_VIEW1 as BYOL_VIEW1

@@ -25,6 +25,11 @@ Backbones
   ``vision_transformer.py``): patch 16, width 384, depth 12, 6 heads, qkv bias, LayerNorm
   eps 1e-6, 21,665,664 parameters; ``z`` = cls token after the final norm.
 
+The families behind them: :func:`resnet` (torchvision ResNet-18/34/50/101/152 without ``fc``) and
+:func:`vit` (DINO/timm Vision Transformer); :func:`interpolate_pos_embed` resizes a ViT's patch position
+grid bicubically (DINO's ``interpolate_pos_encoding``) with :func:`bicubic_resize_matrix`, PyTorch's 1-D
+bicubic resize as a matrix.
+
 BatchNorm (:class:`BatchNorm`) has PyTorch semantics: batch mean and *biased* batch
 variance normalise in training, running statistics are updated as
 ``r <- 0.9 r + 0.1 batch`` (PyTorch ``momentum=0.1``) with the *unbiased* batch

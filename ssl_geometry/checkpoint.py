@@ -18,6 +18,12 @@ renames it only after it is complete, so a process killed during a save leaves
 no step that looks finished; the fingerprint additionally catches a step whose
 files were damaged after the fact.
 
+The functions: :func:`manager` (an orbax ``CheckpointManager``), :func:`save`, :func:`restore` (one step),
+:func:`restore_latest` (the newest good one, a :class:`Restored`), :func:`latest_meta`, :func:`quarantine`
+(a damaged step moved aside), :func:`fingerprint` and :func:`tree_signature` (what a save stores to check a
+restore by). A step that holds another tree than the restore target is a :class:`CheckpointMismatchError`,
+not damage.
+
 Example:
   >>> import tempfile, jax.numpy as jnp
   >>> d = tempfile.mkdtemp()

@@ -23,6 +23,9 @@ What this namespace holds, by the implementation module it comes from:
   arguments to the extreme eigenvalues of the Hessian in one call; blockwise Lanczos where
   :func:`block_coupling` shows the Hessian block-diagonal, full Lanczos where not; compiled once
   per computation whatever closure the caller writes.
+* ``norms`` -- :func:`operator_norm`: the spectral norm ``|D fn(x)|_2`` of a Jacobian, dense when small and
+  by Lanczos on the smaller Gram operator (``J J^T`` or ``J^T J``) when not, from below and certified to ``tol``
+  (the scale of the gradients in the Thm 4.1 premises of :mod:`ssl_geometry.geometry`).
 * ``traces`` -- :func:`slq_density` (:class:`SpectralDensity`),
   :func:`hutchinson_trace`, :func:`hutchpp_trace`.
 * ``certificates`` -- :func:`negative_curvature_witness`
@@ -53,6 +56,7 @@ from ssl_geometry._src.linalg.hessians import linearized_hvp as linearized_hvp
 from ssl_geometry._src.linalg.lanczos import LanczosResult as LanczosResult
 from ssl_geometry._src.linalg.lanczos import blockwise_extreme_eigenvalues as blockwise_extreme_eigenvalues
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues as extreme_eigenvalues
+from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
 from ssl_geometry._src.linalg.power import PowerIterationResult as PowerIterationResult
 from ssl_geometry._src.linalg.power import paper_power_iteration as paper_power_iteration
 from ssl_geometry._src.linalg.traces import SpectralDensity as SpectralDensity
@@ -74,6 +78,7 @@ __all__ = [
     "blockwise_extreme_eigenvalues",
     "HessianExtremes",
     "hessian_extremes",
+    "operator_norm",
     "SpectralDensity",
     "slq_density",
     "hutchinson_trace",

@@ -25,6 +25,12 @@ Two kinds of source, one name space (:data:`DATASETS`, :func:`info`):
   160 for Imagenette, 224 for ImageNet. When the data is absent a
   :class:`DataNotFoundError` says how to prepare it.
 
+By name: :func:`load` (an in-memory :class:`Dataset`), :func:`make_batches` (a :class:`BatchIterator`),
+:class:`DatasetInfo` (via :func:`info`); the sources :func:`make_digits`, :func:`load_tfds` and the shapes
+renderer's parts (:class:`ShapesConfig`, :func:`shapes_factors`, :func:`render_shape`, the names
+:data:`SHAPE_NAMES` and :data:`FACTOR_NAMES`); :func:`subset`, :func:`to_uint8`, :func:`epoch_order`
+(the order of one epoch) and :func:`process_split` (this process's part of a tfds split).
+
 Iteration and resume
 --------------------
 :func:`batches` (in-memory) and :func:`tfds_batches` (tfds) return a

@@ -8,6 +8,11 @@
 * ``sharpness`` -- top Hessian eigenvalue (edge of stability, ``2 / lr``);
 * ``linearise`` -- the linearised field at an equilibrium: predicted escape rates (flow, SGD).
 
+Also: the solvers by name, :data:`SOLVERS` (with :class:`RK4`); :class:`EscapeResult` and
+:data:`ESCAPE_CRITERIA` of :func:`escape_time`; of the linearisation, :class:`Linearisation`
+(:func:`linearise`), :func:`field_jacobian`, :func:`visible_rate`, :func:`predict_flow`, the SGD step's
+:func:`sgd_map`, :func:`sgd_growth` and :func:`predict_sgd`, and :func:`amplification` (``|Df(x) v| / |v|``).
+
 Every loss here has the signature of :func:`ssl_geometry.fit`, ``loss_fn(params, batch, args)``
 (``observe(params, t, args)``): ``batch`` is the step's mini-batch in :func:`discrete` and ``None``
 in :func:`gradient_flow`, :func:`sharpness` and :func:`gradient_field` (the full-batch loss, its data

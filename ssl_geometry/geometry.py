@@ -21,6 +21,13 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
   ``dim null(G)``, the size of ``M`` on ``null(G)``, the critical residual scale ``s*`` and the sign of
   ``lambda_min(H_eff)`` (:class:`CollapseCertificate`, the words :data:`CERTIFICATE_CONCLUSIONS`).
 
+The records: :class:`EffectiveHessian`, :class:`PullbackMetric`, :class:`Premises`, :class:`WhiteningHead`,
+:class:`WhiteningCheck`, :class:`Thm41Premises`, :class:`CollapseSpectrum`, :class:`CollapseClassification`
+(its words :data:`CONCLUSIONS`) and :class:`CollapsedEquilibrium` (for the objectives
+:data:`EQUILIBRIUM_OBJECTIVES`); at a collapsed state, :func:`identical_rows_finding` (whether stationarity
+forces ``rho = 0``) and :func:`null_space_residuals` (residual rows in the null space of ``J^T``). The
+operator norm of a Jacobian is :func:`ssl_geometry.curvature.operator_norm`, with the linear algebra.
+
 Source: "The Geometry of Projection Heads: Conditioning, Invariance, and Collapse"
 (arXiv 2605.17180, ICML 2026), Thm 3.1 and Thm 4.1.
 """
@@ -58,7 +65,6 @@ from ssl_geometry._src.instrument.whitening import WhiteningCheck as WhiteningCh
 from ssl_geometry._src.instrument.whitening import WhiteningHead as WhiteningHead
 from ssl_geometry._src.instrument.whitening import check_whitening as check_whitening
 from ssl_geometry._src.instrument.whitening import whitening_head as whitening_head
-from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
 
 __all__ = [
     "EffectiveHessian",
@@ -84,7 +90,6 @@ __all__ = [
     "classify_collapse",
     "collapse_spectrum",
     "head_smoothness",
-    "operator_norm",
     "thm41_conclusion",
     "thm41_premises",
     "EQUILIBRIUM_OBJECTIVES",

@@ -17,6 +17,12 @@ biased batch variance normalise, and the running statistics are updated as
 accepts a single vector ``(d,)``. Inside ``jit`` with a batch sharded over a
 mesh, the batch mean is the mean over the *global* batch (synchronised BN).
 
+Heads: :func:`linear` (``z @ W (+ b)``), :func:`mlp` (any depth, optional BatchNorm), the paper's
+SimSiam pair :func:`simsiam_projector` and :func:`simsiam_predictor`, and :func:`compose` (models chained
+into one, e.g. projector then predictor). :func:`batchnorm` is the BatchNorm they use;
+:func:`check_batchnorm_hparams`, :func:`check_shapes` and :func:`check_variables` are the checks a
+caller's variables and hyper-parameters go through (a ``ValueError`` naming the layer or path).
+
 Variables layout::
 
     {"params": {"layers": [{"w": (in, out), "b": (out,)}, ...],

@@ -13,9 +13,13 @@ The families live in submodules (all names are re-exported here, so
   ``byol_decay_schedule``), ``mse``;
 * :mod:`.contrastive` — ``info_nce`` (SimCLR), ``info_nce_one_way`` (the authors' guillotine loss),
   ``moco``, ``moco_v3``, ``spectral_contrastive``;
-* :mod:`.redundancy` — ``barlow_twins``, ``vicreg``, ``wmse``;
+* :mod:`.redundancy` — ``barlow_twins``, ``vicreg``, ``wmse`` (+ ``cholesky_whiten``, its whitening);
 * :mod:`.distillation` — ``dino``;
-* :mod:`.registry` — :data:`REGISTRY` (name -> :class:`LossSpec`), :func:`get`.
+* :mod:`.registry` — :data:`REGISTRY` (name -> :class:`LossSpec`, with its :class:`BatchNeeds`),
+  :data:`LOSSES` (name -> function), :data:`NEEDS_BATCH`, :func:`get` (a loss by name or alias),
+  :func:`spec` (its :class:`LossSpec`) and :func:`min_batch_size`: views of the objective table
+  :data:`ssl_geometry.objectives.TABLE`, where each loss is registered (with its aliases and, for a training
+  objective, how the trainer calls it).
 
 Conventions:
 

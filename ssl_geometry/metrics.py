@@ -14,6 +14,9 @@
   :func:`fd_trajectory_curvature` (second differences, as the paper's code).
 * :func:`metric_degeneracy`, :func:`augmentation_metric_degeneracy` -- ``|J_h v| / |v|``
   along augmentation tangents (Sec. 5 of arXiv 2605.17180).
+
+:func:`effective_rank` takes ``method`` from :data:`EFFECTIVE_RANK_METHODS`; :func:`orbit_statistics`
+returns an :class:`OrbitStatistics`.
 """
 
 from ssl_geometry._src.instrument.metrics import EFFECTIVE_RANK_METHODS as EFFECTIVE_RANK_METHODS

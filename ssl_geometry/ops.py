@@ -21,6 +21,9 @@ One definition each, used by the losses, the heads' converters and the text enco
   own loops (``fit``, ``gradient_flow``) trace inside ``loop_reports_non_finite``: there a
   loss that overflows is reported as the run's first non-finite step, with its step and time.
 
+Also: :func:`safe_scale` (the ``max |x|`` the norms divide by), and :data:`ArrayIn` (``jax.Array`` or
+``np.ndarray``), the input array type of the shape annotations (``Float[ArrayIn, "n k"]``).
+
 Example:
   >>> import jax.numpy as jnp
   >>> u = l2_normalize(jnp.array([[3e30, 4e30]], dtype=jnp.float32), 1e-8)

@@ -20,6 +20,10 @@ differs from the project's estimator and why the difference matters:
   paper's notebook does (or not);
 * :func:`timescale_ratio` -- mean head relative update over mean backbone relative update.
 
+Its constants: :data:`CONDITION_CLAMP` (the ``1e-7``), :data:`ROTATION_ORBIT_ANGLES` and
+:data:`CURVATURE_ANGLES`; :func:`orbits_by_class` rearranges the paper's row layout into the project's
+orbit array.
+
 Array functions take NumPy or JAX arrays and return JAX arrays in the input's precision (float64
 under ``jax_enable_x64``); the orbit functions, which group rows by integer ids, run host-side in
 NumPy float64 and return floats. Shapes: ``n`` samples,

@@ -53,6 +53,15 @@ safetensors file for :func:`load_converted`: truncated, another format, a config
 raises :class:`CorruptCheckpointError` naming the path, one without tensors :class:`CheckpointLayoutError`.
 ``torch`` is imported lazily: this module imports without it, and :func:`save_converted` /
 :func:`load_converted` need only NumPy and ``safetensors``.
+
+Also here: the records :class:`Pretrained` (a converted checkpoint: backbone and head models with their
+variables) and :class:`CheckpointInfo` (file name, download URL, layout source of each entry of
+:data:`CHECKPOINTS`); one converter per checkpoint, :func:`convert_dino_resnet50`,
+:func:`convert_dino_vits16`, :func:`convert_barlowtwins_resnet50`, :func:`convert_vicreg_resnet50`, built
+from :func:`load_torch_checkpoint`, :func:`variables_from_torch`, :func:`resnet_from_torch` and
+:func:`vit_from_torch`; the heads :func:`dino_head`, :func:`barlowtwins_projector`,
+:func:`vicreg_projector`; and the input normalisation :func:`imagenet_normalize` with
+:data:`IMAGENET_MEAN` and :data:`IMAGENET_STD`.
 """
 
 from ssl_geometry._src.models.pretrained import CHECKPOINTS as CHECKPOINTS

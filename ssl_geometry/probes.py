@@ -16,6 +16,9 @@
   and labels) and :func:`fit_rotation_probes` (the probes on given features), let one
   feature pass serve several representations (a backbone and the heads on it).
 
+Their parts: :func:`standardize`, :func:`features_in_batches` (a feature function over images in
+chunks), :func:`rotate_images` and :func:`rotation_dataset`.
+
 Features are ``(n, d)`` arrays; labels integer ``(n,)`` in ``[0, num_classes)``.
 Every probe returns a dict with ``"acc"`` (test accuracy in [0, 1]) and the
 quantities it used. Features are standardised with the *training* mean/std.

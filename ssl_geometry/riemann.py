@@ -31,6 +31,9 @@ Prop 3.3 (curvature barrier, arXiv 2605.17180): for the loss metric
 ``g_L(u) = hess_u L(u)`` (:func:`loss_metric`), non-zero curvature means no
 constant linear head makes the pulled-back metric isotropic everywhere; a
 quadratic loss (constant ``g_L``, curvature exactly 0) is the negative control.
+
+Also: :func:`metric_derivatives` (``d_l g_ij``, exact) and :func:`pullback` (``J^T g J`` of a metric
+through a map).
 """
 
 from ssl_geometry._src.instrument.riemann import christoffel as christoffel

@@ -6,6 +6,16 @@
 * the offline corpus (:func:`python_docs_sentences`);
 * two-view contrastive training of the encoder (:func:`fit_two_view`).
 
+The pieces: the encoder's :class:`BertConfig` (:data:`MINILM_CONFIG`, all-MiniLM-L6-v2's),
+:func:`encode_tokens` (last hidden states), :func:`mean_pool`, :func:`convert_state_dict` (a HuggingFace
+``BertModel`` state dict to this encoder's parameters), the packaged files :func:`minilm_path`
+(:data:`PACKAGE`, :data:`REQUIRED_FILES`), a tokenised batch :class:`Tokens` with the special ids
+:data:`PAD_ID`, :data:`UNK_ID`, :data:`CLS_ID`, :data:`SEP_ID`, :data:`MASK_ID`, and what
+:func:`load_minilm` returns, :class:`Pretrained`. The augmentation primitives: :func:`token_deletion`,
+:func:`token_masking`, :func:`span_deletion`, :func:`random_crop`, :func:`local_shuffle`. The corpus's
+:func:`corpus_fingerprint`. Two-view training: :func:`make_two_view_loss` (the objective) and
+:class:`TwoViewResult` (what :func:`fit_two_view` returns).
+
 Embeddings are L2-normalised with :func:`ssl_geometry.ops.l2_normalize`.
 """
 

@@ -9,6 +9,8 @@ Usage::
 returns the exit status: 0 on success, 2 for bad input or a refused run, 1 for a failure during
 the run. The config fields, the workdir's guarantees and the resume rules are documented in
 :func:`ssl_geometry.trainer.train`.
+
+:func:`cli` is the ``ssl-geometry-train`` console script.
 """
 
 import sys

@@ -11,20 +11,26 @@ What a run is made of, each idea in one module of ``ssl_geometry/_src/training/`
   :func:`build_head`, :func:`build_objective`, :func:`build_optimizer` -- the name tables
   :data:`BACKBONES`, :data:`AUGMENTS`, :data:`DTYPES`;
 * the check of the whole config before anything is built (``validate.py``): :func:`validate_config`;
-* the optimiser (``optimizer.py``): :func:`make_schedule`, :func:`make_optimizer`;
+* the optimiser (``optimizer.py``): :func:`make_schedule`, :func:`make_optimizer` (the names they take,
+  :data:`SCHEDULES`, :data:`OPTIMIZERS`);
 * the update (``step.py``): :func:`make_train_step` (with the online probe inside it) and
   :func:`jit_train_step`;
 * the state and its sharding (``state.py``): :func:`init_train_state`, :func:`init_probe`,
   :func:`make_mesh`, :func:`state_shardings`, :func:`batch_sharding`, :func:`place_state`,
-  :func:`place_batch`, :func:`unalias`;
-* the data order (``data_order.py``): :func:`batch_indices`, :func:`host_slice`; the input feeds
+  :func:`place_batch`;
+* the data order (``data_order.py``): :func:`batch_indices`; the input feeds
   (``feed.py``): :class:`MemoryFeed`, :class:`StreamFeed`, :func:`make_feed`;
 * metrics and logging into the workdir (``monitor.py``): :func:`representation_metrics`,
   :func:`make_eval_metrics`, :func:`evaluate`, :class:`MetricLogger`, :func:`read_metrics`;
-* process set-up (``distributed.py``): :func:`init_distributed` (bounded by ``distributed.timeout_s``)
-  and :func:`check_same_config` (every process started with the same config);
-* the guarded workdir (``workdir.py``): :func:`prepare`, :class:`Lock`, :func:`config_record`,
-  :func:`state_signature`, :func:`check_resume`, :func:`truncate_metrics`.
+* process set-up (``distributed.py``): :func:`init_distributed` (bounded by ``distributed.timeout_s``;
+  every process must be started with the same config, except the fields :data:`PER_PROCESS_FIELDS`);
+* the guarded workdir (``workdir.py``): the errors a run refuses with, :class:`WorkdirLockedError`
+  (another live run holds the workdir) and :class:`ConfigMismatchError` (the checkpoints are of
+  another run).
+
+The plumbing these call -- the workdir lock, config digests and resume checks, the per-process slice
+of a batch, buffer unaliasing, the signals that stop a run -- is :mod:`ssl_geometry.internal`, for the
+experiment harness, and may change without notice.
 
 Training state (a plain dict pytree, checkpointed whole)::
 
@@ -91,15 +97,12 @@ from ssl_geometry._src.training.builders import build_optimizer as build_optimiz
 from ssl_geometry._src.training.builders import load_dataset as load_dataset
 from ssl_geometry._src.training.builders import load_split as load_split
 from ssl_geometry._src.training.data_order import batch_indices as batch_indices
-from ssl_geometry._src.training.data_order import host_slice as host_slice
 from ssl_geometry._src.training.distributed import PER_PROCESS_FIELDS as PER_PROCESS_FIELDS
-from ssl_geometry._src.training.distributed import check_same_config as check_same_config
 from ssl_geometry._src.training.distributed import init_distributed as init_distributed
 from ssl_geometry._src.training.feed import MemoryFeed as MemoryFeed
 from ssl_geometry._src.training.feed import StreamFeed as StreamFeed
 from ssl_geometry._src.training.feed import make_feed as make_feed
 from ssl_geometry._src.training.monitor import MetricLogger as MetricLogger
-from ssl_geometry._src.training.monitor import check_knn_k as check_knn_k
 from ssl_geometry._src.training.monitor import evaluate as evaluate
 from ssl_geometry._src.training.monitor import make_eval_metrics as make_eval_metrics
 from ssl_geometry._src.training.monitor import read_metrics as read_metrics
@@ -108,7 +111,6 @@ from ssl_geometry._src.training.optimizer import OPTIMIZERS as OPTIMIZERS
 from ssl_geometry._src.training.optimizer import SCHEDULES as SCHEDULES
 from ssl_geometry._src.training.optimizer import make_optimizer as make_optimizer
 from ssl_geometry._src.training.optimizer import make_schedule as make_schedule
-from ssl_geometry._src.training.run import STOP_SIGNALS as STOP_SIGNALS
 from ssl_geometry._src.training.run import train as train
 from ssl_geometry._src.training.state import batch_sharding as batch_sharding
 from ssl_geometry._src.training.state import init_probe as init_probe
@@ -117,27 +119,14 @@ from ssl_geometry._src.training.state import make_mesh as make_mesh
 from ssl_geometry._src.training.state import place_batch as place_batch
 from ssl_geometry._src.training.state import place_state as place_state
 from ssl_geometry._src.training.state import state_shardings as state_shardings
-from ssl_geometry._src.training.state import unalias as unalias
 from ssl_geometry._src.training.step import jit_train_step as jit_train_step
 from ssl_geometry._src.training.step import make_train_step as make_train_step
 from ssl_geometry._src.training.validate import validate_config as validate_config
-from ssl_geometry._src.training.workdir import NOT_SAVED as NOT_SAVED
-from ssl_geometry._src.training.workdir import RUNTIME_FIELDS as RUNTIME_FIELDS
 from ssl_geometry._src.training.workdir import ConfigMismatchError as ConfigMismatchError
-from ssl_geometry._src.training.workdir import Lock as Lock
 from ssl_geometry._src.training.workdir import WorkdirLockedError as WorkdirLockedError
-from ssl_geometry._src.training.workdir import check_resume as check_resume
-from ssl_geometry._src.training.workdir import config_record as config_record
-from ssl_geometry._src.training.workdir import digest as digest
-from ssl_geometry._src.training.workdir import flatten_config as flatten_config
-from ssl_geometry._src.training.workdir import prepare as prepare
-from ssl_geometry._src.training.workdir import set_aside as set_aside
-from ssl_geometry._src.training.workdir import state_signature as state_signature
-from ssl_geometry._src.training.workdir import truncate_metrics as truncate_metrics
 
 __all__ = [
     "init_distributed",
-    "check_same_config",
     "PER_PROCESS_FIELDS",
     "train",
     "BACKBONES",
@@ -163,11 +152,9 @@ __all__ = [
     "batch_sharding",
     "init_probe",
     "init_train_state",
-    "unalias",
     "place_state",
     "place_batch",
     "batch_indices",
-    "host_slice",
     "MemoryFeed",
     "StreamFeed",
     "make_feed",
@@ -176,19 +163,6 @@ __all__ = [
     "evaluate",
     "MetricLogger",
     "read_metrics",
-    "RUNTIME_FIELDS",
     "WorkdirLockedError",
     "ConfigMismatchError",
-    "prepare",
-    "Lock",
-    "flatten_config",
-    "config_record",
-    "state_signature",
-    "digest",
-    "check_resume",
-    "truncate_metrics",
-    "set_aside",
-    "NOT_SAVED",
-    "check_knn_k",
-    "STOP_SIGNALS",
 ]

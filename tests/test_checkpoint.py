@@ -13,7 +13,7 @@ import pytest
 from test_train_objectives import cli_argv, read_records
 
 from ssl_geometry import checkpoint as ckpt
-from ssl_geometry import train, trainer
+from ssl_geometry import internal, train
 
 
 def _state(v):
@@ -200,15 +200,15 @@ def test_workdir_that_is_a_file_is_a_clear_error(tmp_path, capsys):
     assert _run(f / "sub") == 2
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(NotADirectoryError, match="workdir"):
-        trainer.prepare(f)
+        internal.prepare(f)
 
 
 def test_truncate_metrics_drops_later_and_half_written_records(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text("\n".join(json.dumps({"step": s, "loss": float(s)}) for s in (1, 2, 3, 4)) + '\n{"step": 5, "lo')
-    assert trainer.truncate_metrics(p, 2) == 3
+    assert internal.truncate_metrics(p, 2) == 3
     assert [json.loads(x)["step"] for x in p.read_text().splitlines()] == [1, 2]
-    assert trainer.truncate_metrics(tmp_path / "absent.jsonl", 3) == 0
+    assert internal.truncate_metrics(tmp_path / "absent.jsonl", 3) == 0
 
 
 def test_config_record_ignores_runtime_fields():
@@ -222,4 +222,4 @@ def test_config_record_ignores_runtime_fields():
             "optimizer": {"lr": 0.1},
         }
     )
-    assert trainer.config_record(c) == {"seed": 0, "train.steps": 3, "optimizer.lr": 0.1}
+    assert internal.config_record(c) == {"seed": 0, "train.steps": 3, "optimizer.lr": 0.1}

@@ -14,7 +14,7 @@ import warnings
 import ml_collections
 import pytest
 
-from ssl_geometry import trainer
+from ssl_geometry import internal, trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
@@ -150,7 +150,7 @@ def _set(d, field, value):
 
 def _walk():
     for name in SHIPPED:
-        flat = trainer.flatten_config(ml_collections.ConfigDict(_shipped(name)))
+        flat = internal.flatten_config(ml_collections.ConfigDict(_shipped(name)))
         for field, value in flat.items():
             if field not in FREE_TEXT and not field.startswith("model.backbone_kwargs."):
                 yield name, field, value
@@ -191,12 +191,12 @@ def test_an_empty_lock_is_stale_after_its_grace_period(tmp_path):
     lock = tmp_path / ".lock"
     lock.write_text("")
     with pytest.raises(trainer.WorkdirLockedError):  # a run may be between creating and writing it
-        trainer.Lock(tmp_path).acquire()
+        internal.Lock(tmp_path).acquire()
     old = time.time() - 60
     os.utime(lock, (old, old))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with trainer.Lock(tmp_path):
+        with internal.Lock(tmp_path):
             assert json.loads(lock.read_text())["pid"] == os.getpid()
     assert any("stale empty lock" in str(w.message) for w in caught)
     assert not lock.exists()
@@ -206,7 +206,7 @@ def test_a_metrics_line_with_a_non_integer_step_is_named(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": "ten", "loss": 0.4}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl line 2: expected .*integer \"step\""):
-        trainer.truncate_metrics(path, 1)
+        internal.truncate_metrics(path, 1)
 
 
 @pytest.mark.parametrize("name", ["digits", "shapes"])
@@ -291,9 +291,9 @@ def test_old_metrics_without_a_checkpoint_are_moved_aside_byte_for_byte(tmp_path
 
 
 def test_set_aside_leaves_a_missing_or_blank_file_alone(tmp_path):
-    assert trainer.set_aside(tmp_path / "metrics.jsonl") is None
+    assert internal.set_aside(tmp_path / "metrics.jsonl") is None
     (tmp_path / "metrics.jsonl").write_text("\n  \n")
-    assert trainer.set_aside(tmp_path / "metrics.jsonl") is None and (tmp_path / "metrics.jsonl").exists()
+    assert internal.set_aside(tmp_path / "metrics.jsonl") is None and (tmp_path / "metrics.jsonl").exists()
 
 
 @pytest.mark.slow
@@ -309,15 +309,15 @@ def test_resume_from_a_checkpoint_without_a_saved_config_warns_and_records_a_con
     assert out["status"] == "finished" and out["resumed_from"] == 2
     changes = [r for r in trainer.read_metrics(w) if r.get("event") == "config_change"]
     assert len(changes) == 1 and changes[0]["step"] == 2
-    assert changes[0]["fields"]["optimizer.lr"] == {"saved": trainer.NOT_SAVED, "now": 0.1}
-    assert changes[0]["fields"]["train.steps"] == {"saved": trainer.NOT_SAVED, "now": 4}
+    assert changes[0]["fields"]["optimizer.lr"] == {"saved": internal.NOT_SAVED, "now": 0.1}
+    assert changes[0]["fields"]["train.steps"] == {"saved": internal.NOT_SAVED, "now": 4}
 
 
 def test_check_resume_reports_every_field_of_a_meta_without_config():
     cfg = _tiny()
-    changed = trainer.check_resume({}, cfg, {}, allow_config_change=False)
-    assert changed == {k: (trainer.NOT_SAVED, v) for k, v in trainer.config_record(cfg).items()}
-    assert trainer.check_resume({"config": trainer.config_record(cfg)}, cfg, {}) == {}
+    changed = internal.check_resume({}, cfg, {}, allow_config_change=False)
+    assert changed == {k: (internal.NOT_SAVED, v) for k, v in internal.config_record(cfg).items()}
+    assert internal.check_resume({"config": internal.config_record(cfg)}, cfg, {}) == {}
 
 
 @pytest.mark.parametrize(
@@ -349,9 +349,9 @@ def test_values_the_run_would_adjust_or_cannot_hold_are_refused_by_name(over, ne
 
 def test_knn_k_within_the_probe_set_is_accepted_and_used_as_given():
     trainer.validate_config(_tiny(**{"eval.max_train": 20, "eval.knn_k": 20, "eval.final_probes": True}))
-    trainer.check_knn_k(20, 20)
+    internal.check_knn_k(20, 20)
     with pytest.raises(ValueError, match="eval.knn_k: 21 neighbours .* 20 training images"):
-        trainer.check_knn_k(21, 20)
+        internal.check_knn_k(21, 20)
 
 
 def test_knn_k_20_with_max_train_5_exits_2_naming_it(tmp_path, capsys):

@@ -847,8 +847,6 @@ def test_one_end_stops_when_that_end_meets_tol():
 
 @pytest.mark.parametrize("shape", [(40, 300), (300, 40)])  # J J^T (the output side) and J^T J (the input side)
 def test_operator_norm_by_lanczos_is_the_largest_singular_value_from_below(shape):
-    from ssl_geometry import geometry
-
     rng = np.random.default_rng(42)
     A = rng.standard_normal(shape) * np.linspace(0.1, 1.0, shape[1])
     sigma = np.linalg.svd(A, compute_uv=False)[0]
@@ -857,22 +855,22 @@ def test_operator_norm_by_lanczos_is_the_largest_singular_value_from_below(shape
     def fn(v):  # J = A at every x
         return Aj @ v
 
-    dense = geometry.operator_norm(fn, x)
-    free = geometry.operator_norm(fn, x, max_dense_entries=0, tol=1e-8)
+    dense = cv.operator_norm(fn, x)
+    free = cv.operator_norm(fn, x, max_dense_entries=0, tol=1e-8)
     assert dense == pytest.approx(sigma, rel=1e-12)
     assert free <= sigma * (1 + 1e-12) and free == pytest.approx(sigma, rel=1e-8)
     with pytest.raises(RuntimeError, match=r"did not meet `tol` = 1.0e-12 in 2 steps \(`max_steps`\)"):
-        geometry.operator_norm(fn, x, max_dense_entries=0, tol=1e-12, max_steps=2)
+        cv.operator_norm(fn, x, max_dense_entries=0, tol=1e-12, max_steps=2)
     with pytest.raises(ValueError, match="`tol` must lie in"):
-        geometry.operator_norm(fn, x, tol=0.0)
+        cv.operator_norm(fn, x, tol=0.0)
     with pytest.raises(ValueError, match="`max_steps` must be a positive int"):
-        geometry.operator_norm(fn, x, max_steps=0)
+        cv.operator_norm(fn, x, max_steps=0)
 
 
 def test_operator_norm_of_a_fresh_closure_compiles_nothing_new():
     """The head-parameter Jacobian norm of the Thm 4.1 premises: a closure made afresh per call (new arrays of the
     same shapes) reuses the compiled Lanczos loop, and the norm matches the dense Jacobian's."""
-    from ssl_geometry import geometry, heads
+    from ssl_geometry import heads
 
     m = heads.mlp(6, (20,), 30, activation="gelu", bias=False, dtype=jnp.float64)
 
@@ -880,7 +878,7 @@ def test_operator_norm_of_a_fresh_closure_compiles_nothing_new():
         v = m.init(jax.random.PRNGKey(seed))
         z = jax.random.normal(jax.random.PRNGKey(seed + 1), (5, 6), jnp.float64)
         flat, unravel = ravel_pytree(v["params"])
-        return geometry.operator_norm(lambda th: m.apply({"params": unravel(th)}, z)[0], flat, **kw)
+        return cv.operator_norm(lambda th: m.apply({"params": unravel(th)}, z)[0], flat, **kw)
 
     norm(0, max_dense_entries=0)
     out = {}

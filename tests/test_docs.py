@@ -134,7 +134,7 @@ def site(tmp_path_factory):
 def _public_names():
     """``{namespace: [public path of each name in its __all__]}``, the package itself included."""
     out = {"ssl_geometry": [f"ssl_geometry.{n}" for n in ssl_geometry.__all__ if not n.startswith("__")]}
-    for ns in ssl_geometry.NAMESPACES:
+    for ns in (*ssl_geometry.NAMESPACES, "internal"):  # internal: not public, documented on its own page all the same
         mod = importlib.import_module(f"ssl_geometry.{ns}")
         out[f"ssl_geometry.{ns}"] = [f"ssl_geometry.{ns}.{n}" for n in mod.__all__]
     return out

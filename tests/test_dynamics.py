@@ -310,6 +310,26 @@ def test_bad_arguments_name_the_argument(quad):
         D.discrete(quad_loss, p0, "sgd", steps=10, args=aj)
 
 
+def test_a_flow_loss_or_observe_of_the_wrong_arity_is_refused_naming_the_signature():
+    """``gradient_flow`` reads the loss's signature before JAX traces it: a one-argument loss (the JAX habit) is a
+    ``TypeError`` naming ``loss_fn(params, batch, args) -> scalar`` and the function's own signature, not
+    ``<lambda>() takes 1 positional argument but 3 were given`` from inside the solver; so is a two-argument
+    ``observe``. A loss that binds but returns a vector is refused as before; a right one integrates."""
+    p0, save = jnp.ones(2), jnp.array([0.0, 1.0])
+    with pytest.raises(
+        TypeError, match=r"`loss_fn` must be loss_fn\(params, batch, args\) -> scalar.*got <lambda>\(p\)"
+    ):
+        D.gradient_flow(lambda p: 0.5 * jnp.sum(p**2), p0, t1=1.0, save_at=save)
+    with pytest.raises(TypeError, match=r"got <lambda>\(p, batch\): too many positional arguments"):
+        D.gradient_flow(lambda p, batch: 0.5 * jnp.sum(p**2), p0, t1=1.0, save_at=save)
+    with pytest.raises(TypeError, match=r"`observe` must be observe\(params, t, args\)"):
+        D.gradient_flow(lambda p, b, a: 0.5 * jnp.sum(p**2), p0, t1=1.0, save_at=save, observe=lambda p: p)
+    with pytest.raises(TypeError, match="returned shape"):
+        D.gradient_flow(lambda p, b, a: p**2, p0, t1=1.0, save_at=save)
+    tr = D.gradient_flow(lambda p, b, a: 0.5 * jnp.sum(p**2), p0, t1=1.0, save_at=save, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tr.params, np.exp(-1.0) * np.ones(2), rtol=1e-8)
+
+
 # ---------------------------------------------------------------- escape
 
 

@@ -1,5 +1,7 @@
 """The one optimisation loop (ssl_geometry.fit) and the dynamics entry points that share it."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -195,3 +197,51 @@ def test_one_signature_batch_and_args_reach_the_loss_and_observe():
     np.testing.assert_allclose(gd.observed, [-10.0, -10.0 * 0.9**10], rtol=1e-12)
     np.testing.assert_allclose(fl.observed, [-10.0, -10.0 * np.exp(-1.0)], rtol=1e-8)
     assert float(dynamics.sharpness(full, gd.params, a)) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_loss_or_observe_of_the_wrong_arity_is_refused_naming_the_signature():
+    """``fit`` reads the loss's signature before tracing: a one- or two-argument loss, a stateless loss given
+    a ``state``, or a two-argument ``observe`` is a ``TypeError`` that names the expected signature and the
+    function's own, not JAX's ``<lambda>() takes 1 positional argument but 3 were given``."""
+    p, sgd = jnp.ones(2), optax.sgd(0.5)
+    expected = r"`loss_fn` must be loss_fn\(params, batch, args\) -> scalar"
+    with pytest.raises(TypeError, match=expected + r".*got <lambda>\(p\): too many positional arguments"):
+        ssl_geometry.fit(lambda p: jnp.sum(p**2), p, sgd, steps=2)
+    with pytest.raises(TypeError, match=expected + r".*got <lambda>\(p, batch\)"):
+        ssl_geometry.fit(lambda p, batch: jnp.sum(p**2), p, sgd, steps=2)
+    with pytest.raises(TypeError, match=r"loss_fn\(params, state, batch, args\) -> \(loss, new_state\)"):
+        ssl_geometry.fit(lambda p, b, a: jnp.sum(p**2), p, sgd, steps=2, state=jnp.zeros(()))
+    with pytest.raises(TypeError, match=r"`observe` must be observe\(params, k, args\)"):
+        ssl_geometry.fit(lambda p, b, a: jnp.sum(p**2), p, sgd, steps=2, observe=lambda p, k: p)
+    with pytest.raises(TypeError, match="`loss_fn` must be a function"):
+        ssl_geometry.fit("quadratic", p, sgd, steps=2)
+    # what binds runs: defaults, *args, a partial, a stateful loss with its state
+    quad2 = lambda p, b, a, scale=1.0: 0.5 * scale * jnp.sum(p**2)
+    for ok in (quad2, lambda *xs: 0.5 * jnp.sum(xs[0] ** 2), functools.partial(quad2, scale=1.0)):
+        np.testing.assert_allclose(ssl_geometry.fit(ok, p, sgd, steps=2).params, [0.25, 0.25])
+    st = ssl_geometry.fit(lambda p, s, b, a: (0.5 * jnp.sum(p**2), s + 1), p, sgd, steps=2, state=jnp.zeros(()))
+    assert float(st.state) == 2.0
+
+
+def test_a_loss_whose_signature_cannot_be_read_is_called_as_it_is():
+    """No readable signature: no refusal up front; the call decides, as before the check (a right loss runs,
+    a wrong one fails with Python's own error from the call)."""
+    import inspect
+
+    class Opaque:
+        __signature__ = "unreadable"  # inspect.signature raises on it
+
+        def __init__(self, takes_three):
+            self.takes_three = takes_three
+
+        def __call__(self, p, *rest):
+            if not self.takes_three or len(rest) != 2:
+                raise TypeError(f"Opaque loss called with {1 + len(rest)} arguments")
+            return 0.5 * jnp.sum(p**2)
+
+    with pytest.raises((TypeError, ValueError)):
+        inspect.signature(Opaque(True))  # the premise
+    r = ssl_geometry.fit(Opaque(True), jnp.ones(2), optax.sgd(0.5), steps=2)
+    np.testing.assert_allclose(r.params, [0.25, 0.25])
+    with pytest.raises(TypeError, match="Opaque loss called with 3 arguments"):
+        ssl_geometry.fit(Opaque(False), jnp.ones(2), optax.sgd(0.5), steps=2)

@@ -9,6 +9,7 @@ import mix fails here, not in a review.
 import ast
 import importlib
 import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -24,10 +25,16 @@ SRC = LIB / "_src"
 _ATOMS = (str, int, float, bool, bytes, type(None))
 
 
+#: The experiment harness's plumbing: importable (``from ssl_geometry import internal``), not public (not in
+#: ``ssl_geometry.NAMESPACES``, no promise across releases), and held to the same rules as the namespaces.
+INTERNAL = "internal"
+
+
 def _namespaces():
     return {
         "ssl_geometry": ssl_geometry,
         **{f"ssl_geometry.{n}": importlib.import_module(f"ssl_geometry.{n}") for n in ssl_geometry.NAMESPACES},
+        f"ssl_geometry.{INTERNAL}": importlib.import_module(f"ssl_geometry.{INTERNAL}"),
     }
 
 
@@ -83,6 +90,45 @@ def test_namespaces_export_nothing_unlisted():
         assert not stray, f"{ns} exposes names outside __all__: {stray}"
 
 
+def test_the_plumbing_is_one_internal_namespace_outside_the_public_surface():
+    """Locks, digests, the workdir's resume checks and the sharding helpers live in ``ssl_geometry.internal`` only:
+    not a public namespace, not in the package's ``__all__``, gone from ``trainer``, and its docstring says it is
+    not public API and may change without notice. What a researcher trains with stays in ``trainer``."""
+    internal = importlib.import_module(f"ssl_geometry.{INTERNAL}")
+    trainer = importlib.import_module("ssl_geometry.trainer")
+    assert INTERNAL not in ssl_geometry.NAMESPACES and INTERNAL not in ssl_geometry.__all__
+    assert INTERNAL not in dir(ssl_geometry) and ssl_geometry.internal is internal
+    assert "not public API" in internal.__doc__ and "without notice" in internal.__doc__
+    plumbing = {"Lock", "digest", "unalias", "state_signature", "host_slice", "check_resume", "prepare"}
+    assert plumbing <= set(internal.__all__)
+    assert not plumbing & set(trainer.__all__) and not [n for n in plumbing if hasattr(trainer, n)]
+    kept = {"train", "validate_config", "init_train_state", "make_train_step", "jit_train_step", "make_mesh"}
+    assert kept | {"place_state", "place_batch", "batch_indices", "WorkdirLockedError"} <= set(trainer.__all__)
+    assert "operator_norm" in ssl_geometry.curvature.__all__ and "operator_norm" not in ssl_geometry.geometry.__all__
+
+
+#: A name counts as listed in a docstring when it stands in a role (``:func:`name```, ``:class:`~a.b.name```) or
+#: in double backquotes (````name````, ````name(...)````, ````name.field````), not when it is a word of the prose.
+def _listed(doc: str, name: str) -> bool:
+    n = re.escape(name)
+    return re.search(rf":[a-z]+:`~?(?:[\w.]+\.)?{n}`|``{n}(?:``|[(.\[])", doc or "") is not None
+
+
+def test_every_namespace_docstring_lists_what_it_exports():
+    """A reader of ``help(ssl_geometry.<namespace>)`` (or its API page's opening) sees every name of ``__all__``."""
+    namespaces = _namespaces()
+    missing = {ns: [n for n in mod.__all__ if not _listed(mod.__doc__, n)] for ns, mod in namespaces.items()}
+    missing = {ns: names for ns, names in missing.items() if names}
+    assert not missing, f"names in __all__ that the namespace docstring does not list: {missing}"
+
+
+def test_the_listing_check_tells_a_listed_name_from_a_word():
+    doc = "Fit :func:`fit` and :class:`~ssl_geometry.trainer.Lock`; the table ``OPTIMIZERS``; ``make(x)``. A lock."
+    assert [_listed(doc, n) for n in ("fit", "Lock", "OPTIMIZERS", "make")] == [True, True, True, True]
+    assert [_listed(doc, n) for n in ("lock", "table", "it", "ssl_geometry")] == [False, False, False, False]
+    assert not _listed(None, "fit")
+
+
 def test_public_modules_are_real_modules_without_sys_modules_swaps():
     for path in LIB.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -90,7 +136,7 @@ def test_public_modules_are_real_modules_without_sys_modules_swaps():
                 for t in node.targets:
                     if isinstance(t, ast.Subscript) and ast.unparse(t.value) == "sys.modules":
                         pytest.fail(f"{path.relative_to(ROOT)}:{node.lineno} assigns to sys.modules")
-    for ns in ssl_geometry.NAMESPACES:
+    for ns in (*ssl_geometry.NAMESPACES, INTERNAL):
         mod = importlib.import_module(f"ssl_geometry.{ns}")
         assert mod.__name__ == f"ssl_geometry.{ns}" and mod.__file__.endswith(f"ssl_geometry/{ns}.py")
 
@@ -108,7 +154,7 @@ def test_no_private_name_is_imported_from_another_module():
 
 def test_outside_code_imports_only_public_paths_in_one_style():
     """Experiments, tests, docs and the README: ``from ssl_geometry import <namespace or name>`` only."""
-    allowed = {*ssl_geometry.NAMESPACES, *ssl_geometry.__all__}
+    allowed = {*ssl_geometry.NAMESPACES, *ssl_geometry.__all__, INTERNAL}
     bad = []
     files = [*(ROOT / "experiments").rglob("*.py"), *(ROOT / "tests").rglob("*.py"), ROOT / "conftest.py"]
     for path in files:

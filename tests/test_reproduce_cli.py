@@ -104,11 +104,17 @@ def test_help_exits_0():
 
 
 def test_a_failure_during_the_run_exits_1_in_one_line_with_the_traceback_logged(tmp_path):
-    """An experiment that raises: the others' results and the report are still written, status 1."""
-    code = (
-        "import sys\nfrom experiments import paper_data, reproduce\n"
+    """An experiment that raises: the others' results and the report are still written, status 1. (Each experiment
+    runs in a child process: the child, a script that breaks paper_data and then runs :func:`experiments.job.main`,
+    stands in for ``python -m experiments.job``.)"""
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import sys\nfrom experiments import job, paper_data\n"
         "def boom(config):\n    raise ValueError('config.data.root: broken on purpose')\n"
-        "paper_data.measure = boom\n"
+        "paper_data.measure = boom\nsys.exit(job.main())\n"
+    )
+    code = (
+        f"import sys\nfrom experiments import job, reproduce\njob.CHILD = ({str(child)!r},)\n"
         f"sys.exit(reproduce.main(['--only', 'paper_data', '--variant', 'tiny', '--out', {str(tmp_path)!r}]))\n"
     )
     rc, out, err = _run(code=code)

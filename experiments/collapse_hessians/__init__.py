@@ -79,6 +79,12 @@ def measure(config) -> dict:
     }  # rank of J predicted before the state (widths.py)
 
 
+def measured_claims(config) -> tuple:
+    """The claims a variant decides: every one of :data:`CLAIMS`, or the width claim alone where the variant
+    builds no collapsed state (``analysis.states`` empty: ``paper_widths``)."""
+    return CLAIMS if config.analysis.states else (widths.RANK_PREDICTS_STABILITY,)
+
+
 def _certified(rows):
     return [r for r in rows if r["state"] == "equilibrium" and r["certified"] and r["holds"] and not r["batch_norm"]]
 
@@ -134,6 +140,8 @@ def decide(m, config) -> dict:
         *certificates.decide_items(m, claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["crossing_rtol"]),
         widths.decide_item(m),
     ]
+    if not config.analysis.states:  # the width sweep alone (paper_widths): no other claim is measured
+        items = [it for it in items if it["id"] in measured_claims(config)]
     coll = [r for r in rows if r["state"] == "collapsed"]
     headline = {
         "equilibria_constructed": sum(r["state"] == "equilibrium" for r in rows),
@@ -178,6 +186,8 @@ def figures(results, out_dir) -> None:
     from experiments import plotting as pl
 
     rows = results["measurements"]["cases"]
+    if not rows:  # the width sweep alone (paper_widths)
+        return width_report.figure(results["measurements"], out_dir)
     fig, axes = pl.figure(height=3.6)
     ax = axes[0, 0]
     objs = list(dict.fromkeys(r["objective"] for r in rows))
@@ -214,6 +224,10 @@ def figures(results, out_dir) -> None:
 def report(results, rel_dir) -> str:
     h = results["headline"]
     rows = results["measurements"]["cases"]
+    if not rows:  # the width sweep alone (paper_widths)
+        return "\n".join(
+            [*claims.reason_lines(results["claims"]), "", *width_report.report_lines(results["measurements"], rel_dir)]
+        )
     eq = [
         {
             "objective": r["objective"],

@@ -4,9 +4,13 @@ apart (a dry case runs a few of them, the variant up to ``analysis.stationarity_
 
 from __future__ import annotations
 
+import statistics
+
 import jax
 
 from experiments import projection, stationary_heads
+from experiments.benchmarks import harness
+from experiments.collapse_hessians import widths
 from experiments.collapse_hessians.cases import all_cases, run_case, siamese_problem
 from ssl_geometry import geometry
 
@@ -18,6 +22,8 @@ NAME = "collapse_hessians"
 #: batch ``n``, and the stationarity search's further iterations apart (:func:`dry_measure`).
 #: L-BFGS iterations driving a collapsed head to stationarity in a dry case; the iteration-cost probe's two runs.
 DRY_RUN_STATIONARITY_ITERS, ITERATION_PROBE = 5, (5, 25)
+#: Timed runs of the width sweep's head at each rung (after one untimed run): :func:`width_part`.
+WIDTH_REPEATS = 2
 
 
 def batches(config) -> list[int]:
@@ -110,6 +116,35 @@ def _iteration_points(config, sizes) -> list:
     return points
 
 
+def width_heads(config, d: int, h: int, k: int) -> int:
+    """The heads the width sweep builds at one rung: per activation, the initialiser's draw, the bottleneck and,
+    where ``sigma'`` has a zero, the rank drop; times the seeds and the residual scales (``d, h, k`` name the rung;
+    the count does not depend on them)."""
+    a = config.analysis
+    per_act = [len(widths.CONSTRUCTIONS) - (widths.sigma_prime_zero(act) is None) for act in a.widths_activations]
+    return sum(per_act) * int(a.widths_seeds) * len(a.widths_residual_scales)
+
+
+def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
+    """The width sweep's projection, measured at every rung of ``analysis.widths`` at its own size (nothing is
+    extrapolated): one head per rung (the initialiser's draw, the first activation and residual scale), run once
+    untimed (compilation) and ``repeats`` times timed; the rung's :func:`width_heads` times the median, summed.
+    ``spread_s``: the same sum at the fastest and at the slowest timed run (the load's effect on the estimate).
+    ``points``: ``[[d, seconds per head], ...]``."""
+    a = config.analysis
+    act, scale = a.widths_activations[0], float(a.widths_residual_scales[0])
+    points, lo, hi, total, heads = [], 0.0, 0.0, 0.0, 0
+    for iw, (d, h, k) in enumerate(a.widths):
+        kk = jax.random.fold_in(key, iw)
+        run = lambda d=d, h=h, k=k, kk=kk: widths.head_row(config, int(d), int(h), int(k), act, "random", 0, scale, kk)
+        times = harness.interleave({"head": run}, repeats=repeats, warmup=1)["head"]
+        count = width_heads(config, d, h, k)
+        med = float(statistics.median(times))
+        points.append([int(d), med])
+        total, lo, hi, heads = total + count * med, lo + count * min(times), hi + count * max(times), heads + count
+    return {"points": points, "projected_s": total, "spread_s": [lo, hi], "count": heads, "method": "measured per rung"}
+
+
 def dry_measure(config) -> dict:
     """The dry run: the cases of :func:`_dry_cases` timed at the batches of :func:`batches` (each once untimed
     first, so compilation is excluded); the mean time per case, fitted as ``a n^p``, projects every case of the
@@ -117,8 +152,9 @@ def dry_measure(config) -> dict:
     :data:`DRY_RUN_STATIONARITY_ITERS` iterations of the stationarity search where the variant runs up to
     ``analysis.stationarity_max_iter``: the cost of one iteration, measured at the same batches
     (:func:`_iteration_points`), projects the rest for every collapsed case at the cap (an upper bound: a search
-    stops early where its line search fails). Nothing is trained: the whole projection is analysis, the sum of
-    the two parts (``parts``). The rows are those of the smaller batch."""
+    stops early where its line search fails). The width sweep is timed at each of its rungs (:func:`width_part`).
+    Nothing is trained: the whole projection is analysis, the sum of the parts (``parts``). The rows are those
+    of the smaller batch. A variant without cases (``paper_widths``) has only the width part."""
     key, rows = jax.random.PRNGKey(config.seed), []
 
     def make_step(n):
@@ -136,25 +172,29 @@ def dry_measure(config) -> dict:
         return step
 
     sizes = batches(config)
-    n_cases = len(_dry_cases(_dry_config(config, sizes[0])))
-    points = [[n, t / n_cases] for n, t in projection.time_at_sizes(make_step, sizes, repeats=1)]
-    full = list(all_cases(config))
-    parts = {"cases": projection.power_law_projection(points, config.data.n, len(full))}
-    extra = max(0, config.analysis.stationarity_max_iter - DRY_RUN_STATIONARITY_ITERS)
-    n_collapsed = sum(1 for c in full if c[3] == "collapsed")
-    it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
-    if it_points:
-        parts["stationarity"] = projection.power_law_projection(it_points, config.data.n, n_collapsed * extra)
+    full, parts = list(all_cases(config)), {}
+    if full:
+        n_cases = len(_dry_cases(_dry_config(config, sizes[0])))
+        points = [[n, t / n_cases] for n, t in projection.time_at_sizes(make_step, sizes, repeats=1)]
+        parts["cases"] = projection.power_law_projection(points, config.data.n, len(full))
+        extra = max(0, config.analysis.stationarity_max_iter - DRY_RUN_STATIONARITY_ITERS)
+        n_collapsed = sum(1 for c in full if c[3] == "collapsed")
+        it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
+        if it_points:
+            parts["stationarity"] = projection.power_law_projection(it_points, config.data.n, n_collapsed * extra)
+    if config.analysis.widths:
+        parts["widths"] = width_part(config, key)
+    first = next(iter(parts))
     analysis = {
-        **parts["cases"],
+        **parts[first],
         "projected_s": sum(p["projected_s"] for p in parts.values()),
-        "part_shown": "cases",
+        "part_shown": first,
         "parts": parts,
     }
     return {
         "cases": rows,
         "dry_run": projection.dry_run_record(
-            points[-1][1],
+            parts[first]["points"][-1][1],
             analysis=analysis,
             cases_run=len(rows),
             cases_full=len(full),

@@ -186,10 +186,9 @@ def head_row(cfg, d, h, k, activation, construction, seed, scale, key) -> dict |
     cert = geometry.collapse_certificate(
         model, eq.loss_fn, eq.z, variables=variables, max_dense_dim=a.max_dense_dim, key=jax.random.fold_in(key, 4)
     )
-    # classify_collapse's path: thm41_conclusion(premises, collapse_spectrum(...)), the premises reused
-    spec = geometry.collapse_spectrum(
-        as_function(model, variables, train=False), eq.loss_fn, eq.z, max_dense_dim=a.max_dense_dim, key=k_eig
-    )
+    # classify_collapse's path with the premises reused; a sample-wise head: G and M block by block (per_sample)
+    fn = as_function(model, variables, train=False)
+    spec = geometry.collapse_spectrum(fn, eq.loss_fn, eq.z, max_dense_dim=a.max_dense_dim, key=k_eig, per_sample=True)
     res = geometry.thm41_conclusion(eq.premises, spec)
     row.update(
         {

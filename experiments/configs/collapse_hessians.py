@@ -3,6 +3,21 @@
 The paper evaluates Thm 4.1 only through its SimSiam escape runs; there is no authors' recipe for
 this experiment. ``paper`` uses the paper's sizes (projector 512 -> 2048 -> 2048, predictor
 2048 -> 512 -> 2048, batch 256): ``H_eff`` is then 131072-dimensional and goes through Lanczos.
+
+``paper_widths`` (a sibling paper variant, run into ``results/collapse_hessians-paper_widths/``) is the width
+sweep of ``thm4.1-rank-predicts-stability`` alone, up to the paper's projector 512 -> 2048 -> 2048; it builds no
+other state, so the experiment's other claims are not measured there (they say so). Its deviations from the
+paper's settings, each with its reason:
+
+* ``analysis.widths_n = 4`` samples per equilibrium, not the paper's batch of 256: at a collapsed state ``H_eff``
+  is block diagonal by sample and every block has the same ``J(c)``, whose rank the claim predicts; ``n`` only
+  sets how many residual rows there are (at least 2, so that ``sum_i rho_i = 0`` leaves ``rho != 0``), and
+  ``n d = 2048`` keeps the top rung's ``H_eff`` within the dense float64 eigensolver.
+* The heads are the one-hidden-layer, bias-free projector shape of the paper (no BatchNorm): the claim is
+  about the rank of ``J(c)`` of such a head, which train-mode BatchNorm does not have at a collapsed state.
+* The objective is the fixed-target MSE of the smoke ladder, the one whose collapsed equilibria are constructed
+  and certified exactly (no SSL objective of the paper has a certified collapsed equilibrium with ``rho != 0``:
+  the claim ``stationarity-forces-rho-zero``).
 """
 
 import ml_collections
@@ -93,10 +108,21 @@ VARIANTS = {
         "model.hidden": 2048,
         "model.k": 2048,
         "model.pred_hidden": 512,
-        "analysis.widths": [[4, 12, 8], [16, 48, 32], [64, 192, 128], [128, 512, 512], [512, 2048, 2048]],
         "expected_runtime": "about 30-60 min on one H200 for all cases (Lanczos, 100 steps per operator); "
         "not yet run on an accelerator",
     },
+}
+
+
+#: The paper's ladder of one-hidden-layer heads ``(d, h, k)``, from the smoke sizes to the projector.
+PAPER_WIDTHS = [[4, 12, 8], [16, 48, 32], [64, 192, 128], [128, 512, 512], [512, 2048, 2048]]
+VARIANTS["paper"].update({"analysis.widths": PAPER_WIDTHS, "analysis.widths_seeds": 4})
+VARIANTS["paper_widths"] = {
+    "analysis.states": [],  # the width sweep alone: no experiment row, certificate or residual sweep
+    "analysis.critical_sweep": [],
+    "analysis.widths": PAPER_WIDTHS,
+    "analysis.widths_seeds": 4,  # 32 heads per rung (smoke: 2 seeds, 16 heads)
+    "expected_runtime": "about 10 min on 2 CPU cores (its dry run projects it; the top rung: about 15 s per head)",
 }
 
 

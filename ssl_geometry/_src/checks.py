@@ -9,6 +9,7 @@ was expected. Value checks (finiteness) only run on concrete arrays.
 from __future__ import annotations
 
 import importlib
+import inspect
 from types import ModuleType
 from typing import Collection, Sequence
 
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "check_arity",
     "check_choice",
     "check_int",
     "check_finite",
@@ -170,3 +172,33 @@ def check_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}; got {value!r}.")
     return int(value)
+
+
+def check_arity(fn, name: str, n: int, expected: str) -> None:
+    """Raise ``TypeError`` naming ``expected`` unless ``fn`` accepts ``n`` positional arguments.
+
+    Read from ``inspect.signature(fn)`` (bound to ``n`` placeholders, nothing is called), so a function
+    written for another convention -- ``lambda p: ...`` where ``loss_fn(params, batch, args)`` is
+    expected -- is refused before JAX traces it. A callable whose signature cannot be read (some
+    builtins and C extensions) passes: it is called as it is, and a wrong arity fails there.
+
+    Example:
+      >>> check_arity(lambda p, batch, args: 0.0, "f", 3, "f(params, batch, args)")
+      >>> check_arity(lambda p: 0.0, "f", 3, "f(params, batch, args)")
+      Traceback (most recent call last):
+      ...
+      TypeError: `f` must be f(params, batch, args) (called with 3 positional arguments); got <lambda>(p): too many positional arguments.
+    """
+    if not callable(fn):
+        raise TypeError(f"`{name}` must be a function {expected}; got {type(fn).__name__}.")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # no readable signature: leave it to the call
+        return
+    try:
+        sig.bind(*range(n))
+    except TypeError as err:
+        label = getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(
+            f"`{name}` must be {expected} (called with {n} positional arguments); got {label}{sig}: {err}."
+        ) from None

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ssl_geometry._src.checks import check_arity
 from ssl_geometry._src.ops import loop_reports_non_finite
 
 PyTree = Any
@@ -160,6 +161,18 @@ def _runner(loss_fn, optimizer, observe, has_state, has_batches, n_chunks, chunk
     return run
 
 
+def _check_functions(loss_fn, observe, has_state: bool) -> None:
+    """The loss and ``observe`` take the arguments :func:`fit` passes (``TypeError`` naming the signature)."""
+    if has_state:
+        check_arity(
+            loss_fn, "loss_fn", 4, "loss_fn(params, state, batch, args) -> (loss, new_state) (a `state` was given)"
+        )
+    else:
+        check_arity(loss_fn, "loss_fn", 3, "loss_fn(params, batch, args) -> scalar")
+    if observe is not None:
+        check_arity(observe, "observe", 3, "observe(params, k, args) -> pytree")
+
+
 def _check_args(optimizer, steps, chunk, batches):
     if not isinstance(optimizer, optax.GradientTransformation):
         raise TypeError(f"`optimizer` must be an optax.GradientTransformation; got {type(optimizer).__name__}.")
@@ -230,6 +243,7 @@ def fit(
     chunk = steps if chunk is None else chunk
     has_state = state is not None
     _check_args(optimizer, steps, chunk, batches)
+    _check_functions(loss_fn, observe, has_state)
     if not jax.tree_util.tree_leaves(params):
         raise ValueError("`params` has no leaves.")
     n_chunks = steps // chunk

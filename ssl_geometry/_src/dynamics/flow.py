@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ssl_geometry._src.checks import check_choice, check_positive, check_rank
+from ssl_geometry._src.checks import check_arity, check_choice, check_positive, check_rank
 from ssl_geometry._src.core.loop import tree_all_finite
 from ssl_geometry._src.dynamics.trajectory import DynamicsError, PyTree, Trajectory, nan_where_unsaved
 from ssl_geometry._src.ops import loop_reports_non_finite
@@ -243,11 +243,10 @@ _FAILURE_HINTS = {
 
 
 def check_loss_signature(loss_fn, params, args) -> None:
-    """Raise ``TypeError`` naming the expected signature ``loss_fn(params, batch, args) -> scalar`` unless
+    """Raise ``TypeError`` naming the expected signature ``loss_fn(params, batch, args) -> scalar`` unless the
+    loss's signature takes three positional arguments (``inspect.signature``, where it can be read) and
     ``loss_fn(params, None, args)`` traces (``jax.eval_shape``: nothing is computed) to a scalar."""
-    if not callable(loss_fn):
-        raise TypeError(f"`loss_fn` must be a function loss_fn(params, batch, args) -> scalar; got "
-                        f"{type(loss_fn).__name__}.")
+    check_arity(loss_fn, "loss_fn", 3, "loss_fn(params, batch, args) -> scalar")
     try:
         out = jax.eval_shape(loss_fn, params, None, args)
     except TypeError as err:
@@ -376,6 +375,8 @@ def gradient_flow(
     """
     t0, t1, ts, dtype = _check_flow_args(params0, t0, t1, save_at, solver, max_steps, igr_lr)
     check_loss_signature(loss_fn, params0, args)
+    if observe is not None:
+        check_arity(observe, "observe", 3, "observe(params, t, args) -> pytree")
     _, n_stages, fsal, adaptive = SOLVERS[solver]
     fixed = not adaptive
     grid, dt_arg = _step_grid(solver, fixed, t0, t1, ts, dt0, dtmin, rtol, atol, max_steps, dtype)

@@ -223,7 +223,7 @@ def _block(G, M, eG, vG, eM, m_scale, dtype, notes):
     return {**res, "s": s, "lower": min(lower, s), "upper": max(upper, s) if np.isfinite(s) else upper}
 
 
-def _blocks(head_fn, loss_fn, z):
+def _blocks(head_fn, loss_fn, z, rounding_probes=None):
     """``(G blocks, M blocks, M rounding scales, coupled?)``: per-sample ``(n, d, d)`` blocks, or one block when
     ``H_L`` couples; the scale of block ``i`` is ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``).
 
@@ -234,7 +234,7 @@ def _blocks(head_fn, loss_fn, z):
     n, d = z.shape
     check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
     head_c, head_consts, _ = closure_convert(head_fn, z)
-    scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual), np.float64)       # (n,)
+    scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual, rounding_probes), np.float64)
     G = np.asarray(blocks.metric, np.float64)                                                        # (n, d, n, d)
     M = np.asarray(blocks.interaction, np.float64)                                                   # (n, d, d)
     check_finite(G, "metric G = J^T H_L J at the given `z`")
@@ -251,11 +251,37 @@ def _blocks(head_fn, loss_fn, z):
     return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), True
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _rounding_scales(head_c, head_consts, z, rho):
-    """``sum_a |rho_ia| |hess h_a(z_0)|_F`` per sample (the size of the terms of ``M_i``, which may cancel)."""
-    hess = jax.hessian(lambda x: head_c(head_consts, x[None])[0])(z[0])                            # (k, d, d)
-    return jnp.abs(rho) @ jnp.sqrt(jnp.sum(hess ** 2, axis=(1, 2)))
+#: The most entries ``k d^2`` of ``hess h(c)`` that :func:`_rounding_scales` forms exactly; above it, the Frobenius norms
+#: are estimated from :data:`ROUNDING_PROBES` Rademacher probes (at the paper's 512 -> 2048 -> 2048 head the exact
+#: ``(k, d, d)`` tensor is 4.3 GB and costs ``k d`` second-order passes).
+EXACT_SCALE_ENTRIES, ROUNDING_PROBES = 2**24, 16
+
+
+def _rounding_scales(head_c, head_consts, z, rho, probes=None):
+    """``sum_a |rho_ia| |hess h_a(z_0)|_F`` per sample: the size of the terms of ``M_i``, which may cancel.
+
+    Exact (``jax.hessian``, ``(k, d, d)``) when ``probes`` is ``None`` and ``k d^2 <=``
+    :data:`EXACT_SCALE_ENTRIES`; else Hutchinson's ``|H_a|_F^2 = E_v |H_a v|^2`` over ``probes`` (default
+    :data:`ROUNDING_PROBES`) Rademacher ``v`` (key 0: the same state gives the same scale), with ``H_a v`` for every
+    ``a`` at once as the forward derivative of ``J(x)`` along ``v``, one probe at a time (the memory of one
+    ``(k, d)`` Jacobian). It sets a rounding tolerance (``dim eps`` times it), not a deciding number."""
+    k = int(rho.shape[1])
+    d = int(z.shape[1])
+    exact = probes is None and k * d * d <= EXACT_SCALE_ENTRIES
+    return _rounding_scales_jit(head_c, exact, ROUNDING_PROBES if probes is None else int(probes), head_consts, z, rho)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _rounding_scales_jit(head_c, exact, probes, head_consts, z, rho):
+    def h1(x):
+        return head_c(head_consts, x[None])[0]
+
+    if exact:
+        hess = jax.hessian(h1)(z[0])  # (k, d, d)
+        return jnp.abs(rho) @ jnp.sqrt(jnp.sum(hess**2, axis=(1, 2)))
+    vs = jax.random.rademacher(jax.random.PRNGKey(0), (probes, z.shape[1]), dtype=z.dtype)
+    hv2 = jax.lax.map(lambda v: jnp.sum(jax.jvp(jax.jacfwd(h1), (z[0],), (v,))[1] ** 2, axis=1), vs)  # (p, k)
+    return jnp.abs(rho) @ jnp.sqrt(jnp.mean(hv2, axis=0))
 
 
 def _matrix_free(head_fn, loss_fn, z, lanczos_steps, key, notes):
@@ -368,14 +394,14 @@ def _conclusion(s_star: float, zero_dim: int, critical_rtol: float) -> tuple[str
     return CERTIFICATE_CONCLUSIONS[2], 1
 
 
-def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key):
+def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, rounding_probes=None):
     """Each block's ``G``/``M`` spectra and ``s*_i`` (dense ``eigh``, or Lanczos above the dense limit):
     ``(per-block dicts, interaction_sum, blocks, block_dim, dense, notes)``."""
     limit = min(max_dense_dim, MATRIX_FREE_ABOVE)
     n, d = z.shape
     dense = d <= limit
     if dense:
-        G, M, m_scales, coupled = _blocks(head_fn, loss_fn, z)
+        G, M, m_scales, coupled = _blocks(head_fn, loss_fn, z, rounding_probes)
         dense = G.shape[1] <= limit
     notes = []
     if dense:
@@ -411,6 +437,7 @@ def collapse_certificate(
     collapse_tol: float | None = None,
     lanczos_steps: int = 200,
     key: Array | None = None,
+    rounding_probes: int | None = None,
 ) -> CollapseCertificate:
     """The repaired Thm 4.1 at a collapsed state: ``s*``, the predicted sign, and why.
 
@@ -443,6 +470,10 @@ def collapse_certificate(
         ones go matrix-free (``max_dense_dim=1``: matrix-free at every size).
       critical_rtol: relative width of "``s* = 1``".
       lanczos_steps, key: the most Lanczos steps per run and the start-vector key (matrix-free path).
+      rounding_probes: how the size of ``M``'s terms, ``sum_a |rho_ia| |hess h_a(c)|_F`` (which sets ``M``'s
+        rounding tolerance ``interaction_tol``), is computed: ``None``, the exact ``(k, d, d)`` head Hessian up to
+        ``k d^2 = 2^24`` entries and 16 Rademacher probes (Hutchinson) above, where that tensor would not fit
+        (4.3 GB at 512 -> 2048 -> 2048); an int, that many probes at every size.
 
     Returns:
       :class:`CollapseCertificate`. Computed on the host with NumPy ``eigh`` or Lanczos (the conclusion is a
@@ -457,8 +488,10 @@ def collapse_certificate(
     """
     head_fn, z = _checked_arguments(head, variables, z, critical_rtol, max_dense_dim, lanczos_steps,
                                     collapse_tol)
+    if rounding_probes is not None and not (isinstance(rounding_probes, int) and rounding_probes >= 1):
+        raise ValueError(f"`rounding_probes` must be None or a positive int; got {rounding_probes!r}.")
     per, m_sum, blocks, block_dim, dense, notes = _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps,
-                                                               key)
+                                                               key, rounding_probes)
     common = dict(
         block_null_dims=tuple(p["null_dim"] for p in per), null_dim=int(sum(p["null_dim"] for p in per)),
         lambda_min_metric=min(p["lmin_G"] for p in per), lambda_max_metric=max(p["lmax_G"] for p in per),

@@ -6,18 +6,25 @@ Implementation of :mod:`ssl_geometry.objectives`; the conventions and formulas a
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from ssl_geometry._src.checks import check_choice, check_positive
+from ssl_geometry._src.checks import check_positive
 from ssl_geometry._src.models.base import Model
 from ssl_geometry._src.ops import l2_normalize
-from ssl_geometry._src.ssl.losses import contrastive as _contrastive
 from ssl_geometry._src.ssl.losses import cosine as _cosine
-from ssl_geometry._src.ssl.losses import distillation as _distillation
-from ssl_geometry._src.ssl.losses import redundancy as _redundancy
+from ssl_geometry._src.ssl.losses.registry import (
+    EMA_METHODS,
+    OBJECTIVES,
+    PREDICTOR_METHODS,
+    TABLE,
+    Hyper,
+    ObjectiveSpec,
+    hypers,
+    objective_spec,
+)
 
 Array = jax.Array
 
@@ -25,29 +32,17 @@ __all__ = [
     "OBJECTIVES",
     "EMA_METHODS",
     "PREDICTOR_METHODS",
+    "TABLE",
+    "Hyper",
+    "ObjectiveSpec",
     "Objective",
     "ema_decay",
     "identity_views",
     "make_objective",
 ]
 
-OBJECTIVES = (
-    "simsiam",
-    "byol",
-    "simclr",
-    "simclr_one_way",
-    "moco",
-    "moco_v3",
-    "barlow_twins",
-    "vicreg",
-    "dino",
-    "spectral_contrastive",
-    "wmse",
-)
-#: Methods that keep an EMA copy of backbone + projector as ``state["target"]``.
-EMA_METHODS = frozenset({"byol", "moco", "moco_v3", "dino"})
-#: Methods whose online branch has a predictor after the projector.
-PREDICTOR_METHODS = frozenset({"simsiam", "byol", "moco_v3"})
+# OBJECTIVES, EMA_METHODS, PREDICTOR_METHODS, TABLE, Hyper and ObjectiveSpec: the objective table
+# (ssl_geometry/_src/ssl/losses/registry.py), one ObjectiveSpec per objective; everything here reads it.
 
 
 class Objective(NamedTuple):
@@ -79,9 +74,6 @@ class Objective(NamedTuple):
     project: Callable
     groups: dict
     feature_dim: int
-
-
-# --------------------------------------------------------------------------- losses
 
 
 # --------------------------------------------------------------------------- helpers
@@ -122,12 +114,14 @@ def identity_views(key, images):
     return images, images
 
 
-def _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size) -> None:
-    """Argument checks of :func:`make_objective` (errors name the argument)."""
-    check_choice(name, "objective", OBJECTIVES)
-    if name in PREDICTOR_METHODS and predictor is None:
+def _check_args(spec: ObjectiveSpec, backbone, projector, predictor, values: dict, total_steps) -> None:
+    """Argument checks of :func:`make_objective` (errors name the argument): the models against the spec,
+    ``temperature`` > 0 and ``ema`` in [0, 1) for every objective, ``total_steps``, then each hyper-parameter
+    the spec reads by its :attr:`Hyper.check`."""
+    name = spec.objective
+    if spec.predictor and predictor is None:
         raise ValueError(f"objective {name!r} needs a `predictor` model; got None.")
-    if name not in PREDICTOR_METHODS and predictor is not None:
+    if not spec.predictor and predictor is not None:
         raise ValueError(f"objective {name!r} has no predictor; pass `predictor=None`.")
     if projector.in_shape != (backbone.out_dim,):
         raise ValueError(
@@ -137,58 +131,58 @@ def _check_args(name, backbone, projector, predictor, temperature, ema, total_st
         raise ValueError(
             f"`predictor` input {predictor.in_shape} does not match the projector output dimension {projector.out_dim}."
         )
-    check_positive(temperature, "temperature")
-    if not 0.0 <= ema < 1.0:
-        raise ValueError(f"`ema` must lie in [0, 1); got {ema!r}.")
+    check_positive(values["temperature"], "temperature")
+    if not 0.0 <= values["ema"] < 1.0:
+        raise ValueError(f"`ema` must lie in [0, 1); got {values['ema']!r}.")
     if not isinstance(total_steps, int) or total_steps < 1:
         raise ValueError(f"`total_steps` must be a positive int; got {total_steps!r}.")
-    if name == "moco" and (not isinstance(queue_size, int) or queue_size < 1):
-        raise ValueError(f"`queue_size` must be a positive int; got {queue_size!r}.")
+    for h in spec.hypers:
+        h.check(h.name, values[h.name])
 
 
-def _method_loss(name, c: dict, z, p, t, state, new_state):
-    """The loss of method ``name`` (formulas in :func:`make_objective`) on projector outputs
-    ``z = (z1, z2)``, predictor outputs ``p``, EMA target outputs ``t`` (or ``None``);
-    writes the MoCo queue / DINO centre updates into ``new_state``."""
-    (z1, z2), (p1, p2) = z, p
-    if t is None and name in EMA_METHODS:
-        raise ValueError(f"objective {name!r} reads the EMA target's outputs `t`; got None.")
-    t1, t2 = t if t is not None else (z1, z2)  # (z1, z2): never read by a method without an EMA target
-    if name == "simsiam":
-        loss = _cosine.simsiam(p1, p2, z1, z2)
-    elif name == "byol":
-        loss = _cosine.byol(p1, p2, t1, t2)
-    elif name == "simclr":
-        loss = _contrastive.info_nce(z1, z2, temperature=c["temperature"])
-    elif name == "simclr_one_way":
-        loss = _contrastive.info_nce_one_way(z1, z2, temperature=c["temperature"])
-    elif name == "moco":
-        loss, new_state["queue"] = _contrastive.moco(z1, t2, state["queue"], temperature=c["temperature"])
-    elif name == "moco_v3":
-        loss = _contrastive.moco_v3(p1, p2, t1, t2, temperature=c["temperature"])
-    elif name == "barlow_twins":
-        loss = _redundancy.barlow_twins(z1, z2, lambd=c["barlow_lambda"])
-    elif name == "vicreg":
-        loss = _redundancy.vicreg(
-            z1, z2, sim_coeff=c["vicreg_coeffs"][0], std_coeff=c["vicreg_coeffs"][1], cov_coeff=c["vicreg_coeffs"][2]
+def _hyper_values(given: dict) -> dict[str, Any]:
+    """Every hyper-parameter of the table (:func:`hypers`): ``given`` or its default; ``TypeError`` naming a
+    keyword that is none of them."""
+    known = hypers()
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(
+            f"make_objective() got unexpected keyword argument(s) {unknown}; the objectives' hyper-parameters "
+            f"are {sorted(known)}."
         )
-    elif name == "dino":
-        loss, new_state["center"] = _distillation.dino(
-            jnp.stack([z1, z2]),
-            jnp.stack([t1, t2]),
-            state["center"],
-            student_temp=c["dino_temps"][0],
-            teacher_temp=c["dino_temps"][1],
-            center_momentum=c["dino_center_momentum"],
-        )
-    elif name == "spectral_contrastive":
-        loss = _contrastive.spectral_contrastive(z1, z2)
-    else:  # wmse
-        loss = _redundancy.wmse(z1, z2)
+    return {n: given.get(n, h.default) for n, h in known.items()}
+
+
+def _view(k: str, views: dict, state):
+    """Input ``k`` of :attr:`ObjectiveSpec.inputs`: a view output (``z1``), both views stacked (``z``), or
+    ``state[k]``."""
+    if k in views:
+        return views[k]
+    if f"{k}1" in views:
+        return jnp.stack([views[f"{k}1"], views[f"{k}2"]])
+    return state[k]
+
+
+def _method_loss(spec: ObjectiveSpec, c: dict, z, p, t, state, new_state):
+    """The loss of the objective ``spec`` (formulas in :func:`make_objective`) on projector outputs
+    ``z = (z1, z2)``, predictor outputs ``p`` and EMA target outputs ``t`` (``None`` for an objective without
+    a target, which then has no ``t1, t2``): ``spec.loss.fn`` of ``spec.inputs`` with the keywords
+    ``spec.keywords(c)``; a stateful loss's new state (MoCo's queue, DINO's centre) goes into ``new_state``."""
+    if t is None and spec.ema_target:
+        raise ValueError(f"objective {spec.objective!r} reads the EMA target's outputs `t`; got None.")
+    views = {"z1": z[0], "z2": z[1]}
+    if spec.predictor:
+        views.update(p1=p[0], p2=p[1])
+    if spec.ema_target:
+        views.update(t1=t[0], t2=t[1])
+    out = spec.loss.fn(*(_view(k, views, state) for k in spec.inputs), **spec.keywords(c))
+    if spec.state_input is None:
+        return out
+    loss, new_state[spec.state_input] = out
     return loss
 
 
-def _init(name, models, queue_size, key):
+def _init(spec: ObjectiveSpec, models, values, key):
     """``(params, state)`` of a fresh objective (see the module docstring for the state)."""
     keys = dict(zip(models, jax.random.split(key, len(models) + 1)))
     params, state = {}, {}
@@ -196,7 +190,7 @@ def _init(name, models, queue_size, key):
         v = m.init(keys[k])
         params[k] = v["params"]
         state[k] = {c: val for c, val in v.items() if c != "params"}
-    if name in EMA_METHODS:
+    if spec.ema_target:
         # The target starts equal to the online network but as *copies*: a state whose
         # leaves alias each other cannot be donated to a jitted step ("Attempt to donate
         # the same buffer twice"; on several devices the aliased donation crashed XLA).
@@ -207,16 +201,9 @@ def _init(name, models, queue_size, key):
                 "stats": {k: state[k] for k in ("backbone", "projector")},
             },
         )
-    if name == "moco":
-        # drawn in the parameter dtype, so the queue does not depend on jax_enable_x64
-        pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype
-        state["queue"] = l2_normalize(
-            jax.random.normal(jax.random.fold_in(key, 7), (queue_size, models["projector"].out_dim), pdt)
-        )
-    if name == "dino":
-        state["center"] = jnp.zeros(
-            (models["projector"].out_dim,), jax.tree_util.tree_leaves(params["projector"])[0].dtype
-        )
+    pdt = jax.tree_util.tree_leaves(params["projector"])[0].dtype  # the state's dtype: independent of x64
+    for k, init in spec.state.items():
+        state[k] = init(key, models["projector"].out_dim, pdt, values)
     return params, state
 
 
@@ -238,7 +225,7 @@ def _target(models, target_params, x, stats):
     return jax.lax.stop_gradient(t)
 
 
-def _loss_fn(name, consts, models, augment, params, state, rng, batch):
+def _loss_fn(spec: ObjectiveSpec, consts, models, augment, params, state, rng, batch):
     """:attr:`Objective.loss_fn`: two augmented views through the online (and target) branches, then the
     method's loss (:func:`_method_loss`); ``aux`` holds ``z_std`` (mean per-dimension std of ``z1~``) and the
     first view's features."""
@@ -247,11 +234,11 @@ def _loss_fn(name, consts, models, augment, params, state, rng, batch):
     h1, z1, p1 = _online(models, params, x1, new_state)
     _, z2, p2 = _online(models, params, x2, new_state)
     targets = None
-    if name in EMA_METHODS:
+    if spec.ema_target:
         tparams, tstats = state["target"]["params"], dict(state["target"]["stats"])
         targets = (_target(models, tparams, x1, tstats), _target(models, tparams, x2, tstats))
         new_state["target"] = {"params": tparams, "stats": tstats}
-    loss = _method_loss(name, consts, (z1, z2), (p1, p2), targets, state, new_state)
+    loss = _method_loss(spec, consts, (z1, z2), (p1, p2), targets, state, new_state)
     aux = {"z_std": jnp.mean(jnp.std(l2_normalize(z1), axis=0)), "features": h1}
     return loss, (new_state, aux)
 
@@ -294,14 +281,8 @@ def make_objective(
     predictor: Model | None = None,
     *,
     augment: Callable = identity_views,
-    temperature: float = 0.1,
-    ema: float = 0.99,
     total_steps: int = 1000,
-    queue_size: int = 4096,
-    barlow_lambda: float = 5e-3,
-    vicreg_coeffs: tuple = (25.0, 25.0, 1.0),
-    dino_temps: tuple = (0.1, 0.04),
-    dino_center_momentum: float = 0.9,
+    **hyper: Any,
 ) -> Objective:
     """Build the :class:`Objective` ``name`` from ``backbone -> projector [-> predictor]``.
 
@@ -327,34 +308,34 @@ def make_objective(
     * wmse: MSE of L2-normalised whitened embeddings (each view's sub-batch whitened on its own, as
       :func:`ssl_geometry.losses.wmse` and the W-MSE reference code do).
 
+    Each objective is one :class:`ObjectiveSpec` of :data:`TABLE`, which says which head outputs its loss reads,
+    whether it has a predictor or an EMA target, the state it carries and the hyper-parameters it reads.
+
     Args:
       name: one of :data:`OBJECTIVES`.
-      backbone, projector, predictor: models; ``predictor`` is required for
-        simsiam, byol and moco_v3 and must be ``None`` otherwise.
+      backbone, projector, predictor: models; ``predictor`` is required for the objectives of
+        :data:`PREDICTOR_METHODS` (simsiam, byol, moco_v3) and must be ``None`` otherwise.
       augment: ``augment(key, images) -> (view1, view2)``, run on device.
-      temperature: softmax temperature (simclr, simclr_one_way, moco, moco_v3).
-      ema: base EMA decay ``tau_0`` of the target network (byol, moco, moco_v3, dino).
       total_steps: K in the cosine EMA schedule.
-      queue_size: MoCo v2 queue length K.
-      barlow_lambda, vicreg_coeffs, dino_temps, dino_center_momentum: method constants.
+      **hyper: the hyper-parameters of the table (each :class:`Hyper`; an objective reads those of its spec),
+        by default ``temperature=0.1`` (softmax temperature: simclr, simclr_one_way, moco, moco_v3),
+        ``ema=0.99`` (base EMA decay ``tau_0`` of the target network: byol, moco, moco_v3, dino),
+        ``queue_size=4096`` (MoCo v2 queue length K), ``barlow_lambda=5e-3``,
+        ``vicreg_coeffs=(25.0, 25.0, 1.0)``, ``dino_temps=(0.1, 0.04)`` (student, teacher) and
+        ``dino_center_momentum=0.9``; another keyword is a ``TypeError``.
     """
-    _check_args(name, backbone, projector, predictor, temperature, ema, total_steps, queue_size)
-    consts = {
-        "temperature": temperature,
-        "barlow_lambda": barlow_lambda,
-        "vicreg_coeffs": vicreg_coeffs,
-        "dino_temps": dino_temps,
-        "dino_center_momentum": dino_center_momentum,
-    }
+    consts = _hyper_values(hyper)
+    spec = objective_spec(name)
+    _check_args(spec, backbone, projector, predictor, consts, total_steps)
     models = {"backbone": backbone, "projector": projector}
     if predictor is not None:
         models["predictor"] = predictor
     groups = {k: "backbone" if k == "backbone" else "head" for k in models}
     return Objective(
         name=name,
-        init=functools.partial(_init, name, models, queue_size),
-        loss_fn=functools.partial(_loss_fn, name, consts, models, augment),
-        update_state=functools.partial(_update_state, name in EMA_METHODS, total_steps, ema),
+        init=functools.partial(_init, spec, models, consts),
+        loss_fn=functools.partial(_loss_fn, spec, consts, models, augment),
+        update_state=functools.partial(_update_state, spec.ema_target, total_steps, consts["ema"]),
         features=functools.partial(_features, backbone),
         embed=functools.partial(_embed, backbone, projector),
         project=functools.partial(_project, projector),

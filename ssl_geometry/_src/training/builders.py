@@ -26,6 +26,7 @@ from ssl_geometry._src.models import heads as _heads
 from ssl_geometry._src.ssl import data as _data
 from ssl_geometry._src.ssl import objectives as _obj
 from ssl_geometry._src.ssl.augment import pipelines as _aug
+from ssl_geometry._src.ssl.losses.registry import objective_spec
 from ssl_geometry._src.ssl.shapes import ShapesConfig
 from ssl_geometry._src.training.optimizer import make_optimizer
 
@@ -187,11 +188,9 @@ def build_objective(config, image_shape, total_steps: int) -> _obj.Objective:
     name = ocfg.pop("name")
     check_choice(name, "objective.name", _obj.OBJECTIVES)
     predictor = None
-    if name in _obj.PREDICTOR_METHODS:
+    if objective_spec(name).predictor:  # the objective table says whether it has one
         predictor = build_head(config.model.predictor, projector.out_dim, dtype, projector.out_dim)
-    for key in ("vicreg_coeffs", "dino_temps"):
-        if key in ocfg:
-            ocfg[key] = tuple(ocfg[key])
+    ocfg = {k: tuple(v) if isinstance(v, list) else v for k, v in ocfg.items()}  # list-valued hyper-parameters
     return _obj.make_objective(
         name,
         backbone,

@@ -1,7 +1,7 @@
 """Process set-up of a multi-host run: ``jax.distributed`` initialisation in bounded time, and one config.
 
 Implementation of :func:`ssl_geometry.trainer.init_distributed` and
-:func:`ssl_geometry.trainer.check_same_config`.
+:func:`ssl_geometry.internal.check_same_config`.
 """
 
 from __future__ import annotations

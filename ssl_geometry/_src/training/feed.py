@@ -11,7 +11,7 @@ data position after ``done`` steps).
   section (:func:`ssl_geometry.trainer.load_split`, e.g. the nuisance rotation range of ``"shapes"``) are
   held in host memory and the global batch of step ``s`` is
   :func:`ssl_geometry.trainer.batch_indices` ``(seed, s)``; each process
-  gathers only its contiguous slice of it (:func:`~ssl_geometry.trainer.host_slice`).
+  gathers only its contiguous slice of it (:func:`~ssl_geometry.internal.host_slice`).
   The data position is the step itself, and the result does not depend on the number
   of processes or devices (same global batch).
 * :class:`StreamFeed` (``data.stream = True``, tfds sets only): the training split is

@@ -169,7 +169,7 @@ def _final_record(workdir) -> dict | None:
 
 def _resume(run: dict, config, workdir, verbose: bool):
     """Restore the newest readable checkpoint into ``run`` (state, start step, data position);
-    refuses a mismatched config (see :func:`ssl_geometry.trainer.check_resume`)."""
+    refuses a mismatched config (see :func:`ssl_geometry.internal.check_resume`)."""
     allow = bool(config.train.get("allow_config_change", False))
     meta = ckpt.latest_meta(run["mngr"])
     if meta is not None:  # refuse a different run before orbax fails on mismatched shapes

@@ -1,8 +1,10 @@
 """The one check of a whole training config, before anything is built.
 
 Implementation of :func:`ssl_geometry.trainer.validate_config`. Every field the trainer reads has one
-entry in ``FIELDS`` (dotted name -> check); a field of the config that no entry names, other
-than the objective constants of :func:`ssl_geometry.objectives.make_objective` and the fields of an
+check: an entry in ``FIELDS`` (dotted name -> check), or, for ``objective.<name>``, the :class:`Hyper` of that
+name in the objective table (``ssl_geometry/_src/ssl/losses/registry.py``; :func:`field_check` finds either).
+A field of the config that none names, other than further constants of
+:func:`ssl_geometry.objectives.make_objective` (which refuses unknown ones by name) and the fields of an
 ``augment`` section of ``name = "simclr_custom"``, is refused, so no input is silently ignored.
 ``model.backbone_kwargs`` is handed whole to the backbone's constructor (its fields depend on the
 backbone), which checks it.
@@ -16,167 +18,112 @@ import pathlib
 
 import jax
 
+from ssl_geometry._src.fields import POSITIVE, boolean, choice, fail, integer, number, sequence, text
 from ssl_geometry._src.models.activations import ACTIVATIONS
 from ssl_geometry._src.ssl import data as _data
 from ssl_geometry._src.ssl.augment import pipelines as _aug
-from ssl_geometry._src.ssl.objectives import OBJECTIVES
+from ssl_geometry._src.ssl.losses.registry import OBJECTIVES, hypers
 from ssl_geometry._src.training.builders import AUGMENTS, BACKBONES, DTYPES
 from ssl_geometry._src.training.optimizer import OPTIMIZERS, SCHEDULES
 
-__all__ = ["FIELDS", "validate_config"]
-
-
-def _fail(field, expected, value):
-    raise ValueError(f"{field}: expected {expected}, got {value!r}.")
-
-
-def _int(lo, *, also=()):
-    """An int ``>= lo`` (or one of ``also``); bools are not ints here."""
-
-    def check(field, v):
-        if isinstance(v, bool) or not isinstance(v, int) or (v < lo and v not in also):
-            _fail(field, f"an integer >= {lo}" + "".join(f" or {a}" for a in also), v)
-
-    return check
-
-
-def _num(lo, hi=math.inf, *, lo_open=False, hi_open=False):
-    """A finite number in the interval from ``lo`` to ``hi`` (open ends as given)."""
-
-    def check(field, v):
-        ok = (
-            not isinstance(v, bool)
-            and isinstance(v, (int, float))
-            and math.isfinite(v)
-            and ((v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi))
-        )
-        if not ok:
-            _fail(field, f"a finite number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}", v)
-
-    return check
-
-
-def _bool(field, v):
-    if not isinstance(v, bool):
-        _fail(field, "True or False", v)
-
-
-def _choice(options):
-    def check(field, v):
-        if v not in tuple(options):
-            _fail(field, f"one of {sorted(options)}", v)
-
-    return check
-
-
-def _tuple(item, length=None):
-    def check(field, v):
-        if not isinstance(v, (tuple, list)) or (length is not None and len(v) != length):
-            _fail(field, f"a list of {length or 'any number of'} values", v)
-        for i, x in enumerate(v):
-            item(f"{field}[{i}]", x)
-
-    return check
-
-
-def _text(field, v):
-    if not isinstance(v, str):
-        _fail(field, "a string", v)
+__all__ = ["FIELDS", "field_check", "validate_config"]
 
 
 def _data_dir(field, v):
     if not isinstance(v, str) or (v and not pathlib.Path(v).expanduser().is_dir()):
-        _fail(field, "'' (tfds' default) or an existing directory", v)
+        fail(field, "'' (tfds' default) or an existing directory", v)
 
 
 def _address(field, v):
     host, _, port = v.rpartition(":") if isinstance(v, str) else ("", "", "")
     if not isinstance(v, str) or (v and not (host and port.isdigit())):
-        _fail(field, "'' (auto-detect) or 'host:port'", v)
+        fail(field, "'' (auto-detect) or 'host:port'", v)
 
 
 def _head(prefix):
     return {
-        f"{prefix}.hidden": _tuple(_int(1)),
-        f"{prefix}.out_dim": _int(1),
-        f"{prefix}.activation": _choice(ACTIVATIONS),
-        f"{prefix}.batch_norm": _bool,
-        f"{prefix}.final_batch_norm": _bool,
-        f"{prefix}.bias": _bool,
-        f"{prefix}.scale": _num(0, lo_open=True),
+        f"{prefix}.hidden": sequence(integer(1)),
+        f"{prefix}.out_dim": integer(1),
+        f"{prefix}.activation": choice(ACTIVATIONS),
+        f"{prefix}.batch_norm": boolean,
+        f"{prefix}.final_batch_norm": boolean,
+        f"{prefix}.bias": boolean,
+        f"{prefix}.scale": number(0, lo_open=True),
     }
 
 
-_POS = _num(0, lo_open=True)
-_UNIT = _num(0, 1)
-
-#: Every config field the trainer reads: dotted name -> ``check(field, value)`` raising ``ValueError``.
+#: Every config field the trainer reads but the objective's hyper-parameters (:func:`field_check`): dotted name ->
+#: ``check(field, value)`` raising ``ValueError``.
 FIELDS = {
-    "seed": _int(0),
-    "dtype": _choice(DTYPES),
-    "expected_runtime": _text,
-    "data.name": _choice(_data.DATASETS),
-    "data.image_size": _int(1),
-    "data.batch_size": _int(2),
+    "seed": integer(0),
+    "dtype": choice(DTYPES),
+    "expected_runtime": text,
+    "data.name": choice(_data.DATASETS),
+    "data.image_size": integer(1),
+    "data.batch_size": integer(2),
     "data.data_dir": _data_dir,
-    "data.num_train": _int(0),
-    "data.num_test": _int(0),
-    "data.stream": _bool,
-    "data.shuffle_buffer": _int(1),
-    "data.seed": _int(0),
-    "data.shapes_max_angle_deg": lambda f, v: None if v is None else _num(0)(f, v),
-    "augment.name": _choice(AUGMENTS),
-    "model.backbone": _choice(BACKBONES),
+    "data.num_train": integer(0),
+    "data.num_test": integer(0),
+    "data.stream": boolean,
+    "data.shuffle_buffer": integer(1),
+    "data.seed": integer(0),
+    "data.shapes_max_angle_deg": lambda f, v: None if v is None else number(0)(f, v),
+    "augment.name": choice(AUGMENTS),
+    "model.backbone": choice(BACKBONES),
     **_head("model.projector"),
     **_head("model.predictor"),
-    "objective.name": _choice(OBJECTIVES),
-    "objective.temperature": _POS,
-    "objective.ema": _UNIT,
-    "objective.queue_size": _int(1),
-    "objective.barlow_lambda": _num(0),
-    "objective.vicreg_coeffs": _tuple(_num(0), 3),
-    "objective.dino_temps": _tuple(_POS, 2),
-    "objective.dino_center_momentum": _UNIT,
-    "optimizer.name": _choice(OPTIMIZERS),
-    "optimizer.lr": _POS,
-    "optimizer.momentum": _num(0, 1, hi_open=True),
-    "optimizer.weight_decay": _num(0),
-    "optimizer.nesterov": _bool,
-    "optimizer.schedule": _choice(SCHEDULES),
-    "optimizer.warmup_steps": _int(0),
-    "optimizer.lr_batch_scaling": _bool,
-    "optimizer.probe_lr": _POS,
-    "optimizer.b1": _num(0, 1, hi_open=True),
-    "optimizer.b2": _num(0, 1, hi_open=True),
-    "train.steps": _int(1),
-    "train.log_every": _int(1),
-    "train.metrics_every": _int(0),
-    "train.checkpoint_every": _int(1),
-    "train.keep_checkpoints": _int(1),
-    "train.progress": _bool,
-    "train.tensorboard": _bool,
-    "train.stop_after": _int(0),
-    "train.allow_config_change": _bool,
-    "eval.final_probes": _bool,
-    "eval.max_train": _int(1),
-    "eval.max_test": _int(1),
-    "eval.knn_k": _int(0),
-    "eval.ridge_l2": _num(0),
-    "eval.rotation": _bool,
-    "eval.rotation_epochs": _int(1),
-    "eval.metrics_images": _int(0),
-    "mesh.data": _int(1, also=(-1,)),
-    "mesh.model": _int(1),
-    "mesh.min_model_dim": _int(1),
-    "distributed.initialize": _bool,
+    "objective.name": choice(OBJECTIVES),  # the table's objectives, read when the check runs
+    "optimizer.name": choice(OPTIMIZERS),
+    "optimizer.lr": POSITIVE,
+    "optimizer.momentum": number(0, 1, hi_open=True),
+    "optimizer.weight_decay": number(0),
+    "optimizer.nesterov": boolean,
+    "optimizer.schedule": choice(SCHEDULES),
+    "optimizer.warmup_steps": integer(0),
+    "optimizer.lr_batch_scaling": boolean,
+    "optimizer.probe_lr": POSITIVE,
+    "optimizer.b1": number(0, 1, hi_open=True),
+    "optimizer.b2": number(0, 1, hi_open=True),
+    "train.steps": integer(1),
+    "train.log_every": integer(1),
+    "train.metrics_every": integer(0),
+    "train.checkpoint_every": integer(1),
+    "train.keep_checkpoints": integer(1),
+    "train.progress": boolean,
+    "train.tensorboard": boolean,
+    "train.stop_after": integer(0),
+    "train.allow_config_change": boolean,
+    "eval.final_probes": boolean,
+    "eval.max_train": integer(1),
+    "eval.max_test": integer(1),
+    "eval.knn_k": integer(0),
+    "eval.ridge_l2": number(0),
+    "eval.rotation": boolean,
+    "eval.rotation_epochs": integer(1),
+    "eval.metrics_images": integer(0),
+    "mesh.data": integer(1, also=(-1,)),
+    "mesh.model": integer(1),
+    "mesh.min_model_dim": integer(1),
+    "distributed.initialize": boolean,
     "distributed.coordinator_address": _address,
-    "distributed.num_processes": _int(0),
-    "distributed.process_id": _int(0, also=(-1,)),
-    "distributed.cpu_collectives": _choice(("gloo", "mpi", "")),
-    "distributed.timeout_s": _POS,
+    "distributed.num_processes": integer(0),
+    "distributed.process_id": integer(0, also=(-1,)),
+    "distributed.cpu_collectives": choice(("gloo", "mpi", "")),
+    "distributed.timeout_s": POSITIVE,
 }
 #: Sections whose whole value is handed to a constructor that checks it.
 _OPAQUE = ("model.backbone_kwargs",)
+
+
+def field_check(field: str):
+    """The check of the dotted config ``field``: its ``FIELDS`` entry, or for ``objective.<name>`` the check of
+    the objective table's hyper-parameter ``<name>`` (its :class:`~ssl_geometry.objectives.Hyper`, read now, so a
+    spec added to the table is checked too); ``None`` when neither names it."""
+    if field in FIELDS:
+        return FIELDS[field]
+    section, _, name = field.partition(".")
+    hyper = hypers().get(name) if section == "objective" else None
+    return None if hyper is None else hyper.check
 
 
 def _leaves(config, prefix=""):
@@ -193,7 +140,7 @@ def _leaves(config, prefix=""):
 def validate_config(config, *, devices: bool = True) -> None:
     """Raise ``ValueError`` naming the dotted field for any value the run cannot train with.
 
-    Each field is checked by its ``FIELDS`` entry (type and range; no 0-means-default for a
+    Each field is checked by its check (``FIELDS``, or the objective table's ``Hyper``; type and range; no 0-means-default for a
     dimension), then the checks across fields: ``eval.knn_k`` >= 1 when ``eval.final_probes`` is on,
     ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, ``eval.knn_k`` within the kNN probe's
     training examples, a W-MSE batch above ``model.projector.out_dim``, the batch divides over the mesh's data axis,
@@ -207,7 +154,7 @@ def validate_config(config, *, devices: bool = True) -> None:
     """
     custom_augment = config.get("augment", {}).get("name") == "simclr_custom"
     for field, value in _leaves(config):
-        check = FIELDS.get(field)
+        check = field_check(field)
         if check is not None:
             check(field, value)
         elif field.startswith("objective."):

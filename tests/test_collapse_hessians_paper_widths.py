@@ -1,0 +1,129 @@
+"""The width sweep at the paper's widths: the certificate's rounding scale without the (k, d, d) head Hessian, the
+``paper_widths`` variant (the sweep alone) and the dry run's per-rung projection of the sweep."""
+
+import time
+
+import jax
+import pytest
+
+import experiments.collapse_hessians as E
+from experiments import common
+from experiments.collapse_hessians import dry_run, widths
+from experiments.configs import collapse_hessians as C
+from ssl_geometry import geometry
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _certificate(d, h, k, construction, **kw):
+    model, variables, c = widths.draw_head(d, h, k, "swish", construction, jax.random.PRNGKey(7))
+    eq = geometry.collapsed_equilibrium(
+        model, variables, "mse_target", c, 4, key=jax.random.PRNGKey(8), residual_scale=0.01, activation="swish"
+    )
+    return geometry.collapse_certificate(model, eq.loss_fn, eq.z, variables=variables, **kw)
+
+
+@pytest.mark.parametrize("d,h,k", [(4, 12, 8), (16, 48, 32)])
+def test_the_probed_rounding_scale_changes_the_tolerance_by_less_than_a_third_and_nothing_else(d, h, k):
+    """The rank drop at swish' = 0 and an initialiser's head: with the size of M's terms from 16 Rademacher probes
+    instead of the exact (k, d, d) head Hessian, M's rounding tolerance moves by < 1/3, and the conclusion, s* and
+    the null dimensions do not move; the probes are fixed, so the same state gives the same tolerance."""
+    for construction, conclusion in (
+        ("random", "stable (residual below critical)"),
+        ("rank_drop", "unstable (M on null(G))"),
+    ):
+        exact = _certificate(d, h, k, construction)
+        probed = _certificate(d, h, k, construction, rounding_probes=16)
+        assert exact.conclusion == probed.conclusion == conclusion
+        assert probed.block_null_dims == exact.block_null_dims
+        assert probed.critical_scale == pytest.approx(exact.critical_scale, rel=1e-12)
+        assert exact.interaction_tol > 0
+        assert probed.interaction_tol / exact.interaction_tol == pytest.approx(1.0, abs=1 / 3)
+        again = _certificate(d, h, k, construction, rounding_probes=16)
+        assert again.interaction_tol == probed.interaction_tol
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "16"])
+def test_rounding_probes_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match="rounding_probes"):
+        _certificate(4, 12, 8, "random", rounding_probes=bad)
+
+
+def test_the_paper_widths_variant_is_the_sweep_alone_up_to_the_papers_projector():
+    cfg = C.get_config("paper_widths")
+    assert list(cfg.analysis.states) == [] and list(cfg.analysis.critical_sweep) == []
+    assert [list(w) for w in cfg.analysis.widths][-1] == [512, 2048, 2048]
+    assert [list(w) for w in cfg.analysis.widths] == [list(w) for w in C.get_config("paper").analysis.widths]
+    assert list(E.all_cases(cfg)) == []
+
+
+@pytest.fixture(scope="module")
+def sweep_alone(tmp_path_factory):
+    cfg = C.get_config("tiny")
+    cfg.unlock()
+    cfg.analysis.states = []
+    cfg.analysis.critical_sweep = []
+    out = tmp_path_factory.mktemp("sweep_alone")
+    return cfg, common.run_experiment(E, cfg, out), out
+
+
+def test_a_variant_without_states_stores_the_width_claim_alone(sweep_alone):
+    """No record for a claim about states the variant did not build (an 'inconclusive' there would count
+    against the claim's smoke verdict when the records combine)."""
+    cfg, res, out = sweep_alone
+    m = res["measurements"]
+    assert m["cases"] == [] and m["certificates"] == [] and m["critical_sweeps"] == []
+    assert len(m["widths"]["rows"]) == dry_run.width_heads(cfg, 4, 12, 8) == 5  # swish: 3 heads, tanh: 2
+    assert [c["id"] for c in res["claims"]] == [widths.RANK_PREDICTS_STABILITY]
+    assert res["claims"][0]["verdict"] == "supported"
+    text = E.report(res, "rel")
+    assert "Collapsed equilibria (residual scale" not in text and "Widths (thm4.1-rank-predicts-stability)" in text
+    assert (out / "widths.png").exists() and not (out / "lambda_min_by_case.png").exists()
+
+
+def test_a_decision_must_hold_exactly_the_claims_its_variant_measures(sweep_alone):
+    cfg, res, _ = sweep_alone
+    items = [{"id": cid, "verdict": "inconclusive", "deciding": {}, "reason": "x"} for cid in E.CLAIMS]
+    with pytest.raises(ValueError, match="which its variant does not measure"):
+        common._claim_records(E, {"claims": items}, "toy", None, cfg)
+    with pytest.raises(ValueError, match="did not decide its claims"):
+        common._claim_records(E, {"claims": []}, "toy", None, cfg)
+    full = C.get_config("tiny")
+    assert len(common._claim_records(E, {"claims": items}, "toy", None, full)) == len(E.CLAIMS)
+
+
+def test_the_dry_run_projects_each_rung_from_its_own_timed_head(monkeypatch):
+    cfg = C.get_config("tiny")
+    cfg.unlock()
+    cfg.analysis.widths = [[4, 12, 8], [8, 24, 16]]
+    seen = []
+
+    def fake_head_row(c, d, h, k, act, construction, seed, scale, key):
+        seen.append((d, construction))
+        time.sleep(0.004 * d)
+        return {}
+
+    monkeypatch.setattr(widths, "head_row", fake_head_row)
+    part = dry_run.width_part(cfg, jax.random.PRNGKey(0), repeats=2)
+    assert seen == [(4, "random")] * 3 + [(8, "random")] * 3  # one untimed, two timed per rung
+    assert [p[0] for p in part["points"]] == [4, 8]
+    assert part["count"] == 10
+    t4, t8 = (p[1] for p in part["points"])
+    assert 0.016 <= t4 < 0.03 and 0.032 <= t8 < 0.05
+    assert part["projected_s"] == pytest.approx(5 * t4 + 5 * t8)
+    lo, hi = part["spread_s"]
+    assert lo <= part["projected_s"] <= hi
+
+
+def test_variant_names_the_command_line_accepts():
+    import argparse
+
+    from experiments import suite
+
+    for ok in ("tiny", "smoke", "paper", "paper_widths", "paper_vit_tiny"):
+        assert suite.parse_variant(ok) == ok
+    for bad in ("bogus", "Paper", "smoke_x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="sibling paper_"):
+            suite.parse_variant(bad)
+    assert suite.variants_of("collapse_hessians", "paper_widths") == ["paper_widths"]
+    assert suite.run_dir("collapse_hessians", "paper_widths") == "collapse_hessians-paper_widths"
