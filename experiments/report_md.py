@@ -142,8 +142,9 @@ def _part_text(name: str, v: dict) -> str:
     (``points`` per rung, the spread of the timed runs)."""
     if "exponent" not in v:
         spread = "-".join(_fmt(x / 3600) for x in v["spread_s"])
+        comp = f", compilation {_fmt(sum(v['compile_s']))} s" if v.get("compile_s") else ""
         return (f"{name}: {_fmt(v['projected_s'] / 3600)} h (spread {spread} h), {v['method']}, "
-                f"{int(v['count'])} units, {_projection.points_text(v)}")
+                f"{int(v['count'])} units{comp}, {_projection.points_text(v)}")
     return (f"{name}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, {_projection.points_text(v)}, "
             f"full {_fmt(v['full_size'])}")
 

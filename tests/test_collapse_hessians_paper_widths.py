@@ -73,7 +73,11 @@ def test_a_variant_without_states_stores_the_width_claim_alone(sweep_alone):
     cfg, res, out = sweep_alone
     m = res["measurements"]
     assert m["cases"] == [] and m["certificates"] == [] and m["critical_sweeps"] == []
-    assert len(m["widths"]["rows"]) == dry_run.width_heads(cfg, 4, 12, 8) == 5  # swish: 3 heads, tanh: 2
+    counts = dry_run.width_heads(cfg)
+    assert counts == {"random": 2, "rank_drop": 1, "bottleneck": 2}  # swish and tanh (no zero of tanh')
+    assert sorted(r["construction"] for r in m["widths"]["rows"]) == sorted(
+        c for c, n in counts.items() for _ in range(n)
+    )
     assert [c["id"] for c in res["claims"]] == [widths.RANK_PREDICTS_STABILITY]
     assert res["claims"][0]["verdict"] == "supported"
     text = E.report(res, "rel")
@@ -92,25 +96,33 @@ def test_a_decision_must_hold_exactly_the_claims_its_variant_measures(sweep_alon
     assert len(common._claim_records(E, {"claims": items}, "toy", None, full)) == len(E.CLAIMS)
 
 
-def test_the_dry_run_projects_each_rung_from_its_own_timed_head(monkeypatch):
-    cfg = C.get_config("tiny")
+def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compilation(monkeypatch):
+    """A fake head costing 4 ms x d (rank drop 2x, bottleneck 1/2x), whose first call per (d, construction)
+    costs 50 ms more (its compilation): each rung's projection is its heads times their times, plus the
+    compilations once per activation."""
+    cfg = C.get_config("tiny")  # activations swish and tanh, 1 seed, 1 residual scale
     cfg.unlock()
     cfg.analysis.widths = [[4, 12, 8], [8, 24, 16]]
-    seen = []
+    seen, compiled = [], set()
+    factor = {"random": 1.0, "rank_drop": 2.0, "bottleneck": 0.5}
 
     def fake_head_row(c, d, h, k, act, construction, seed, scale, key):
-        seen.append((d, construction))
-        time.sleep(0.004 * d)
+        seen.append((d, act, construction))
+        if (d, construction) not in compiled:
+            compiled.add((d, construction))
+            time.sleep(0.05)
+        time.sleep(0.004 * d * factor[construction])
         return {}
 
     monkeypatch.setattr(widths, "head_row", fake_head_row)
     part = dry_run.width_part(cfg, jax.random.PRNGKey(0), repeats=2)
-    assert seen == [(4, "random")] * 3 + [(8, "random")] * 3  # one untimed, two timed per rung
-    assert [p[0] for p in part["points"]] == [4, 8]
-    assert part["count"] == 10
-    t4, t8 = (p[1] for p in part["points"])
-    assert 0.016 <= t4 < 0.03 and 0.032 <= t8 < 0.05
-    assert part["projected_s"] == pytest.approx(5 * t4 + 5 * t8)
+    per_rung = [(c, "swish") for c in ("random", "rank_drop", "bottleneck") for _ in range(3)]  # first + 2 timed
+    assert seen == [(d, a, c) for d in (4, 8) for c, a in per_rung]
+    assert [p[0] for p in part["points"]] == [4, 8] and part["count"] == 10
+    unit = sum(n * factor[c] for c, n in dry_run.width_heads(cfg).items())  # 2 + 2 + 1 = 5 (in 4 ms x d)
+    expect = [0.004 * d * unit + 2 * 3 * 0.05 for d in (4, 8)]  # 2 activations x 3 first calls of 50 ms
+    assert part["projected_s"] == pytest.approx(sum(expect), rel=0.25)
+    assert part["compile_s"] == pytest.approx([0.3, 0.3], rel=0.3)
     lo, hi = part["spread_s"]
     assert lo <= part["projected_s"] <= hi
 

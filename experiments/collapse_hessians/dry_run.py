@@ -5,6 +5,7 @@ apart (a dry case runs a few of them, the variant up to ``analysis.stationarity_
 from __future__ import annotations
 
 import statistics
+import time
 
 import jax
 
@@ -116,33 +117,57 @@ def _iteration_points(config, sizes) -> list:
     return points
 
 
-def width_heads(config, d: int, h: int, k: int) -> int:
-    """The heads the width sweep builds at one rung: per activation, the initialiser's draw, the bottleneck and,
-    where ``sigma'`` has a zero, the rank drop; times the seeds and the residual scales (``d, h, k`` name the rung;
-    the count does not depend on them)."""
+def width_heads(config) -> dict[str, int]:
+    """The heads the width sweep builds at each rung, per construction: per activation the initialiser's draw and
+    the bottleneck and, where ``sigma'`` has a zero, the rank drop; times the seeds and the residual scales."""
     a = config.analysis
-    per_act = [len(widths.CONSTRUCTIONS) - (widths.sigma_prime_zero(act) is None) for act in a.widths_activations]
-    return sum(per_act) * int(a.widths_seeds) * len(a.widths_residual_scales)
+    per = int(a.widths_seeds) * len(a.widths_residual_scales)
+    with_zero = sum(widths.sigma_prime_zero(act) is not None for act in a.widths_activations)
+    n_act = len(a.widths_activations)
+    return {"random": n_act * per, "rank_drop": with_zero * per, "bottleneck": n_act * per}
 
 
 def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
     """The width sweep's projection, measured at every rung of ``analysis.widths`` at its own size (nothing is
-    extrapolated): one head per rung (the initialiser's draw, the first activation and residual scale), run once
-    untimed (compilation) and ``repeats`` times timed; the rung's :func:`width_heads` times the median, summed.
-    ``spread_s``: the same sum at the fastest and at the slowest timed run (the load's effect on the estimate).
-    ``points``: ``[[d, seconds per head], ...]``."""
+    extrapolated). Per rung, one head of each construction (the first activation and residual scale; the rank
+    drop with the first activation whose ``sigma'`` has a zero) is run once, timed with its compilation, then
+    ``repeats`` times: the rung costs ``sum_c heads_c t_c`` (:func:`width_heads`, ``t_c`` the median) plus, per
+    activation, the compilations (first call minus ``t_c``, summed over the constructions: the rank drop reuses
+    the initialiser's program, the bottleneck has its own), which the real sweep pays once per activation and
+    hidden width. ``spread_s``: the same sum at the fastest and at the slowest timed runs. ``points``:
+    ``[[d, seconds per head of the initialiser's draw], ...]``; ``compile_s``: per rung."""
     a = config.analysis
-    act, scale = a.widths_activations[0], float(a.widths_residual_scales[0])
-    points, lo, hi, total, heads = [], 0.0, 0.0, 0.0, 0
+    scale, n_act, counts = float(a.widths_residual_scales[0]), len(a.widths_activations), width_heads(config)
+    zero_acts = [act for act in a.widths_activations if widths.sigma_prime_zero(act) is not None]
+    points, compiles, lo, hi, total = [], [], 0.0, 0.0, 0.0
     for iw, (d, h, k) in enumerate(a.widths):
-        kk = jax.random.fold_in(key, iw)
-        run = lambda d=d, h=h, k=k, kk=kk: widths.head_row(config, int(d), int(h), int(k), act, "random", 0, scale, kk)
-        times = harness.interleave({"head": run}, repeats=repeats, warmup=1)["head"]
-        count = width_heads(config, d, h, k)
-        med = float(statistics.median(times))
-        points.append([int(d), med])
-        total, lo, hi, heads = total + count * med, lo + count * min(times), hi + count * max(times), heads + count
-    return {"points": points, "projected_s": total, "spread_s": [lo, hi], "count": heads, "method": "measured per rung"}
+        kk, comp = jax.random.fold_in(key, iw), 0.0
+        for con in widths.CONSTRUCTIONS:
+            act = (zero_acts or [None])[0] if con == "rank_drop" else a.widths_activations[0]
+            if act is None or not counts[con]:
+                continue
+            run = lambda con=con, act=act, kk=kk, d=d, h=h, k=k: widths.head_row(
+                config, int(d), int(h), int(k), act, con, 0, scale, kk
+            )
+            t0 = time.perf_counter()
+            run()
+            first = time.perf_counter() - t0
+            times = harness.interleave({"head": run}, repeats=repeats, warmup=0)["head"]
+            med = float(statistics.median(times))
+            comp += max(first - med, 0.0)
+            total, lo, hi = total + counts[con] * med, lo + counts[con] * min(times), hi + counts[con] * max(times)
+            if con == "random":
+                points.append([int(d), med])
+        compiles.append(n_act * comp)
+    c = sum(compiles)
+    return {
+        "points": points,
+        "projected_s": total + c,
+        "spread_s": [lo + c, hi + c],
+        "compile_s": compiles,
+        "count": sum(counts.values()) * len(a.widths),
+        "method": "measured per rung, compilation included",
+    }
 
 
 def dry_measure(config) -> dict:
