@@ -134,8 +134,9 @@ def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
     ``repeats`` times: the rung costs ``sum_c heads_c t_c`` (:func:`width_heads`, ``t_c`` the median) plus, per
     activation, the compilations (first call minus ``t_c``, summed over the constructions: the rank drop reuses
     the initialiser's program, the bottleneck has its own), which the real sweep pays once per activation and
-    hidden width. ``spread_s``: the same sum at the fastest and at the slowest timed runs. ``points``:
-    ``[[d, seconds per head of the initialiser's draw], ...]``; ``compile_s``: per rung."""
+    hidden width. ``spread_s``: from the fastest timed runs with the compilations paid once per rung (every
+    activation sharing the compiled code but the activation's own) to the slowest with them paid per activation.
+    ``points``: ``[[d, seconds per head of the initialiser's draw], ...]``; ``compile_s``: per rung."""
     a = config.analysis
     scale, n_act, counts = float(a.widths_residual_scales[0]), len(a.widths_activations), width_heads(config)
     zero_acts = [act for act in a.widths_activations if widths.sigma_prime_zero(act) is not None]
@@ -163,7 +164,7 @@ def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
     return {
         "points": points,
         "projected_s": total + c,
-        "spread_s": [lo + c, hi + c],
+        "spread_s": [lo + c / n_act, hi + c],
         "compile_s": compiles,
         "count": sum(counts.values()) * len(a.widths),
         "method": "measured per rung, compilation included",
