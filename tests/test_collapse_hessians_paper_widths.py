@@ -140,3 +140,25 @@ def test_variant_names_the_command_line_accepts():
             suite.parse_variant(bad)
     assert suite.variants_of("collapse_hessians", "paper_widths") == ["paper_widths"]
     assert suite.run_dir("collapse_hessians", "paper_widths") == "collapse_hessians-paper_widths"
+
+
+def test_a_stored_variant_is_stale_only_for_the_claims_it_measures(tmp_path):
+    """The committed paper_widths run holds the width claim alone and is current; the same records stored as a
+    smoke run (a variant that measures every claim) lack five records and are stale, naming them."""
+    import json
+    import pathlib
+    import shutil
+
+    from experiments import suite
+
+    src = pathlib.Path(__file__).resolve().parents[1] / "results" / "collapse_hessians-paper_widths" / "results.json"
+    root = pathlib.Path(__file__).resolve().parents[1]
+    (tmp_path / "collapse_hessians-paper_widths").mkdir()
+    shutil.copy(src, tmp_path / "collapse_hessians-paper_widths" / "results.json")
+    shutil.copytree(root / "results" / "collapse_hessians", tmp_path / "collapse_hessians")
+    assert suite.stale_runs(tmp_path, ["collapse_hessians"]) == []
+    res = json.loads(src.read_text())
+    res["variant"] = "smoke"
+    (tmp_path / "collapse_hessians" / "results.json").write_text(json.dumps(res))
+    (stale,) = suite.stale_runs(tmp_path, ["collapse_hessians"])
+    assert stale.run_dir == "collapse_hessians" and "no record of" in stale.why and "thm4.1-linear-psd" in stale.why
