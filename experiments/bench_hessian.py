@@ -76,9 +76,9 @@ def ours(pb: Problem, tol=1e-4, check_every=10, dtype=jnp.float32, target="union
     ``target="union"`` stops once the union's extremes (the Hessian's lambda_min and lambda_max)
     are resolved to ``tol``; ``"blocks"`` resolves every block's.
     """
-    r = cv.blockwise_extreme_eigenvalues(cv.apply_linear, pb.batch, pb.dim, num_steps=pb.dim,
-                                         args=(pb.linearized(dtype),), tol=tol, check_every=check_every,
-                                         dtype=dtype, target=target, key=jax.random.PRNGKey(pb.seed))
+    r = cv.blockwise_extreme_eigenvalues(cv.apply_linear, pb.batch, pb.dim, args=(pb.linearized(dtype),),
+                                         dtype=dtype, target=target, key=jax.random.PRNGKey(pb.seed),
+                                         options=cv.SolverOptions(num_steps=pb.dim, tol=tol, check_every=check_every))
     return float(r.smallest[:, 0].min()), float(r.largest[:, 0].max()), r
 
 
@@ -89,15 +89,16 @@ def recommended(pb: Problem, tol=1e-4, dtype=jnp.float32, num_steps=None, error_
     Kato-Temple bound ``min(r, r^2 / delta)`` on each end's eigenvalue error is ``<= tol max|theta|``;
     ``"residual"`` when the residual ``r`` is.
     """
-    r = cv.hessian_extremes(pb.loss, *pb.args(dtype), tol=tol, num_steps=num_steps, key=jax.random.PRNGKey(pb.seed),
-                            error_bound=error_bound)
+    x, *args = pb.args(dtype)
+    r = cv.hessian_extremes(pb.loss, x, args=tuple(args), key=jax.random.PRNGKey(pb.seed),
+                            options=cv.SolverOptions(tol=tol, num_steps=num_steps, error_bound=error_bound))
     return float(r.smallest[0]), float(r.largest[0]), r
 
 
 def reference(pb: Problem, method="exact", probe_chunk=16):
     """Float64 ``(lambda_min, lambda_max, description)``: exact blocks, or Lanczos to tol 1e-10."""
     if method == "exact" and not pb.batch_norm:
-        blocks = jax.jit(lambda z1, p, z2: cv.block_diagonal_hessian(pb.loss, z1, p, z2, chunk_size=probe_chunk))
+        blocks = jax.jit(lambda z1, p, z2: cv.block_diagonal_hessian(pb.loss, z1, args=(p, z2), chunk_size=probe_chunk))
         ev = np.linalg.eigvalsh(np.asarray(blocks(*pb.args(jnp.float64))))
         return float(ev[:, 0].min()), float(ev[:, -1].max()), f"exact block Hessian ({pb.dim} probing HVPs) + eigvalsh, float64"
     if method == "lanczos" and not pb.batch_norm:
@@ -137,7 +138,8 @@ def steps_to_tol(pb: Problem, ref, *, starts=6, tol=1e-4, dtype=jnp.float32, bud
         v0 = jax.random.normal(jax.random.PRNGKey(1000 + s), (size,), dtype)
 
         def run(v0=v0, **kw):
-            return cv.extreme_eigenvalues(mv, size, args=(lin,), v0=v0, dtype=dtype, tol=tol, check_every=1, **kw)
+            options = cv.SolverOptions(tol=tol, check_every=1, **kw)
+            return cv.extreme_eigenvalues(mv, size, args=(lin,), v0=v0, dtype=dtype, options=options)
 
         def within(j):
             r = run(num_steps=j, early_stop=False)

@@ -23,6 +23,7 @@ Usage::
     python -m experiments.bench_scaling --preset cpu --out docs/bench_scaling.md
     python -m experiments.bench_scaling --preset smoke --tables lanczos,dense,flow --out ''
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,42 +42,54 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks import harness
-from experiments.common import markdown_table
+from experiments.benchmarks.scaling_report import crossing as crossing
+from experiments.benchmarks.scaling_report import exponents as exponents
+from experiments.benchmarks.scaling_report import figures as figures
+from experiments.benchmarks.scaling_report import fit_exponent as fit_exponent
+from experiments.benchmarks.scaling_report import report as report
+from experiments.benchmarks.scaling_report import tables_from_markdown as tables_from_markdown
 
 PRESETS = {
-    "smoke": {"lanczos_n": [4, 8], "lanczos_d": [8, 16], "lanczos_fixed_n": 4, "lanczos_fixed_d": 8,
-              "width": 16, "bottleneck": 8, "dense_P": [8, 32], "train_batches": [],
-              "flow_t1": [0.5, 1.0], "flow_stiffness": [1.0, 2.0], "repeats": 1},
-    "cpu": {"lanczos_n": [8, 64, 512, 2048, 8192], "lanczos_d": [128, 256, 512, 1024, 2048], "lanczos_fixed_n": 512,
-            "lanczos_fixed_d": 128, "width": 512, "bottleneck": 128, "dense_P": [8, 16, 64, 256, 512, 1024],
-            "train_batches": [16, 32, 64], "flow_t1": [5.0, 10.0, 20.0, 40.0],
-            "flow_stiffness": [1.0, 4.0, 16.0, 64.0], "repeats": 3},
-    "gpu": {"lanczos_n": [8, 64, 512, 2048], "lanczos_d": [128, 256, 512, 1024], "lanczos_fixed_n": 256,
-            "lanczos_fixed_d": 512, "width": 2048, "bottleneck": 512, "dense_P": [64, 256, 1024, 2048],
-            "train_batches": [64, 128, 256, 512], "flow_t1": [5.0, 10.0, 20.0, 40.0],
-            "flow_stiffness": [1.0, 4.0, 16.0, 64.0], "repeats": 3},
+    "smoke": {
+        "lanczos_n": [4, 8],
+        "lanczos_d": [8, 16],
+        "lanczos_fixed_n": 4,
+        "lanczos_fixed_d": 8,
+        "width": 16,
+        "bottleneck": 8,
+        "dense_P": [8, 32],
+        "train_batches": [],
+        "flow_t1": [0.5, 1.0],
+        "flow_stiffness": [1.0, 2.0],
+        "repeats": 1,
+    },
+    "cpu": {
+        "lanczos_n": [8, 64, 512, 2048, 8192],
+        "lanczos_d": [128, 256, 512, 1024, 2048],
+        "lanczos_fixed_n": 512,
+        "lanczos_fixed_d": 128,
+        "width": 512,
+        "bottleneck": 128,
+        "dense_P": [8, 16, 64, 256, 512, 1024],
+        "train_batches": [16, 32, 64],
+        "flow_t1": [5.0, 10.0, 20.0, 40.0],
+        "flow_stiffness": [1.0, 4.0, 16.0, 64.0],
+        "repeats": 3,
+    },
+    "gpu": {
+        "lanczos_n": [8, 64, 512, 2048],
+        "lanczos_d": [128, 256, 512, 1024],
+        "lanczos_fixed_n": 256,
+        "lanczos_fixed_d": 512,
+        "width": 2048,
+        "bottleneck": 512,
+        "dense_P": [64, 256, 1024, 2048],
+        "train_batches": [64, 128, 256, 512],
+        "flow_t1": [5.0, 10.0, 20.0, 40.0],
+        "flow_stiffness": [1.0, 4.0, 16.0, 64.0],
+        "repeats": 3,
+    },
 }
-
-
-def fit_exponent(x, y) -> float:
-    """Least-squares slope ``p`` of ``log y = p log x + c`` (``nan`` with fewer than 2 distinct ``x``)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    if len(np.unique(x[ok])) < 2:
-        return math.nan
-    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
-
-
-def crossing(x, y_a, y_b) -> float:
-    """First ``x`` where ``y_a - y_b`` changes sign, by log-log linear interpolation (``nan`` if none)."""
-    x, d = np.asarray(x, float), np.log(np.asarray(y_a, float)) - np.log(np.asarray(y_b, float))
-    for i in range(len(x) - 1):
-        if d[i] == 0:
-            return float(x[i])
-        if d[i] * d[i + 1] < 0:
-            lx = np.log(x[i]) + (np.log(x[i + 1]) - np.log(x[i])) * d[i] / (d[i] - d[i + 1])
-            return float(np.exp(lx))
-    return math.nan
 
 
 def _median_time(fn, repeats):
@@ -103,11 +116,20 @@ def lanczos_table(cfg) -> list[dict]:
         if (n, d) not in done:  # a point on both series is measured once
             pb = bh.Problem(n, d, cfg["width"], cfg["bottleneck"])
             wall, (lo, hi, res) = _median_time(lambda: bh.ours(pb), cfg["repeats"])
-            lin = cv.linearized_hvp(pb.loss, pb.z1_32, pb.params32, pb.z2_32)
+            lin = cv.linearized_hvp(pb.loss, pb.z1_32, args=(pb.params32, pb.z2_32))
             mv = jax.jit(cv.apply_linear)
             hvp_s, _ = _median_time(lambda: mv(pb.z1_32, lin), cfg["repeats"])
-            done[(n, d)] = {"n": n, "d": d, "n*d": n * d, "wall_s": wall, "hvps": res.num_steps, "s_per_hvp": hvp_s,
-                            "converged": res.converged, "lambda_min": lo, "lambda_max": hi}
+            done[(n, d)] = {
+                "n": n,
+                "d": d,
+                "n*d": n * d,
+                "wall_s": wall,
+                "hvps": res.num_steps,
+                "s_per_hvp": hvp_s,
+                "converged": res.converged,
+                "lambda_min": lo,
+                "lambda_max": hi,
+            }
         rows.append({"series": f"vary {axis}", **done[(n, d)]})
     return rows
 
@@ -134,13 +156,22 @@ def dense_table(cfg) -> list[dict]:
         mv, args = geometry.effective_hvp_operator(head, loss, z)
 
         def free():
-            r = cv.extreme_eigenvalues(mv, n * d, args=args, tol=1e-8, num_steps=min(n * d, 200))
+            r = cv.extreme_eigenvalues(
+                mv, n * d, args=args, options=cv.SolverOptions(tol=1e-8, num_steps=min(n * d, 200))
+            )
             return np.array([r.smallest[0], r.largest[0]])
 
         t_dense, ev_dense = _median_time(dense, cfg["repeats"])
         t_free, ev_free = _median_time(free, cfg["repeats"])
-        rows.append({"P": n * d, "dense_s": t_dense, "matrix_free_s": t_free, "ratio_free_over_dense": t_free / t_dense,
-                     "max_rel_diff": float(np.max(np.abs(ev_free - ev_dense) / np.abs(ev_dense)))})
+        rows.append(
+            {
+                "P": n * d,
+                "dense_s": t_dense,
+                "matrix_free_s": t_free,
+                "ratio_free_over_dense": t_free / t_dense,
+                "max_rel_diff": float(np.max(np.abs(ev_free - ev_dense) / np.abs(ev_dense))),
+            }
+        )
     return rows
 
 
@@ -151,8 +182,15 @@ def train_table(cfg) -> list[dict]:
     rows = []
     for b in cfg["train_batches"]:
         r = bench_train.bench_jax(b, steps=cfg.get("train_steps", 3), warmup=1)
-        rows.append({"batch": b, "s_per_step": r["seconds"] / r["steps"], "images_per_s": r["images_per_s"],
-                     "compile_s": r["compile_s"], "flops_per_step": r["flops_per_step"]})
+        rows.append(
+            {
+                "batch": b,
+                "s_per_step": r["seconds"] / r["steps"],
+                "images_per_s": r["images_per_s"],
+                "compile_s": r["compile_s"],
+                "flops_per_step": r["flops_per_step"],
+            }
+        )
     return rows
 
 
@@ -163,136 +201,28 @@ def flow_table(cfg) -> list[dict]:
 
     loss, p0, data = problem()
     points = [("t1", t1, 1.0) for t1 in cfg["flow_t1"]] + [("s", cfg["flow_t1"][0], s) for s in cfg["flow_stiffness"]]
+
     def scaled(p, batch, a):  # a = (data, s): the stiffness travels as data, one function object for all points
         return a[1] * loss(p, batch, a[0])
 
     rows, done = [], {}
     for axis, t1, s in points:
         if (t1, s) not in done:
-            kw = dict(t1=t1, save_at=[t1], args=(data, jnp.asarray(s)), rtol=1e-6, atol=1e-8, max_steps=1_000_000,
-                      throw=False)
+            kw = dict(
+                t1=t1, save_at=[t1], args=(data, jnp.asarray(s)), rtol=1e-6, atol=1e-8, max_steps=1_000_000, throw=False
+            )
             counted = dynamics.gradient_flow(scaled, p0, count_evals=True, **kw)
             wall, _ = _median_time(lambda: dynamics.gradient_flow(scaled, p0, **kw).params, cfg["repeats"])
-            done[(t1, s)] = {"t1": t1, "stiffness": s, "grad_evals": counted.n_grad_evals, "steps": counted.n_steps,
-                             "wall_s": wall, "status": counted.status}
+            done[(t1, s)] = {
+                "t1": t1,
+                "stiffness": s,
+                "grad_evals": counted.n_grad_evals,
+                "steps": counted.n_steps,
+                "wall_s": wall,
+                "status": counted.status,
+            }
         rows.append({"series": f"vary {axis}", **done[(t1, s)]})
     return rows
-
-
-# ----------------------------------------------------------------------------- figures and report
-
-
-#: Per table, its panels: (y key, y label with unit, x key, x label, [series]); series ``None`` = all rows.
-FIGURE_SPECS = {
-    "lanczos": [("wall_s", "wall time [s]", "n*d", "problem size n d (batch x dim)", ["vary n", "vary d"]),
-                ("hvps", "Hessian-vector products [count]", "n*d", "problem size n d (batch x dim)", ["vary n", "vary d"])],
-    "dense": [(("dense_s", "matrix_free_s"), "wall time [s]", "P", "dimension P = n d", [None])],
-    "train": [("s_per_step", "time per training step [s]", "batch", "batch size [images]", [None])],
-    "flow": [("grad_evals", "gradient evaluations [count]", "t1", "horizon t1 (stiffness 1)", ["vary t1"]),
-             ("grad_evals", "gradient evaluations [count]", "stiffness", "stiffness factor s (t1 = 5)", ["vary s"])],
-}
-_TITLES = {"lanczos": "blockwise Lanczos on the SimSiam head", "dense": "dense spectrum vs matrix-free",
-           "train": "SimSiam ResNet-18 training step", "flow": "gradient flow (Tsit5, rtol 1e-6)"}
-
-
-def figures(tables: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
-    """One log-log figure per table (:data:`FIGURE_SPECS`: a panel per measured quantity, y labels with units),
-    the fitted exponent p of ``y ~ x^p`` in each series' legend entry; returns the written paths."""
-    from experiments import plotting as pl
-
-    paths = []
-    for name, rows in tables.items():
-        if not rows:
-            continue
-        specs = FIGURE_SPECS[name]
-        fig, axes = pl.figure(1, len(specs), height=3.4, width=pl.TEXT_WIDTH_IN if len(specs) > 1 else 4.6)
-        k = 0
-        for ax, (yks, ylabel, xk, xlabel, series) in zip(axes[0], specs):
-            for yk in (yks if isinstance(yks, tuple) else (yks,)):
-                for ser in series:
-                    sel = [r for r in rows if ser is None or r.get("series") == ser]
-                    x, y = [r[xk] for r in sel], [r[yk] for r in sel]
-                    what = ", ".join(w for w in (ylabel.split(" [")[0] if len(specs) > 1 else yk, ser) if w)
-                    ax.loglog(x, y, "-", **pl.series_style(k), label=f"{what}: ~ size^{fit_exponent(x, y):.2f}")
-                    k += 1
-            if name == "dense":
-                cx = crossing([r["P"] for r in rows], [r["matrix_free_s"] for r in rows], [r["dense_s"] for r in rows])
-                if math.isfinite(cx):
-                    pl.threshold(ax, cx, f"crossing P = {cx:.3g}", axis="x")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(ylabel)
-            pl.tidy_log_ticks(ax)
-        handles = [h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]]
-        pl.legend_outside(fig, loc="below", ncol=2, handles=handles)
-        fig.suptitle(_TITLES[name])
-        paths.append(pl.save_figure(fig, out_dir, f"scaling_{name}"))
-    return paths
-
-
-def tables_from_markdown(text: str) -> dict:
-    """``{table: rows}`` read back from a markdown file :func:`report` wrote (each ``## name`` section's
-    first table; numbers parsed, ``True``/``False`` as booleans), so the figures can be redrawn without
-    rerunning the benchmark."""
-    tables, name, header = {}, None, None
-    for line in text.splitlines():
-        if line.startswith("## "):
-            name, header = line[3:].strip(), None
-            continue
-        if name not in TABLES or not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if header is None:
-            header = cells
-            tables[name] = []
-        elif set("".join(cells)) <= set("-: "):
-            continue
-        else:
-            def val(c):
-                if c in ("True", "False"):
-                    return c == "True"
-                try:
-                    return float(c) if any(ch in c for ch in ".e") or c in ("nan", "inf") else int(c)
-                except ValueError:
-                    return c
-            tables[name].append(dict(zip(header, (val(c) for c in cells))))
-    return tables
-
-
-def exponents(tables: dict) -> dict:
-    """The fitted exponents of every table (the numbers the figures' legends show)."""
-    out = {}
-    lz = tables.get("lanczos") or []
-    for s in ("vary n", "vary d"):
-        sel = [r for r in lz if r["series"] == s]
-        out[f"lanczos wall_s ~ (n*d)^p, {s}"] = fit_exponent([r["n*d"] for r in sel], [r["wall_s"] for r in sel])
-        out[f"lanczos hvps ~ (n*d)^p, {s}"] = fit_exponent([r["n*d"] for r in sel], [r["hvps"] for r in sel])
-    dn = tables.get("dense") or []
-    out["dense_s ~ P^p"] = fit_exponent([r["P"] for r in dn], [r["dense_s"] for r in dn])
-    out["matrix_free_s ~ P^p"] = fit_exponent([r["P"] for r in dn], [r["matrix_free_s"] for r in dn])
-    out["crossing P (matrix-free cheaper above)"] = crossing([r["P"] for r in dn], [r["matrix_free_s"] for r in dn],
-                                                            [r["dense_s"] for r in dn]) if dn else math.nan
-    tr = tables.get("train") or []
-    out["train s_per_step ~ batch^p"] = fit_exponent([r["batch"] for r in tr], [r["s_per_step"] for r in tr])
-    fl = tables.get("flow") or []
-    for s, k in (("vary t1", "t1"), ("vary s", "stiffness")):
-        sel = [r for r in fl if r["series"] == s]
-        out[f"flow grad_evals ~ {k}^p"] = fit_exponent([r[k] for r in sel], [r["grad_evals"] for r in sel])
-    return out
-
-
-def report(tables: dict, figs: list, rel_to: pathlib.Path | None = None) -> str:
-    parts = []
-    for name, rows in tables.items():
-        if rows:
-            parts += [f"## {name}", "", markdown_table(rows, floatfmt=".4g"), ""]
-    ex = exponents(tables)
-    parts += ["## fitted exponents (log-log least squares)", "",
-              markdown_table([{"quantity": k, "value": v} for k, v in ex.items() if not (isinstance(v, float) and math.isnan(v))],
-                             floatfmt=".3g"), ""]
-    for p in figs:
-        shown = os.path.relpath(p, rel_to) if rel_to else str(p)
-        parts.append(f"![{p.stem}]({shown})")
-    return "\n".join(parts) + "\n"
 
 
 TABLES = {"lanczos": lanczos_table, "dense": dense_table, "train": train_table, "flow": flow_table}
@@ -321,8 +251,11 @@ def main(argv=None):
     ap.add_argument("--train-batches", default=None, help="comma-separated batch sizes (overrides the preset)")
     ap.add_argument("--out", default="docs/bench_scaling.md", help="markdown file ('' to skip)")
     ap.add_argument("--fig-dir", default=None, help="figures directory (default: next to --out, bench_scaling/)")
-    ap.add_argument("--redraw", action="store_true",
-                    help="redraw the figures from the tables already in --out (no benchmark is run)")
+    ap.add_argument(
+        "--redraw",
+        action="store_true",
+        help="redraw the figures from the tables already in --out (no benchmark is run)",
+    )
     harness.add_arguments(ap, repeats=3, warmup=1)
     args = ap.parse_args(argv)
     if args.redraw:
@@ -331,17 +264,28 @@ def main(argv=None):
         return figures(tables_from_markdown(out.read_text()), fig_dir)
     load0, cpu0 = harness.load_average(), harness.cpu_sample()
     tb = [int(b) for b in args.train_batches.split(",") if b] if args.train_batches else None
-    tables = run(args.preset, tuple(t for t in args.tables.split(",") if t), train_batches=tb,
-                 repeats=args.repeats if args.repeats != 3 else None)
+    tables = run(
+        args.preset,
+        tuple(t for t in args.tables.split(",") if t),
+        train_batches=tb,
+        repeats=args.repeats if args.repeats != 3 else None,
+    )
     out = pathlib.Path(args.out) if args.out else None
     fig_dir = pathlib.Path(args.fig_dir) if args.fig_dir else ((out.parent / "bench_scaling") if out else None)
     figs = figures(tables, fig_dir) if fig_dir else []
     body = report(tables, figs, out.parent if out else None)
     print(body)
     if out:
-        harness.write_table(out, "Scaling of the instruments' cost", body,
-                            command=harness.command_line("experiments.bench_scaling", argv), load_before=load0,
-                            cpu_start=cpu0, threshold=args.load_threshold, force=args.force)
+        harness.write_table(
+            out,
+            "Scaling of the instruments' cost",
+            body,
+            command=harness.command_line("experiments.bench_scaling", argv),
+            load_before=load0,
+            cpu_start=cpu0,
+            threshold=args.load_threshold,
+            force=args.force,
+        )
     return tables
 
 

@@ -8,7 +8,7 @@ implementations so that data augmentation does not enter the comparison), SimSia
 cosine with stop-gradient, SGD momentum 0.9, weight decay 5e-4, float32. The JAX step is
 ``ssl_geometry.trainer.make_train_step`` jitted on a one-device mesh (it also trains the online
 linear probe, a 512 x 10 matmul); the PyTorch step is the same model in plain torch.nn, eager
-(``experiments/benchmarks/torch_simsiam.py``).
+(``experiments/benchmarks/torch_simsiam.py``; the JAX steps are in ``experiments/benchmarks/jax_simsiam.py``).
 
 Images/s counts images (each giving two views) per second, over ``--steps`` timed steps after
 ``--warmup`` untimed ones (JAX compilation happens in the warm-up). On an accelerator the script
@@ -32,6 +32,7 @@ median images/s of each and the median and spread of the per-round ratio. Varian
 * ``plain``: a minimal SimSiam step on the same models, without the online probe and metrics (their cost);
 * ``torch``: PyTorch eager, per-view passes (the reference).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,130 +43,16 @@ import time
 
 import numpy as np
 
+from experiments.benchmarks.jax_simsiam import host_batch, jax_plain, jax_trainer, models
 from experiments.benchmarks.torch_simsiam import torch_runner
 
 #: Dense peak TFLOP/s by jax device_kind substring (NVIDIA data sheets, SXM parts; sparsity figures are twice these).
 #: JAX's float32 matmul/conv precision on Ampere+ GPUs is TF32, so TF32 is the denominator; FP32 is reported too.
-PEAK_TFLOPS = {"H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
-               "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
-               "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0}}
-
-
-class _JaxRunner:
-    """A compiled JAX step with its state: ``run(n)`` runs ``n`` steps and waits for them."""
-
-    def __init__(self, impl, step, state, data):
-        import jax
-
-        t0 = time.perf_counter()
-        self.compiled = step.lower(state, data).compile()
-        self.compile_s = time.perf_counter() - t0
-        cost = self.compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        self.flops_per_step = float(cost.get("flops", float("nan"))) if cost else float("nan")
-        self.impl, self.state, self.data, self.metrics = impl, state, data, None
-        dev = jax.devices()[0]
-        self.device, self.platform = dev.device_kind, dev.platform
-
-    def run(self, n):
-        import jax
-
-        for _ in range(n):
-            self.state, self.metrics = self.compiled(self.state, self.data)
-        jax.block_until_ready(self.state)
-
-    def loss(self):
-        loss = float(self.metrics["loss"])
-        if not np.isfinite(loss):
-            raise FloatingPointError(f"{self.impl}: loss is {loss}")
-        return loss
-
-
-def _models():
-    from ssl_geometry import backbones, heads
-
-    return backbones.resnet18_cifar(), heads.simsiam_projector(512, 2048), heads.simsiam_predictor(2048, 512)
-
-
-def _host_batch(batch, seed):
-    rng = np.random.default_rng(seed)
-    return {"images": rng.uniform(0, 1, (batch, 32, 32, 3)).astype(np.float32),
-            "labels": rng.integers(0, 10, batch).astype(np.int32)}
-
-
-def jax_trainer(batch: int, seed: int = 0, *, all_devices: bool = False) -> _JaxRunner:
-    """The library's step: ``trainer.make_train_step`` jitted on a one-device mesh (probe included).
-
-    ``all_devices``: on a ``("data",)`` mesh over every device instead, the batch sharded (``trainer_dp``;
-    with ``--xla-flags=--xla_force_host_platform_device_count=2`` the two halves of the batch run on two
-    host threads: XLA:CPU runs each convolution on about one core). BatchNorm statistics stay global.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    from ssl_geometry import objectives, trainer
-
-    bb, proj, pred = _models()
-    obj = objectives.make_objective("simsiam", bb, proj, pred, augment=lambda k, x: (x, jnp.flip(x, axis=2)))
-    tx, sched = trainer.make_optimizer({"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
-                                        "schedule": "constant"}, 1000, batch)
-    devices = jax.devices() if all_devices else jax.devices()[:1]
-    mesh = trainer.make_mesh(len(devices), 1, devices)
-    state = trainer.place_state(trainer.init_train_state(obj, tx, jax.random.PRNGKey(seed), 10), mesh)
-    step = trainer.jit_train_step(trainer.make_train_step(obj, tx, sched), mesh, state)
-    return _JaxRunner(f"jax trainer (ssl_geometry.trainer, jit, {len(devices)}-device data mesh)", step, state,
-                      trainer.place_batch(_host_batch(batch, seed), mesh))
-
-
-def jax_plain(batch: int, seed: int = 0, *, fused: bool = False) -> _JaxRunner:
-    """A minimal SimSiam step on the same models: SGD momentum 0.9, wd 5e-4, no probe, no metrics.
-
-    ``fused=True`` concatenates the two views into one backbone batch of ``2 n`` (BatchNorm over
-    both views together -- a different model from the paper's per-view statistics; measured
-    only to size what fusion could gain). The heads still run per view.
-    """
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    from ssl_geometry import losses
-
-    bb, proj, pred = _models()
-    keys = jax.random.split(jax.random.PRNGKey(seed), 3)
-    variables = {"bb": bb.init(keys[0]), "proj": proj.init(keys[1]), "pred": pred.init(keys[2])}
-    params = {k: v["params"] for k, v in variables.items()}
-    stats = {k: {c: x for c, x in v.items() if c != "params"} for k, v in variables.items()}
-    tx = optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.05, momentum=0.9))
-
-    def apply(name, model, p, st, x):
-        y, new = model.apply({"params": p[name], **st[name]}, x, train=True)
-        return y, new
-
-    def loss_fn(p, st, x):
-        x1, x2 = x, jnp.flip(x, axis=2)
-        new = dict(st)
-        if fused:
-            h, new["bb"] = apply("bb", bb, p, st, jnp.concatenate([x1, x2]))
-            h1, h2 = jnp.split(h, 2)
-        else:
-            h1, new["bb"] = apply("bb", bb, p, st, x1)
-            h2, new["bb"] = apply("bb", bb, p, new, x2)
-        z1, new["proj"] = apply("proj", proj, p, st, h1)
-        z2, new["proj"] = apply("proj", proj, p, new, h2)
-        p1, new["pred"] = apply("pred", pred, p, st, z1)
-        p2, new["pred"] = apply("pred", pred, p, new, z2)
-        return losses.simsiam(p1, p2, z1, z2), new
-
-    def step(state, data):
-        p, st, opt = state
-        (loss, new_st), g = jax.value_and_grad(loss_fn, has_aux=True)(p, st, data["images"])
-        upd, opt = tx.update(g, opt, p)
-        return (optax.apply_updates(p, upd), new_st, opt), {"loss": loss}
-
-    state = (params, stats, tx.init(params))
-    data = {"images": jnp.asarray(_host_batch(batch, seed)["images"])}
-    name = "jax minimal step, views fused into one backbone batch" if fused else "jax minimal step, per-view"
-    return _JaxRunner(name, jax.jit(step, donate_argnums=(0,)), state, data)
+PEAK_TFLOPS = {
+    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
+    "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.5},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
+}
 
 
 def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
@@ -175,14 +62,27 @@ def bench_jax(batch: int, steps: int, warmup: int, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     r.run(steps)
     dt = time.perf_counter() - t0
-    return {"impl": r.impl, "device": r.device, "platform": r.platform, "batch": batch, "steps": steps,
-            "seconds": dt, "images_per_s": batch * steps / dt, "compile_s": r.compile_s,
-            "flops_per_step": r.flops_per_step, "loss": r.loss()}
+    return {
+        "impl": r.impl,
+        "device": r.device,
+        "platform": r.platform,
+        "batch": batch,
+        "steps": steps,
+        "seconds": dt,
+        "images_per_s": batch * steps / dt,
+        "compile_s": r.compile_s,
+        "flops_per_step": r.flops_per_step,
+        "loss": r.loss(),
+    }
 
 
-VARIANTS = {"trainer": jax_trainer, "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True),
-            "plain": jax_plain, "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
-            "torch": None}
+VARIANTS = {
+    "trainer": jax_trainer,
+    "trainer_dp": lambda b, seed=0: jax_trainer(b, seed, all_devices=True),
+    "plain": jax_plain,
+    "fused": lambda b, seed=0: jax_plain(b, seed, fused=True),
+    "torch": None,
+}
 
 
 def _mfu(row, flops_per_step, peak_tflops=None):
@@ -191,33 +91,52 @@ def _mfu(row, flops_per_step, peak_tflops=None):
         return row
     achieved = flops_per_step * row["images_per_s"] / row["batch"]
     row["achieved_tflops"] = achieved / 1e12
-    peaks = {"given": peak_tflops} if peak_tflops else next(
-        (v for k, v in PEAK_TFLOPS.items() if k.lower() in row["device"].lower()), {})
+    peaks = (
+        {"given": peak_tflops}
+        if peak_tflops
+        else next((v for k, v in PEAK_TFLOPS.items() if k.lower() in row["device"].lower()), {})
+    )
     for name, peak in peaks.items():
         row[f"mfu_vs_{name}"] = achieved / (peak * 1e12)
     return row
 
 
-def measure(batch: int, variants, *, steps: int, repeats: int, warmup: int, seed=0, threads=None,
-            peak_tflops=None) -> dict:
+def measure(
+    batch: int, variants, *, steps: int, repeats: int, warmup: int, seed=0, threads=None, peak_tflops=None
+) -> dict:
     """Interleaved rounds of ``steps`` steps of each variant; rows per variant and ratios vs torch."""
     from experiments.benchmarks import harness
 
     runners = {}
     for v in variants:
         runners[v] = torch_runner(batch, seed, threads) if v == "torch" else VARIANTS[v](batch, seed)
-    times = harness.interleave({v: (lambda r=r: r.run(steps)) for v, r in runners.items()},
-                               repeats=repeats, warmup=warmup)
+    times = harness.interleave(
+        {v: (lambda r=r: r.run(steps)) for v, r in runners.items()}, repeats=repeats, warmup=warmup
+    )
     rows = []
     for v, r in runners.items():
         med = float(np.median(times[v]))
-        row = {"variant": v, "impl": r.impl, "batch": batch, "platform": r.platform, "device": r.device,
-               "images_per_s": batch * steps / med, "s_per_step": med / steps, "compile_s": r.compile_s,
-               "flops_per_step": r.flops_per_step, "loss": r.loss()}
+        row = {
+            "variant": v,
+            "impl": r.impl,
+            "batch": batch,
+            "platform": r.platform,
+            "device": r.device,
+            "images_per_s": batch * steps / med,
+            "s_per_step": med / steps,
+            "compile_s": r.compile_s,
+            "flops_per_step": r.flops_per_step,
+            "loss": r.loss(),
+        }
         if "torch" in runners and v != "torch":
             st = harness.ratio_stats(times["torch"], times[v])  # torch time / jax time = jax speed-up
-            row.update({"speed_vs_torch_median": st["median"], "speed_vs_torch_q25": st["q25"],
-                        "speed_vs_torch_q75": st["q75"]})
+            row.update(
+                {
+                    "speed_vs_torch_median": st["median"],
+                    "speed_vs_torch_q25": st["q25"],
+                    "speed_vs_torch_q75": st["q75"],
+                }
+            )
         rows.append(_mfu(row, r.flops_per_step, peak_tflops))
     return {"batch": batch, "rows": rows, "times": times}
 
@@ -236,10 +155,10 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     from experiments.benchmarks import harness
     from ssl_geometry import losses
 
-    bb, proj, pred = _models()
+    bb, proj, pred = models()
     keys = jax.random.split(jax.random.PRNGKey(seed), 3)
     vb, vp, vq = bb.init(keys[0]), proj.init(keys[1]), pred.init(keys[2])
-    x = jnp.asarray(_host_batch(batch, seed)["images"])
+    x = jnp.asarray(host_batch(batch, seed)["images"])
     xs = jnp.concatenate([x, jnp.flip(x, axis=2)])
     h = jnp.ones((batch, 512), jnp.float32)
     stats = {c: v for c, v in vb.items() if c != "params"}
@@ -257,10 +176,9 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
     tx = optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.05, momentum=0.9))
     opt = tx.init(vb["params"])
     probe = {"w": jnp.zeros((512, 10)), "b": jnp.zeros(10)}
-    labels = jnp.asarray(_host_batch(batch, seed)["labels"])
+    labels = jnp.asarray(host_batch(batch, seed)["labels"])
 
-    probe_loss = lambda pr, h: jnp.mean(
-        optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
+    probe_loss = lambda pr, h: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(h @ pr["w"] + pr["b"], labels))
 
     def update(p, g, o):
         u, o = tx.update(g, o, p)
@@ -270,9 +188,13 @@ def profile(batch: int, *, repeats: int = 3, seed: int = 0) -> list[dict]:
         "backbone forward, 2 views": (jax.jit(lambda p: (bb_fwd(p, x), bb_fwd(p, x[:, :, ::-1]))), (vb["params"],)),
         "backbone forward, views fused (2n batch)": (jax.jit(bb_fwd), (vb["params"], xs)),
         "backbone forward+backward, 2 views": (
-            jax.jit(lambda p: (jax.grad(bb_loss)(p, x), jax.grad(bb_loss)(p, x[:, :, ::-1]))), (vb["params"],)),
+            jax.jit(lambda p: (jax.grad(bb_loss)(p, x), jax.grad(bb_loss)(p, x[:, :, ::-1]))),
+            (vb["params"],),
+        ),
         "heads forward+backward (projector + predictor, 2 views)": (
-            jax.jit(jax.grad(heads_loss, argnums=(0, 1))), (vp["params"], vq["params"], h)),
+            jax.jit(jax.grad(heads_loss, argnums=(0, 1))),
+            (vp["params"], vq["params"], h),
+        ),
         "SGD momentum update (backbone params)": (jax.jit(update), (vb["params"], vb["params"], opt)),
         "online probe forward+backward": (jax.jit(jax.grad(probe_loss)), (probe, h)),
     }
@@ -328,27 +250,61 @@ def main(argv=None) -> dict:
     else:
         rows = []
         for b in batches:
-            m = measure(b, variants, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
-                        threads=args.threads or os.cpu_count(), peak_tflops=args.peak_tflops)
+            m = measure(
+                b,
+                variants,
+                steps=args.steps,
+                repeats=args.repeats,
+                warmup=args.warmup,
+                threads=args.threads or os.cpu_count(),
+                peak_tflops=args.peak_tflops,
+            )
             out["batches"][b] = m
             rows += m["rows"]
-        cols = [c for c in ("variant", "batch", "device", "images_per_s", "s_per_step", "speed_vs_torch_median",
-                            "speed_vs_torch_q25", "speed_vs_torch_q75", "compile_s", "flops_per_step",
-                            "achieved_tflops", "mfu_vs_tf32", "mfu_vs_fp32", "mfu_vs_bf16", "mfu_vs_given", "loss")
-                if any(c in r for r in rows)]
-        body = (f"Interleaved: {args.repeats} rounds of {args.steps} steps per variant after {args.warmup} warm-up "
-                f"round(s); speed_vs_torch = per-round torch time / variant time (median, quartiles).\n\n"
-                + markdown_table(rows, cols, floatfmt=".4g"))
+        cols = [
+            c
+            for c in (
+                "variant",
+                "batch",
+                "device",
+                "images_per_s",
+                "s_per_step",
+                "speed_vs_torch_median",
+                "speed_vs_torch_q25",
+                "speed_vs_torch_q75",
+                "compile_s",
+                "flops_per_step",
+                "achieved_tflops",
+                "mfu_vs_tf32",
+                "mfu_vs_fp32",
+                "mfu_vs_bf16",
+                "mfu_vs_given",
+                "loss",
+            )
+            if any(c in r for r in rows)
+        ]
+        body = (
+            f"Interleaved: {args.repeats} rounds of {args.steps} steps per variant after {args.warmup} warm-up "
+            f"round(s); speed_vs_torch = per-round torch time / variant time (median, quartiles).\n\n"
+            + markdown_table(rows, cols, floatfmt=".4g")
+        )
     out["load"] = {"before": load0, "after": harness.load_average(), "other_cpu_share": harness.other_cpu_share(cpu0)}
     print(body)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=float)
     if args.out:
-        harness.write_table(args.out, "Training step: SimSiam ResNet-18 CIFAR, JAX vs PyTorch eager", body,
-                            command=harness.command_line("experiments.bench_train", argv), load_before=load0,
-                            load_after=out["load"]["after"], other_share=out["load"]["other_cpu_share"],
-                            threshold=args.load_threshold, force=args.force)
+        harness.write_table(
+            args.out,
+            "Training step: SimSiam ResNet-18 CIFAR, JAX vs PyTorch eager",
+            body,
+            command=harness.command_line("experiments.bench_train", argv),
+            load_before=load0,
+            load_after=out["load"]["after"],
+            other_share=out["load"]["other_cpu_share"],
+            threshold=args.load_threshold,
+            force=args.force,
+        )
     return out
 
 

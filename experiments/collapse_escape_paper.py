@@ -18,6 +18,7 @@ Hessian is not block-diagonal: those rows use Lanczos on the coupled ``(n d)``-d
 the per-sample blockwise solver runs only where :func:`ssl_geometry.curvature.block_coupling` is
 at most ``analysis.block_coupling_tol`` (it is reported beside every value).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import claims, common, paper_simsiam, projection
+from experiments import paper_simsiam, projection
 from experiments.collapse_ablation import (  # noqa: F401 (the rule's names, read here and by the tests)
     ABLATION,
     GROUPS,
@@ -43,6 +44,7 @@ from experiments.collapse_ablation import (  # noqa: F401 (the rule's names, rea
     released_horizon,
     run_outcome,
 )
+from experiments.collapse_escape_paper_report import figures, report  # noqa: F401  (the reporting half)
 from ssl_geometry import curvature, losses
 from ssl_geometry import trainer as _trainer
 
@@ -50,9 +52,11 @@ NAME = "collapse_escape_paper"
 TITLE = "Collapse escape, the authors' SimSiam runs"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("paper-collapse-ablation",)
-CLAIM = ("From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
-         "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
-         "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed).")
+CLAIM = (
+    "From pseudo-collapse (projector weights x 0.1), SimSiam with a smooth head (Swish, GELU) escapes "
+    "collapse, a linear head stays collapsed, and a ReLU head escapes only through BatchNorm or a large "
+    "step size (near the gradient-flow limit, lr 0.005 without BN, it stays collapsed)."
+)
 #: Honours ``config.dry_run`` (each code path at a reduced batch, the costliest at two, ``dry.steps``, mock data;
 #: :func:`_projection`).
 DRY_RUN = True
@@ -110,6 +114,7 @@ def _runs(cfg):
 @functools.lru_cache(maxsize=8)
 def _first_view_loss(projector, predictor):
     """``L(z1, hp, u2, bs) = 1/2 D(q(g(z1)), u2)`` with the heads in train mode (BatchNorm on batch statistics)."""
+
     def first_view_loss(z1, hp, u2, bs):
         u, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, z1, train=True)
         p, _ = predictor.apply({"params": hp["predictor"], **bs["predictor"]}, u, train=True)
@@ -139,13 +144,25 @@ def head_curvature(run, heads64, state, images, cfg, key) -> dict:
     z1 = jnp.asarray(z1, jnp.float64)
     u2, _ = projector.apply({"params": hp["projector"], **bs["projector"]}, jnp.asarray(z2, jnp.float64), train=True)
     a = cfg.analysis
-    res = curvature.hessian_extremes(f, z1, hp, u2, bs, k=1, tol=a.lanczos_tol, key=key, method="auto",
-                                     coupling_tol=a.block_coupling_tol, num_steps=a.lanczos_steps)
+    res = curvature.hessian_extremes(
+        f,
+        z1,
+        args=(hp, u2, bs),
+        k=1,
+        key=key,
+        method="auto",
+        coupling_tol=a.block_coupling_tol,
+        options=curvature.SolverOptions(tol=a.lanczos_tol, num_steps=a.lanczos_steps),
+    )
     resid = float(max(np.max(res.smallest_residuals), np.max(res.largest_residuals)))
-    return {"lambda_min": float(res.smallest[0]), "lambda_max": float(res.largest[0]),
-            "solver": "blockwise" if res.method == "blockwise" else "coupled",
-            "block_coupling": float("nan") if res.coupling is None else float(res.coupling),  # None: one row
-            "residual": resid, "converged": bool(res.converged)}
+    return {
+        "lambda_min": float(res.smallest[0]),
+        "lambda_max": float(res.largest[0]),
+        "solver": "blockwise" if res.method == "blockwise" else "coupled",
+        "block_coupling": float("nan") if res.coupling is None else float(res.coupling),  # None: one row
+        "residual": resid,
+        "converged": bool(res.converged),
+    }
 
 
 def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
@@ -156,11 +173,22 @@ def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
         raise ValueError(f"`runs`: lr name {lr_name!r} is not one of {sorted(cfg.lrs)}.")
     batch, epochs, spe = _plan(cfg, len(images), batch)
     m = cfg.model
-    tc = paper_simsiam.trainer_config(activation=activation, batch_norm=bn, lr=cfg.lrs[lr_name], batch_size=batch,
-                                      projector_scale=m.collapse_scale, backbone=m.backbone,
-                                      backbone_kwargs=m.backbone_kwargs, hidden=m.hidden, out_dim=m.out_dim,
-                                      pred_hidden=m.pred_hidden, epochs=epochs, steps_per_epoch=spe, seed=seed,
-                                      data=cfg.data)
+    tc = paper_simsiam.trainer_config(
+        activation=activation,
+        batch_norm=bn,
+        lr=cfg.lrs[lr_name],
+        batch_size=batch,
+        projector_scale=m.collapse_scale,
+        backbone=m.backbone,
+        backbone_kwargs=m.backbone_kwargs,
+        hidden=m.hidden,
+        out_dim=m.out_dim,
+        pred_hidden=m.pred_hidden,
+        epochs=epochs,
+        steps_per_epoch=spe,
+        seed=seed,
+        data=cfg.data,
+    )
     run = paper_simsiam.build(tc, images.shape[1:])
     k_curv = jax.random.PRNGKey(seed + 20_000)
     heads64 = float64_heads(tc, run.backbone.out_dim)
@@ -171,30 +199,54 @@ def train_one(cfg, activation, bn, lr_name, seed, images, batch=None) -> dict:
             start["first"] = jnp.asarray(batch["images"])
             start["curvature"] = head_curvature(run, heads64, state, start["first"], cfg, k_curv)
 
-    rec = paper_simsiam.train_run(run, tc, before_step=before_step,
-                                  dry_examples=cfg.dry.examples if cfg.dry_run else 0)
+    rec = paper_simsiam.train_run(run, tc, before_step=before_step, dry_examples=cfg.dry.examples if cfg.dry_run else 0)
     curv_start, first = start["curvature"], start["first"]
     thr = escape_threshold(m.out_dim)
     std = rec["epochs"].get("std_head", [])
     diverged = rec["diverged_at_step"] is not None
     outcome = run_outcome(std, thr, diverged)
     above = [i for i, v in enumerate(std) if v > thr]
-    ratio = [p / b if b > 0 else float("nan") for p, b in zip(rec["epochs"].get("rel_update_projector", []),
-                                                             rec["epochs"].get("rel_update_backbone", []))]
+    ratio = [
+        p / b if b > 0 else float("nan")
+        for p, b in zip(rec["epochs"].get("rel_update_projector", []), rec["epochs"].get("rel_update_backbone", []))
+    ]
     t0 = time.perf_counter()
-    curv_end = (head_curvature(run, heads64, rec["state"], first, cfg, k_curv) if not diverged else
-                {"lambda_min": float("nan"), "lambda_max": float("nan"), "solver": "-",
-                 "block_coupling": float("nan"), "residual": float("nan"), "converged": False})
+    curv_end = (
+        head_curvature(run, heads64, rec["state"], first, cfg, k_curv)
+        if not diverged
+        else {
+            "lambda_min": float("nan"),
+            "lambda_max": float("nan"),
+            "solver": "-",
+            "block_coupling": float("nan"),
+            "residual": float("nan"),
+            "converged": False,
+        }
+    )
     t_curv = time.perf_counter() - t0 if not diverged else float("nan")
-    return {"activation": activation, "batch_norm": bn and activation != "linear", "lr_name": lr_name,
-            "lr": cfg.lrs[lr_name], "seed": seed, "epochs": rec["epochs"], "diverged_at_step": rec["diverged_at_step"],
-            "escape_threshold": thr, "outcome": outcome, "escaped": outcome == "escaped", "epochs_run": len(std),
-            "escape_epoch": above[0] if outcome == "escaped" else float("nan"),
-            "std_first": std[0] if std else float("nan"), "std_final": std[-1] if std else float("nan"),
-            "std_backbone_final": rec["epochs"]["std_backbone"][-1] if std else float("nan"),
-            "timescale_ratio_median": float(np.nanmedian(ratio)) if ratio else float("nan"),
-            "curvature_start": curv_start, "curvature_end": curv_end, "step_time_s": rec["step_time_s"],
-            "curvature_time_s": t_curv, "batch": batch}
+    return {
+        "activation": activation,
+        "batch_norm": bn and activation != "linear",
+        "lr_name": lr_name,
+        "lr": cfg.lrs[lr_name],
+        "seed": seed,
+        "epochs": rec["epochs"],
+        "diverged_at_step": rec["diverged_at_step"],
+        "escape_threshold": thr,
+        "outcome": outcome,
+        "escaped": outcome == "escaped",
+        "epochs_run": len(std),
+        "escape_epoch": above[0] if outcome == "escaped" else float("nan"),
+        "std_first": std[0] if std else float("nan"),
+        "std_final": std[-1] if std else float("nan"),
+        "std_backbone_final": rec["epochs"]["std_backbone"][-1] if std else float("nan"),
+        "timescale_ratio_median": float(np.nanmedian(ratio)) if ratio else float("nan"),
+        "curvature_start": curv_start,
+        "curvature_end": curv_end,
+        "step_time_s": rec["step_time_s"],
+        "curvature_time_s": t_curv,
+        "batch": batch,
+    }
 
 
 def released_runs(threshold: float) -> list[dict]:
@@ -207,25 +259,43 @@ def released_runs(threshold: float) -> list[dict]:
         for s, series in enumerate(np.asarray(arr[f"{key}/raw"], float)):
             diverged = not np.all(np.isfinite(series))
             outcome = run_outcome(series, threshold, diverged)
-            rows.append({"activation": act, "batch_norm": bn == "True" and act != "linear", "lr_name": lr_name,
-                         "seed": s, "diverged_at_step": -1 if diverged else None, "outcome": outcome,
-                         "escaped": outcome == "escaped", "epochs_run": len(series), "std_first": float(series[0]),
-                         "std_final": float(series[-1])})
+            rows.append(
+                {
+                    "activation": act,
+                    "batch_norm": bn == "True" and act != "linear",
+                    "lr_name": lr_name,
+                    "seed": s,
+                    "diverged_at_step": -1 if diverged else None,
+                    "outcome": outcome,
+                    "escaped": outcome == "escaped",
+                    "epochs_run": len(series),
+                    "std_first": float(series[0]),
+                    "std_final": float(series[-1]),
+                }
+            )
     return rows
 
 
 def measure(config) -> dict:
     """Train every run (see :func:`_runs`); numbers only, with the released runs' rule outcome as ``paper``.
     A dry run's rows are those of the smaller batch (:func:`_projection` times the larger too)."""
-    images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
-                                          dry_examples=config.dry.examples)
+    images, _ = paper_simsiam.load_images(
+        config.data, seed=config.seed, dry_run=config.dry_run, dry_examples=config.dry.examples
+    )
     timed = [train_one(config, a, bn, lr, s, images, batch=b) for a, bn, lr, s, b in _runs(config)]
     rows = [r for r in timed if not config.dry_run or r["batch"] == paper_simsiam.dry_batches(config)[0]]
     thr = escape_threshold(PAPER_OUT_DIM)
     verdict, reason, deciding = apply_rule(released_runs(thr))
-    out = {"rows": rows, "paper": {**deciding, "rule_outcome": verdict, "rule_reason": reason,
-                                   "horizon_from_released": released_horizon(released_collapse_arrays()),
-                                   "source": "released cifar10/resnet18 collapse_results, per seed"}}
+    out = {
+        "rows": rows,
+        "paper": {
+            **deciding,
+            "rule_outcome": verdict,
+            "rule_reason": reason,
+            "horizon_from_released": released_horizon(released_collapse_arrays()),
+            "source": "released cifar10/resnet18 collapse_results, per seed",
+        },
+    }
     if config.dry_run:
         out["dry_run"] = _projection(config, len(images), timed)
     return out
@@ -252,11 +322,20 @@ def _projection(config, n_images, rows) -> dict:
     training = projection.power_law_projection([[r["batch"], r["step_time_s"]] for r in timed], full, steps)
     analysis = projection.power_law_projection([[r["batch"], r["curvature_time_s"]] for r in timed], full, 2 * runs)
     small = {_path(r["activation"], r["batch_norm"]): r for r in rows if r["batch"] == timed[0]["batch"]}
-    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis, scaled="batch",
-                                     batch_full=full, batches=[r["batch"] for r in timed], timed_path=path,
-                                     paths_run=sorted(small), steps_full=steps, curvatures_full=2 * runs,
-                                     steps_run=int(config.dry.steps),
-                                     path_times_s={p: [r["step_time_s"], r["curvature_time_s"]] for p, r in small.items()})
+    return projection.dry_run_record(
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        scaled="batch",
+        batch_full=full,
+        batches=[r["batch"] for r in timed],
+        timed_path=path,
+        paths_run=sorted(small),
+        steps_full=steps,
+        curvatures_full=2 * runs,
+        steps_run=int(config.dry.steps),
+        path_times_s={p: [r["step_time_s"], r["curvature_time_s"]] for p, r in small.items()},
+    )
 
 
 def decide(measurements, config) -> dict:
@@ -266,80 +345,7 @@ def decide(measurements, config) -> dict:
     for r in measurements["rows"]:
         if r["seed"] == config.seed:
             headline[f"std_final_{r['activation']}_bn{int(r['batch_norm'])}_{r['lr_name']}"] = r["std_final"]
-    return {"claims": [{"id": ABLATION, "verdict": verdict, "deciding": deciding, "reason": reason}],
-            "headline": headline}
-
-
-def figures(results, out_dir) -> None:
-    """``escape_std_paper.png``: per-epoch std of L2-normalised projector outputs / backbone features of every
-    run, the escape threshold and the registered horizon (runs not collapsed at start drawn apart, hollow grey)."""
-    from experiments import plotting as pl
-
-    rows = results["measurements"]["rows"]
-    d = next((c["deciding"] for c in results["claims"] if c["id"] == ABLATION), {})
-    fig, axes = pl.figure(1, 2, height=3.6, sharex=True)
-    for k, r in enumerate(rows):
-        lab = f"{r['activation']}, {'BN' if r['batch_norm'] else 'no BN'}, lr {r['lr_name']}"
-        apart = r["outcome"] == "not collapsed at start"
-        st = {"color": pl.APART_COLOUR, "marker": "o", "mfc": "none", "ls": ":"} if apart else pl.series_style(k)
-        for ax, key in zip(axes[0], ("std_head", "std_backbone")):
-            v = r["epochs"].get(key, [])
-            ax.plot(np.arange(1, len(v) + 1), v, ms=4, **st, label=lab + (" (not collapsed at start)" if apart else ""))
-    for ax, what in zip(axes[0], ("projector outputs", "backbone features")):
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(f"std of L2-normalised {what}")
-    if rows:
-        pl.threshold(axes[0, 0], rows[0]["escape_threshold"], f"escape threshold {rows[0]['escape_threshold']:g}", at=0.01)
-    if "horizon_epochs" in d:
-        for ax in axes[0]:
-            pl.threshold(ax, d["horizon_epochs"], f"horizon: {d['horizon_epochs']:g} epochs", axis="x", color="tab:red")
-        axes[0, 0].set_xlim(0.5, max(d["horizon_epochs"], d.get("epochs_run", 0)) + 1)
-    pl.legend_outside(axes[0, 0], loc="below", ncol=2)
-    common.save_figure(fig, out_dir, "escape_std_paper")
-
-
-def report(results, rel_dir) -> str:
-    """The markdown section: the rule's groups ours against the released runs, every run with its curvature."""
-    m = results["measurements"]
-    rows = []
-    for r in m["rows"]:
-        cs, ce = r["curvature_start"], r["curvature_end"]
-        rows.append({"activation": r["activation"], "BN": r["batch_norm"], "lr": r["lr"], "seed": r["seed"],
-                     "std first / final": f"{r['std_first']:.3g} / {r['std_final']:.3g}", "outcome": r["outcome"],
-                     "epochs": r["epochs_run"],
-                     "escape epoch": r["escape_epoch"], "diverged at step": r["diverged_at_step"],
-                     "std backbone final": r["std_backbone_final"], "timescale ratio": r["timescale_ratio_median"],
-                     "lmin start / end": f"{cs['lambda_min']:.3g} / {ce['lambda_min']:.3g}",
-                     "lmax start / end": f"{cs['lambda_max']:.3g} / {ce['lambda_max']:.3g}",
-                     "solver": cs["solver"], "block coupling": cs["block_coupling"],
-                     "max residual bound": max(cs["residual"], ce["residual"])})
-    p = m["paper"]
-    d = results["claims"][0]["deciding"]
-    groups = [{"runs": f"{g}: escaped / counted", "ours": f"{d[f'{g}_escaped']} / {d[f'{g}_runs']}",
-               "released": f"{p[f'{g}_escaped']} / {p[f'{g}_runs']}"} for g, _ in GROUPS]
-    groups += [{"runs": f"{what} (not counted)", "ours": d[k], "released": p[k]}
-               for what, k in (("not collapsed at start", "not_collapsed_at_start_runs"), ("diverged", "diverged_runs"))]
-    text = [*claims.reason_lines(results["claims"]), "",
-            f"Horizon: our runs have {d['epochs_run']} epochs; the registered minimum is {d['horizon_epochs']} "
-            f"(recomputed from the released arrays: {p['horizon_from_released']}). The same rule on the authors' "
-            f"released runs ({p['source']}; escape threshold {claims.CLAIMS[ABLATION].thresholds['escape_fraction']}"
-            f" / sqrt({PAPER_OUT_DIM})): {p['rule_outcome']} ({p['rule_reason']}).", "",
-            common.markdown_table(groups), "",
-            common.markdown_table(rows), "",
-            "timescale ratio: median over epochs of the projector's lr|grad|/|theta| over the backbone's (the "
-            "authors' relative update sizes). lmin / lmax: extreme eigenvalues of hess_{z1} L on the first batch "
-            "before the first and after the last update; solver 'coupled' (Lanczos on the whole n d operator) "
-            "wherever the block coupling is above the config's tolerance (BatchNorm), 'blockwise' only where it "
-            "is not.", "", f"![std of normalised outputs]({rel_dir}/escape_std_paper.png)"]
-    if "dry_run" in m:
-        dr = m["dry_run"]
-        tr, an = dr["training"], dr["analysis"]
-        text.insert(0, f"**Dry run** ({dr['steps_run']} steps, mock data, head paths {', '.join(dr['paths_run'])}; the {dr['timed_path']} "
-                       f"path timed at batches {dr['batches']}): training {tr['projected_s'] / 3600:.3g} h (p = "
-                       f"{tr['exponent']:.3g}; a step at {projection.points_text(tr)}; {dr['steps_full']} steps "
-                       f"at batch {dr['batch_full']}), "
-                       f"analysis {an['projected_s'] / 3600:.3g} h (p = {an['exponent']:.3g}; a curvature at {projection.points_text(an)}; "
-                       f"{dr['curvatures_full']} of them); projected full variant "
-                       f"{dr['projected_wall_time_s'] / 3600:.3g} h on {dr['device']}.\n")
-    return "\n".join(text)
+    return {
+        "claims": [{"id": ABLATION, "verdict": verdict, "deciding": deciding, "reason": reason}],
+        "headline": headline,
+    }

@@ -24,144 +24,34 @@ the std of L2-normalised ``cat(z1, z2)`` and of its clamped condition number, ep
 The claim ``tracker-power-iteration`` is decided by the registry's rule (``experiments/claims/``),
 whose ``converged_residual`` also certifies the Lanczos references here.
 """
+
 from __future__ import annotations
 
-import functools
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import claims, common, paper_simsiam, projection
+from experiments import common, paper_simsiam, projection
+from experiments.hessian_tracker_checkpoint import THRESHOLDS, cast_tree, checkpoint, head_functions
 from experiments.hessian_tracker_report import figures, report  # noqa: F401  (the reporting half)
-from ssl_geometry import curvature, losses, metrics
+from ssl_geometry import curvature, metrics
 
 NAME = "hessian_tracker"
 TITLE = "Hessian tracker: the paper's 20-step power iteration against converged Lanczos"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("tracker-power-iteration",)
-CLAIM = ("The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
-         "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
-         "sign and size can be read as the curvature signature of collapse and escape.")
+CLAIM = (
+    "The paper's Hessian tracker (20-step shifted power iteration on hess_{z1} L at the backbone "
+    "features, first 5 batches of each epoch) resolves lambda_min along SimSiam training, so its "
+    "sign and size can be read as the curvature signature of collapse and escape."
+)
 #: Honours ``config.dry_run`` (the first run at two reduced batches, ``dry.steps`` each, mock data; :func:`_projection`).
 DRY_RUN = True
-#: The registry's thresholds of the claim (the rule is ``claims.rule_text(CLAIMS[0])``).
-THRESHOLDS = claims.CLAIMS["tracker-power-iteration"].thresholds
-
 #: The Spearman correlations the paper prints (measurements["paper"]).
-PAPER_SPEARMAN = {"spearman_normal_swish": 0.339, "spearman_collapsed_swish": 0.609,
-                  "spearman_collapsed_relu": 0.669}
+PAPER_SPEARMAN = {"spearman_normal_swish": 0.339, "spearman_collapsed_swish": 0.609, "spearman_collapsed_relu": 0.669}
 AUDIT_UNDERESTIMATE = (170.0, 195.0)
-
-
-@functools.lru_cache(maxsize=8)
-def head_functions(projector, predictor):
-    """``(first_view_loss, hvp)`` for one head pair (cached: one compile per shape).
-
-    ``first_view_loss(z1, hp, u2) = 1/2 negative_cosine(q(g(z1)), u2)``; ``hvp(v, z1_flat, hp, u2)`` is
-    ``H v`` by forward-over-reverse in the dtype of its arguments (``hp``: projector/predictor params), the
-    product of the paper's estimator (its double backward: the primal pass redone for every product).
-    """
-    def first_view_loss(z1, hp, u2):
-        u, _ = projector.apply({"params": hp["projector"]}, z1)
-        p, _ = predictor.apply({"params": hp["predictor"]}, u)
-        return 0.5 * losses.negative_cosine(p, u2)
-
-    def hvp(v, zf, hp, u2):
-        shape = (u2.shape[0], zf.size // u2.shape[0])
-        g = jax.grad(lambda x: first_view_loss(x.reshape(shape), hp, u2))
-        return jax.jvp(g, (zf,), (v.astype(zf.dtype),))[1]
-
-    return first_view_loss, hvp
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _blocks(f, z1, hp, u2):
-    return curvature.block_diagonal_hessian(f, z1, hp, u2)
-
-
-def _cast(tree, dtype):
-    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), tree)
-
-
-def checkpoint(run, cfg, state, batch, key) -> dict:
-    """The three estimates of the spectrum ends of ``H`` at one batch (before its update)."""
-    first_view_loss, hvp = head_functions(run.projector, run.predictor)
-    z1, z2 = run.features(state, batch["images"])
-    hp = {k: state["params"][k] for k in ("projector", "predictor")}
-    hp64, z1_64 = _cast(hp, jnp.float64), jnp.asarray(z1, jnp.float64)
-    u2_64, _ = run.projector.apply({"params": hp64["projector"]}, jnp.asarray(z2, jnp.float64))
-    n, d = z1_64.shape
-    kl, kp = jax.random.split(key)
-    a = cfg.analysis
-    # the references' products: the gradient linearised once at this state (H v without the primal pass)
-    lin = curvature.linearized_hvp(first_view_loss, z1_64, hp64, u2_64)
-    lz = curvature.extreme_eigenvalues(curvature.LinearMatvec((n, d)), n * d, k=1,
-                                       num_steps=min(n * d, a.lanczos_steps), key=kl, args=(lin,), tol=a.lanczos_tol,
-                                       return_vectors=True, dtype=jnp.float64)
-    hp32 = _cast(hp, jnp.float32)
-    u2_32, _ = run.projector.apply({"params": hp32["projector"]}, jnp.asarray(z2, jnp.float32))
-    pw = curvature.paper_power_iteration(hvp, n * d, steps=a.power_steps, key=kp,
-                                         args=(jnp.asarray(z1, jnp.float32).reshape(-1), hp32, u2_32))
-    row = {"n": n, "d": d, "lambda_min_lanczos": float(lz.smallest[0]), "lambda_max_lanczos": float(lz.largest[0]),
-           "lanczos_true_residual_min": float(np.asarray(lz.smallest_true_residuals)[0]),
-           "lanczos_true_residual_max": float(np.asarray(lz.largest_true_residuals)[0]),
-           "lanczos_steps": int(lz.num_steps), "lanczos_converged": bool(lz.converged),
-           "lambda_min_power": pw.lambda_min, "lambda_max_power": pw.lambda_max}
-    scale = max(abs(row["lambda_min_lanczos"]), abs(row["lambda_max_lanczos"]))
-    row["lanczos_valid"] = bool(max(row["lanczos_true_residual_min"], row["lanczos_true_residual_max"])
-                                <= THRESHOLDS["converged_residual"] * max(scale, 1e-300))
-    if a.blockwise_lanczos:  # per-sample Lanczos in each (d, d) block: d-dimensional Krylov spaces, one HVP a step
-        bl = curvature.blockwise_extreme_eigenvalues(curvature.apply_linear, n, d, k=1,
-                                                     num_steps=min(d, a.block_lanczos_steps), key=kl, args=(lin,),
-                                                     tol=a.lanczos_tol, return_vectors=True, dtype=jnp.float64)
-        sm, lg = np.asarray(bl.smallest)[:, 0], np.asarray(bl.largest)[:, 0]
-        rs, rl = np.asarray(bl.smallest_true_residuals)[:, 0], np.asarray(bl.largest_true_residuals)[:, 0]
-        i, j = int(np.argmin(sm)), int(np.argmax(lg))
-        bscale = max(abs(sm[i]), abs(lg[j]))
-        worst = float(max(rs.max(), rl.max()))  # every block certified: an unconverged block could hide the minimum
-        row.update(lambda_min_block_lanczos=float(sm[i]), lambda_max_block_lanczos=float(lg[j]),
-                   block_lanczos_true_residual=worst,
-                   block_lanczos_valid=bool(worst <= THRESHOLDS["converged_residual"] * max(bscale, 1e-300)))
-    else:
-        row.update(lambda_min_block_lanczos=float("nan"), lambda_max_block_lanczos=float("nan"),
-                   block_lanczos_true_residual=float("nan"), block_lanczos_valid=False)
-    if a.exact_blocks:
-        blocks = np.asarray(_blocks(first_view_loss, z1_64, hp64, u2_64))
-        ev = np.linalg.eigvalsh(blocks)
-        row.update(lambda_min_exact=float(ev.min()), lambda_max_exact=float(ev.max()),
-                   dead_head=bool(np.all(blocks == 0)), reference="exact")
-    else:
-        block = row["block_lanczos_valid"]
-        row.update(lambda_min_exact=float("nan"), lambda_max_exact=float("nan"), dead_head=bool(scale == 0.0),
-                   reference="block_lanczos" if block else "lanczos")
-    return _compare(row)
-
-
-def _compare(row: dict) -> dict:
-    """Errors of the power iteration against the reference: the exact blocks if computed, else the
-    blockwise Lanczos if its true residuals certify it, else the global Lanczos (valid only if certified)."""
-    ref = row["reference"]
-    exact = ref == "exact"
-    src = {"exact": "exact", "block_lanczos": "block_lanczos", "lanczos": "lanczos"}[ref]
-    lmin, lmax = row[f"lambda_min_{src}"], row[f"lambda_max_{src}"]
-    scale = max(abs(lmin), abs(lmax))
-    tol = 100 * row["n"] * row["d"] * np.finfo(np.float64).eps * max(scale, np.finfo(np.float64).tiny)
-    pmin, pmax = row["lambda_min_power"], row["lambda_max_power"]
-    row.update(
-        valid=bool((exact or ref == "block_lanczos" or row["lanczos_valid"]) and not row["dead_head"]),
-        lambda_min_ref=lmin, lambda_max_ref=lmax, sign_tol=tol,
-        rel_error_min_power=abs(pmin - lmin) / abs(lmin) if abs(lmin) > tol else float("nan"),
-        rel_error_max_power=abs(pmax - lmax) / abs(lmax) if abs(lmax) > tol else float("nan"),
-        sign_error_min=bool(abs(lmin) > tol and np.sign(pmin) != np.sign(lmin)),
-        sign_error_max=bool(abs(lmax) > tol and np.sign(pmax) != np.sign(lmax)),
-        underestimate_ratio=abs(lmin) / abs(pmin) if pmin != 0 else float("inf"),
-        lanczos_abs_error=(max(abs(row["lambda_min_lanczos"] - lmin), abs(row["lambda_max_lanczos"] - lmax))
-                           if exact else float("nan")),
-        block_lanczos_abs_error=(max(abs(row["lambda_min_block_lanczos"] - lmin),
-                                     abs(row["lambda_max_block_lanczos"] - lmax)) if exact else float("nan")))
-    return row
 
 
 def _steps_per_epoch(cfg, n_images: int) -> int:
@@ -185,11 +75,22 @@ def train_and_track(cfg, activation, init, images, seed, batch=None):
     checkpoints after the first (which compiles)."""
     batch, epochs, spe, n_track = _plan(cfg, len(images), batch)
     m = cfg.model
-    tc = paper_simsiam.trainer_config(activation=activation, batch_norm=False, lr=cfg.train.lr, batch_size=batch,
-                                      projector_scale=m.collapse_scale if init == "collapsed" else 1.0,
-                                      backbone=m.backbone, backbone_kwargs=m.backbone_kwargs, hidden=m.hidden,
-                                      out_dim=m.out_dim, pred_hidden=m.pred_hidden, epochs=epochs,
-                                      steps_per_epoch=spe, seed=seed, data=cfg.data)
+    tc = paper_simsiam.trainer_config(
+        activation=activation,
+        batch_norm=False,
+        lr=cfg.train.lr,
+        batch_size=batch,
+        projector_scale=m.collapse_scale if init == "collapsed" else 1.0,
+        backbone=m.backbone,
+        backbone_kwargs=m.backbone_kwargs,
+        hidden=m.hidden,
+        out_dim=m.out_dim,
+        pred_hidden=m.pred_hidden,
+        epochs=epochs,
+        steps_per_epoch=spe,
+        seed=seed,
+        data=cfg.data,
+    )
     if init not in ("normal", "collapsed"):
         raise ValueError(f"`runs`: init must be 'normal' or 'collapsed'; got {init!r}.")
     run = paper_simsiam.build(tc, images.shape[1:])
@@ -202,23 +103,36 @@ def train_and_track(cfg, activation, init, images, seed, batch=None):
         if not coupling:
             first_view_loss = head_functions(run.projector, run.predictor)[0]
             z1, z2 = run.features(st, b["images"])
-            hp = _cast({k: st["params"][k] for k in ("projector", "predictor")}, jnp.float64)
+            hp = cast_tree({k: st["params"][k] for k in ("projector", "predictor")}, jnp.float64)
             u2, _ = run.projector.apply({"params": hp["projector"]}, jnp.asarray(z2, jnp.float64))
-            coupling.append(curvature.block_coupling(first_view_loss, jnp.asarray(z1, jnp.float64), hp, u2,
-                                                     key=k_track))
+            coupling.append(
+                curvature.block_coupling(first_view_loss, jnp.asarray(z1, jnp.float64), args=(hp, u2), key=k_track)
+            )
         t0 = time.perf_counter()
         row = checkpoint(run, cfg, st, b, jax.random.fold_in(k_track, ep * 1000 + i))
         ck_times.append(time.perf_counter() - t0)
         row.update({"activation": activation, "init": init, "seed": seed, "epoch": ep, "batch": i})
         rows.append(row)
 
-    rec = paper_simsiam.train_run(run, tc, before_step=before_step, label=f"{init}_{activation}",
-                                  dry_examples=cfg.dry.examples if cfg.dry_run else 0)
+    rec = paper_simsiam.train_run(
+        run,
+        tc,
+        before_step=before_step,
+        label=f"{init}_{activation}",
+        dry_examples=cfg.dry.examples if cfg.dry_run else 0,
+    )
     if rec["diverged_at_step"] is not None:
-        raise FloatingPointError(f"hessian_tracker run {init}/{activation}: non-finite SimSiam loss at step "
-                                 f"{rec['diverged_at_step']} (lr {cfg.train.lr}).")
-    training = {"activation": activation, "init": init, "seed": seed, "epochs": rec["epochs"],
-                "block_coupling": coupling[0] if coupling else float("nan")}
+        raise FloatingPointError(
+            f"hessian_tracker run {init}/{activation}: non-finite SimSiam loss at step "
+            f"{rec['diverged_at_step']} (lr {cfg.train.lr})."
+        )
+    training = {
+        "activation": activation,
+        "init": init,
+        "seed": seed,
+        "epochs": rec["epochs"],
+        "block_coupling": coupling[0] if coupling else float("nan"),
+    }
     ck_time = float(np.median(ck_times[1:])) if len(ck_times) > 1 else float("nan")
     return rows, training, rec["step_time_s"], ck_time
 
@@ -232,7 +146,8 @@ def summary(rows) -> dict:
     frac = (lambda key: sum(bool(key(r)) for r in valid) / len(valid)) if valid else (lambda key: float("nan"))
     med = lambda a: float(np.median(a)) if len(a) else float("nan")
     return {
-        "checkpoints": len(rows), "valid_checkpoints": len(valid),
+        "checkpoints": len(rows),
+        "valid_checkpoints": len(valid),
         "dead_head_checkpoints": sum(r["dead_head"] for r in rows),
         "median_rel_error_lambda_min_power": med(rel),
         "max_rel_error_lambda_min_power": float(np.max(rel)) if rel.size else float("nan"),
@@ -242,7 +157,9 @@ def summary(rows) -> dict:
         "median_underestimate_ratio": med(ratios),
         "negative_lambda_min_fraction": frac(lambda r: r["lambda_min_ref"] < -r["sign_tol"]),
         "max_lanczos_abs_error_vs_exact": _nanmax([r["lanczos_abs_error"] for r in valid]),
-        "max_block_lanczos_abs_error_vs_exact": _nanmax([r.get("block_lanczos_abs_error", float("nan")) for r in valid]),
+        "max_block_lanczos_abs_error_vs_exact": _nanmax(
+            [r.get("block_lanczos_abs_error", float("nan")) for r in valid]
+        ),
     }
 
 
@@ -260,8 +177,9 @@ def measure(config) -> dict:
     (every run takes the same code path: no-BN heads, one activation function each); its rows are those
     of the smaller batch and :func:`_projection` times both."""
     common.require_x64(NAME)
-    images, _ = paper_simsiam.load_images(config.data, seed=config.seed, dry_run=config.dry_run,
-                                          dry_examples=config.dry.examples)
+    images, _ = paper_simsiam.load_images(
+        config.data, seed=config.seed, dry_run=config.dry_run, dry_examples=config.dry.examples
+    )
     if config.dry_run:
         batches = paper_simsiam.dry_batches(config)
         act, init = config.runs[0]
@@ -269,8 +187,11 @@ def measure(config) -> dict:
         out = _measurements(config, [timed[0]], config.runs[:1])
         out["dry_run"] = _projection(config, len(images), batches, timed)
         return out
-    return _measurements(config, [train_and_track(config, act, init, images, config.seed + i)
-                                  for i, (act, init) in enumerate(config.runs)], config.runs)
+    return _measurements(
+        config,
+        [train_and_track(config, act, init, images, config.seed + i) for i, (act, init) in enumerate(config.runs)],
+        config.runs,
+    )
 
 
 def _measurements(config, results, runs) -> dict:
@@ -279,10 +200,17 @@ def _measurements(config, results, runs) -> dict:
     for (act, init), (r, t, _, _) in zip(runs, results):
         rows += r
         training.append(t)
-        spear[f"spearman_{init}_{act}"] = metrics.spearman(t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:])
-    return {"summary": summary(rows), "spearman": spear, "rows": rows, "training": training,
-            "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training])),
-            "paper": dict(PAPER_SPEARMAN)}
+        spear[f"spearman_{init}_{act}"] = metrics.spearman(
+            t["epochs"]["std_backbone"][e0:], t["epochs"]["cond_backbone"][e0:]
+        )
+    return {
+        "summary": summary(rows),
+        "spearman": spear,
+        "rows": rows,
+        "training": training,
+        "max_block_coupling": float(np.nanmax([t["block_coupling"] for t in training])),
+        "paper": dict(PAPER_SPEARMAN),
+    }
 
 
 def _projection(config, n_images, batches, timed) -> dict:
@@ -307,28 +235,54 @@ def _projection(config, n_images, batches, timed) -> dict:
     steps, checkpoints = runs * epochs * spe, runs * epochs * min(config.analysis.tracker_batches, spe)
     training = projection.power_law_projection([[b, r[2]] for b, r in zip(batches, timed)], full, steps)
     analysis = projection.power_law_projection([[b, r[3]] for b, r in zip(batches, timed)], full, checkpoints)
-    return projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
-                                     scaled="batch", batch_full=full, batches=list(batches), runs_run=1,
-                                     runs_full=runs, steps_full=steps, checkpoints_full=checkpoints,
-                                     steps_run=int(config.dry.steps))
+    return projection.dry_run_record(
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        scaled="batch",
+        batch_full=full,
+        batches=list(batches),
+        runs_run=1,
+        runs_full=runs,
+        steps_full=steps,
+        checkpoints_full=checkpoints,
+        steps_run=int(config.dry.steps),
+    )
 
 
 def decide(measurements, config) -> dict:
     """``tracker-power-iteration`` on the valid checkpoints (the registry's rule and thresholds)."""
     s, t = measurements["summary"], THRESHOLDS
-    deciding = {k: s[k] for k in ("valid_checkpoints", "checkpoints", "median_rel_error_lambda_min_power",
-                                  "sign_error_lambda_min_fraction")}
-    deciding.update(min_valid_checkpoints=t["min_valid_checkpoints"], rel_error=t["rel_error"],
-                    sign_error=t["sign_error"])
+    deciding = {
+        k: s[k]
+        for k in (
+            "valid_checkpoints",
+            "checkpoints",
+            "median_rel_error_lambda_min_power",
+            "sign_error_lambda_min_fraction",
+        )
+    }
+    deciding.update(
+        min_valid_checkpoints=t["min_valid_checkpoints"], rel_error=t["rel_error"], sign_error=t["sign_error"]
+    )
     if s["valid_checkpoints"] < t["min_valid_checkpoints"]:
         verdict, reason = "inconclusive", f"{s['valid_checkpoints']} valid checkpoints < {t['min_valid_checkpoints']}"
-    elif s["median_rel_error_lambda_min_power"] <= t["rel_error"] and s["sign_error_lambda_min_fraction"] <= t["sign_error"]:
+    elif (
+        s["median_rel_error_lambda_min_power"] <= t["rel_error"]
+        and s["sign_error_lambda_min_fraction"] <= t["sign_error"]
+    ):
         verdict, reason = "supported", "the power iteration agrees with the reference within both thresholds"
     else:
-        verdict, reason = "not supported", (
-            f"median relative error of lambda_min {s['median_rel_error_lambda_min_power']:.3g} (threshold "
-            f"{t['rel_error']}), wrong-sign lambda_min fraction {s['sign_error_lambda_min_fraction']:.3g} (threshold "
-            f"{t['sign_error']})")
+        verdict, reason = (
+            "not supported",
+            (
+                f"median relative error of lambda_min {s['median_rel_error_lambda_min_power']:.3g} (threshold "
+                f"{t['rel_error']}), wrong-sign lambda_min fraction {s['sign_error_lambda_min_fraction']:.3g} (threshold "
+                f"{t['sign_error']})"
+            ),
+        )
     headline = {**s, "max_block_coupling": measurements["max_block_coupling"], **measurements["spearman"]}
-    return {"claims": [{"id": CLAIMS[0], "verdict": verdict, "deciding": deciding, "reason": reason}],
-            "headline": headline}
+    return {
+        "claims": [{"id": CLAIMS[0], "verdict": verdict, "deciding": deciding, "reason": reason}],
+        "headline": headline,
+    }

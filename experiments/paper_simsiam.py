@@ -22,9 +22,10 @@ from ``fold_in(state.rng, state.step)``; :func:`views` redraws them identically)
   to the trainer's actual ``|Delta theta| / |theta|`` per group.
 
 The tracked step is the trainer's step plus one forward pass of backbone and projector on the two
-views (the trainer's step returns no head outputs). :class:`EpochMeans`, a hook of the run loop,
-averages the numbers per epoch without a host sync per step.
+views (the trainer's step returns no head outputs). :class:`EpochMeans`, a hook of the run loop
+(:mod:`experiments.paper_simsiam_hooks`), averages the numbers per epoch without a host sync per step.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,23 +42,49 @@ import optax
 
 from experiments import projection
 from experiments.configs import simsiam_cifar10
+from experiments.paper_simsiam_hooks import OBSERVED as OBSERVED
+from experiments.paper_simsiam_hooks import BeforeStep
+from experiments.paper_simsiam_hooks import Diverged as Diverged
+from experiments.paper_simsiam_hooks import EpochMeans as EpochMeans
 from ssl_geometry import data as _data
 from ssl_geometry import metrics as _metrics
 from ssl_geometry import trainer as _trainer
 
-__all__ = ["trainer_config", "build", "views", "train_run", "load_images", "paper_condition_number", "Run",
-           "EpochMeans", "Diverged", "OBSERVED", "dry_batches"]
+__all__ = [
+    "trainer_config",
+    "build",
+    "views",
+    "train_run",
+    "load_images",
+    "paper_condition_number",
+    "Run",
+    "EpochMeans",
+    "Diverged",
+    "OBSERVED",
+    "dry_batches",
+]
 
 #: The authors' floor on the smallest covariance eigenvalue (``torch.clamp(eigenvalues[0], min=1e-7)``).
 PAPER_EIG_FLOOR = 1e-7
-#: The tracked numbers the ``observe`` hook of :func:`build` adds to the trainer's metrics.
-OBSERVED = ("std_head", "cond_head", "std_backbone", "cond_backbone", "rel_update_projector", "rel_update_backbone")
 
 
-def trainer_config(*, activation: str, batch_norm: bool, lr: float, batch_size: int, projector_scale: float,
-                   backbone: str = "resnet18_cifar", backbone_kwargs=None, hidden: int = 2048, out_dim: int = 2048,
-                   pred_hidden: int = 512, epochs: int = 1, steps_per_epoch: int = 1, seed: int = 0,
-                   data=None) -> ml_collections.ConfigDict:
+def trainer_config(
+    *,
+    activation: str,
+    batch_norm: bool,
+    lr: float,
+    batch_size: int,
+    projector_scale: float,
+    backbone: str = "resnet18_cifar",
+    backbone_kwargs=None,
+    hidden: int = 2048,
+    out_dim: int = 2048,
+    pred_hidden: int = 512,
+    epochs: int = 1,
+    steps_per_epoch: int = 1,
+    seed: int = 0,
+    data=None,
+) -> ml_collections.ConfigDict:
     """The trainer config of one run: ``simsiam_cifar10.get_config(activation)`` with these fields set.
 
     ``batch_norm`` switches BatchNorm on every layer of projector and predictor (the authors'
@@ -72,17 +99,33 @@ def trainer_config(*, activation: str, batch_norm: bool, lr: float, batch_size: 
     c.seed = int(seed)
     c.model.backbone = backbone
     c.model.backbone_kwargs = dict(backbone_kwargs or {})
-    c.model.projector.update({"hidden": (hidden,), "out_dim": out_dim, "batch_norm": bn, "final_batch_norm": bn,
-                              "scale": float(projector_scale)})
+    c.model.projector.update(
+        {
+            "hidden": (hidden,),
+            "out_dim": out_dim,
+            "batch_norm": bn,
+            "final_batch_norm": bn,
+            "scale": float(projector_scale),
+        }
+    )
     c.model.predictor.update({"hidden": (pred_hidden,), "out_dim": out_dim, "batch_norm": bn, "final_batch_norm": bn})
     c.optimizer.lr = float(lr)
     c.data.batch_size = int(batch_size)
     if data is not None:
-        c.data.update({"name": data.name, "image_size": data.image_size, "data_dir": data.data_dir,
-                       "num_train": data.num_train})
+        c.data.update(
+            {"name": data.name, "image_size": data.image_size, "data_dir": data.data_dir, "num_train": data.num_train}
+        )
     steps = int(epochs) * int(steps_per_epoch)
-    c.train.update({"steps": steps, "log_every": int(steps_per_epoch), "metrics_every": 0, "checkpoint_every": steps,
-                    "keep_checkpoints": 1, "progress": False})
+    c.train.update(
+        {
+            "steps": steps,
+            "log_every": int(steps_per_epoch),
+            "metrics_every": 0,
+            "checkpoint_every": steps,
+            "keep_checkpoints": 1,
+            "progress": False,
+        }
+    )
     with c.unlocked():
         c.eval.final_probes = False
     return c
@@ -97,8 +140,8 @@ class Run(NamedTuple):
     predictor: object
     augment: Callable
     tx: object
-    observe: Callable       # traced into the trainer's step: (state, batch, new_state) -> {name in OBSERVED: scalar}
-    features: Callable      # jitted: (state, images) -> (z1, z2) backbone features of the step's views
+    observe: Callable  # traced into the trainer's step: (state, batch, new_state) -> {name in OBSERVED: scalar}
+    features: Callable  # jitted: (state, images) -> (z1, z2) backbone features of the step's views
     lr: float
 
 
@@ -127,6 +170,7 @@ def _build(key: str, image_shape):
         def run(model, name, inp):
             y, _ = model.apply({"params": params[name], **obj_state[name]}, inp, train=True)
             return y
+
         z = run(backbone, "backbone", x)
         u = run(projector, "projector", z)
         return z, u
@@ -194,8 +238,11 @@ def paper_condition_number(zn):
 
 def _trace(opt_state):
     """The momentum buffer (``optax.TraceState.trace``, a params-shaped tree) inside the trainer's optimiser state."""
-    found = [x for x in jax.tree_util.tree_leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.TraceState))
-             if isinstance(x, optax.TraceState)]
+    found = [
+        x
+        for x in jax.tree_util.tree_leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.TraceState))
+        if isinstance(x, optax.TraceState)
+    ]
     if len(found) != 1:
         raise ValueError(f"expected one SGD momentum buffer in the optimiser state; found {len(found)}.")
     return found[0].trace
@@ -225,8 +272,11 @@ def load_images(data_cfg, *, seed: int, dry_run: bool, dry_examples: int):
     ``tfds.testing.mock_data`` (random images of the data set's real shape, ``dry_examples`` of them),
     so the paper's path runs without the data.
     """
-    kw = {"image_size": data_cfg.image_size or None, "data_dir": data_cfg.data_dir or None,
-          "num_examples": data_cfg.num_train or None}
+    kw = {
+        "image_size": data_cfg.image_size or None,
+        "data_dir": data_cfg.data_dir or None,
+        "num_examples": data_cfg.num_train or None,
+    }
     with _mock(data_cfg.name, dry_examples if dry_run else 0):
         ds = _data.load(data_cfg.name, "train", seed=seed, **kw)
     return np.asarray(ds.images), np.asarray(ds.labels, np.int32)
@@ -240,72 +290,24 @@ def dry_batches(cfg) -> list[int]:
       ValueError: when they are fewer than two distinct sizes, or one exceeds ``dry.examples`` (the mock
         images a dry run trains on), naming the field.
     """
-    sizes = sorted({int(b) for b in cfg.dry.batch_sizes}) if cfg.dry.batch_sizes else \
-        projection.reduced_sizes(cfg.train.batch_size)
+    sizes = (
+        sorted({int(b) for b in cfg.dry.batch_sizes})
+        if cfg.dry.batch_sizes
+        else projection.reduced_sizes(cfg.train.batch_size)
+    )
     if len(sizes) < 2 or sizes[0] < 2:
-        raise ValueError(f"`dry.batch_sizes` must hold at least two distinct batches >= 2 (two sizes to fit an "
-                         f"exponent); got {list(cfg.dry.batch_sizes)}.")
+        raise ValueError(
+            f"`dry.batch_sizes` must hold at least two distinct batches >= 2 (two sizes to fit an "
+            f"exponent); got {list(cfg.dry.batch_sizes)}."
+        )
     if sizes[-1] > cfg.dry.examples:
         raise ValueError(f"`dry.examples` = {cfg.dry.examples} is fewer than the dry run's largest batch {sizes[-1]}.")
     return sizes
 
 
-class Diverged(FloatingPointError):
-    """A run's loss became non-finite; ``step`` is the first non-finite update (0-based)."""
-
-    def __init__(self, step: int):
-        super().__init__(f"non-finite SimSiam loss at update {step}")
-        self.step = step
-
-
-class EpochMeans:
-    """Run-loop hook (``after_step``): per-epoch means of every update's tracked numbers.
-
-    Each update's ``loss``, the trainer's ``rel_update/backbone`` and ``rel_update/head`` (kept as
-    ``rel_update_trainer_backbone`` / ``rel_update_trainer_head``) and the ``names`` of the ``observe``
-    hook stay on the device until the end of each epoch of ``steps_per_epoch`` updates (no host sync
-    per step, so the next batch is prepared while the device works); then ``series[name]`` gains the
-    epoch's float64 mean. A non-finite loss ends the run at the end of its epoch: ``diverged_at_step``
-    names the first non-finite update and :class:`Diverged` is raised, so the series hold only the
-    epochs completed before it -- never NaN-filled series.
-    """
-
-    def __init__(self, steps_per_epoch: int, names=OBSERVED):
-        self.steps_per_epoch, self.names = int(steps_per_epoch), tuple(names)
-        self.series: dict[str, list] = {}
-        self.diverged_at_step = None
-        self._epoch: list[dict] = []
-
-    def after_step(self, step, state, metrics) -> None:
-        del state
-        self._epoch.append({"loss": metrics["loss"], "rel_update_trainer_backbone": metrics["rel_update/backbone"],
-                            "rel_update_trainer_head": metrics["rel_update/head"],
-                            **{k: metrics[k] for k in self.names}})
-        if int(step) % self.steps_per_epoch:
-            return
-        first, per = int(step) - len(self._epoch), self._epoch
-        self._epoch = []
-        per = {k: np.asarray(v, np.float64) for k, v in jax.device_get(
-            {k: jnp.stack([r[k] for r in per]) for k in per[0]}).items()}
-        if not np.all(np.isfinite(per["loss"])):
-            self.diverged_at_step = first + int(np.argmin(np.isfinite(per["loss"])))
-            raise Diverged(self.diverged_at_step)
-        for k, v in per.items():
-            self.series.setdefault(k, []).append(float(np.mean(v)))
-
-
-class _BeforeStep:
-    """Run-loop hook calling ``fn(epoch, i, state, batch)`` before update ``i`` of each epoch."""
-
-    def __init__(self, fn: Callable, steps_per_epoch: int):
-        self.fn, self.steps_per_epoch = fn, int(steps_per_epoch)
-
-    def before_step(self, step, state, batch) -> None:
-        self.fn(*divmod(int(step), self.steps_per_epoch), state, batch)
-
-
-def train_run(run: Run, tc, *, before_step: Callable | None = None, label: str = "", dry_examples: int = 0,
-              workdir=None) -> dict:
+def train_run(
+    run: Run, tc, *, before_step: Callable | None = None, label: str = "", dry_examples: int = 0, workdir=None
+) -> dict:
     """Train trainer config ``tc`` (:func:`trainer_config`) with :func:`ssl_geometry.trainer.train`, its step
     observed by ``run.observe``; return per-epoch means of the tracked numbers (:class:`EpochMeans`).
 
@@ -321,7 +323,7 @@ def train_run(run: Run, tc, *, before_step: Callable | None = None, label: str =
     """
     spe = int(tc.train.log_every)
     means = EpochMeans(spe)
-    hooks = [means] + ([_BeforeStep(before_step, spe)] if before_step is not None else [])
+    hooks = [means] + ([BeforeStep(before_step, spe)] if before_step is not None else [])
     out = None
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -331,6 +333,10 @@ def train_run(run: Run, tc, *, before_step: Callable | None = None, label: str =
             out = _trainer.train(tc, workdir, verbose=False, observe=run.observe, hooks=hooks)
         except Diverged:
             pass
-    return {"epochs": means.series, "diverged_at_step": means.diverged_at_step, "label": label,
-            "state": None if out is None else out["state"],
-            "step_time_s": float("nan") if out is None else out["step_time_s"]}
+    return {
+        "epochs": means.series,
+        "diverged_at_step": means.diverged_at_step,
+        "label": label,
+        "state": None if out is None else out["state"],
+        "step_time_s": float("nan") if out is None else out["step_time_s"],
+    }

@@ -19,7 +19,8 @@ directory -- one :class:`Entry` per stored ``results.json`` -- and writes, for a
   numbers the rule read, marked stale where the rule or the code changed since), the registry rules it
   applied, then its module's ``report``.
 
-The site (``docs/hooks/site.py``) shows the report as one page per experiment: :func:`split_report` cuts the
+The site (``docs/hooks/site.py``) shows the report as one page per experiment: :func:`split_report`
+(:mod:`experiments.report_split`) cuts the
 text into the part above the first section (header, summary, claim-level table) and one :class:`Part` per section,
 named by the results directory its footer cites; REPORT.md itself stays one file.
 
@@ -28,12 +29,12 @@ README.md's "What the suite finds" table is the claim-level table without the st
 :func:`~experiments.report_claims.update_readme`). Every table cell goes through
 :func:`experiments.common.table_cell`, so every table renders on GitHub and in mkdocs.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import os
 import pathlib
-import re
 from typing import NamedTuple
 
 from experiments import claims as _claims
@@ -55,6 +56,8 @@ from experiments.report_claims import README_TABLE_HEADING as README_TABLE_HEADI
 from experiments.report_claims import claim_label as claim_label
 from experiments.report_claims import readme_excerpt as readme_excerpt
 from experiments.report_claims import update_readme as update_readme
+from experiments.report_split import Part as Part
+from experiments.report_split import split_report as split_report
 
 #: How many of a record's deciding numbers the record table shows (all are in results.json).
 MAX_DECIDING = 6
@@ -101,8 +104,13 @@ def verdict_cell(rec: dict, current_code: str | None = None) -> str:
 
 def verdict_line(res: dict) -> str:
     """``id[subject]: verdict (scale)`` of every claim record of one results file."""
-    return "; ".join(f"{r['id']}{'[' + r['subject'] + ']' if r.get('subject') else ''}: {_claims.label(r)}"
-                     for r in res.get("claims", [])) or "no claim records (pre-registry results: rerun)"
+    return (
+        "; ".join(
+            f"{r['id']}{'[' + r['subject'] + ']' if r.get('subject') else ''}: {_claims.label(r)}"
+            for r in res.get("claims", [])
+        )
+        or "no claim records (pre-registry results: rerun)"
+    )
 
 
 def _paper_cell(rec: dict, paper: dict) -> str:
@@ -114,11 +122,24 @@ def _paper_cell(rec: dict, paper: dict) -> str:
 def record_table(e: Entry, current_code: str | None = None) -> str:
     """One section's records: claim, subject, verdict (marked when stale), the rule's reason, the numbers it read
     and the paper's."""
-    lines = [table_row(["claim", "subject", "verdict", "reason", "deciding numbers (ours)", "paper"]), "|---|---|---|---|---|---|"]
+    lines = [
+        table_row(["claim", "subject", "verdict", "reason", "deciding numbers (ours)", "paper"]),
+        "|---|---|---|---|---|---|",
+    ]
     for rec in e.results.get("claims") or []:
-        lines.append(table_row(_cell(c) for c in (
-            f"`{rec['id']}`", rec.get("subject") or "-", verdict_cell(rec, current_code), as_maths(rec.get("reason") or "-"),
-            _numbers(rec.get("deciding", {}), MAX_DECIDING), _paper_cell(rec, e.results.get("paper", {})))))
+        lines.append(
+            table_row(
+                _cell(c)
+                for c in (
+                    f"`{rec['id']}`",
+                    rec.get("subject") or "-",
+                    verdict_cell(rec, current_code),
+                    as_maths(rec.get("reason") or "-"),
+                    _numbers(rec.get("deciding", {}), MAX_DECIDING),
+                    _paper_cell(rec, e.results.get("paper", {})),
+                )
+            )
+        )
     return "\n".join(lines)
 
 
@@ -130,10 +151,25 @@ def provenance(entries: list[Entry]) -> str:
     if len(set(keys)) == 1:
         variant, seed, day = keys[0]
         return f"Every section below comes from variant `{variant}`, seed {seed}, run on {day}."
-    lines = ["**The sections below come from different runs** (variant, seed and date of each):", "",
-             "| section | variant | seed | scale | finished (UTC) |", "|---|---|---|---|---|"]
-    lines += [table_row(_cell(c) for c in (e.label, f"`{e.results.get('variant')}`", result_seed(e.results),
-                                      e.results.get("scale", "-"), result_date(e.results))) for e in entries]
+    lines = [
+        "**The sections below come from different runs** (variant, seed and date of each):",
+        "",
+        "| section | variant | seed | scale | finished (UTC) |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        table_row(
+            _cell(c)
+            for c in (
+                e.label,
+                f"`{e.results.get('variant')}`",
+                result_seed(e.results),
+                e.results.get("scale", "-"),
+                result_date(e.results),
+            )
+        )
+        for e in entries
+    ]
     return "\n".join(lines)
 
 
@@ -143,10 +179,14 @@ def _part_text(name: str, v: dict) -> str:
     if "exponent" not in v:
         spread = "-".join(_fmt(x / 3600) for x in v["spread_s"])
         comp = f", compilation {_fmt(sum(v['compile_s']))} s" if v.get("compile_s") else ""
-        return (f"{name}: {_fmt(v['projected_s'] / 3600)} h (spread {spread} h), {v['method']}, "
-                f"{int(v['count'])} units{comp}, {_projection.points_text(v)}")
-    return (f"{name}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, {_projection.points_text(v)}, "
-            f"full {_fmt(v['full_size'])}")
+        return (
+            f"{name}: {_fmt(v['projected_s'] / 3600)} h (spread {spread} h), {v['method']}, "
+            f"{int(v['count'])} units{comp}, {_projection.points_text(v)}"
+        )
+    return (
+        f"{name}: {_fmt(v['projected_s'] / 3600)} h, p = {_fmt(v['exponent'])}, {_projection.points_text(v)}, "
+        f"full {_fmt(v['full_size'])}"
+    )
 
 
 def _projected_part(d: dict, name: str) -> str:
@@ -168,14 +208,19 @@ def dry_run_table(entries: list[Entry], skipped: dict | None = None) -> str:
     :func:`experiments.projection.power_law_projection`), each part is shown with its fitted exponent and
     measured points; otherwise ``-``.
     """
-    lines = ["| experiment | status | step time (s) | projected full run | training | analysis | device | "
-             "dry-run wall time (s) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment | status | step time (s) | projected full run | training | analysis | device | "
+        "dry-run wall time (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for e in entries:
         d = e.results.get("measurements", {}).get("dry_run", {})
         proj = d.get("projected_wall_time_s", float("nan"))
-        lines.append(f"| {_cell(e.label)} | ran | {_fmt(d.get('step_time_s', float('nan')))} | {_fmt(proj / 3600)} h | "
-                     f"{_cell(_projected_part(d, 'training'))} | {_cell(_projected_part(d, 'analysis'))} | "
-                     f"{_cell(d.get('device', '-'))} | {_fmt(e.results.get('wall_time_s', float('nan')))} |")
+        lines.append(
+            f"| {_cell(e.label)} | ran | {_fmt(d.get('step_time_s', float('nan')))} | {_fmt(proj / 3600)} h | "
+            f"{_cell(_projected_part(d, 'training'))} | {_cell(_projected_part(d, 'analysis'))} | "
+            f"{_cell(d.get('device', '-'))} | {_fmt(e.results.get('wall_time_s', float('nan')))} |"
+        )
     for name, why in (skipped or {}).items():
         lines.append(f"| {_cell(name)} | {_cell(why)} | - | - | - | - | - | - |")
     return "\n".join(lines)
@@ -192,8 +237,11 @@ def _records_and_rules(e: Entry, current_code: str | None) -> str:
     recs = res.get("claims", [])
     if not recs:
         return f"*Verdict:* **{res.get('verdict', '-')}** (pre-registry results: rerun)"
-    lines = ["*Records* (one per claim and subject; the claim-level verdicts are at the top):", "",
-             record_table(e, current_code)]
+    lines = [
+        "*Records* (one per claim and subject; the claim-level verdicts are at the top):",
+        "",
+        record_table(e, current_code),
+    ]
     ids = [cid for cid in dict.fromkeys(r["id"] for r in recs) if cid in _claims.CLAIMS]
     lines += ["", "*Rules* (`experiments/claims/`):", ""]
     lines += [f"- `{cid}`: {as_maths(_claims.rule_text(cid))}" for cid in ids]
@@ -204,8 +252,14 @@ def _code_line(res: dict, current_code: str | None) -> str:
     """Which code made the section: commit (and whether the hashed files were clean), code digest, and whether it
     is the current code's."""
     commit, clean = res.get("commit"), res.get("clean")
-    tree = "commit not recorded" if "commit" not in res else "no git" if commit is None else f"commit {commit[:10]}" + (
-        "" if clean is None else " (clean)" if clean else " (with uncommitted changes to its code)")
+    tree = (
+        "commit not recorded"
+        if "commit" not in res
+        else "no git"
+        if commit is None
+        else f"commit {commit[:10]}"
+        + ("" if clean is None else " (clean)" if clean else " (with uncommitted changes to its code)")
+    )
     stored = res.get("code_digest")
     if stored is None:
         state = "no code digest (stale: rerun)"
@@ -223,51 +277,17 @@ def section(e: Entry, report_path: pathlib.Path, dry_run: bool, current_code: st
     try:
         body = e.module.report(res, rel)
     except Exception as err:  # stored by an older version of the experiment: say which file, and what to do
-        raise RuntimeError(f"{e.out_dir}/results.json: {e.name}'s report cannot read these stored results "
-                           f"({type(err).__name__}: {err}); rerun {e.name}") from err
+        raise RuntimeError(
+            f"{e.out_dir}/results.json: {e.name}'s report cannot read these stored results "
+            f"({type(err).__name__}: {err}); rerun {e.name}"
+        ) from err
     return (
         f"## {e.label}{' (DRY RUN)' if dry_run else ''}\n\n*Claim.* {as_maths(e.module.CLAIM)}\n\n"
         f"{_records_and_rules(e, current_code)}\n\n{body}\n\n"
         f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), seed {result_seed(res)}, finished "
         f"{result_date(res)}, wall time {res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax "
-        f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; results: `{rel}/results.json`</sub>\n")
-
-
-class Part(NamedTuple):
-    """One experiment section of a report: its results directory's name, its heading, and its text below the heading."""
-
-    name: str
-    title: str
-    text: str
-
-
-_SECTION_HEADING = re.compile(r"^## (.+?)\s*$")
-_RESULTS_CITED = re.compile(r"results: `(?:[^`]*/)?([^`/]+)/results\.json`</sub>")
-
-
-def split_report(text: str) -> tuple[str, list[Part]]:
-    """``(head, parts)`` of a report written by :func:`render`: ``head`` is everything above the first experiment
-    section (the header, the summary and the claim-level table with its statements); each :class:`Part` is one
-    section: every ``## `` heading after :data:`REPORT_TABLE_HEADING` starts one, and it is named by the results
-    directory its footer cites (``results: `results/<name>/results.json```, written by :func:`section`).
-    ``ValueError`` naming the section when a section cites no results file, or two cite the same one."""
-    lines = text.split("\n")
-    table = next((i for i, ln in enumerate(lines) if ln.strip() == REPORT_TABLE_HEADING), None)
-    if table is None:
-        raise ValueError(f"the report has no {REPORT_TABLE_HEADING!r} heading: not a report written by render()")
-    starts = [i for i in range(table + 1, len(lines)) if _SECTION_HEADING.match(lines[i])]
-    head = "\n".join(lines[:starts[0]] if starts else lines).rstrip() + "\n"
-    parts: list[Part] = []
-    for k, start in enumerate(starts):
-        title = _SECTION_HEADING.match(lines[start]).group(1)
-        body = "\n".join(lines[start + 1:starts[k + 1] if k + 1 < len(starts) else len(lines)]).strip("\n")
-        cited = _RESULTS_CITED.findall(body)
-        if not cited:
-            raise ValueError(f"report section {title!r} cites no results file (results: `.../<name>/results.json`)")
-        if cited[-1] in {p.name for p in parts}:
-            raise ValueError(f"report sections cite {cited[-1]}/results.json twice (the second: {title!r})")
-        parts.append(Part(cited[-1], title, body + "\n"))
-    return head, parts
+        f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; results: `{rel}/results.json`</sub>\n"
+    )
 
 
 VERDICT_WORDS = (
@@ -275,13 +295,21 @@ VERDICT_WORDS = (
     "(premises met, outcome contradicts the claim), *premise violated* (the setting does not meet the claim's "
     "premises, so it says nothing there; what happened is reported), *inconclusive* (the numbers do not decide it "
     "at this scale). Each verdict carries its scale: *toy* (the `tiny` variants), *smoke* (reduced models and data, "
-    "minutes on a CPU) or *paper* (the authors' settings); \"supported (smoke)\" is a smoke-scale verdict, never "
+    'minutes on a CPU) or *paper* (the authors\' settings); "supported (smoke)" is a smoke-scale verdict, never '
     "the paper's. Claims, rules and controls: `experiments/claims/`; their reading of the paper: "
-    "`docs/theory.md`.")
+    "`docs/theory.md`."
+)
 
 
-def render(entries: list[Entry], report_path: pathlib.Path, command: str, *, source: str, dry_run: bool = False,
-           skipped: dict | None = None) -> str:
+def render(
+    entries: list[Entry],
+    report_path: pathlib.Path,
+    command: str,
+    *,
+    source: str,
+    dry_run: bool = False,
+    skipped: dict | None = None,
+) -> str:
     """The report's text (see the module docstring); ``source`` names the directory the results were read from."""
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     codes = current_codes(entries)
@@ -295,17 +323,23 @@ def render(entries: list[Entry], report_path: pathlib.Path, command: str, *, sou
             "shows is that every paper path executes, and how long the full variant would take on this device: "
             "training and analysis each timed at two reduced sizes (compilation excluded), fitted as t = a n^p "
             "and projected to the paper's size (the exponent and both measured points are in the table).\n\n"
-            "## Projected wall time of each full paper variant\n\n" + dry_run_table(entries, skipped) + "\n\n"
-            + sections)
+            "## Projected wall time of each full paper variant\n\n"
+            + dry_run_table(entries, skipped)
+            + "\n\n"
+            + sections
+        )
     verdicts = claim_verdicts(entries, codes)
-    stale = [e.out_dir.name for e in entries
-             if any(stale_reason(r, codes.get(e.name)) for r in e.results.get("claims") or [])
-             or e.results.get("code_digest") is None or e.results.get("code_digest") != codes.get(e.name)]
+    stale = [
+        e.out_dir.name
+        for e in entries
+        if any(stale_reason(r, codes.get(e.name)) for r in e.results.get("claims") or [])
+        or e.results.get("code_digest") is None
+        or e.results.get("code_digest") != codes.get(e.name)
+    ]
     return (
         "# REPORT: the geometry of projection heads, checked by computation\n\n"
         f"Assembled by `{command}` on {date} from the stored results in `{source}/`; rerunning the command "
         "regenerates this file. " + provenance(entries) + "\n\n"
         "## Summary\n\n" + summary(verdicts, stale) + "\n\n" + VERDICT_WORDS + "\n\n"
-        f"{REPORT_TABLE_HEADING}\n\n{COMBINE_WORDS}\n\n" + claim_level_table(verdicts) + "\n\n" + sections)
-
-
+        f"{REPORT_TABLE_HEADING}\n\n{COMBINE_WORDS}\n\n" + claim_level_table(verdicts) + "\n\n" + sections
+    )

@@ -47,15 +47,14 @@ requested one and whose code digest is the current code's. Without a marker ever
 afresh, so the numbers come from the code being run. ``--resume`` reuses stored results even without a marker;
 ``--force`` never does.
 """
+
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
 import pathlib
 import sys
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -63,16 +62,19 @@ import jax
 
 from experiments import common, job, report_md, suite
 from experiments.benchmarks import harness
+from experiments.reproduce_cli import COMMITTED_OUT as COMMITTED_OUT
+from experiments.reproduce_cli import COMMITTED_REPORT as COMMITTED_REPORT
+from experiments.reproduce_cli import DEFAULT_VARIANT as DEFAULT_VARIANT
+from experiments.reproduce_cli import DRY_RUN_DIR as DRY_RUN_DIR
+from experiments.reproduce_cli import README as README
+from experiments.reproduce_cli import ROOT as ROOT
+from experiments.reproduce_cli import RUNS_DIR as RUNS_DIR
+from experiments.reproduce_cli import Refused as Refused
+from experiments.reproduce_cli import check_writable as _check_writable
+from experiments.reproduce_cli import parse
+from experiments.reproduce_cli import paths as _paths
+from experiments.reproduce_cli import shown as _shown
 
-#: The variant of the committed run.
-DEFAULT_VARIANT = "smoke"
-#: The repository whose code runs; the committed results and report are its ``results/`` and ``REPORT.md``.
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMMITTED_OUT, COMMITTED_REPORT = ROOT / "results", ROOT / "REPORT.md"
-#: README.md, whose "What the suite finds" table is rewritten with the committed REPORT.md.
-README = ROOT / "README.md"
-#: Where a partial or non-default run writes (``runs/<variant>``) and where a dry run does (``dry_run/<variant>``).
-RUNS_DIR, DRY_RUN_DIR = ROOT / "runs", ROOT / "dry_run"
 #: File that marks an unfinished run in the output directory (its presence means "resume").
 MARKER = ".reproduce_in_progress.json"
 #: The tracebacks of the experiments that failed in the last run on the output directory.
@@ -80,10 +82,6 @@ ERROR_LOG = ".reproduce_errors.log"
 #: A dry run's projection table with the benchmark harness's header, beside its DRY_RUN.md (BENCHMARKS.md includes
 #: the paper variants' one as ``docs/dry_run_paper.md``).
 PROJECTION = "PROJECTION.md"
-
-
-class Refused(Exception):
-    """Bad input or a refused run (exit status 2): the message names the argument or path and what to do."""
 
 
 def collect(out_root: pathlib.Path, names=None) -> list[report_md.Entry]:
@@ -100,12 +98,19 @@ def collect(out_root: pathlib.Path, names=None) -> list[report_md.Entry]:
     return entries
 
 
-def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: str, names=None,
-                    dry_run: bool = False, skipped: dict | None = None) -> str:
+def assemble_report(
+    out_root: pathlib.Path,
+    report_path: pathlib.Path,
+    command: str,
+    names=None,
+    dry_run: bool = False,
+    skipped: dict | None = None,
+) -> str:
     """Write ``report_path`` from the stored results under ``out_root`` (:func:`experiments.report_md.render`)."""
     out_root, report_path = pathlib.Path(out_root), pathlib.Path(report_path)
-    text = report_md.render(collect(out_root, names), report_path, command, source=_shown(out_root),
-                            dry_run=dry_run, skipped=skipped)
+    text = report_md.render(
+        collect(out_root, names), report_path, command, source=_shown(out_root), dry_run=dry_run, skipped=skipped
+    )
     report_path.write_text(text)
     if not dry_run and report_path.resolve() == COMMITTED_REPORT.resolve() and README.exists():
         readme = README.read_text()
@@ -115,139 +120,48 @@ def assemble_report(out_root: pathlib.Path, report_path: pathlib.Path, command: 
     return text
 
 
-def write_projection(out_root: pathlib.Path, command: str, names, skipped: dict, load_before: float,
-                     cpu_start: harness.CpuSample | None = None) -> str:
+def write_projection(
+    out_root: pathlib.Path,
+    command: str,
+    names,
+    skipped: dict,
+    load_before: float,
+    cpu_start: harness.CpuSample | None = None,
+) -> str:
     """``out_root/PROJECTION.md``: the dry run's projection table (:func:`experiments.report_md.dry_run_table`)
     under the benchmark harness's header -- the command, the 1-minute load average before and after the whole dry
     run, the share of the CPU other processes used during it (from ``cpu_start``) and the environment -- written
     whatever the load (a loaded machine is marked, not refused)."""
-    body = ("Each paper variant ran end to end with `config.dry_run = True`; its training and its analysis were each "
-            "timed at two reduced sizes (compilation excluded), fitted as t = a n^p and projected to the paper's "
-            "size and counts. The full dry-run report (every section) is DRY_RUN.md beside this file.\n\n"
-            + report_md.dry_run_table(collect(out_root, names), skipped))
-    return harness.write_table(pathlib.Path(out_root) / PROJECTION, "Projected wall time of the paper variants "
-                               "(dry runs)", body, command=command, load_before=load_before, cpu_start=cpu_start,
-                               force=True)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line naming the problem, exit status 2 (argparse prints the usage too)
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+    body = (
+        "Each paper variant ran end to end with `config.dry_run = True`; its training and its analysis were each "
+        "timed at two reduced sizes (compilation excluded), fitted as t = a n^p and projected to the paper's "
+        "size and counts. The full dry-run report (every section) is DRY_RUN.md beside this file.\n\n"
+        + report_md.dry_run_table(collect(out_root, names), skipped)
+    )
+    return harness.write_table(
+        pathlib.Path(out_root) / PROJECTION,
+        "Projected wall time of the paper variants (dry runs)",
+        body,
+        command=command,
+        load_before=load_before,
+        cpu_start=cpu_start,
+        force=True,
+    )
 
 
 def _parse(argv):
-    parser = _Parser(prog="python -m experiments.reproduce", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="output directory (default: results for the full default run, "
-                                                    "runs/<variant> for any other, dry_run/<variant> with --dry-run)")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {suite.NAMES}")
-    parser.add_argument("--variant", default=DEFAULT_VARIANT, type=suite.parse_variant, help="tiny, smoke, paper (with its "
-                        "sibling paper_* variants) or one sibling alone (paper_widths)")
-    parser.add_argument("--force", action="store_true", help="rerun every experiment, even when resuming; with "
-                                                             "--out results, let a partial run write results/")
-    parser.add_argument("--resume", action="store_true",
-                        help="reuse stored results with the same config even if no interrupted run is marked")
-    parser.add_argument("--seed", type=int, default=None, help="override every experiment's seed")
-    parser.add_argument("--data-dir", default=None, help="tfds data directory, set as data.data_dir in every config "
-                                                         "that has the field (the paper variants read CIFAR from it)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="run each experiment end to end with config.dry_run = True (the paper's models, mock "
-                             "or generated data, reduced batches, a few steps per training phase) and project the "
-                             "full variant's training and analysis apart, each from units timed at two reduced sizes")
-    parser.add_argument("--stale", action="store_true",
-                        help="rerun exactly the experiments whose stored results under --out are stale (code or rule "
-                             "digest differs from the current one, or no results), each at its stored variant and "
-                             "seed, then rewrite the report")
-    parser.add_argument("--report", default=None, help="where to write the report (default: REPORT.md for the full "
-                                                        "default run, DIR/REPORT.md otherwise, DIR/DRY_RUN.md with --dry-run)")
-    args = parser.parse_args(argv)
-    if args.seed is not None and args.seed < 0:
-        parser.error(f"--seed: expected an integer >= 0, got {args.seed}")
-    if args.data_dir is not None and not (args.data_dir and pathlib.Path(args.data_dir).is_dir()):
-        parser.error(f"--data-dir {args.data_dir!r}: not an existing directory; expected the tfds data directory "
-                     "(the one holding the prepared data sets)")
-    if args.stale:
-        clash = [flag for flag, on in (("--dry-run", args.dry_run), ("--seed", args.seed is not None),
-                                       ("--force", args.force), ("--resume", args.resume)) if on]
-        if clash:
-            parser.error(f"--stale cannot be combined with {', '.join(clash)}: it reruns each stale experiment afresh "
-                         "at its stored variant and seed")
-    if args.only is None:
-        return args, list(suite.NAMES)
-    names = list(dict.fromkeys(n.strip() for n in args.only.split(",") if n.strip()))  # each once, in order
-    if not names:
-        parser.error(f"--only: no experiment named; expected comma-separated names from {suite.NAMES}")
-    for n in names:
-        if n not in suite.NAMES:
-            parser.error(f"--only: unknown experiment {n!r}; expected names from {suite.NAMES}")
-    return args, names
-
-
-def _shown(path: pathlib.Path) -> str:
-    """``path`` as the user reads it: relative to the current directory where it lies below it."""
-    try:
-        return str(pathlib.Path(path).resolve().relative_to(pathlib.Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _is(path: pathlib.Path, target: pathlib.Path) -> bool:
-    """``path`` is ``target`` or lies below it (a directory inside ``results/`` writes the committed tree too)."""
-    path, target = pathlib.Path(path).resolve(), target.resolve()
-    return path == target or target in path.parents
-
-
-def _paths(args, names) -> tuple[pathlib.Path, pathlib.Path, bool]:
-    """``(output directory, report path, whether this is the committed run)`` or :class:`Refused`."""
-    if args.dry_run:
-        out_root = pathlib.Path(args.out) if args.out else DRY_RUN_DIR / args.variant
-        report_path = pathlib.Path(args.report) if args.report else out_root / "DRY_RUN.md"
-        if _is(out_root, COMMITTED_OUT) or _is(report_path, COMMITTED_REPORT):
-            raise Refused(f"--dry-run never writes {_shown(COMMITTED_OUT)}/ or {_shown(COMMITTED_REPORT)}; choose "
-                          "another --out/--report (or leave them out: dry_run/<variant>/)")
-        return out_root, report_path, False
-    if args.stale:  # rewrites only what is stale, in the committed tree by default (at the default variant)
-        out_root = pathlib.Path(args.out) if args.out else (
-            COMMITTED_OUT if args.variant == DEFAULT_VARIANT else RUNS_DIR / args.variant)
-        report_path = pathlib.Path(args.report) if args.report else (
-            COMMITTED_REPORT if out_root.resolve() == COMMITTED_OUT.resolve() else out_root / "REPORT.md")
-        if args.variant != DEFAULT_VARIANT and (_is(out_root, COMMITTED_OUT) or _is(report_path, COMMITTED_REPORT)):
-            raise Refused(f"--stale --variant {args.variant}: the committed results are variant {DEFAULT_VARIANT!r}; "
-                          f"choose another --out/--report for a {args.variant!r} run")
-        return out_root, report_path, _is(out_root, COMMITTED_OUT)
-    committed_run = set(names) == set(suite.NAMES) and args.variant == DEFAULT_VARIANT and args.seed is None
-    default_out = COMMITTED_OUT if committed_run else RUNS_DIR / args.variant
-    out_root = pathlib.Path(args.out) if args.out else default_out
-    report_path = pathlib.Path(args.report) if args.report else (
-        COMMITTED_REPORT if out_root.resolve() == COMMITTED_OUT.resolve() else out_root / "REPORT.md")
-    if not committed_run and not args.force:
-        for flag, path, target in (("--out", out_root, COMMITTED_OUT), ("--report", report_path, COMMITTED_REPORT)):
-            if _is(path, target):
-                raise Refused(f"{flag} {_shown(path)}: a partial (--only), non-default --variant or --seed run never "
-                              f"writes the committed results; leave {flag} out (it then writes "
-                              f"{_shown(RUNS_DIR / args.variant)}/), or add --force to write them all the same")
-    return out_root, report_path, committed_run
-
-
-def _check_writable(out_root: pathlib.Path, report_path: pathlib.Path) -> None:
-    """:class:`Refused` naming ``--out`` or ``--report`` unless files can be created there."""
-    for flag, directory in (("--out", out_root), ("--report", report_path.parent)):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=directory, prefix=".reproduce_write_check"):
-                pass
-        except OSError as err:
-            raise Refused(f"{flag} {_shown(directory if flag == '--out' else report_path)}: cannot write there "
-                          f"({err.strerror or err}); choose a writable path") from None
-    if report_path.is_dir() or (report_path.exists() and not os.access(report_path, os.W_OK)):
-        raise Refused(f"--report {_shown(report_path)}: is a directory or not writable; choose a file path")
+    """``(args, experiment names)`` of the command line (:func:`experiments.reproduce_cli.parse`)."""
+    return parse(argv, __doc__.split("\n")[0])
 
 
 def _dry_line(tag: str, res: dict) -> str:
     d = res.get("measurements", {}).get("dry_run")
     if not d:
         return f"[{tag}] dry run finished but reported no dry_run timing"
-    return (f"[{tag}] dry run: step {d.get('step_time_s', float('nan')):.3g} s; projected full variant "
-            f"{d.get('projected_wall_time_s', float('nan')) / 3600:.3g} h on {d.get('device')}")
+    return (
+        f"[{tag}] dry run: step {d.get('step_time_s', float('nan')):.3g} s; projected full variant "
+        f"{d.get('projected_wall_time_s', float('nan')) / 3600:.3g} h on {d.get('device')}"
+    )
 
 
 _one_line = job.one_line
@@ -262,15 +176,24 @@ def _run_all(args, jobs, skipped: dict, out_root: pathlib.Path, resuming: bool) 
     log.unlink(missing_ok=True)
     for name, why in skipped.items():
         tqdm.write(f"[{name}] {why}")
-    bar = tqdm(jobs, desc="reproduce" + (" --dry-run" if args.dry_run else " --stale" if args.stale else ""),
-               unit="run")
+    bar = tqdm(
+        jobs, desc="reproduce" + (" --dry-run" if args.dry_run else " --stale" if args.stale else ""), unit="run"
+    )
     for name, variant, seed in bar:
         tag = suite.run_dir(name, variant)
         bar.set_postfix_str(tag)
         bar.clear()  # the child's output starts on a line of its own
         try:
-            got = job.run(name, variant, out_root, force=not resuming, seed=seed, data_dir=args.data_dir,
-                          dry_run=args.dry_run, shown=_shown)
+            got = job.run(
+                name,
+                variant,
+                out_root,
+                force=not resuming,
+                seed=seed,
+                data_dir=args.data_dir,
+                dry_run=args.dry_run,
+                shown=_shown,
+            )
         except Exception as err:  # noqa: BLE001 - the child could not be started or read back: one line, go on
             got = job.Outcome("failed", _one_line(err), f"{type(err).__name__}: {err}", None)
         res = got.results or {}
@@ -305,8 +228,10 @@ def main(argv=None) -> int:
     if args.stale:
         jobs, skipped, stale = suite.stale_jobs(out_root, names, args.variant)
         if jobs:
-            print(f"--stale: rerunning {len(jobs)} experiment run(s) in {_shown(out_root)}/: "
-                  + "; ".join(f"{suite.run_dir(n, v)} (variant {v}, seed {s})" for n, v, s in jobs))
+            print(
+                f"--stale: rerunning {len(jobs)} experiment run(s) in {_shown(out_root)}/: "
+                + "; ".join(f"{suite.run_dir(n, v)} (variant {v}, seed {s})" for n, v, s in jobs)
+            )
             for s in stale:
                 print(f"  {s.run_dir}: {s.why}")
         else:
@@ -314,16 +239,28 @@ def main(argv=None) -> int:
     else:
         jobs, skipped = suite.jobs(names, args.variant, args.seed)
     if not committed_run and not args.dry_run and not args.stale:
-        print(f"a partial or non-default run: writing {_shown(out_root)}/ and {_shown(report_path)} (results/ and "
-              "REPORT.md are written by the full default run only, or with --out results --force)")
+        print(
+            f"a partial or non-default run: writing {_shown(out_root)}/ and {_shown(report_path)} (results/ and "
+            "REPORT.md are written by the full default run only, or with --out results --force)"
+        )
     jax.config.update("jax_enable_x64", True)  # exact checks; training code states float32 explicitly
     marker = out_root / MARKER
     resuming = (marker.exists() or args.resume) and not args.force and not args.stale
     if resuming and marker.exists():
         print(f"resuming the interrupted run recorded in {_shown(marker)}")
-    marker.write_text(json.dumps({"variant": args.variant, "only": names, "seed": args.seed,
-                                  "dry_run": args.dry_run, "data_dir": args.data_dir, "stale": args.stale,
-                                  "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
+    marker.write_text(
+        json.dumps(
+            {
+                "variant": args.variant,
+                "only": names,
+                "seed": args.seed,
+                "dry_run": args.dry_run,
+                "data_dir": args.data_dir,
+                "stale": args.stale,
+                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
+    )
     load_before, cpu_start = harness.load_average(), harness.cpu_sample()
     try:
         failures, skipped = _run_all(args, jobs, skipped, out_root, resuming)
@@ -332,20 +269,27 @@ def main(argv=None) -> int:
         return 130
     command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
     try:
-        assemble_report(out_root, report_path, command, names=names if args.dry_run else None,
-                        dry_run=args.dry_run, skipped=skipped)
+        assemble_report(
+            out_root, report_path, command, names=names if args.dry_run else None, dry_run=args.dry_run, skipped=skipped
+        )
         if args.dry_run:
             write_projection(out_root, command, names, skipped, load_before, cpu_start)
     except Exception as err:  # noqa: BLE001 - a report that cannot be assembled is a failed run, in one line
-        print(f"{prog}: error: the report {_shown(report_path)} could not be assembled from {_shown(out_root)}: "
-              f"{_one_line(err)}", file=sys.stderr)
+        print(
+            f"{prog}: error: the report {_shown(report_path)} could not be assembled from {_shown(out_root)}: "
+            f"{_one_line(err)}",
+            file=sys.stderr,
+        )
         return 1
     print(f"wrote {_shown(report_path)}")
     if skipped:
         print(f"{len(skipped)} experiment(s) skipped: {sorted(skipped)}", file=sys.stderr)
     if failures:  # the marker stays: the next run resumes and retries the failed experiments
-        print(f"{prog}: error: {len(failures)} experiment(s) failed: {sorted(failures)} (tracebacks in "
-              f"{_shown(out_root / ERROR_LOG)}; fix and rerun the same command to resume)", file=sys.stderr)
+        print(
+            f"{prog}: error: {len(failures)} experiment(s) failed: {sorted(failures)} (tracebacks in "
+            f"{_shown(out_root / ERROR_LOG)}; fix and rerun the same command to resume)",
+            file=sys.stderr,
+        )
         return 1
     marker.unlink()
     return 0

@@ -1,18 +1,16 @@
 """Head-stationary collapsed states: the head driven to stationarity at a collapsed batch, and rho there.
 
-The measurement behind the registry claim ``stationarity-forces-rho-zero`` (experiments/claims/),
-decided by experiment 3 (:mod:`experiments.collapse_hessians`) and experiment 7
-(:mod:`experiments.objectives`) with :func:`experiments.rules.decide_rho_zero`.
-
-At a collapsed state (both views at one point ``c``) of an objective whose samples are
-exchangeable, every residual row is the same ``r`` and the head's gradient is
-``n (dh(c)/dtheta)^T r``; when ``dh(c)/dtheta`` has full row rank, a stationary head forces
-``r = 0`` (:func:`ssl_geometry.geometry.identical_rows_finding` measures the bound). Here the head
-is *driven* to a stationary point of ``theta -> L(h_theta(z))`` (BFGS or L-BFGS on the flattened head
-parameters, the state's other arrays held fixed) and the residual is read there, beside the
-residual ``rho_ref`` of the same state with the head perturbed, and beside the extreme singular
-values of ``dh(c)/dtheta`` at the head reached (:func:`head_jacobian_singular_values`): the rule's
-premise that it has full row rank (:func:`experiments.rules.rho_zero_full_row_rank`) is checked on them.
+The measurement behind the registry claim ``stationarity-forces-rho-zero`` (experiments/claims/), decided by
+experiment 3 (:mod:`experiments.collapse_hessians`) and experiment 7 (:mod:`experiments.objectives`) with
+:func:`experiments.rules.decide_rho_zero`. At a collapsed state (both views at one point ``c``) of an objective whose
+samples are exchangeable, every residual row is the same ``r`` and the head's gradient is ``n (dh(c)/dtheta)^T r``;
+when ``dh(c)/dtheta`` has full row rank, a stationary head forces ``r = 0``
+(:func:`ssl_geometry.geometry.identical_rows_finding` measures the bound). Here the head is *driven* to a stationary
+point of ``theta -> L(h_theta(z))`` (BFGS or L-BFGS, then Newton steps, on the flattened head parameters, the
+state's other arrays held fixed) and the residual is read there, beside the residual ``rho_ref`` of the same state
+with the head perturbed, and beside the extreme singular values of ``dh(c)/dtheta`` at the head reached
+(:func:`head_jacobian_singular_values`), on which the rule's premise of full row rank
+(:func:`experiments.rules.rho_zero_full_row_rank`) is checked.
 """
 from __future__ import annotations
 
@@ -31,8 +29,8 @@ from ssl_geometry import curvature
 __all__ = ["head_jacobian_singular_values", "stationary_head_state"]
 
 _EPS = float(np.finfo(np.float64).eps)
-#: Above this many head parameters L-BFGS replaces BFGS (whose inverse Hessian is dense) and no Newton step is
-#: taken (its Hessian is dense too).
+#: Above this many head parameters L-BFGS replaces BFGS (whose inverse Hessian is dense) and the Newton polish
+#: solves matrix-free (:func:`_newton_cg_step`) where the dense Hessian would not fit.
 MAX_DENSE_PARAMS = 4096
 
 
@@ -85,8 +83,10 @@ def head_jacobian_singular_values(fn, theta, *, max_dense_entries: int = 1 << 22
 
 
 def _residual(model, variables, loss_fn, z, train):
-    """``theta_flat -> (|rho|, L)`` with ``rho = grad_u L`` at ``u = h_theta(z)``."""
-    _, unravel = ravel_pytree(variables["params"])
+    """``(out, res)``: ``out(theta) = h_theta(z)`` and ``res(theta) = (|rho|, L)`` with ``rho = grad_u L`` at
+    ``u = h_theta(z)``; ``res`` is closure-converted (:func:`ssl_geometry.curvature.closure_convert`), so every
+    array it reads is an argument of one compiled program shared by every state of the same code and shapes."""
+    flat0, unravel = ravel_pytree(variables["params"])
 
     def out(theta):
         return model.apply({**variables, "params": unravel(theta)}, z, train=train)[0]
@@ -95,29 +95,73 @@ def _residual(model, variables, loss_fn, z, train):
         u = out(theta)
         return jnp.linalg.norm(jax.grad(loss_fn)(u)), loss_fn(u)
 
-    return jax.jit(out), jax.jit(res)
+    canon, consts, _ = curvature.closure_convert(res, jnp.asarray(flat0, jnp.float64))
+    return out, lambda theta: _call(canon, jnp.asarray(theta), consts)
 
 
-def _newton_polish(fg, hessian, x, steps):
-    """Up to ``steps`` minimum-norm Newton steps ``x <- x - H^+ g`` on the gradient, each kept only if it is
-    smaller than ``|x| / 10`` and lowers ``|g|``; returns ``(x, steps kept)``.
+@functools.partial(jax.jit, static_argnums=0)
+def _call(canon, theta, consts):
+    """``canon(consts, theta)``, compiled once per closure-converted program and shapes."""
+    return canon(consts, theta)
 
-    BFGS's line search reads ``L``, whose round-off (``eps |L|``) stops it where ``|g|`` is still about
-    ``sqrt(eps)`` of its scale; Newton's step reads only ``g`` and ``H`` (dense, ``P x P``; singular for an
-    over-parametrised head, hence the least-squares solve), so it reaches the gradient's own round-off.
-    """
-    g = fg(x)[1]
-    kept = 0
+
+@functools.partial(jax.jit, static_argnums=0)
+def _value_grad(canon, theta, consts):
+    """``(L, grad L)`` at ``theta`` for ``L = canon(consts, .)``, compiled once per program and shapes."""
+    return jax.value_and_grad(lambda t: canon(consts, t))(theta)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _newton_cg_step(canon, theta, consts, g, iters):
+    """The matrix-free Newton step ``s ~ H^+ g`` of :func:`_newton_polish` above :data:`MAX_DENSE_PARAMS`:
+    ``iters`` conjugate-gradient iterations (``jax.scipy.sparse.linalg.cg`` from ``s = 0``, relative tolerance
+    ``1e-12``) on ``H s = g``, ``H v = d/de grad L(theta + e v)`` (forward over reverse; ``H`` is never formed).
+    From ``s = 0`` the iterates stay in the Krylov space of ``g``, so on a singular positive semi-definite ``H``
+    (an over-parametrised head) CG approximates the minimum-norm solution, as the dense least-squares step does."""
+    grad = jax.grad(lambda t: canon(consts, t))
+    step, _ = jax.scipy.sparse.linalg.cg(lambda v: jax.jvp(grad, (theta,), (v,))[1], g, tol=1e-12, maxiter=iters)
+    return step
+
+
+def _newton_polish(fg, solve, x, steps):
+    """Up to ``steps`` Newton steps ``x <- x - s`` on the gradient, ``s = solve(x, g) ~ H^+ g``, each kept only if
+    it is smaller than ``|x| / 10`` and lowers ``|g|``; returns ``(x, steps kept)``. A line search reads ``L``,
+    whose round-off (``eps |L|``) stalls it while ``|g|`` is still about ``sqrt(eps)`` of its scale; a Newton step
+    reads only ``g`` and ``H``, so it reaches the gradient's own round-off (``solve``: :func:`_newton_solver`)."""
+    g, kept = fg(x)[1], 0
     for _ in range(int(steps)):
-        H = np.asarray(hessian(jnp.asarray(x)), np.float64)
-        step = np.linalg.lstsq(0.5 * (H + H.T), g, rcond=1e-12)[0]
-        if not np.linalg.norm(step) <= 0.1 * np.linalg.norm(x):  # a local polish, never a jump
+        step = np.asarray(solve(x, g), np.float64)
+        if not np.linalg.norm(step) <= 0.1 * np.linalg.norm(x):  # a local polish, never a jump (NaN: stop)
             break
         g_new = fg(x - step)[1]
         if not (np.all(np.isfinite(g_new)) and np.linalg.norm(g_new) < np.linalg.norm(g)):
             break
         x, g, kept = x - step, g_new, kept + 1
     return x, kept
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _dense_hessian(canon, theta, consts):
+    """The dense ``P x P`` Hessian of ``L = canon(consts, .)`` at ``theta`` (up to :data:`MAX_DENSE_PARAMS`)."""
+    return jax.hessian(lambda t: canon(consts, t))(theta)
+
+
+def _newton_solver(canon, consts, dense: bool):
+    """``solve(x, g) ~ H^+ g`` for :func:`_newton_polish`: the minimum-norm least-squares solution of the symmetrised
+    dense Hessian (``dense``), else :func:`_newton_cg_step` with :data:`NEWTON_CG_ITERS` iterations."""
+    if not dense:
+        return lambda x, g: _newton_cg_step(canon, jnp.asarray(x), consts, jnp.asarray(g), NEWTON_CG_ITERS)
+
+    def solve(x, g):
+        H = np.asarray(_dense_hessian(canon, jnp.asarray(x), consts), np.float64)
+        return np.linalg.lstsq(0.5 * (H + H.T), g, rcond=1e-12)[0]
+
+    return solve
+
+
+#: Conjugate-gradient iterations per matrix-free Newton step (:func:`_newton_cg_step`). At the paper's SimSiam head
+#: (7,340,032 parameters, batch 32) one such step took ``|g|`` from 1.2e-9, where L-BFGS stopped, to 4.8e-14.
+NEWTON_CG_ITERS = 10
 
 
 #: L-BFGS's memory (pairs of curvature vectors), scipy's L-BFGS-B default ``maxcor``.
@@ -221,9 +265,9 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     * ``"auto"`` (default): ``"bfgs"`` up to :data:`MAX_DENSE_PARAMS` parameters (a tiny head: the compiled
       search costs more to compile than scipy takes to run), ``"lbfgs"`` beyond.
 
-    Then, for at most :data:`MAX_DENSE_PARAMS` parameters only, at most ``newton_steps`` Newton steps polish the
-    gradient (:func:`_newton_polish`) where the head reached is not yet stationary. At the head ``theta*``
-    reached:
+    Then at most ``newton_steps`` Newton steps polish the gradient (:func:`_newton_polish`: dense up to
+    :data:`MAX_DENSE_PARAMS` parameters, :data:`NEWTON_CG_ITERS` conjugate-gradient iterations on Hessian-vector
+    products beyond) where the head reached is not yet stationary. At the head ``theta*`` reached:
 
     * ``grad_norm = |grad_theta L|``, ``jac_norm = |dh/dtheta|_2`` (:func:`ssl_geometry.curvature.operator_norm`);
     * ``rho = |grad_u L|``, ``residual_tol = sqrt(eps) max(1, |L|)`` (the certificate's ``rho = 0``);
@@ -263,10 +307,10 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     flat0, _ = ravel_pytree(variables["params"])
     flat0 = jnp.asarray(flat0, jnp.float64)
     out, res = _residual(model, variables, loss_fn, z, train)
-    value_grad = jax.jit(jax.value_and_grad(lambda th: loss_fn(out(th))))
+    canon, consts, _ = _objective_program(model, variables, loss_fn, z, train)
 
     def fg(x):
-        v, g = value_grad(jnp.asarray(x))
+        v, g = _value_grad(canon, jnp.asarray(x, jnp.float64), consts)
         return float(v), np.asarray(g, np.float64)
 
     p = float(claims.CLAIMS[rules.RHO_ZERO].thresholds["head_perturbation"])
@@ -303,8 +347,8 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
             raise FloatingPointError(f"the head's loss or gradient became non-finite in scipy's BFGS: {opt.message}")
         stop = "gtol" if opt.status == 0 else "max_iter" if opt.status == 1 else "line search failed"
     state, newton = at(x), 0
-    if not state["stationary"] and newton_steps and dense:
-        x, newton = _newton_polish(fg, jax.jit(jax.hessian(lambda th: loss_fn(out(th)))), x, newton_steps)
+    if not state["stationary"] and newton_steps:
+        x, newton = _newton_polish(fg, _newton_solver(canon, consts, dense), x, newton_steps)
         state = at(x)
     if measure_rank:
         sv = head_jacobian_singular_values(lambda th: out(th)[0], jnp.asarray(x))

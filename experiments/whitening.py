@@ -16,26 +16,28 @@ shared (cross-view) covariance Sigma, ``C = W^T Sigma W``; the decorrelation err
 training. W-MSE (whitening inside the loss) and spectral contrastive are reported beside them.
 Rules and thresholds: ``experiments/claims/``.
 """
+
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from experiments import claims, common, projection
 from experiments.configs import apply_overrides
-from ssl_geometry import fit, geometry, heads, losses
+from experiments.whitening_heads import construction, train_head, training_step, whitening_error
 
 NAME = "whitening"
 TITLE = "Whitening (Thm 3.1)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("thm3.1-construction", "linear-heads-whiten")
-CLAIM = ("Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for every r-dimensional subspace S "
-         "of the representation space the linear head W = U_r Lambda_r^(-1/2) B^T gives v^T H_eff v = |v|^2 on S "
-         "and H_eff = 0 off S. The abstract's 'linear heads whiten a subspace', read as a statement about "
-         "training: a linear head trained with InfoNCE (which does not decorrelate by construction) whitens "
-         "its outputs. (The paper has no experiment for either; this is the suite's computation.)")
+CLAIM = (
+    "Thm 3.1 (local subspace whitening): at a point with r = rank H_L, for every r-dimensional subspace S "
+    "of the representation space the linear head W = U_r Lambda_r^(-1/2) B^T gives v^T H_eff v = |v|^2 on S "
+    "and H_eff = 0 off S. The abstract's 'linear heads whiten a subspace', read as a statement about "
+    "training: a linear head trained with InfoNCE (which does not decorrelate by construction) whitens "
+    "its outputs. (The paper has no experiment for either; this is the suite's computation.)"
+)
 #: Honours ``config.dry_run``: 2 training steps per head at 1/4 of the batch, the construction at 1/4 of the head
 #: width, training and analysis each timed at two reduced sizes and projected apart (:func:`dry_run`).
 DRY_RUN = True
@@ -43,111 +45,6 @@ DRY_RUN = True
 #: ``decorrelating-losses``: losses that decorrelate by construction, so they must pass).
 SUBJECT = "info_nce"
 POSITIVE_CONTROL = ("barlow_twins", "vicreg")
-
-
-def construction(cfg, key):
-    """Part A: Thm 3.1's W for H_L of the VICReg loss at a batch point (flattened), exact check."""
-    k1, k2, k3 = jax.random.split(key, 3)
-    # A small batch-coupled problem: u is (m, q) flattened, H_L is (m*q, m*q).
-    m, q = 4, max(2, cfg.model.k // 2)
-    u0 = jax.random.normal(k1, (m, q), jnp.float64)
-    u2 = u0 + 0.3 * jax.random.normal(k2, (m, q), jnp.float64)
-    loss_flat = lambda uf: losses.vicreg(uf.reshape(m, q), u2)
-    H = np.asarray(jax.jit(jax.hessian(loss_flat))(u0.reshape(-1)))
-    evals = np.linalg.eigvalsh(H)
-    tol = H.shape[0] * np.finfo(float).eps * np.max(np.abs(evals))
-    r = int(min(cfg.model.r, np.sum(evals > tol)))
-    D = m * q + 3  # representation dimension (the head maps R^D -> R^{m q})
-    B = np.linalg.qr(np.asarray(jax.random.normal(k3, (D, r), jnp.float64)))[0]
-    wh = geometry.whitening_head(H, B)
-    # The head's own effective Hessian at z0 with h(z0) = u0 (bias = u0 - W z0 with z0 = 0).
-    head_fn = lambda z: z @ wh.weight + u0.reshape(-1)
-    eh_jit = jax.jit(lambda z: geometry.effective_hessian(head_fn, loss_flat, z))  # one compilation, six points
-
-    def eh_at(z):  # under jit effective_hessian cannot check its pieces: the dense H_eff is checked here
-        eh = eh_jit(z)
-        if not np.all(np.isfinite(np.asarray(eh.full))):
-            raise FloatingPointError(f"construction: H_eff is non-finite at z = {np.asarray(z)[:3]}...")
-        return eh
-
-    eh = eh_at(jnp.zeros(D))
-    chk = geometry.check_whitening(eh, B)
-    H_eff = np.asarray(eh.full)
-    off_S = float(np.linalg.norm(H_eff - H_eff @ B @ B.T, 2))  # |H_eff P|_2, P = I - B B^T: max |H_eff v| / |v| off S
-    # Away from the base point: H_L at u = h(z) for random z changes; the head was built for u0.
-    off = []
-    for i in range(5):
-        z = jax.random.normal(jax.random.fold_in(key, 100 + i), (D,), jnp.float64)
-        off.append(geometry.check_whitening(eh_at(z), B).max_rel_error)
-    return {
-        "loss": "vicreg (batch-coupled, m=%d, q=%d)" % (m, q), "rank_H_L": int(wh.loss_hessian_rank), "r": r,
-        "negative_eigenvalues_H_L": int(np.sum(evals < -tol)),
-        "max_rel_error_on_S": chk.max_rel_error,
-        "max_abs_eig_off_S": float(np.max(np.abs(chk.complement_eigenvalues))) if chk.complement_eigenvalues.size else 0.0,
-        "max_norm_off_S": off_S,
-        "cross_norm": chk.cross_norm, "max_rel_error_on_S_at_other_points": float(np.max(off)),
-    }
-
-
-def _whitening_error(W, sigma):
-    """(decorrelation error, isotropy error, cond C) of the output covariance ``C = W^T Sigma W``.
-
-    decorrelation error = ``max_i |lambda_i(R) - 1|`` for the correlation matrix
-    ``R = diag(C)^{-1/2} C diag(C)^{-1/2}`` (0 when the outputs are uncorrelated, which
-    is what batch-standardising losses enforce); isotropy error =
-    ``max_i |lambda_i(C)/mean(lambda) - 1|`` (0 when C is a multiple of I, i.e.
-    ``Sigma^{1/2} W W^T Sigma^{1/2}`` is a multiple of a rank-k projector).
-    """
-    C = W.T @ sigma @ W
-    C = 0.5 * (C + C.T)
-    ev = np.linalg.eigvalsh(C)
-    s = 1.0 / np.sqrt(np.diag(C))
-    er = np.linalg.eigvalsh(C * s[:, None] * s[None, :])
-    return (float(np.max(np.abs(er - 1.0))), float(np.max(np.abs(ev / np.mean(ev) - 1.0))),
-            float(ev[-1] / max(ev[0], 1e-300)))
-
-
-def _two_views(cfg, sigma_sqrt, noise, key):
-    """A fresh batch ``z ~ N(0, Sigma)`` and its two views ``z + noise * N(0, I)``."""
-    kz, k1, k2 = jax.random.split(key, 3)
-    z = jax.random.normal(kz, (cfg.data.n, cfg.data.d), jnp.float64) @ sigma_sqrt
-    return (z + noise * jax.random.normal(k1, z.shape, jnp.float64),
-            z + noise * jax.random.normal(k2, z.shape, jnp.float64))
-
-
-def _objective(cfg, loss_name, noise):
-    """``(model, objective)``: the linear head and ``objective(params, key, sigma_sqrt)`` on fresh views
-    (``fit``'s ``(params, batch, args)``: the step's key is the batch, ``sigma_sqrt`` the args)."""
-    model = heads.linear(cfg.data.d, cfg.model.k, dtype=jnp.float64)
-    loss_fn = losses.get(loss_name)
-
-    def objective(params, k, sigma_sqrt):
-        z1, z2 = _two_views(cfg, sigma_sqrt, noise, k)
-        v = {"params": params}
-        return loss_fn(model.apply(v, z1)[0], model.apply(v, z2)[0])
-
-    return model, objective
-
-
-def train_head(cfg, loss_name, sigma_sqrt, key, view_noise=None, steps=None):
-    """Part B: Adam on a linear head, a fresh batch of two views each step (:func:`fit`)."""
-    noise = cfg.data.view_noise if view_noise is None else view_noise
-    model, objective = _objective(cfg, loss_name, noise)
-    k_init, k_data = jax.random.split(key)
-    variables = model.init(k_init)
-    steps = cfg.train.steps if steps is None else steps
-    res = fit(objective, variables["params"], optax.adam(cfg.train.lr), steps=steps,
-              batches=jax.random.split(k_data, steps), args=sigma_sqrt)
-    return np.asarray(variables["params"]["layers"][0]["w"]), np.asarray(res.params["layers"][0]["w"]), res.losses
-
-
-def training_step(cfg, loss_name, noise, sigma_sqrt, key):
-    """One step of :func:`train_head` at ``cfg.data.n``, as a thunk: the jitted value and gradient of the objective
-    on a fresh batch of two views (Adam's update, elementwise, is left out)."""
-    model, objective = _objective(cfg, loss_name, noise)
-    grad = jax.jit(jax.value_and_grad(objective))
-    params = model.init(key)["params"]
-    return lambda: grad(params, key, sigma_sqrt)
 
 
 def _with(config, overrides: dict):
@@ -164,7 +61,7 @@ def dry_run(config, sigma_sqrt, sigma_shared, runs, key_a, key_b) -> tuple[dict,
       ``t(n) = a n^p`` through the two points and the training is ``train.steps * a N^p``.
     * Analysis, scaled by the head width ``model.k`` (K = 128): the unit is all of it, the construction
       (:func:`construction`, whose ``H_L`` is ``2k x 2k``) and the two whitening errors of each trained head
-      (:func:`_whitening_error` of a ``d x k`` head), timed at k = K/8 and K/4 and projected once, ``a K^p``.
+      (:func:`~experiments.whitening_heads.whitening_error` of a ``d x k`` head), timed at k = K/8 and K/4 and projected once, ``a K^p``.
 
     Known bias: fixed per-unit costs (dispatch, host transfers) lower ``p`` at small sizes and a reduced batch
     underuses an accelerator, so both parts under-project where those dominate. The training unit excludes Adam's
@@ -174,8 +71,10 @@ def dry_run(config, sigma_sqrt, sigma_shared, runs, key_a, key_b) -> tuple[dict,
 
     def make_train(n):
         cfg = _with(config, {"data.n": n})
-        steps = [training_step(cfg, name, noise, sigma_sqrt, jax.random.fold_in(key_b, i))
-                 for i, (name, noise) in enumerate(runs)]
+        steps = [
+            training_step(cfg, name, noise, sigma_sqrt, jax.random.fold_in(key_b, i))
+            for i, (name, noise) in enumerate(runs)
+        ]
         return lambda: [step() for step in steps]
 
     def make_analysis(k):
@@ -184,14 +83,19 @@ def dry_run(config, sigma_sqrt, sigma_shared, runs, key_a, key_b) -> tuple[dict,
 
         def unit():
             constructions[k] = construction(cfg, key_a)
-            return [_whitening_error(W, sigma_shared) for _ in range(2 * len(runs))]
+            return [whitening_error(W, sigma_shared) for _ in range(2 * len(runs))]
+
         return unit
 
     training = projection.project_at_sizes(make_train, config.data.n, config.train.steps)
     analysis = projection.project_at_sizes(make_analysis, config.model.k, 1, repeats=1)
-    rec = projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis,
-                                    scaled={"training": "data.n (batch)", "analysis": "model.k (head width)"},
-                                    runs=len(runs))
+    rec = projection.dry_run_record(
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        scaled={"training": "data.n (batch)", "analysis": "model.k (head width)"},
+        runs=len(runs),
+    )
     return rec, constructions[max(constructions)]
 
 
@@ -207,9 +111,11 @@ def check_config(config) -> None:
     """``ValueError`` naming ``train.losses`` unless it trains the claim's objective and its positive control."""
     missing = [n for n in (SUBJECT, *POSITIVE_CONTROL) if n not in config.train.losses]
     if missing:
-        raise ValueError(f"config.train.losses must include {missing}: linear-heads-whiten is decided on {SUBJECT!r} "
-                         f"with {list(POSITIVE_CONTROL)} as its positive control (experiments/claims/); got "
-                         f"{list(config.train.losses)}.")
+        raise ValueError(
+            f"config.train.losses must include {missing}: linear-heads-whiten is decided on {SUBJECT!r} "
+            f"with {list(POSITIVE_CONTROL)} as its positive control (experiments/claims/); got "
+            f"{list(config.train.losses)}."
+        )
 
 
 def measure(config) -> dict:
@@ -237,12 +143,22 @@ def measure(config) -> dict:
     rows, curves = [], {}
     for i, (name, noise) in enumerate(runs):
         W0, W, vals = train_head(cfg, name, jnp.asarray(sigma_sqrt), jax.random.fold_in(kB, i), noise, steps)
-        d0, i0, c0 = _whitening_error(W0, sigma_shared)
-        d1, i1, c1 = _whitening_error(W, sigma_shared)
-        rows.append({"loss": name, "view_noise": noise, "kind": _kind(name),
-                     "decorrelation_error_init": d0, "decorrelation_error_trained": d1,
-                     "isotropy_error_init": i0, "isotropy_error_trained": i1,
-                     "cond_C_init": c0, "cond_C_trained": c1, "final_loss": float(vals[-1])})
+        d0, i0, c0 = whitening_error(W0, sigma_shared)
+        d1, i1, c1 = whitening_error(W, sigma_shared)
+        rows.append(
+            {
+                "loss": name,
+                "view_noise": noise,
+                "kind": _kind(name),
+                "decorrelation_error_init": d0,
+                "decorrelation_error_trained": d1,
+                "isotropy_error_init": i0,
+                "isotropy_error_trained": i1,
+                "cond_C_init": c0,
+                "cond_C_trained": c1,
+                "final_loss": float(vals[-1]),
+            }
+        )
         curves[f"{name} (noise {noise:g})"] = [float(v) for v in vals]
     out = {"construction": A, "trained": rows, "curves": curves, "view_noise": config.data.view_noise, "paper": {}}
     if config.dry_run:
@@ -253,47 +169,81 @@ def measure(config) -> dict:
 def decide_construction(A: dict) -> dict:
     """``thm3.1-construction`` on the construction's measurements (registry thresholds)."""
     tol = claims.CLAIMS["thm3.1-construction"].thresholds["construction_tol"]
-    deciding = {"max_rel_error_on_S": A["max_rel_error_on_S"], "max_norm_off_S": A["max_norm_off_S"],
-                "construction_tol": tol, "rank_H_L": A["rank_H_L"], "r": A["r"]}
+    deciding = {
+        "max_rel_error_on_S": A["max_rel_error_on_S"],
+        "max_norm_off_S": A["max_norm_off_S"],
+        "construction_tol": tol,
+        "rank_H_L": A["rank_H_L"],
+        "r": A["r"],
+    }
     ok = A["max_rel_error_on_S"] < tol and A["max_norm_off_S"] < tol
-    reason = (f"on S, max |v^T H_eff v / |v|^2 - 1| = {A['max_rel_error_on_S']:.3g}; off S, |H_eff v| / |v| <= "
-              f"{A['max_norm_off_S']:.3g} (both must be < {tol:g})")
-    return {"id": "thm3.1-construction", "verdict": "supported" if ok else "not supported", "deciding": deciding,
-            "reason": reason}
+    reason = (
+        f"on S, max |v^T H_eff v / |v|^2 - 1| = {A['max_rel_error_on_S']:.3g}; off S, |H_eff v| / |v| <= "
+        f"{A['max_norm_off_S']:.3g} (both must be < {tol:g})"
+    )
+    return {
+        "id": "thm3.1-construction",
+        "verdict": "supported" if ok else "not supported",
+        "deciding": deciding,
+        "reason": reason,
+    }
 
 
 def decide_whitening(rows: list[dict], view_noise: float) -> dict:
     """``linear-heads-whiten``: InfoNCE's decorrelation error against the thresholds, the positive control first."""
     t = claims.CLAIMS["linear-heads-whiten"].thresholds
     at = {r["loss"]: r for r in rows if r["view_noise"] == view_noise}
-    passes = lambda r: (r["decorrelation_error_trained"] < t["whitening_tol"]
-                        and r["decorrelation_error_trained"] < r["decorrelation_error_init"] / t["improvement"])
-    deciding = {f"{n}_{k}": at[n][f"decorrelation_error_{k}"] for n in (SUBJECT, *POSITIVE_CONTROL)
-                for k in ("init", "trained")}
+    passes = lambda r: (
+        r["decorrelation_error_trained"] < t["whitening_tol"]
+        and r["decorrelation_error_trained"] < r["decorrelation_error_init"] / t["improvement"]
+    )
+    deciding = {
+        f"{n}_{k}": at[n][f"decorrelation_error_{k}"] for n in (SUBJECT, *POSITIVE_CONTROL) for k in ("init", "trained")
+    }
     deciding.update(view_noise=view_noise, whitening_tol=t["whitening_tol"], improvement=t["improvement"])
     e0, e1 = at[SUBJECT]["decorrelation_error_init"], at[SUBJECT]["decorrelation_error_trained"]
     failed = [n for n in POSITIVE_CONTROL if not passes(at[n])]
     if failed:
-        verdict, reason = "inconclusive", (f"the positive control {failed} (decorrelating by construction) misses the "
-                                           "thresholds: the measurement, not the claim, has failed")
+        verdict, reason = (
+            "inconclusive",
+            (
+                f"the positive control {failed} (decorrelating by construction) misses the "
+                "thresholds: the measurement, not the claim, has failed"
+            ),
+        )
     elif passes(at[SUBJECT]):
-        verdict, reason = "supported", (f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g} (< {t['whitening_tol']:g} "
-                                        f"and < 1/{t['improvement']:g} of the start); the positive control passes")
+        verdict, reason = (
+            "supported",
+            (
+                f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g} (< {t['whitening_tol']:g} "
+                f"and < 1/{t['improvement']:g} of the start); the positive control passes"
+            ),
+        )
     elif e1 >= e0:
-        verdict, reason = "not supported", f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g}: training did not whiten"
+        verdict, reason = (
+            "not supported",
+            f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g}: training did not whiten",
+        )
     else:
-        verdict, reason = "inconclusive", (f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g}: whiter than at "
-                                           "initialisation, short of the thresholds")
+        verdict, reason = (
+            "inconclusive",
+            (
+                f"{SUBJECT}: decorrelation error {e0:.3g} -> {e1:.3g}: whiter than at "
+                "initialisation, short of the thresholds"
+            ),
+        )
     return {"id": "linear-heads-whiten", "verdict": verdict, "deciding": deciding, "reason": reason}
 
 
 def decide(m, config) -> dict:
     A = m["construction"]
     items = [decide_construction(A), decide_whitening(m["trained"], m["view_noise"])]
-    headline = {"construction_max_rel_error_on_S": A["max_rel_error_on_S"],
-                "construction_max_norm_off_S": A["max_norm_off_S"],
-                "construction_error_at_other_points": A["max_rel_error_on_S_at_other_points"],
-                "rank_H_L": A["rank_H_L"]}
+    headline = {
+        "construction_max_rel_error_on_S": A["max_rel_error_on_S"],
+        "construction_max_norm_off_S": A["max_norm_off_S"],
+        "construction_error_at_other_points": A["max_rel_error_on_S_at_other_points"],
+        "rank_H_L": A["rank_H_L"],
+    }
     for r in m["trained"]:
         if r["view_noise"] == m["view_noise"] and r["loss"] in (SUBJECT, *POSITIVE_CONTROL):
             headline[f"{r['loss']}_decorrelation_error"] = r["decorrelation_error_trained"]
@@ -311,15 +261,28 @@ def figures(results, out_dir) -> None:
     counted = [r for r in m["trained"] if r["view_noise"] == m["view_noise"]]
     for i, r in enumerate(counted):
         st = pl.series_style(i)
-        ax.plot([0, 1], [r["decorrelation_error_init"], r["decorrelation_error_trained"]], "-", color=st["color"],
-                marker=st["marker"], lw=2.2 if r["loss"] == SUBJECT else 1.0,
-                label=r["loss"] + (" (decides the claim)" if r["loss"] == SUBJECT else ""))
+        ax.plot(
+            [0, 1],
+            [r["decorrelation_error_init"], r["decorrelation_error_trained"]],
+            "-",
+            color=st["color"],
+            marker=st["marker"],
+            lw=2.2 if r["loss"] == SUBJECT else 1.0,
+            label=r["loss"] + (" (decides the claim)" if r["loss"] == SUBJECT else ""),
+        )
         ax.plot([1], [r["decorrelation_error_init"] / d["improvement"]], "_", color=st["color"], ms=14, mew=1.5)
-    pl.scale_from(ax, [r[f"decorrelation_error_{k}"] for r in counted for k in ("init", "trained")]
-                  + [d["whitening_tol"]], decades=0.5)
+    pl.scale_from(
+        ax,
+        [r[f"decorrelation_error_{k}"] for r in counted for k in ("init", "trained")] + [d["whitening_tol"]],
+        decades=0.5,
+    )
     other = [r for r in m["trained"] if r["view_noise"] != m["view_noise"]]
-    pl.draw_apart(ax, [1.04] * len(other), [r["decorrelation_error_trained"] for r in other],
-                  label="trained, other view noise (not deciding)")
+    pl.draw_apart(
+        ax,
+        [1.04] * len(other),
+        [r["decorrelation_error_trained"] for r in other],
+        label="trained, other view noise (not deciding)",
+    )
     pl.threshold(ax, d["whitening_tol"], f"whitening tol {d['whitening_tol']:g}", at=0.03)
     ax.set_title(f"{SUBJECT}: {d[SUBJECT + '_init']:.3g} -> {d[SUBJECT + '_trained']:.3g} (deciding)")
     ax.set_xticks([0, 1], ["initialisation", "trained"])
@@ -339,21 +302,23 @@ def figures(results, out_dir) -> None:
 def report(results, rel_dir) -> str:
     m = results["measurements"]
     A = m["construction"]
-    return "\n".join([
-        f"Construction ({A['loss']}, rank H_L = {A['rank_H_L']}, {A['negative_eigenvalues_H_L']} negative eigenvalues "
-        f"of H_L, r = {A['r']}): max |v^T H_eff v - |v|^2|/|v|^2 on S = {A['max_rel_error_on_S']:.3g}; "
-        f"largest |eigenvalue| of H_eff on S-perp = {A['max_abs_eig_off_S']:.3g}; coupling |B^T H P| = "
-        f"{A['cross_norm']:.3g}; largest |H_eff v| / |v| off S = {A['max_norm_off_S']:.3g}. At other points z the same "
-        f"head gives error {A['max_rel_error_on_S_at_other_points']:.3g}: the whitening is local, as the theorem states.",
-        "",
-        f"Trained linear heads, measured on the shared (cross-view) covariance Sigma: decorrelation error = "
-        "max_i |lambda_i(R) - 1| for the correlation matrix R of C = W^T Sigma W (0 = outputs uncorrelated); "
-        "isotropy error = max_i |lambda_i(C)/mean - 1| (0 = Sigma^{1/2} W W^T Sigma^{1/2} is a multiple of a "
-        f"rank-k projector). The training claim is decided on `{SUBJECT}` at view noise {m['view_noise']:g}, with "
-        f"{' and '.join(f'`{n}`' for n in POSITIVE_CONTROL)} (which decorrelate by construction) as the positive "
-        "control; the other rows are reported, not counted:",
-        "",
-        common.markdown_table(m["trained"]),
-        "",
-        f"![training curves]({rel_dir}/training_curves.png)",
-    ])
+    return "\n".join(
+        [
+            f"Construction ({A['loss']}, rank H_L = {A['rank_H_L']}, {A['negative_eigenvalues_H_L']} negative eigenvalues "
+            f"of H_L, r = {A['r']}): max |v^T H_eff v - |v|^2|/|v|^2 on S = {A['max_rel_error_on_S']:.3g}; "
+            f"largest |eigenvalue| of H_eff on S-perp = {A['max_abs_eig_off_S']:.3g}; coupling |B^T H P| = "
+            f"{A['cross_norm']:.3g}; largest |H_eff v| / |v| off S = {A['max_norm_off_S']:.3g}. At other points z the same "
+            f"head gives error {A['max_rel_error_on_S_at_other_points']:.3g}: the whitening is local, as the theorem states.",
+            "",
+            f"Trained linear heads, measured on the shared (cross-view) covariance Sigma: decorrelation error = "
+            "max_i |lambda_i(R) - 1| for the correlation matrix R of C = W^T Sigma W (0 = outputs uncorrelated); "
+            "isotropy error = max_i |lambda_i(C)/mean - 1| (0 = Sigma^{1/2} W W^T Sigma^{1/2} is a multiple of a "
+            f"rank-k projector). The training claim is decided on `{SUBJECT}` at view noise {m['view_noise']:g}, with "
+            f"{' and '.join(f'`{n}`' for n in POSITIVE_CONTROL)} (which decorrelate by construction) as the positive "
+            "control; the other rows are reported, not counted:",
+            "",
+            common.markdown_table(m["trained"]),
+            "",
+            f"![training curves]({rel_dir}/training_curves.png)",
+        ]
+    )

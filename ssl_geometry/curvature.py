@@ -3,7 +3,9 @@
 Every tool takes *functions and pytrees*, never modules. A linear operator is a
 ``matvec(v, *args) -> A v`` callable on flat vectors ``(dim,)``; the arrays it
 needs (parameters, a batch) are passed through ``args`` so that the jitted loops
-receive them as arguments. A matvec is compiled once per *code and shapes*: the solvers
+receive them as arguments. The same keyword tuple carries a scalar function's extra
+arguments, ``hessian(f, x, args=(a, b))`` for ``f(x, a, b)`` (docs/architecture.md, "Extra
+arguments and solver options"). A matvec is compiled once per *code and shapes*: the solvers
 closure-convert it (docs/architecture.md, "Compiled code: one caching policy"), so a fresh
 ``lambda`` per call of the same code reuses the compiled product, and JAX arrays it closes over
 are passed to the compiled code as arguments rather than baked into it as constants (a new
@@ -19,6 +21,11 @@ What this namespace holds, by the implementation module it comes from:
   :func:`blockwise_extreme_eigenvalues`, :class:`LanczosResult` (full reorthogonalisation
   against the filled basis only, residual estimates, breakdown restarts, adaptive checks,
   matvec shape and symmetry checks).
+* ``options`` -- :class:`SolverOptions`: how a Lanczos run stops (tolerance, step budget, check interval,
+  error bound, breakdown and symmetry guards, device loop) as one frozen, validated value, taken as ``options=`` by
+  :func:`extreme_eigenvalues`, :func:`blockwise_extreme_eigenvalues`, :func:`hessian_extremes`,
+  :func:`operator_norm` and :func:`ssl_geometry.geometry.collapse_spectrum`. A field left ``None`` is the
+  function's own default, so ``SolverOptions(tol=1e-6)`` changes the tolerance alone wherever it is passed.
 * ``extremes`` -- :func:`hessian_extremes` (:class:`HessianExtremes`): from a loss, a point and its
   arguments to the extreme eigenvalues of the Hessian in one call; blockwise Lanczos where
   :func:`block_coupling` shows the Hessian block-diagonal, full Lanczos where not; compiled once
@@ -57,6 +64,7 @@ from ssl_geometry._src.linalg.lanczos import LanczosResult as LanczosResult
 from ssl_geometry._src.linalg.lanczos import blockwise_extreme_eigenvalues as blockwise_extreme_eigenvalues
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues as extreme_eigenvalues
 from ssl_geometry._src.linalg.norms import operator_norm as operator_norm
+from ssl_geometry._src.linalg.options import SolverOptions as SolverOptions
 from ssl_geometry._src.linalg.power import PowerIterationResult as PowerIterationResult
 from ssl_geometry._src.linalg.power import paper_power_iteration as paper_power_iteration
 from ssl_geometry._src.linalg.traces import SpectralDensity as SpectralDensity
@@ -76,6 +84,7 @@ __all__ = [
     "LanczosResult",
     "extreme_eigenvalues",
     "blockwise_extreme_eigenvalues",
+    "SolverOptions",
     "HessianExtremes",
     "hessian_extremes",
     "operator_norm",

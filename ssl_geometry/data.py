@@ -67,11 +67,11 @@ from ssl_geometry._src.ssl.data import info as info
 from ssl_geometry._src.ssl.data import load as load
 from ssl_geometry._src.ssl.data import load_tfds as load_tfds
 from ssl_geometry._src.ssl.data import make_batches as make_batches
-from ssl_geometry._src.ssl.data import make_digits as make_digits
 from ssl_geometry._src.ssl.data import process_split as process_split
 from ssl_geometry._src.ssl.data import subset as subset
 from ssl_geometry._src.ssl.data import tfds_batches as tfds_batches
 from ssl_geometry._src.ssl.dataset import Dataset as Dataset
+from ssl_geometry._src.ssl.digits import make_digits as make_digits
 from ssl_geometry._src.ssl.shapes import FACTOR_NAMES as FACTOR_NAMES
 from ssl_geometry._src.ssl.shapes import SHAPE_NAMES as SHAPE_NAMES
 from ssl_geometry._src.ssl.shapes import ShapesConfig as ShapesConfig

@@ -19,7 +19,9 @@ The families live in submodules (all names are re-exported here, so
   :data:`LOSSES` (name -> function), :data:`NEEDS_BATCH`, :func:`get` (a loss by name or alias),
   :func:`spec` (its :class:`LossSpec`) and :func:`min_batch_size`: views of the objective table
   :data:`ssl_geometry.objectives.TABLE`, where each loss is registered (with its aliases and, for a training
-  objective, how the trainer calls it).
+  objective, how the trainer calls it). Each loss's spec is written beside it, in its family module's ``SPECS``;
+  the table collects them. A loss of the table is published here under its table name, one import line each
+  (``docs/howto/extend.md``).
 
 Conventions:
 

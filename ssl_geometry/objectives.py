@@ -40,12 +40,15 @@ one-directional cross-entropy of the paper authors' guillotine experiment), ``mo
 
 The objective table :data:`TABLE` (``ssl_geometry/_src/ssl/losses/registry.py``) holds one
 :class:`ObjectiveSpec` per loss and objective: its names, its loss, which head outputs the loss reads, whether
-it has a predictor or an EMA target, its state and its hyper-parameters (:class:`Hyper`). :data:`OBJECTIVES`,
-:data:`EMA_METHODS`, :data:`PREDICTOR_METHODS`, :func:`make_objective`, the losses registry
+it has a predictor or an EMA target, its state, its hyper-parameters (:class:`Hyper`) and a minimum batch that
+grows with the feature dimension (:class:`BatchAboveDim`, W-MSE's). Each spec is written beside its loss, in the
+``SPECS`` of the loss's family module under ``ssl_geometry/_src/ssl/losses/``, and the table collects them.
+:data:`OBJECTIVES`, :data:`EMA_METHODS`, :data:`PREDICTOR_METHODS`, :func:`make_objective`, the losses registry
 (:data:`ssl_geometry.losses.REGISTRY`) and the trainer's config check all read it when they are used, so a
 spec added to it is trained by name (``docs/howto/extend.md``).
 """
 
+from ssl_geometry._src.ssl.losses.specs import BatchAboveDim as BatchAboveDim
 from ssl_geometry._src.ssl.objectives import EMA_METHODS as EMA_METHODS
 from ssl_geometry._src.ssl.objectives import OBJECTIVES as OBJECTIVES
 from ssl_geometry._src.ssl.objectives import PREDICTOR_METHODS as PREDICTOR_METHODS
@@ -62,6 +65,7 @@ __all__ = [
     "EMA_METHODS",
     "PREDICTOR_METHODS",
     "TABLE",
+    "BatchAboveDim",
     "Hyper",
     "Objective",
     "ObjectiveSpec",

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import claims, paper_simsiam
 from experiments import collapse_escape_paper as cep
-from experiments import paper_simsiam
 from experiments.configs import collapse_escape_paper as cfg_module
 from ssl_geometry import trainer
 
@@ -97,7 +97,7 @@ def test_horizon_is_the_earliest_peak_of_the_released_smooth_runs():
     peaks = {k: [cep.peak_epoch(r) for r in arrays[k]] for k in cep.HORIZON_KEYS}
     # The released Swish runs peak at epochs 32, 32, 22 and GELU at 27, 15, 16 (0-based), after falling first.
     assert peaks == {"swish_bn_False_lr_base/raw": [32, 32, 22], "gelu_bn_False_lr_base/raw": [27, 15, 16]}
-    assert cep.released_horizon(arrays) == 16 == cep.claims.CLAIMS[cep.ABLATION].thresholds["horizon_epochs"]
+    assert cep.released_horizon(arrays) == 16 == claims.CLAIMS[cep.ABLATION].thresholds["horizon_epochs"]
     # No released smooth run crosses the escape threshold 0.5 / sqrt(2048), which is why the peak is read instead.
     thr = cep.escape_threshold(cep.PAPER_OUT_DIM)
     assert all(np.max(arrays[k]) < thr for k in cep.HORIZON_KEYS)

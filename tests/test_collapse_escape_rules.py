@@ -94,12 +94,12 @@ def test_linear_modes_reproduce_the_linearised_solutions_and_the_claims_rates():
     O, d0 = rng.normal(size=(4, 6)), 1e-3 * rng.normal(size=6)
     ts = np.linspace(0.0, 20.0, 41)
     m = R.linear_modes(J, O, d0, ts)
-    np.testing.assert_allclose(m.log_spread, np.log(R._spread_rms(O, dynamics.predict_flow(J, d0, ts))), atol=1e-10)
+    np.testing.assert_allclose(m.log_spread, np.log(R.spread_rms(O, dynamics.predict_flow(J, d0, ts))), atol=1e-10)
     assert m.rate == pytest.approx(np.max(np.linalg.eigvals(J).real), abs=1e-12)
     for lr, mu in ((0.05, 0.9), (0.5, 0.9), (0.3, 0.0)):
         lr_eff = lr / (1 - mu)
         m = R.linear_modes(J, O, d0, lr_eff * np.arange(31), lr=lr, momentum=mu)
-        ref = R._spread_rms(O, dynamics.predict_sgd(J, d0, lr, mu, 30))
+        ref = R.spread_rms(O, dynamics.predict_sgd(J, d0, lr, mu, 30))
         np.testing.assert_allclose(m.log_spread, np.log(ref), atol=1e-10)
         assert m.rate == pytest.approx(math.log(dynamics.sgd_growth(J, lr, mu, observable=O)) / lr_eff, rel=1e-12)
         assert m.rest[-1] < m.rest[0] * m.lead[-1] / m.lead[0]  # the non-leading part decays against the leading one

@@ -8,7 +8,7 @@ import pytest
 
 import experiments.collapse_hessians as E
 from experiments import common
-from experiments.collapse_hessians import dry_run, widths
+from experiments.collapse_hessians import constructions, dry_run, widths
 from experiments.configs import collapse_hessians as C
 from ssl_geometry import geometry
 
@@ -16,7 +16,7 @@ jax.config.update("jax_enable_x64", True)
 
 
 def _certificate(d, h, k, construction, **kw):
-    model, variables, c = widths.draw_head(d, h, k, "swish", construction, jax.random.PRNGKey(7))
+    model, variables, c = constructions.draw_head((d, h, k), "swish", construction, jax.random.PRNGKey(7))
     eq = geometry.collapsed_equilibrium(
         model, variables, "mse_target", c, 4, key=jax.random.PRNGKey(8), residual_scale=0.01, activation="swish"
     )
@@ -54,6 +54,10 @@ def test_the_paper_widths_variant_is_the_sweep_alone_up_to_the_papers_projector(
     assert list(cfg.analysis.states) == [] and list(cfg.analysis.critical_sweep) == []
     assert [list(w) for w in cfg.analysis.widths][-1] == [512, 2048, 2048]
     assert [list(w) for w in cfg.analysis.widths] == [list(w) for w in C.get_config("paper").analysis.widths]
+    # the composed SimSiam head at the paper's size alone, one seed (the config docstring says why)
+    assert [list(w) for w in cfg.analysis.widths_composed] == [[512, 2048, 2048, 512]]
+    assert cfg.analysis.widths_composed_seeds == 1
+    assert dry_run.width_heads(cfg)["512->2048->2048->512->2048"] == {"composed": 3, "composed_rank_drop": 2}
     assert list(E.all_cases(cfg)) == []
 
 
@@ -74,15 +78,29 @@ def test_a_variant_without_states_stores_the_width_claim_alone(sweep_alone):
     m = res["measurements"]
     assert m["cases"] == [] and m["certificates"] == [] and m["critical_sweeps"] == []
     counts = dry_run.width_heads(cfg)
-    assert counts == {"random": 2, "rank_drop": 1, "bottleneck": 2}  # swish and tanh (no zero of tanh')
-    assert sorted(r["construction"] for r in m["widths"]["rows"]) == sorted(
-        c for c, n in counts.items() for _ in range(n)
+    assert counts == {  # swish and tanh (no zero of tanh'); one seed
+        "4->12->8": {"random": 2, "rank_drop": 1, "bottleneck": 2},
+        "4->12->8->4->8": {"composed": 2, "composed_rank_drop": 1},
+    }
+    assert sorted((r["width"], r["construction"]) for r in m["widths"]["rows"]) == sorted(
+        (w, c) for w, per in counts.items() for c, n in per.items() for _ in range(n)
     )
     assert [c["id"] for c in res["claims"]] == [widths.RANK_PREDICTS_STABILITY]
     assert res["claims"][0]["verdict"] == "supported"
     text = E.report(res, "rel")
     assert "Collapsed equilibria (residual scale" not in text and "Widths (thm4.1-rank-predicts-stability)" in text
     assert (out / "widths.png").exists() and not (out / "lambda_min_by_case.png").exists()
+
+
+def test_decide_keeps_exactly_the_claims_measured_claims_names(sweep_alone, monkeypatch):
+    """decide filters its items by measured_claims whatever the variant (no separate guard on analysis.states)."""
+    _, res, _ = sweep_alone
+    full = C.get_config("tiny")  # builds states: every claim is measured
+    assert [c["id"] for c in E.decide(res["measurements"], full)["claims"]][-1] == widths.RANK_PREDICTS_STABILITY
+    assert {c["id"] for c in E.decide(res["measurements"], full)["claims"]} == set(E.CLAIMS)
+    monkeypatch.setattr(E, "measured_claims", lambda config: ("thm4.1-linear-psd", widths.RANK_PREDICTS_STABILITY))
+    got = [c["id"] for c in E.decide(res["measurements"], full)["claims"]]
+    assert got == ["thm4.1-linear-psd", widths.RANK_PREDICTS_STABILITY]
 
 
 def test_a_decision_must_hold_exactly_the_claims_its_variant_measures(sweep_alone):
@@ -97,32 +115,40 @@ def test_a_decision_must_hold_exactly_the_claims_its_variant_measures(sweep_alon
 
 
 def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compilation(monkeypatch):
-    """A fake head costing 4 ms x d (rank drop 2x, bottleneck 1/2x), whose first call per (d, construction)
-    costs 50 ms more (its compilation): each rung's projection is its heads times their times, plus the
-    compilations once per activation."""
+    """A fake head costing 4 ms x d (rank drop 2x, bottleneck 1/2x, composed 3x), whose first call per
+    (d, construction) costs 50 ms more (its compilation): each rung's projection is its heads times their times, plus
+    the compilations once per activation. The timed head of each construction is the first of the sweep's own
+    enumeration (the rank drops: Swish, the activation with a zero of sigma')."""
     cfg = C.get_config("tiny")  # activations swish and tanh, 1 seed, 1 residual scale
     cfg.unlock()
     cfg.analysis.widths = [[4, 12, 8], [8, 24, 16]]
+    cfg.analysis.widths_composed = [[4, 12, 8, 4]]
+    cfg.analysis.widths_activations = ["tanh", "swish"]  # the rank drops are timed with the second
     seen, compiled = [], set()
-    factor = {"random": 1.0, "rank_drop": 2.0, "bottleneck": 0.5}
+    factor = {"random": 1.0, "rank_drop": 2.0, "bottleneck": 0.5, "composed": 3.0, "composed_rank_drop": 3.0}
 
-    def fake_head_row(c, d, h, k, act, construction, seed, scale, key):
-        seen.append((d, act, construction))
-        if (d, construction) not in compiled:
-            compiled.add((d, construction))
+    def fake_head_row(c, dims, act, construction, seed, scale, key):
+        seen.append((dims[0], len(dims), act, construction))
+        if (dims, construction) not in compiled:
+            compiled.add((dims, construction))
             time.sleep(0.05)
-        time.sleep(0.004 * d * factor[construction])
+        time.sleep(0.004 * dims[0] * factor[construction])
         return {}
 
     monkeypatch.setattr(widths, "head_row", fake_head_row)
     part = dry_run.width_part(cfg, jax.random.PRNGKey(0), repeats=2)
-    per_rung = [(c, "swish") for c in ("random", "rank_drop", "bottleneck") for _ in range(3)]  # first + 2 timed
-    assert seen == [(d, a, c) for d in (4, 8) for c, a in per_rung]
-    assert [p[0] for p in part["points"]] == [4, 8] and part["count"] == 10
-    unit = sum(n * factor[c] for c, n in dry_run.width_heads(cfg).items())  # 2 + 2 + 1 = 5 (in 4 ms x d)
-    expect = [0.004 * d * unit + 2 * 3 * 0.05 for d in (4, 8)]  # 2 activations x 3 first calls of 50 ms
+    act = {"random": "tanh", "bottleneck": "tanh", "rank_drop": "swish"}
+    one = [(c, act[c]) for c in ("random", "bottleneck", "rank_drop") for _ in range(3)]  # first + 2 timed
+    comp = [(c, a) for c, a in (("composed", "tanh"), ("composed_rank_drop", "swish")) for _ in range(3)]
+    assert seen == [(d, 3, a, c) for d in (4, 8) for c, a in one] + [(4, 4, a, c) for c, a in comp]
+    assert [p[0] for p in part["points"]] == [4, 8] and part["count"] == 13
+    counts = dry_run.width_heads(cfg)
+    unit = {w: sum(n * factor[c] for c, n in per.items()) for w, per in counts.items()}
+    assert unit == {"4->12->8": 5.0, "8->24->16": 5.0, "4->12->8->4->8": 9.0}
+    expect = [0.004 * 4 * 5 + 6 * 0.05, 0.004 * 8 * 5 + 6 * 0.05, 0.004 * 4 * 9 + 4 * 0.05]  # 2 activations x firsts
     assert part["projected_s"] == pytest.approx(sum(expect), rel=0.25)
-    assert part["compile_s"] == pytest.approx([0.3, 0.3], rel=0.3)
+    # per activation: 0.3 and 0.2 (paid once, not per activation: 0.15 and 0.1); a loaded machine's sleeps overshoot
+    assert part["compile_s"] == pytest.approx([0.3, 0.3, 0.2], rel=0.45)
     lo, hi = part["spread_s"]
     assert lo <= part["projected_s"] <= hi
     assert part["projected_s"] - lo >= sum(part["compile_s"]) / 2 - 1e-9  # compilations paid once at the low end

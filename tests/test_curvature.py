@@ -106,7 +106,7 @@ def test_hvp_matches_dense(tree_params):
     mv, x0 = cv.flat_hvp(_pytree_fn, tree_params)
     np.testing.assert_allclose(mv(ravel_pytree(v)[0], x0), H @ ravel_pytree(v)[0], rtol=1e-12, atol=1e-12)
     # the flat matvec drives Lanczos: full Krylov space = exact spectrum of the 7x7 Hessian
-    r = cv.extreme_eigenvalues(mv, 7, k=2, num_steps=7, args=(x0,))
+    r = cv.extreme_eigenvalues(mv, 7, k=2, args=(x0,), options=cv.SolverOptions(num_steps=7))
     ev = np.linalg.eigvalsh(H)
     np.testing.assert_allclose(r.smallest, ev[:2], rtol=1e-10)
     np.testing.assert_allclose(r.largest, ev[::-1][:2], rtol=1e-10)
@@ -118,7 +118,7 @@ def test_bad_arguments_are_named(tree_params, no_shape_checks):
     with pytest.raises(ValueError, match="`v`"):
         cv.hvp(_pytree_fn, tree_params, {"a": jnp.ones(3)})
     with pytest.raises(ValueError, match="`num_steps`"):
-        cv.extreme_eigenvalues(dense_matvec, 5, num_steps=6, args=(jnp.eye(5),))
+        cv.extreme_eigenvalues(dense_matvec, 5, args=(jnp.eye(5),), options=cv.SolverOptions(num_steps=6))
     with pytest.raises(ValueError, match="`k`"):
         cv.extreme_eigenvalues(dense_matvec, 5, k=0, args=(jnp.eye(5),))
     with pytest.raises(TypeError, match="`matvec`"):
@@ -129,7 +129,9 @@ def test_bad_arguments_are_named(tree_params, no_shape_checks):
 
 def test_non_finite_matvec_is_reported():
     with pytest.raises(FloatingPointError, match="non-finite"):
-        cv.extreme_eigenvalues(lambda v, a: a @ v * jnp.nan, 10, num_steps=5, args=(jnp.eye(10),))
+        cv.extreme_eigenvalues(
+            lambda v, a: a @ v * jnp.nan, 10, args=(jnp.eye(10),), options=cv.SolverOptions(num_steps=5)
+        )
 
 
 # ----------------------------------------------------------------------------- block structure
@@ -144,23 +146,23 @@ def test_block_diagonal_hessian_and_blockwise_lanczos():
     x = jax.random.normal(jax.random.PRNGKey(1), (n, d))
     W = jax.random.normal(jax.random.PRNGKey(2), (d, 4))
     full = np.asarray(jax.hessian(lambda y: _per_sample_loss(y, W))(x)).reshape(n * d, n * d)
-    blocks = np.asarray(cv.block_diagonal_hessian(_per_sample_loss, x, W, chunk_size=2))
+    blocks = np.asarray(cv.block_diagonal_hessian(_per_sample_loss, x, args=(W,), chunk_size=2))
     for i in range(n):
         np.testing.assert_allclose(blocks[i], full[i * d : (i + 1) * d, i * d : (i + 1) * d], atol=1e-13)
-    assert cv.block_coupling(_per_sample_loss, x, W) < 1e-14
+    assert cv.block_coupling(_per_sample_loss, x, args=(W,)) < 1e-14
     coupled = lambda y, W: _per_sample_loss(y - jnp.mean(y, axis=0), W)  # batch centring couples samples
-    assert cv.block_coupling(coupled, x, W) > 1e-2
+    assert cv.block_coupling(coupled, x, args=(W,)) > 1e-2
     # more probes can only find more (the measure is the largest response over them)
     key = jax.random.PRNGKey(3)
     assert (
-        cv.block_coupling(coupled, x, W, key=key, num_probes=6)
-        >= cv.block_coupling(coupled, x, W, key=key, num_probes=1)
+        cv.block_coupling(coupled, x, args=(W,), key=key, num_probes=6)
+        >= cv.block_coupling(coupled, x, args=(W,), key=key, num_probes=1)
         > 1e-2
     )
 
     mv, _ = cv.flat_hvp(lambda y, W: _per_sample_loss(y, W), x)
     block_mv = lambda V, x, W: mv(V.reshape(-1), x.reshape(-1), W).reshape(V.shape)
-    r = cv.blockwise_extreme_eigenvalues(block_mv, n, d, k=2, num_steps=d, args=(x, W))
+    r = cv.blockwise_extreme_eigenvalues(block_mv, n, d, k=2, args=(x, W), options=cv.SolverOptions(num_steps=d))
     ev = np.linalg.eigvalsh(blocks)
     np.testing.assert_allclose(r.smallest, ev[:, :2], rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(r.largest, ev[:, ::-1][:, :2], rtol=1e-10, atol=1e-14)
@@ -174,7 +176,12 @@ def test_block_diagonal_hessian_and_blockwise_lanczos():
 def test_lanczos_indefinite_matches_eigvalsh(indefinite):
     A, ev = indefinite
     r = cv.extreme_eigenvalues(
-        dense_matvec, N, k=3, num_steps=300, args=(jnp.asarray(A),), tol=1e-10, key=jax.random.PRNGKey(5)
+        dense_matvec,
+        N,
+        k=3,
+        args=(jnp.asarray(A),),
+        key=jax.random.PRNGKey(5),
+        options=cv.SolverOptions(num_steps=300, tol=1e-10),
     )
     assert r.converged and not r.breakdown and r.num_steps < 300
     np.testing.assert_allclose(r.smallest, ev[:3], rtol=1e-8)
@@ -186,7 +193,12 @@ def test_lanczos_indefinite_matches_eigvalsh(indefinite):
 def test_lanczos_clustered_spectrum_k_gt_1(clustered):
     A, ev = clustered
     r = cv.extreme_eigenvalues(
-        dense_matvec, N, k=5, num_steps=600, args=(jnp.asarray(A),), tol=1e-11, key=jax.random.PRNGKey(6)
+        dense_matvec,
+        N,
+        k=5,
+        args=(jnp.asarray(A),),
+        key=jax.random.PRNGKey(6),
+        options=cv.SolverOptions(num_steps=600, tol=1e-11),
     )
     assert r.converged, (r.num_steps, r.smallest_residuals, r.largest_residuals)
     np.testing.assert_allclose(r.smallest, ev[:5], rtol=1e-8)
@@ -200,7 +212,13 @@ def test_residual_estimates_equal_true_residuals(indefinite):
     Aj = jnp.asarray(A)
     # unconverged run (10 steps): residuals are large and the estimate must match the truth
     r = cv.extreme_eigenvalues(
-        dense_matvec, N, k=2, num_steps=10, args=(Aj,), early_stop=False, return_vectors=True, key=jax.random.PRNGKey(7)
+        dense_matvec,
+        N,
+        k=2,
+        args=(Aj,),
+        return_vectors=True,
+        key=jax.random.PRNGKey(7),
+        options=cv.SolverOptions(num_steps=10, early_stop=False),
     )
     assert r.num_steps == 10 and not r.converged
     for vals, vecs, est, true in (
@@ -216,7 +234,13 @@ def test_residual_estimates_equal_true_residuals(indefinite):
         assert np.all(ref > 1e-6)  # genuinely unconverged, so the comparison is meaningful
     # converged run: the true residuals are small too
     rc = cv.extreme_eigenvalues(
-        dense_matvec, N, k=1, num_steps=300, args=(Aj,), return_vectors=True, key=jax.random.PRNGKey(7)
+        dense_matvec,
+        N,
+        k=1,
+        args=(Aj,),
+        return_vectors=True,
+        key=jax.random.PRNGKey(7),
+        options=cv.SolverOptions(num_steps=300),
     )
     assert rc.converged and rc.largest_true_residuals[0] < 1e-7 and rc.smallest_true_residuals[0] < 1e-7
     np.testing.assert_allclose(rc.largest_residuals, rc.largest_true_residuals, rtol=1e-2, atol=1e-12)
@@ -227,9 +251,15 @@ def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(inde
     values meet ``tol`` in fewer steps than the residual criterion needs, and the residual run's bounds are
     no larger than its residuals."""
     A, ev = indefinite
-    res = cv.extreme_eigenvalues(dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1)
+    res = cv.extreme_eigenvalues(
+        dense_matvec, N, k=2, args=(jnp.asarray(A),), options=cv.SolverOptions(tol=1e-8, check_every=1)
+    )
     gap = cv.extreme_eigenvalues(
-        dense_matvec, N, k=2, args=(jnp.asarray(A),), tol=1e-8, check_every=1, error_bound="gap"
+        dense_matvec,
+        N,
+        k=2,
+        args=(jnp.asarray(A),),
+        options=cv.SolverOptions(tol=1e-8, check_every=1, error_bound="gap"),
     )
     assert res.converged and gap.converged and gap.error_bound == "gap" and res.error_bound == "residual"
     assert gap.num_steps < res.num_steps
@@ -247,19 +277,22 @@ def test_gap_error_bound_stops_earlier_and_bounds_the_true_eigenvalue_error(inde
     # one end each (k = 1), checked after every step: a single Ritz value (step 1) has no neighbour, so no gap is
     # known and its bound is the residual, not 0 -- the run goes on until the bound is met, and it holds
     one = cv.extreme_eigenvalues(
-        dense_matvec, N, k=1, args=(jnp.asarray(A),), tol=1e-8, check_every=1, error_bound="gap"
+        dense_matvec,
+        N,
+        k=1,
+        args=(jnp.asarray(A),),
+        options=cv.SolverOptions(tol=1e-8, check_every=1, error_bound="gap"),
     )
     assert one.converged and one.num_steps > 1
     assert abs(one.smallest[0] - ev[0]) <= one.smallest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
     assert abs(one.largest[0] - ev[-1]) <= one.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-8 * scale
-    with pytest.raises(ValueError, match="Unknown error_bound 'kato'"):
-        cv.extreme_eigenvalues(dense_matvec, N, args=(jnp.asarray(A),), error_bound="kato")
+    with pytest.raises(ValueError, match=r"`SolverOptions.error_bound` must be None or one of \['residual', 'gap'\]"):
+        cv.SolverOptions(error_bound="kato")
     h = cv.hessian_extremes(
         _bn_coupled_loss,
         jnp.asarray(np.random.default_rng(5).standard_normal((6, 5))),
-        jnp.asarray(np.random.default_rng(6).standard_normal((5, 4))),
-        error_bound="gap",
-        tol=1e-6,
+        args=(jnp.asarray(np.random.default_rng(6).standard_normal((5, 4))),),
+        options=cv.SolverOptions(error_bound="gap", tol=1e-6),
     )
     assert h.method == "full" and h.lanczos.error_bound == "gap" and h.converged
     assert np.all(h.smallest_error_bounds <= h.smallest_residuals)
@@ -271,10 +304,10 @@ def test_lanczos_float32(indefinite):
         dense_matvec,
         N,
         k=1,
-        num_steps=200,
         args=(jnp.asarray(A, jnp.float32),),
         dtype=jnp.float32,
         key=jax.random.PRNGKey(8),
+        options=cv.SolverOptions(num_steps=200),
     )
     assert r.converged and r.tol == 1e-4
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-4)
@@ -283,7 +316,9 @@ def test_lanczos_float32(indefinite):
 def test_breakdown_identity_plus_low_rank():
     U = _orthonormal_columns(N, 3, 4)
     A = np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T  # eigenvalues 6, 3, -2 and 1 (x 1997)
-    r = cv.extreme_eigenvalues(dense_matvec, N, k=2, num_steps=12, args=(jnp.asarray(A),), key=jax.random.PRNGKey(9))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, k=2, args=(jnp.asarray(A),), key=jax.random.PRNGKey(9), options=cv.SolverOptions(num_steps=12)
+    )
     assert r.breakdown and r.num_breakdowns >= 1
     assert np.all(np.isfinite(r.ritz_values))
     np.testing.assert_allclose(r.smallest, [-2.0, 1.0], rtol=1e-12)
@@ -297,7 +332,13 @@ def test_breakdown_rank_3_with_vectors():
     U = _orthonormal_columns(N, 3, 5)
     A = (U * np.array([4.0, -1.5, 0.5])) @ U.T  # eigenvalues 4, 0.5, -1.5 and 0 (x 1997)
     r = cv.extreme_eigenvalues(
-        dense_matvec, N, k=1, num_steps=10, args=(jnp.asarray(A),), return_vectors=True, key=jax.random.PRNGKey(10)
+        dense_matvec,
+        N,
+        k=1,
+        args=(jnp.asarray(A),),
+        return_vectors=True,
+        key=jax.random.PRNGKey(10),
+        options=cv.SolverOptions(num_steps=10),
     )
     assert r.breakdown
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1.5, 4.0], rtol=1e-12)
@@ -314,7 +355,12 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
     A = jnp.asarray(np.eye(N) + (U * np.array([5.0, -3.0, 2.0])) @ U.T)
     runs = [
         cv.extreme_eigenvalues(
-            dense_matvec, N, k=2, num_steps=12, args=(A,), key=jax.random.PRNGKey(9), device_loop=loop
+            dense_matvec,
+            N,
+            k=2,
+            args=(A,),
+            key=jax.random.PRNGKey(9),
+            options=cv.SolverOptions(num_steps=12, device_loop=loop),
         )
         for loop in (False, True)
     ]
@@ -327,19 +373,22 @@ def test_device_loop_runs_the_same_recurrence_as_the_per_step_path():
     G = rng.standard_normal((3, 7, 7))
     blocks = jnp.asarray(G + np.transpose(G, (0, 2, 1)))
     bmv = lambda V, M: jnp.einsum("bij,bj->bi", M, V)
-    b = [cv.blockwise_extreme_eigenvalues(bmv, 3, 7, args=(blocks,), device_loop=loop) for loop in (False, True)]
+    b = [
+        cv.blockwise_extreme_eigenvalues(bmv, 3, 7, args=(blocks,), options=cv.SolverOptions(device_loop=loop))
+        for loop in (False, True)
+    ]
     np.testing.assert_allclose(b[1].smallest, b[0].smallest, rtol=1e-10)
     np.testing.assert_allclose(b[1].smallest, np.linalg.eigvalsh(np.asarray(blocks))[:, :1], rtol=1e-10)
     B = jnp.asarray(rng.standard_normal((N, N)))
     messages = []
     for loop in (False, True):
         with pytest.raises(ValueError, match="not symmetric") as err:
-            cv.extreme_eigenvalues(dense_matvec, N, args=(B,), device_loop=loop)
+            cv.extreme_eigenvalues(dense_matvec, N, args=(B,), options=cv.SolverOptions(device_loop=loop))
         messages.append(str(err.value))
     assert messages[0] == messages[1]
     # the device loop holds the product, and is compiled once per computation like it: a fresh closure over new
     # arrays of the same shapes compiles nothing
-    run = lambda M: cv.extreme_eigenvalues(lambda v: M @ v, N, num_steps=12, device_loop=True)
+    run = lambda M: cv.extreme_eigenvalues(lambda v: M @ v, N, options=cv.SolverOptions(num_steps=12, device_loop=True))
     run(A)
     out, A2 = {}, jnp.asarray(2.0 * np.asarray(A))
     assert _compilations(lambda: out.update(r=run(A2))) == []
@@ -454,7 +503,9 @@ def test_paper_power_iteration_is_inaccurate_where_lanczos_is_exact(power_trap):
     err_min = abs(p.lambda_min - ev[0]) / abs(ev[0])
     # largest magnitude is lambda_min = -1.05: lambda_max comes out with the wrong sign or far off
     assert err_max > 0.1 and max(err_max, err_min) > 0.1
-    r = cv.extreme_eigenvalues(dense_matvec, N, num_steps=400, args=(jnp.asarray(A),), key=jax.random.PRNGKey(20))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, N, args=(jnp.asarray(A),), key=jax.random.PRNGKey(20), options=cv.SolverOptions(num_steps=400)
+    )
     assert r.converged
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-8)
 
@@ -474,9 +525,11 @@ def test_paper_power_iteration_converges_on_easy_spectrum():
 def test_matvec_with_wrong_output_shape_is_named():
     A = jnp.eye(6)
     with pytest.raises(ValueError, match=r"`matvec` must return an array of the input's shape \(6,\); got \(5,\)"):
-        cv.extreme_eigenvalues(lambda v, a: (a @ v)[:5], 6, num_steps=4, args=(A,))
+        cv.extreme_eigenvalues(lambda v, a: (a @ v)[:5], 6, args=(A,), options=cv.SolverOptions(num_steps=4))
     with pytest.raises(ValueError, match=r"`block_matvec` must return .* \(3, 4\); got \(3, 1\)"):
-        cv.blockwise_extreme_eigenvalues(lambda V: V.sum(axis=1, keepdims=True), 3, 4, num_steps=4)
+        cv.blockwise_extreme_eigenvalues(
+            lambda V: V.sum(axis=1, keepdims=True), 3, 4, options=cv.SolverOptions(num_steps=4)
+        )
     with pytest.raises(ValueError, match=r"`matvec` must return .*\(6,\); got \(6, 1\)"):
         cv.paper_power_iteration(lambda v: v[:, None], 6, steps=2)
     with pytest.raises(ValueError, match=r"`matvec` .*\(4, 6\); got \(4, 3\)"):
@@ -488,9 +541,11 @@ def test_non_symmetric_operator_is_refused():
     S = rng.standard_normal((40, 40))
     A = jnp.asarray(0.5 * (S + S.T) + 0.3 * np.triu(rng.standard_normal((40, 40)), 1))
     with pytest.raises(ValueError, match="not symmetric"):
-        cv.extreme_eigenvalues(dense_matvec, 40, num_steps=30, args=(A,))
+        cv.extreme_eigenvalues(dense_matvec, 40, args=(A,), options=cv.SolverOptions(num_steps=30))
     # the symmetric part passes, and its asymmetry is at rounding level
-    r = cv.extreme_eigenvalues(dense_matvec, 40, num_steps=40, args=(jnp.asarray(0.5 * (S + S.T)),))
+    r = cv.extreme_eigenvalues(
+        dense_matvec, 40, args=(jnp.asarray(0.5 * (S + S.T)),), options=cv.SolverOptions(num_steps=40)
+    )
     assert r.asymmetry < 1e-12
     np.testing.assert_allclose(r.smallest[0], np.linalg.eigvalsh(0.5 * (S + S.T))[0], rtol=1e-10)
 
@@ -517,11 +572,13 @@ def test_lanczos_compiles_once_for_new_arrays_of_the_same_shape():
     for _ in range(3):
         S = rng.standard_normal((30, 30))
         mats.append(jnp.asarray(S + S.T))
-    r0 = cv.extreme_eigenvalues(counting_matvec, 30, num_steps=30, args=(mats[0],))
+    r0 = cv.extreme_eigenvalues(counting_matvec, 30, args=(mats[0],), options=cv.SolverOptions(num_steps=30))
     first = len(traces)
     assert first >= 1
     for A in mats[1:]:
-        r = cv.extreme_eigenvalues(counting_matvec, 30, num_steps=30, args=(A,), key=jax.random.PRNGKey(5))
+        r = cv.extreme_eigenvalues(
+            counting_matvec, 30, args=(A,), key=jax.random.PRNGKey(5), options=cv.SolverOptions(num_steps=30)
+        )
         np.testing.assert_allclose(r.largest[0], np.linalg.eigvalsh(np.asarray(A))[-1], rtol=1e-8)
     assert len(traces) == first, "extreme_eigenvalues retraced its matvec for arrays of an unchanged shape"
     assert r0.converged
@@ -538,12 +595,12 @@ def test_blockwise_compiles_once_and_linearized_hvp_matches_jvp_of_grad():
     w = jnp.asarray(rng.standard_normal((5, 7)))
     for rep in range(3):
         x = jnp.asarray(rng.standard_normal((4, 5)))
-        lin = cv.linearized_hvp(f, x, w)
+        lin = cv.linearized_hvp(f, x, args=(w,))
         V = jnp.asarray(rng.standard_normal((4, 5)))
         ref = jax.jvp(jax.grad(lambda y: f(y, w)), (x,), (V,))[1]
         np.testing.assert_allclose(lin(V), ref, rtol=1e-12)
-        r = cv.blockwise_extreme_eigenvalues(counting_apply, 4, 5, num_steps=5, args=(lin,))
-        blocks = np.asarray(cv.block_diagonal_hessian(f, x, w))
+        r = cv.blockwise_extreme_eigenvalues(counting_apply, 4, 5, args=(lin,), options=cv.SolverOptions(num_steps=5))
+        blocks = np.asarray(cv.block_diagonal_hessian(f, x, args=(w,)))
         ev = np.linalg.eigvalsh(blocks)
         np.testing.assert_allclose(r.smallest[:, 0], ev[:, 0], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(r.largest[:, 0], ev[:, -1], rtol=1e-9)
@@ -551,7 +608,7 @@ def test_blockwise_compiles_once_and_linearized_hvp_matches_jvp_of_grad():
             first = len(traces)
     assert len(traces) == first, "blockwise Lanczos retraced for a new linearisation of the same shapes"
     # the flat view of the same map as a full-operator matvec
-    r = cv.extreme_eigenvalues(cv.LinearMatvec(x.shape), x.size, num_steps=20, args=(lin,))
+    r = cv.extreme_eigenvalues(cv.LinearMatvec(x.shape), x.size, args=(lin,), options=cv.SolverOptions(num_steps=20))
     np.testing.assert_allclose(r.largest[0], ev[:, -1].max(), rtol=1e-9)
 
 
@@ -563,7 +620,7 @@ def test_blockwise_union_target_resolves_the_global_extremes_with_fewer_steps():
     Q = np.linalg.qr(rng.standard_normal((nb, d, d)))[0]
     A = jnp.asarray(np.einsum("bij,bj,bkj->bik", Q, lam, Q))
     mv = lambda V, A: jnp.einsum("bij,bj->bi", A, V)
-    kw = dict(num_steps=d, args=(A,), tol=1e-8, check_every=4)
+    kw = dict(args=(A,), options=cv.SolverOptions(num_steps=d, tol=1e-8, check_every=4))
     full = cv.blockwise_extreme_eigenvalues(mv, nb, d, **kw)
     union = cv.blockwise_extreme_eigenvalues(mv, nb, d, target="union", **kw)
     assert full.converged and union.converged
@@ -582,7 +639,8 @@ def test_fresh_closure_matvec_compiles_once_and_its_arrays_are_arguments():
     """A matvec written as a new lambda per call is compiled once; the arrays it closes over are not constants."""
     rng = np.random.default_rng(30)
     mats = [jnp.asarray(0.5 * (S + S.T)) for S in rng.standard_normal((4, 24, 24))]
-    run = lambda A: cv.extreme_eigenvalues(lambda v: A @ v, 24, num_steps=24)  # a fresh closure each call
+    options = cv.SolverOptions(num_steps=24)
+    run = lambda A: cv.extreme_eigenvalues(lambda v: A @ v, 24, options=options)  # a fresh closure each call
     run(mats[0])
     for A in mats[1:]:
         out = {}
@@ -647,7 +705,7 @@ def test_matvec_with_its_own_host_callback_is_keyed_by_the_callback():
     def run(scale):
         cb = lambda v: np.asarray(v) * scale  # a new host function per call
         mv = lambda v: A @ jax.pure_callback(cb, jax.ShapeDtypeStruct(v.shape, v.dtype), v)
-        return cv.extreme_eigenvalues(mv, 12, num_steps=12)
+        return cv.extreme_eigenvalues(mv, 12, options=cv.SolverOptions(num_steps=12))
 
     run(1.0)
     out = {}
@@ -662,18 +720,24 @@ def test_lanczos_norms_cannot_overflow_for_a_finite_float32_operator():
     lam = np.linspace(-1.0, 2.0, 60) * 1e30  # finite in float32; |A v|^2 ~ 1e60 is not
     d = jnp.asarray(lam, jnp.float32)
     assert not np.isfinite(float(jnp.linalg.norm(d)))
-    r = cv.extreme_eigenvalues(lambda v, d: d * v, 60, num_steps=60, args=(d,), dtype=jnp.float32)
+    r = cv.extreme_eigenvalues(
+        lambda v, d: d * v, 60, args=(d,), dtype=jnp.float32, options=cv.SolverOptions(num_steps=60)
+    )
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [-1e30, 2e30], rtol=1e-5)
     assert r.converged and np.isfinite(r.smallest_residuals[0])
 
 
 def test_non_finite_start_vector_and_overflowing_coefficients_are_named():
     with pytest.raises(FloatingPointError, match="`v0` contains 10 non-finite"):
-        cv.extreme_eigenvalues(dense_matvec, 10, num_steps=5, args=(jnp.eye(10),), v0=jnp.full(10, jnp.nan))
+        cv.extreme_eigenvalues(
+            dense_matvec, 10, args=(jnp.eye(10),), v0=jnp.full(10, jnp.nan), options=cv.SolverOptions(num_steps=5)
+        )
     with pytest.raises(ValueError, match="`v0` must be non-zero"):
-        cv.extreme_eigenvalues(dense_matvec, 10, num_steps=5, args=(jnp.eye(10),), v0=jnp.zeros(10))
+        cv.extreme_eigenvalues(
+            dense_matvec, 10, args=(jnp.eye(10),), v0=jnp.zeros(10), options=cv.SolverOptions(num_steps=5)
+        )
     with pytest.raises(FloatingPointError, match="`matvec` returned non-finite values"):
-        cv.extreme_eigenvalues(lambda v: jnp.where(v > 0, jnp.inf, v), 10, num_steps=5)
+        cv.extreme_eigenvalues(lambda v: jnp.where(v > 0, jnp.inf, v), 10, options=cv.SolverOptions(num_steps=5))
 
 
 def test_in_jit_checks_called_outside_jit_give_the_message_alone():
@@ -709,7 +773,7 @@ def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian(
     for loss, method in ((_per_sample_loss, "blockwise"), (_bn_coupled_loss, "full")):
         H = np.asarray(jax.hessian(lambda y: loss(y, W))(x)).reshape(n * d, n * d)
         ev = np.linalg.eigvalsh(0.5 * (H + H.T))
-        r = cv.hessian_extremes(loss, x, W, k=2, tol=1e-10, return_vectors=True)
+        r = cv.hessian_extremes(loss, x, args=(W,), k=2, return_vectors=True, options=cv.SolverOptions(tol=1e-10))
         assert r.method == method and r.converged
         assert (r.coupling == 0.0) if method == "blockwise" else (r.coupling > 1e-3)
         np.testing.assert_allclose(r.smallest, ev[:2], rtol=1e-8, atol=1e-12)
@@ -723,18 +787,18 @@ def test_hessian_extremes_picks_blockwise_or_full_and_matches_the_dense_hessian(
         # Lanczos steps, the coupling probes (two that see nothing; the first settles a coupled Hessian), 2 k true
         # residuals
         assert r.num_hvps == r.num_steps + (2 if method == "blockwise" else 1) + 4
-    forced = cv.hessian_extremes(_per_sample_loss, x, W, method="blockwise")  # no coupling measured
+    forced = cv.hessian_extremes(_per_sample_loss, x, args=(W,), method="blockwise")  # no coupling measured
     assert forced.method == "blockwise" and forced.coupling is None
     with pytest.raises(ValueError, match="not block-diagonal over the rows of `x`"):
-        cv.hessian_extremes(_bn_coupled_loss, x, W, method="blockwise")
+        cv.hessian_extremes(_bn_coupled_loss, x, args=(W,), method="blockwise")
     vec = cv.hessian_extremes(lambda v: jnp.sum(jnp.cos(v)) + 0.3 * jnp.sum(v) ** 2, jnp.linspace(0.0, 1.0, 7))
     assert vec.method == "full" and vec.coupling is None  # a single vector: no rows to couple
     with pytest.raises(ValueError, match="Unknown method 'dense'"):
-        cv.hessian_extremes(_per_sample_loss, x, W, method="dense")
+        cv.hessian_extremes(_per_sample_loss, x, args=(W,), method="dense")
     with pytest.raises(ValueError, match="`f` must return a scalar"):
-        cv.hessian_extremes(lambda y, W: y @ W, x, W)
+        cv.hessian_extremes(lambda y, W: y @ W, x, args=(W,))
     with pytest.raises(FloatingPointError, match="gradient of `loss`"):
-        cv.hessian_extremes(lambda y, W: jnp.sum(jnp.sqrt(y - 10.0)), x, W)
+        cv.hessian_extremes(lambda y, W: jnp.sum(jnp.sqrt(y - 10.0)), x, args=(W,))
 
 
 def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_coupling():
@@ -750,7 +814,8 @@ def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_couplin
 
     x = jnp.ones((2, 2))
     ev = np.linalg.eigvalsh(np.asarray(jax.hessian(loss)(x, 1e-6)).reshape(4, 4))
-    r = cv.hessian_extremes(loss, x, 1e-6, num_steps=50)  # a budget above the dimension is clamped to it
+    budget = cv.SolverOptions(num_steps=50)  # a budget above the dimension is clamped to it
+    r = cv.hessian_extremes(loss, x, args=(1e-6,), options=budget)
     assert r.method == "full" and 0 < r.coupling <= 100 * np.finfo(np.float64).eps and r.converged
     assert r.num_steps <= 4
     # every product is counted: the full run's steps, both probes, and the 2 steps (a block's whole dimension) of
@@ -760,7 +825,7 @@ def test_auto_falls_back_to_the_full_operator_when_a_tiny_block_sees_the_couplin
     np.testing.assert_allclose([r.smallest[0], r.largest[0]], [ev[0], ev[-1]], rtol=1e-12, atol=r.tol * 1e6)
     assert r.smallest[0] < 0
     with pytest.raises(ValueError, match="not block-diagonal over the rows of `x`"):
-        cv.hessian_extremes(loss, x, 1e-6, method="blockwise")
+        cv.hessian_extremes(loss, x, args=(1e-6,), method="blockwise")
 
 
 def test_hessian_extremes_compiles_once_whatever_closure_the_caller_writes():
@@ -829,16 +894,27 @@ def test_one_end_stops_when_that_end_meets_tol():
     A, ev = _with_spectrum(lam, 41)
     Aj = jnp.asarray(A)
     top = cv.extreme_eigenvalues(
-        dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap", which="largest"
+        dense_matvec,
+        395,
+        args=(Aj,),
+        which="largest",
+        options=cv.SolverOptions(tol=1e-10, check_every=2, error_bound="gap"),
     )
     assert top.converged and top.num_steps < 60
     assert abs(top.largest[0] - ev[-1]) <= top.largest_error_bounds[0] * (1 + 1e-6) + 1e-13 <= 1e-10 * ev[-1]
     both = cv.extreme_eigenvalues(
-        dense_matvec, 395, args=(Aj,), tol=1e-10, check_every=2, error_bound="gap", num_steps=top.num_steps
+        dense_matvec,
+        395,
+        args=(Aj,),
+        options=cv.SolverOptions(tol=1e-10, check_every=2, error_bound="gap", num_steps=top.num_steps),
     )
     assert not both.converged and both.smallest_error_bounds[0] > 1e-10 * ev[-1]
     low = cv.extreme_eigenvalues(
-        dense_matvec, 395, args=(-Aj,), tol=1e-10, check_every=2, error_bound="gap", which="smallest"
+        dense_matvec,
+        395,
+        args=(-Aj,),
+        which="smallest",
+        options=cv.SolverOptions(tol=1e-10, check_every=2, error_bound="gap"),
     )
     assert low.converged and low.num_steps == top.num_steps and abs(low.smallest[0] + ev[-1]) < 1e-9
     with pytest.raises(ValueError, match="Unknown which 'top'"):
@@ -856,15 +932,19 @@ def test_operator_norm_by_lanczos_is_the_largest_singular_value_from_below(shape
         return Aj @ v
 
     dense = cv.operator_norm(fn, x)
-    free = cv.operator_norm(fn, x, max_dense_entries=0, tol=1e-8)
+    free = cv.operator_norm(fn, x, max_dense_entries=0, options=cv.SolverOptions(tol=1e-8))
     assert dense == pytest.approx(sigma, rel=1e-12)
     assert free <= sigma * (1 + 1e-12) and free == pytest.approx(sigma, rel=1e-8)
-    with pytest.raises(RuntimeError, match=r"did not meet `tol` = 1.0e-12 in 2 steps \(`max_steps`\)"):
-        cv.operator_norm(fn, x, max_dense_entries=0, tol=1e-12, max_steps=2)
-    with pytest.raises(ValueError, match="`tol` must lie in"):
-        cv.operator_norm(fn, x, tol=0.0)
-    with pytest.raises(ValueError, match="`max_steps` must be a positive int"):
-        cv.operator_norm(fn, x, max_steps=0)
+    with pytest.raises(RuntimeError, match=r"did not meet `options.tol` = 1.0e-12 in 2 steps \(`options.num_steps`\)"):
+        cv.operator_norm(fn, x, max_dense_entries=0, options=cv.SolverOptions(tol=1e-12, num_steps=2))
+    with pytest.raises(ValueError, match=r"`options.tol` must lie in \(0, 1\)"):
+        cv.operator_norm(fn, x, options=cv.SolverOptions(tol=1.0))
+    with pytest.raises(ValueError, match="`SolverOptions.tol` must be None or a finite float > 0"):
+        cv.SolverOptions(tol=0.0)
+    with pytest.raises(ValueError, match="`SolverOptions.num_steps` must be an integer >= 1"):
+        cv.SolverOptions(num_steps=0)
+    with pytest.raises(TypeError, match="`options` must be a SolverOptions"):
+        cv.operator_norm(fn, x, options={"tol": 1e-3})
 
 
 def test_operator_norm_of_a_fresh_closure_compiles_nothing_new():

@@ -14,6 +14,7 @@ from experiments.configs import guillotine as gconfig
 from experiments.guillotine import dry_run as D
 from experiments.guillotine import geometry as G
 from experiments.guillotine import probing
+from experiments.guillotine import runs as R
 from experiments.guillotine import training as T
 from ssl_geometry import backbones, heads
 
@@ -509,11 +510,11 @@ def test_paper_variants_are_the_authors_recipe():
 def test_ablation_runs_at_its_own_batch_and_steps(tmp_path):
     c = gconfig.get_config("paper")
     c.train.checkpoint_dir = str(tmp_path)
-    ab = guillotine._ablation_config(c)
+    ab = R.ablation_config(c)
     assert (ab.train.batch_size, ab.train.steps) == (512, 4850) and ab.train.checkpoint_dir == f"{tmp_path}/ablation"
     assert (c.train.batch_size, c.train.steps) == (256, 9750)  # the main run's are untouched
     s = gconfig.get_config("smoke")
-    assert (guillotine._ablation_config(s).train.batch_size, guillotine._ablation_config(s).train.steps) == (128, 300)
+    assert (R.ablation_config(s).train.batch_size, R.ablation_config(s).train.steps) == (128, 300)
 
 
 def test_training_goes_through_the_cli_trainer_with_the_authors_views():
@@ -680,7 +681,7 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
 
     c = gconfig.get_config("paper")
     c.dry_run = True
-    ab = guillotine._ablation_config(c)
+    ab = R.ablation_config(c)
     t = lambda b: 1e-3 * b
     calls, sizes = [], {"probes": [], "geometry": []}
 

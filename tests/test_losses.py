@@ -481,11 +481,11 @@ def test_get_names_and_aliases():
 def test_min_batch_table_is_enforced(name):
     """Every loss accepts its table minimum and (for batch-statistics losses) rejects one less."""
     fn = CASES[name][0]
-    need = L.NEEDS_BATCH[name]
-    m = max(need.min_batch, 2) if name != "wmse" else K + 1
+    need, least = L.NEEDS_BATCH[name], L.min_batch_size(name, K)  # wmse: K + 1 (its spec's batch_above_dim)
+    m = max(least, 2)
     assert np.isfinite(float(fn([jnp.asarray(a) for a in loss_inputs(name, n=m)])))
     if need.batch_statistics:
-        small = [jnp.asarray(a) for a in loss_inputs(name, n=need.min_batch - 1 if name != "wmse" else K)]
+        small = [jnp.asarray(a) for a in loss_inputs(name, n=least - 1)]
         with pytest.raises(ValueError, match="batch of at least"):
             fn(small)
     else:

@@ -2,14 +2,19 @@
 
 The first tests follow the how-to's recipe exactly: a throwaway loss and one :class:`~ssl_geometry.objectives.
 ObjectiveSpec` for it, put into :data:`~ssl_geometry.objectives.TABLE` for the test only (``monkeypatch``
-restores the table), and then the losses registry, ``make_objective``, the config validator, the builders and
-a training-loss evaluation all see it, with the loss's value computed here by hand. The others check that the
-names the library publishes (``losses.REGISTRY``, the aliases, ``objectives.OBJECTIVES``, ``EMA_METHODS``,
-``PREDICTOR_METHODS``, the ``objective.*`` config fields and ``make_objective``'s keywords) come from the table
-and still are what they were before the table, and that a spec whose wiring contradicts itself is refused.
+restores the table), and then the losses registry, ``make_objective``, the config validator (its fields and the
+batch a ``BatchAboveDim`` asks for), the builders and a training-loss evaluation all see it, with the loss's
+value computed here by hand. The others check that the names the library publishes (``losses.REGISTRY``, the
+aliases, ``objectives.OBJECTIVES``, ``EMA_METHODS``, ``PREDICTOR_METHODS``, the ``objective.*`` config fields and
+``make_objective``'s keywords) come from the table and still are what they were before the table, that a spec
+whose wiring contradicts itself is refused, and that the recipe's two library files are the only places a loss
+is written down: each spec sits beside its function in its family module's ``SPECS``, each loss of the table is
+published in ``ssl_geometry.losses`` under its table name, and no other library code names a loss or objective.
 """
 
+import ast
 import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +25,8 @@ import pytest
 from ssl_geometry import heads, losses, objectives, trainer
 from ssl_geometry import train as train_cli
 
-TINY = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "configs" / "tiny.py"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = ROOT / "experiments" / "configs" / "tiny.py"
 
 
 # ----------------------------------------------------------------------------- the recipe, step by step
@@ -208,6 +214,103 @@ def test_taking_the_spec_out_of_the_table_takes_it_out_everywhere():
 
 def _alias_names():
     return {a for s in objectives.TABLE.values() for a in s.aliases}
+
+
+def test_a_batch_above_the_feature_dimension_is_read_from_the_spec(monkeypatch):
+    """``batch_above_dim=BatchAboveDim(3, ...)``: ``min_batch_size`` with the dimension is ``k + 3``, the validator
+    refuses ``data.batch_size < out_dim + 3`` with the spec's reason (and the margin in both suggestions) and takes
+    ``out_dim + 3``; W-MSE's message is the one it had when the validator named it (2026-12-05), byte for byte."""
+    above = objectives.BatchAboveDim(3, "the toy loss needs {k} + 3 rows")
+    monkeypatch.setitem(objectives.TABLE, "toy_alignment", _toy_spec(batch_above_dim=above))
+    assert losses.min_batch_size("toy", 10) == 13 and losses.min_batch_size("toy") == 1
+    assert losses.min_batch_size("toy", 0) == 3 and losses.min_batch_size("wmse", 64) == 65
+    assert losses.min_batch_size("mse", 64) == 1 and losses.min_batch_size("info_nce", 64) == 2
+    with pytest.raises(ValueError) as err:
+        trainer.validate_config(_tiny_config(name="toy_alignment"), devices=False)  # batch 64, out_dim 64
+    assert str(err.value) == (
+        "`data.batch_size`: the toy loss needs 64 + 3 rows (model.projector.out_dim), which needs a batch of at "
+        "least 67; got 64. Use data.batch_size >= 67 or model.projector.out_dim <= 61."
+    )
+    ok = _tiny_config(name="toy_alignment")
+    ok.data.batch_size, ok.model.projector.out_dim = 67, 64
+    trainer.validate_config(ok, devices=False)
+    with pytest.raises(ValueError) as err:
+        trainer.validate_config(_tiny_config(name="wmse"), devices=False)
+    assert str(err.value) == (
+        "`data.batch_size`: W-MSE whitens each view with the covariance of its 64 projector outputs "
+        "(model.projector.out_dim), which needs a batch of at least 65; got 64. "
+        "Use data.batch_size >= 65 or model.projector.out_dim <= 63."
+    )
+    trainer.validate_config(_tiny_config(name="vicreg"), devices=False)  # no spec bound: batch 64 = out_dim is fine
+    for bad in (objectives.BatchAboveDim(-1, "why"), objectives.BatchAboveDim(1.5, "why")):
+        with pytest.raises(TypeError, match="`batch_above_dim` must be None or a BatchAboveDim"):
+            _toy_spec(batch_above_dim=bad)
+
+
+# ----------------------------------------------------------------------------- two library files per new loss
+
+#: The recipe's files for a loss: its family module (function and spec) and the public namespace (its name).
+LOSSES_NAMESPACE = ROOT / "ssl_geometry" / "losses.py"
+
+
+def _family_modules():
+    """The family modules of the table's losses, in table order (the module of each spec's function)."""
+    return list(dict.fromkeys(sys.modules[s.loss.fn.__module__] for s in objectives.TABLE.values()))
+
+
+def test_each_spec_sits_beside_its_loss_and_the_table_collects_them():
+    """The table is the families' ``SPECS`` in order, each spec in the ``SPECS`` of the module that defines its
+    function, whose last name is the spec's ``family``: the registry holds no spec of its own."""
+    families = _family_modules()
+    assert [m.__name__.rsplit(".", 1)[1] for m in families] == ["cosine", "contrastive", "redundancy", "distillation"]
+    assert [s for m in families for s in m.SPECS] == list(objectives.TABLE.values())
+    for name, s in objectives.TABLE.items():
+        module = sys.modules[s.loss.fn.__module__]
+        assert any(x is s for x in module.SPECS) and s.loss.family == module.__name__.rsplit(".", 1)[1], name
+        assert s.loss.fn.__name__ == name, f"{name}: a table loss is defined under its table name"
+
+
+def test_every_loss_of_the_table_is_published_under_its_table_name():
+    """``ssl_geometry.losses.<name>`` is the spec's function for every spec of the table, in ``__all__`` and listed
+    (````name````) in the namespace docstring -- the one line a new loss adds to ``ssl_geometry/losses.py``."""
+    for name, s in objectives.TABLE.items():
+        assert getattr(losses, name) is s.loss.fn and name in losses.__all__, name
+        assert f"``{name}``" in losses.__doc__, name
+
+
+def _named_in_code(path, names):
+    """``(line, string)`` of each string literal in ``path`` that is one of ``names``, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in docs
+    ]
+
+
+def test_no_library_code_but_the_recipe_files_names_a_loss_or_an_objective():
+    """A loss, alias or objective name appears as a string in code only in its family module and in
+    ``ssl_geometry/losses.py``'s ``__all__``: the validator, the registry, ``make_objective`` and the builders
+    read the table (W-MSE's minimum batch is its spec's ``batch_above_dim``, not a name in the validator)."""
+    table = objectives.TABLE.values()
+    names = (
+        {s.name for s in table} | {s.objective for s in table if s.objective} | {a for s in table for a in s.aliases}
+    )
+    recipe = {pathlib.Path(m.__file__) for m in _family_modules()} | {LOSSES_NAMESPACE}
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted((ROOT / "ssl_geometry").rglob("*.py"))
+        if path not in recipe and (hits := _named_in_code(path, names))
+    }
+    assert not found, f"library code that names a loss or objective outside the recipe's files: {found}"
+    assert _named_in_code(LOSSES_NAMESPACE, names), "the check reads string literals (losses.__all__ has them)"
 
 
 # ----------------------------------------------------------------------------- the table is the one source

@@ -149,3 +149,43 @@ def test_smoke_collapsed_state_reaches_scipys_verdict_inputs():
     for k in ("stationary", "within_bound", "full_row_rank"):
         assert new[k] == old[k] is True, k
     assert new["rho"] <= new["rho_bound"] and new["rho_start"] > 1e3 * new["rho_bound"]
+
+
+def test_matrix_free_newton_polish_reaches_the_minimiser_above_the_dense_threshold():
+    # A linear head with 5000 > MAX_DENSE_PARAMS parameters and L = |c W - t|^2 / 2 summed over a collapsed batch:
+    # one L-BFGS iteration leaves it short of stationary; the matrix-free Newton step (CG on Hessian-vector
+    # products) then lands on the minimiser nearest W_0, W_0 + c^T (t - c W_0) / |c|^2 (H is n |c|^2 on span(c)),
+    # which the dense threshold would otherwise have left to no Newton step at all.
+    d, k, n = 50, 100, 3
+    model, variables = _linear(d, k, jax.random.PRNGKey(5))
+    c = jax.random.normal(jax.random.PRNGKey(6), (d,), jnp.float64)
+    t = jax.random.normal(jax.random.PRNGKey(7), (k,), jnp.float64)
+    z = jnp.tile(c[None], (n, 1))
+    loss_fn = lambda u: 0.5 * jnp.sum((u - t) ** 2)
+    kw = dict(key=jax.random.PRNGKey(0), max_iter=1, measure_rank=False)
+    assert d * k > stationary_heads.MAX_DENSE_PARAMS
+    bare = stationary_heads.stationary_head_state(model, variables, loss_fn, z, newton_steps=0, **kw)
+    polished = stationary_heads.stationary_head_state(model, variables, loss_fn, z, **kw)
+    assert bare["search_method"] == polished["search_method"] == "lbfgs"
+    assert not bare["stationary"] and bare["grad_norm"] > 1e-6
+    assert polished["stationary"] and 1 <= polished["newton_steps"] <= 5
+    assert polished["rho"] < 1e-10 < bare["rho"]
+
+
+def test_newton_cg_step_equals_the_dense_minimum_norm_step():
+    # A linear head 4 -> 3 (P = 12) under a convex non-quadratic loss: H = J^T H_L J is positive semi-definite of
+    # rank 3 < 12 (singular, as for an over-parametrised head). CG from 0 on H s = g then gives the minimum-norm
+    # solution, the dense least-squares step, to rounding.
+    model, variables = _linear(4, 3, jax.random.PRNGKey(2))
+    c = jax.random.normal(jax.random.PRNGKey(3), (1, 4), jnp.float64)
+    z = jnp.tile(c, (2, 1))
+    t = jnp.array([0.3, -0.2, 0.5])
+    loss_fn = lambda u: jnp.sum(jnp.log(jnp.cosh(u - t)))
+    canon, consts, theta = stationary_heads._objective_program(model, variables, loss_fn, z, False)
+    g = jax.grad(lambda th: canon(consts, th))(theta)
+    H = np.asarray(jax.hessian(lambda th: canon(consts, th))(theta))
+    lam = np.linalg.eigvalsh(0.5 * (H + H.T))
+    assert lam[0] > -1e-12 and np.sum(lam > 1e-10) == 3  # the premise: PSD and singular
+    dense = np.linalg.lstsq(0.5 * (H + H.T), np.asarray(g), rcond=1e-12)[0]
+    cg = np.asarray(stationary_heads._newton_cg_step(canon, theta, consts, g, 6))
+    np.testing.assert_allclose(cg, dense, rtol=1e-9, atol=1e-12 * np.linalg.norm(dense))

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ssl_geometry import geometry, heads, losses
+from ssl_geometry import curvature, geometry, heads, losses
 
 # Linear head h(z) = z @ W, d = 2 -> k = 3; J = W^T, null(J^T) = null(W) = span(e3).
 W = jnp.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
@@ -179,7 +179,7 @@ def test_dense_and_lanczos_spectra_agree_where_both_apply():
     head = lambda x: m.apply(v, x, train=True)[0]
     loss = lambda u: losses.negative_cosine(u, target)
     dense = geometry.collapse_spectrum(head, loss, z)
-    free = geometry.collapse_spectrum(head, loss, z, max_dense_dim=1, lanczos_steps=20)
+    free = geometry.collapse_spectrum(head, loss, z, max_dense_dim=1, options=curvature.SolverOptions(num_steps=20))
     assert dense.method == "dense" and free.method == "lanczos" and free.notes == ()
     scale = max(abs(dense.lambda_min["full"]), abs(dense.lambda_max["full"]))
     for name in ("full", "metric", "interaction"):

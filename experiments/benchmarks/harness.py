@@ -16,7 +16,8 @@ processes used more than :data:`OTHER_CPU_THRESHOLD` of the machine's CPU time d
 recorded but decides only where the other processes' share cannot be measured: a run that keeps
 every core busy raises the load to about the core count by itself, so the load after it cannot
 tell a loaded machine from a busy benchmark. Every written table carries the command, the loads,
-the other processes' share, the library versions and the device (:func:`environment`).
+the other processes' share, the library versions and the device (:func:`environment`). The load guard
+lives in :mod:`experiments.benchmarks.load` (its names are re-exported here).
 
 Usage in a benchmark script::
 
@@ -27,6 +28,7 @@ Usage in a benchmark script::
     harness.write_table("docs/bench_x.md", title, body, command=harness.command_line("experiments.bench_x"),
                         load_before=load0, cpu_start=cpu0, force=args.force)
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -38,74 +40,41 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Callable, Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, Sequence
 
-__all__ = ["LoadTooHigh", "OTHER_CPU_THRESHOLD", "CpuSample", "default_threshold", "load_average", "cpu_sample",
-           "other_cpu_share", "block", "time_call", "interleave",
-           "interleave_order", "ratio_stats", "summary", "environment", "environment_line", "command_line",
-           "check_load", "header", "write_table", "add_arguments"]
+from experiments.benchmarks.load import (
+    OTHER_CPU_THRESHOLD,
+    CpuSample,
+    LoadTooHigh,
+    check_load,
+    cpu_sample,
+    default_threshold,
+    load_average,
+    other_cpu_share,
+)
 
-
-class LoadTooHigh(RuntimeError):
-    """The machine was too busy for a committed benchmark table (see :func:`check_load`)."""
-
-
-def default_threshold() -> float:
-    """Load-average threshold for committed tables: the number of CPU cores (2 on 2 cores)."""
-    return float(os.cpu_count() or 1)
-
-
-def load_average() -> float:
-    """The 1-minute load average (``nan`` where the OS does not report one)."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return math.nan
-
-
-#: The largest share of the machine's CPU time (all cores over the run's wall time) other processes may use during a
-#: committed run: 10%, a fifth of one core on 2 cores (an idle machine here measures about 0.4%; one busy process
-#: beside a 2-core run, about 30%).
-OTHER_CPU_THRESHOLD = 0.10
-
-
-class CpuSample(NamedTuple):
-    """CPU time at one moment: ``wall`` (monotonic s), ``busy`` (the machine's non-idle CPU seconds, all cores:
-    user, nice, system, irq, softirq and steal of ``/proc/stat``), ``own`` (this process's and its waited-for
-    children's user and system seconds) and ``cores`` (the CPUs ``/proc/stat`` counts)."""
-
-    wall: float
-    busy: float
-    own: float
-    cores: int
-
-
-def cpu_sample(stat_path: str = "/proc/stat") -> CpuSample | None:
-    """A :class:`CpuSample` now (``None`` where ``stat_path`` cannot be read or parsed: not Linux)."""
-    try:
-        with open(stat_path) as f:
-            lines = f.read().splitlines()
-        fields = [float(x) for x in lines[0].split()[1:]]
-        cores = sum(1 for ln in lines[1:] if ln.startswith("cpu") and ln[3:4].isdigit())
-        tick = float(os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-    if lines[0].split()[0] != "cpu" or len(fields) < 7 or cores < 1:
-        return None
-    busy = (sum(fields[i] for i in (0, 1, 2, 5, 6)) + (fields[7] if len(fields) > 7 else 0.0)) / tick
-    t = os.times()
-    return CpuSample(time.monotonic(), busy, t.user + t.system + t.children_user + t.children_system, cores)
-
-
-def other_cpu_share(start: CpuSample | None, end: CpuSample | None = None) -> float:
-    """The share of the machine's CPU time other processes used between two samples:
-    ``(busy_1 - busy_0 - (own_1 - own_0)) / (cores * (wall_1 - wall_0))``, clipped at 0 (the counters tick at
-    different rates), ``nan`` when either sample is missing or no time passed. ``end`` defaults to now."""
-    end = cpu_sample() if end is None else end
-    if start is None or end is None or end.wall <= start.wall:
-        return math.nan
-    other = (end.busy - start.busy) - (end.own - start.own)
-    return max(0.0, other / (end.cores * (end.wall - start.wall)))
+__all__ = [
+    "LoadTooHigh",
+    "OTHER_CPU_THRESHOLD",
+    "CpuSample",
+    "default_threshold",
+    "load_average",
+    "cpu_sample",
+    "other_cpu_share",
+    "block",
+    "time_call",
+    "interleave",
+    "interleave_order",
+    "ratio_stats",
+    "summary",
+    "environment",
+    "environment_line",
+    "command_line",
+    "check_load",
+    "header",
+    "write_table",
+    "add_arguments",
+]
 
 
 def block(out):
@@ -137,9 +106,13 @@ def interleave_order(names: Sequence[str], repeats: int, warmup: int = 1) -> lis
     return [(n, r) for r in range(-warmup, repeats) for n in names]
 
 
-def interleave(fns: Mapping[str, Callable[[], object]], repeats: int = 5, warmup: int = 1,
-               clock: Callable[[], float] = time.perf_counter,
-               results: dict | None = None) -> dict[str, list[float]]:
+def interleave(
+    fns: Mapping[str, Callable[[], object]],
+    repeats: int = 5,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    results: dict | None = None,
+) -> dict[str, list[float]]:
     """Time the implementations in turn, ``A B A B ...``: ``{name: [seconds per timed round]}``.
 
     Warm-up rounds (compilation, caches) run in the same interleaved order and are discarded.
@@ -170,8 +143,14 @@ def summary(xs: Sequence[float]) -> dict:
     xs = [float(x) for x in xs]
     if not xs or not all(math.isfinite(x) for x in xs):
         raise ValueError(f"`xs` must be a non-empty sequence of finite numbers; got {xs}.")
-    return {"median": statistics.median(xs), "q25": _quantile(xs, 0.25), "q75": _quantile(xs, 0.75),
-            "min": min(xs), "max": max(xs), "n": len(xs)}
+    return {
+        "median": statistics.median(xs),
+        "q25": _quantile(xs, 0.25),
+        "q75": _quantile(xs, 0.75),
+        "min": min(xs),
+        "max": max(xs),
+        "n": len(xs),
+    }
 
 
 def ratio_stats(times_a: Sequence[float], times_b: Sequence[float]) -> dict:
@@ -181,8 +160,9 @@ def ratio_stats(times_a: Sequence[float], times_b: Sequence[float]) -> dict:
     inter-quartile range) and the ratio of the medians, ``median_a / median_b``.
     """
     if len(times_a) != len(times_b) or not times_a:
-        raise ValueError(f"`times_a` and `times_b` must be equally long and non-empty; got {len(times_a)} "
-                         f"and {len(times_b)}.")
+        raise ValueError(
+            f"`times_a` and `times_b` must be equally long and non-empty; got {len(times_a)} and {len(times_b)}."
+        )
     if min(times_b) <= 0 or min(times_a) < 0:
         raise ValueError("times must be non-negative and `times_b` positive.")
     ratios = [a / b for a, b in zip(times_a, times_b)]
@@ -199,16 +179,21 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "torch", "flax", "optax",
-                                           "diffrax")) -> dict:
+def environment(
+    packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "torch", "flax", "optax", "diffrax"),
+) -> dict:
     """Library versions, Python, platform, CPU count, the JAX device (``platform:kind``) and whether x64 is on.
 
     The one environment record: benchmark tables print it (:func:`environment_line`) and every
     experiment's ``results.json`` stores it (:func:`experiments.common.write_results`).
     """
-    env = {"python": platform.python_version(), "machine": platform.machine(),
-           "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-           "versions": {p: v for p in packages if (v := _version(p)) is not None}}
+    env = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "versions": {p: v for p in packages if (v := _version(p)) is not None},
+    }
     try:
         import jax
 
@@ -221,7 +206,7 @@ def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy", "scipy", "t
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:
         env["OMP_NUM_THREADS"] = threads
-    for name in ("XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION"):   # both change what the timed code computes
+    for name in ("XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION"):  # both change what the timed code computes
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
@@ -231,10 +216,13 @@ def environment_line(env: dict | None = None) -> str:
     """One line: device, cores, Python and the library versions."""
     env = environment() if env is None else env
     vers = ", ".join(f"{k} {v}" for k, v in env["versions"].items())
-    extra = "".join(f"; {k}={env[k]}" for k in ("OMP_NUM_THREADS", "XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION")
-                    if k in env)
-    return (f"device {env['device']}, {env['processor']}, {env['cpu_count']} CPU cores, "
-            f"Python {env['python']}; {vers}{extra}")
+    extra = "".join(
+        f"; {k}={env[k]}" for k in ("OMP_NUM_THREADS", "XLA_FLAGS", "JAX_DEFAULT_MATMUL_PRECISION") if k in env
+    )
+    return (
+        f"device {env['device']}, {env['processor']}, {env['cpu_count']} CPU cores, "
+        f"Python {env['python']}; {vers}{extra}"
+    )
 
 
 def command_line(module: str, argv: Sequence[str] | None = None) -> str:
@@ -243,56 +231,54 @@ def command_line(module: str, argv: Sequence[str] | None = None) -> str:
     return " ".join(["python", "-m", module, *map(shlex.quote, argv)])
 
 
-def check_load(load_before: float, load_after: float, *, threshold: float | None = None,
-               force: bool = False, other_share: float = math.nan,
-               other_threshold: float = OTHER_CPU_THRESHOLD) -> str | None:
-    """``None`` when the machine was quiet; else raise :class:`LoadTooHigh`, or with ``force`` return the mark to
-    print on the table.
-
-    Quiet: ``load_before <= threshold`` and, where ``other_share`` (:func:`other_cpu_share`) is measured,
-    ``other_share <= other_threshold``; where it is not (``nan``), ``load_after <= threshold`` instead. A ``nan``
-    load (no load average on this OS) passes its check.
-    """
-    threshold = default_threshold() if threshold is None else float(threshold)
-    measured = not math.isnan(other_share)
-    reasons = []
-    if load_before > threshold:
-        reasons.append(f"load average {load_before:.2f} before the run exceeds the threshold {threshold:g}")
-    if measured and other_share > other_threshold:
-        reasons.append(f"other processes used {100 * other_share:.1f}% of the CPU during the run (threshold "
-                       f"{100 * other_threshold:g}%)")
-    if not measured and load_after > threshold:
-        reasons.append(f"load average {load_after:.2f} after the run exceeds the threshold {threshold:g} (the other "
-                       "processes' share could not be measured)")
-    if not reasons:
-        return None
-    msg = "; ".join(reasons)
-    if not force:
-        raise LoadTooHigh(msg + ": refusing to write a committed benchmark table (wait for a quiet machine, "
-                          "or pass --force to write it marked FORCED UNDER LOAD).")
-    return f"**FORCED UNDER LOAD: {msg}; these timings are not quiet-machine numbers.**"
-
-
-def header(title: str, command: str, *, load_before: float, load_after: float, mark: str | None,
-           env: dict | None = None, threshold: float | None = None, other_share: float = math.nan) -> str:
+def header(
+    title: str,
+    command: str,
+    *,
+    load_before: float,
+    load_after: float,
+    mark: str | None,
+    env: dict | None = None,
+    threshold: float | None = None,
+    other_share: float = math.nan,
+) -> str:
     """The block every committed table starts with: title, command, loads, the other processes' CPU share,
     environment, mark."""
     threshold = default_threshold() if threshold is None else float(threshold)
-    other = ("" if math.isnan(other_share) else
-             f"; other processes used {100 * other_share:.1f}% of the CPU during the run "
-             f"(threshold {100 * OTHER_CPU_THRESHOLD:g}%)")
-    lines = [f"# {title}", "", f"Command: `{command}`", "",
-             f"1-minute load average {load_before:.2f} before (threshold {threshold:g}) and {load_after:.2f} after "
-             f"the run{other}; {environment_line(env)}.", ""]
+    other = (
+        ""
+        if math.isnan(other_share)
+        else f"; other processes used {100 * other_share:.1f}% of the CPU during the run "
+        f"(threshold {100 * OTHER_CPU_THRESHOLD:g}%)"
+    )
+    lines = [
+        f"# {title}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"1-minute load average {load_before:.2f} before (threshold {threshold:g}) and {load_after:.2f} after "
+        f"the run{other}; {environment_line(env)}.",
+        "",
+    ]
     if mark:
         lines += [mark, ""]
     return "\n".join(lines) + "\n"  # a blank line before the body
 
 
-def write_table(path: str | os.PathLike | None, title: str, body: str, *, command: str, load_before: float,
-                load_after: float | None = None, threshold: float | None = None, force: bool = False,
-                env: dict | None = None, cpu_start: CpuSample | None = None,
-                other_share: float | None = None) -> str:
+def write_table(
+    path: str | os.PathLike | None,
+    title: str,
+    body: str,
+    *,
+    command: str,
+    load_before: float,
+    load_after: float | None = None,
+    threshold: float | None = None,
+    force: bool = False,
+    env: dict | None = None,
+    cpu_start: CpuSample | None = None,
+    other_share: float | None = None,
+) -> str:
     """Check the machine was quiet (:func:`check_load`), then write ``header + body`` to ``path``; returns the text.
 
     ``load_after`` defaults to the load now; ``other_share`` to :func:`other_cpu_share` from ``cpu_start`` (the
@@ -302,8 +288,20 @@ def write_table(path: str | os.PathLike | None, title: str, body: str, *, comman
     load_after = load_average() if load_after is None else load_after
     other_share = other_cpu_share(cpu_start) if other_share is None else float(other_share)
     mark = check_load(load_before, load_after, threshold=threshold, force=force, other_share=other_share)
-    text = header(title, command, load_before=load_before, load_after=load_after, mark=mark, env=env,
-                  threshold=threshold, other_share=other_share) + body.rstrip() + "\n"
+    text = (
+        header(
+            title,
+            command,
+            load_before=load_before,
+            load_after=load_after,
+            mark=mark,
+            env=env,
+            threshold=threshold,
+            other_share=other_share,
+        )
+        + body.rstrip()
+        + "\n"
+    )
     if path is not None:
         p = pathlib.Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +315,14 @@ def add_arguments(ap, *, repeats: int = 5, warmup: int = 1) -> None:
     """The harness's command-line options: ``--repeats --warmup --force --load-threshold``."""
     ap.add_argument("--repeats", type=int, default=repeats, help="timed interleaved rounds")
     ap.add_argument("--warmup", type=int, default=warmup, help="untimed interleaved rounds first")
-    ap.add_argument("--force", action="store_true",
-                    help="write the table even when the load exceeds the threshold (marked FORCED UNDER LOAD)")
-    ap.add_argument("--load-threshold", type=float, default=None,
-                    help="1-minute load average before the run above which no table is written (default: CPU count)")
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="write the table even when the load exceeds the threshold (marked FORCED UNDER LOAD)",
+    )
+    ap.add_argument(
+        "--load-threshold",
+        type=float,
+        default=None,
+        help="1-minute load average before the run above which no table is written (default: CPU count)",
+    )

@@ -90,7 +90,7 @@ class Problem:
 
     def linearized(self, dtype=jnp.float32):
         z1, params, z2 = self.args(dtype)
-        return cv.linearized_hvp(self.loss, z1, params, z2)
+        return cv.linearized_hvp(self.loss, z1, args=(params, z2))
 
 
 def authors_power_iteration(torch, hvp, z, num_iterations=20):

@@ -121,6 +121,18 @@ HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
             "per state at the stationary head) is now a premise checked per state; a state that fails it is premise "
             "violated for that state, reported and not counted (issue 32, item 3)",
         ),
+        (
+            "2026-12-06",
+            "afae75f448e527e1",
+            "supported (smoke) in experiment 3 (collapse_hessians); supported (smoke) in experiment 7 (objectives)",
+            "The method's words only; the stationarity test, the bound and the decision are unchanged (issue 36). "
+            "The rule said BFGS, but above 4096 head parameters (the paper's widths) the code ran L-BFGS and took no "
+            "Newton step. There a SimSiam state stopped at |grad| 2.1e-9 with |rho| 7e-12: its line search reads L, "
+            "whose round-off hides any further decrease, and the unchanged test called it not stationary. Rather than "
+            "loosen the tolerance, the head now also gets up to 5 matrix-free Newton steps (conjugate gradients on "
+            "Hessian-vector products), as small heads already got dense ones. At batch 32 one step took |grad| from "
+            "1.2e-9 to 4.8e-14",
+        ),
     ],
     "guillotine-probe-gap": [
         (
@@ -174,6 +186,18 @@ HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
             "shorter runs inconclusive (horizon), except for a forbidden escape. A run counts as escaped only if it "
             "started collapsed (s(0) <= t): the ReLU+BN smoke run, std 0.121 > 0.0625 from epoch 0, had counted as "
             "escaped; it is now 'not collapsed at start', its own outcome (issue 32, item 5)",
+        ),
+    ],
+    "thm4.1-rank-predicts-stability": [
+        (
+            "2026-12-06",
+            "67536f1080ee79d0",
+            "supported (smoke) in collapse_hessians; supported (paper) in collapse_hessians-paper_widths",
+            "The words extended to the composed SimSiam head d -> h -> k -> p -> k of part (d) (analysis.widths_composed: "
+            "the initialiser's head and p - d + 1 predictor units at the zero of sigma'), registered after the tiny run and "
+            "a four-head timing at the paper's size, before any smoke or paper run; the prediction is taken per hidden layer "
+            "(min over layers of h_l - n0_l) and "
+            "is unchanged for one hidden layer, as are the counting and the decision (issue 36, part (d))",
         ),
     ],
 }

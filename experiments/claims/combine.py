@@ -43,7 +43,9 @@ def _top_scale(records: list[Mapping]) -> list[Mapping]:
 
 
 def _why(verdict: str, deciders: list[Mapping], units: int, unit: str) -> str:
-    """One line: how many records (or subjects) decided the verdict, where, and the first one's reason."""
+    """One line: how many records (or subjects) decided the verdict, where, and the first one's reason; the deciders
+    at the largest scale lead (a paper-scale record before a smoke one), in the order given within a scale."""
+    deciders = sorted(deciders, key=lambda r: -SCALES.index(r["scale"]))
     places = list(dict.fromkeys(where(r) for r in deciders))
     first = f"{where(deciders[0])}: {_short(deciders[0].get('reason') or '(no reason stored)')}"
     if units == 1:

@@ -74,22 +74,31 @@ CLAIMS = [
     Claim(
         id="thm4.1-rank-predicts-stability",
         statement=(
-            "For a one-hidden-layer head d -> h -> k, rank J(c) = min(d, number of hidden units with "
-            "sigma'(pre-activation) != 0): a head with at most h - d units at a zero of sigma' has J of full "
-            "column rank and its collapsed equilibria are stable at every residual below their critical scale "
-            "s* > 0, for every smooth activation; a head with more than h - d such units (Swish, GELU; none "
-            "exists for tanh) drops rank and is unstable at every residual scale when M does not vanish on "
-            "null(G); a constant-rank bottleneck (h < d) is degenerate, not unstable. Predicted from the head "
-            "and c before the equilibrium is built, at widths up to the paper's projector 512 -> 2048 -> 2048."
+            "For a bias-free MLP head -- one hidden layer d -> h -> k, or the composed SimSiam head "
+            "d -> h -> k -> p -> k (projector then predictor, d <= h, k, p) -- rank J(c) = min(d, min over hidden "
+            "layers l of (h_l - n0_l)), n0_l the number of units of layer l with sigma'(pre-activation) = 0: a "
+            "head with at most h_l - d such units in every hidden layer has J of full column rank and its "
+            "collapsed equilibria are stable at every residual below their critical scale s* > 0, for every "
+            "smooth activation; a head with more than h_l - d such units in some layer (Swish, GELU; none exists "
+            "for tanh) drops rank and is unstable at every residual scale when M does not vanish on null(G); a "
+            "constant-rank bottleneck (one hidden layer, h < d) is degenerate, not unstable. Predicted from the "
+            "head and c before the equilibrium is built, at widths up to the paper's projector 512 -> 2048 -> "
+            "2048 and its composed SimSiam head 512 -> 2048 -> 2048 -> 512 -> 2048, whose predictor hidden layer "
+            "is as wide as d, so that one unit at a zero of sigma' drops the rank."
         ),
         source="the project's repair of Thm 4.1 (issue 36), parts (c) and (d)",
         rule=(
-            "For every head of the width sweep (analysis.widths; per width, smooth activation and seed: the "
-            "initialiser's head, the rank-drop construction with h - d + 1 hidden units placed at the zero of "
-            "sigma', and the bottleneck d -> d/2 -> k; a fresh head and c per residual scale), the prediction is "
-            "made from the head and c alone: n0 = the number of hidden units with |sigma'(a_j)| <= {zero_tol}, "
-            "predicted null dimension d - min(d, h - n0), class 'rank-drop' if n0 > max(h - d, 0), else "
-            "'bottleneck' if h < d, else 'full'; predicted sign +1 (full), -1 (rank-drop), 0 (bottleneck). Then the"
+            "For every head of the width sweep (analysis.widths, one hidden layer d -> h -> k; per width, smooth "
+            "activation and seed: the initialiser's head, the rank-drop construction with h - d + 1 hidden units "
+            "placed at the zero of sigma', and the bottleneck d -> d/2 -> k; analysis.widths_composed, the "
+            "composed SimSiam head d -> h -> k -> p -> k with d <= h, k, p; per width, smooth activation and "
+            "seed: the initialiser's head and the composed rank-drop construction with p - d + 1 predictor hidden "
+            "units placed at the zero of sigma'; no rank-drop head where sigma' has no zero; a fresh head and c "
+            "per residual scale), the prediction is made from the head and c alone: per hidden layer l of width "
+            "h_l, n0_l = the number of its units with |sigma'(a_j)| <= {zero_tol}; predicted null dimension "
+            "d - min(d, min_l (h_l - n0_l)), class 'rank-drop' if n0_l > max(h_l - d, 0) for some layer l, else "
+            "'bottleneck' if the first hidden layer is narrower than d, else 'full'; predicted sign +1 (full), "
+            "-1 (rank-drop), 0 (bottleneck). Then the"
             " equilibrium is built by collapsed_equilibrium, its certificate computed and lambda_min(H_eff) "
             "measured by classify_collapse (sign -1 below -tol, +1 above tol, 0 between). Per certified head whose "
             "certificate makes a prediction: a rank mismatch if some sample block's dim null(G) differs from the "
@@ -111,7 +120,7 @@ CLAIMS = [
         ),
         scales=("toy", "smoke", "paper"),
         refuted_by=(
-            "a head whose dim null(G) differs from d - min(d, h - n0); a full-rank head unstable (or "
+            "a head whose dim null(G) differs from d - min(d, min_l (h_l - n0_l)); a full-rank head unstable (or "
             "degenerate) at a residual below its s*; a rank-drop head with M on null(G) != 0 that is stable "
             "or degenerate; a bottleneck head unstable below its s*"
         ),

@@ -30,7 +30,7 @@ import numpy as np
 
 from experiments import common, projection
 from experiments.collapse_escape import problem as P
-from experiments.collapse_escape import runs as R
+from experiments.collapse_escape import state as S
 from experiments.collapse_escape.reporting import figures, report
 from experiments.collapse_escape.verdict import decide
 from ssl_geometry import dynamics, geometry, heads, metrics
@@ -108,7 +108,7 @@ def _batchnorm(problem, cfg, eq, y0):
 
 
 def run_case(cfg, problem, seed):
-    """One state: its equilibrium, premises, spectrum and perturbation, then every run from it (:func:`runs.run_state`)."""
+    """One state: its equilibrium, premises, spectrum and perturbation, then every run from it (:func:`state.run_state`)."""
     key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), seed)
     eq = P.equilibrium(problem, cfg, key)
     info = {
@@ -138,7 +138,7 @@ def run_case(cfg, problem, seed):
         **spectra,
     }
     state["state_premises"] = bool(state["H_L_psd"] and state["rho_nonzero"] and state["stationary"])
-    rows, curves = R.run_state(problem, eq, cfg, y0, state, spectra["lambda_min_H_eff"])
+    rows, curves = S.run_state(problem, eq, cfg, y0, state, spectra["lambda_min_H_eff"])
     for r in rows:
         r["timescale_ratio"] = _timescale_ratio(problem, y0, P.flow_data(eq.data, eq.y, r["tau"])) if r["tau"] else 0.0
     return rows, curves, {**state, **_batchnorm(problem, cfg, eq, y0)}

@@ -1,6 +1,7 @@
 """Experiment 4's runs: the linearised predictions, the flows of the timescale sweep and SGD, per state.
 
-One certified equilibrium and one perturbation ``y0`` per state (:func:`run_state`); from it
+One certified equilibrium and one perturbation ``y0`` per state (:func:`.state.run_state`, which assembles each
+run's row from the pieces here); from it
 
 * a gradient flow at every head rate ``tau`` of ``dynamics.head_rates`` (``tau = 0``: the head frozen,
   the regime of ``H_eff``; registry claims ``thm4.1-frozen-head-flow``, ``flow-linear-relu-no-escape``,
@@ -24,6 +25,7 @@ modes have fallen to ``dominance`` times the leading ones and closes when the ru
 regime (:func:`rate_window`); a run whose horizon ends before its window is continued, for the rate
 alone, as far as the linearised solution says the window reaches (:func:`rate_run_saves`).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +33,6 @@ import math
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.flatten_util import ravel_pytree
 
 from experiments import claims
 from experiments.collapse_escape import problem as P
@@ -69,8 +70,9 @@ def flow_horizon(rate: float, t0: float) -> float:
     cap = threshold(NO_ESCAPE, "horizon_max")
     if not rate > 0:
         return float(min(cap, t0))
-    return float(min(cap, threshold(NO_ESCAPE, "horizon_margin") * math.log(threshold(NO_ESCAPE, "escape_growth"))
-                     / rate))
+    return float(
+        min(cap, threshold(NO_ESCAPE, "horizon_margin") * math.log(threshold(NO_ESCAPE, "escape_growth")) / rate)
+    )
 
 
 def outcome(growth: float, status: str) -> str:
@@ -118,20 +120,40 @@ def run_flow(loss, w0, data, T, cfg, obs, solver, dt0=None, ts=None):
     dcfg = cfg.dynamics
     ts = np.linspace(0.0, T, dcfg.num_saves + 1) if ts is None else np.asarray(ts, float)
     max_steps = dcfg.max_steps if dt0 is None else max(dcfg.max_steps, int(T / dt0) + len(ts) + 2)
-    return dynamics.gradient_flow(loss, w0, t1=T, save_at=ts, observe=obs, args=data,
-                                  solver=solver, rtol=dcfg.rtol, atol=dcfg.atol, max_steps=max_steps, dt0=dt0,
-                                  throw=False)
+    return dynamics.gradient_flow(
+        loss,
+        w0,
+        t1=T,
+        save_at=ts,
+        observe=obs,
+        args=data,
+        solver=solver,
+        rtol=dcfg.rtol,
+        atol=dcfg.atol,
+        max_steps=max_steps,
+        dt0=dt0,
+        throw=False,
+    )
 
 
 def run_sgd(loss_scaled, w0, data, lr, T, cfg, obs):
     mom = cfg.dynamics.momentum
     lr_eff = lr / (1.0 - mom)
     steps = max(1, int(round(T / lr_eff)))
-    return dynamics.discrete(loss_scaled, w0, _optimizer(mom), steps=steps, observe=obs, observe_every=1,
-                             args={**data, "scale": jnp.asarray(lr, jnp.float64)}, lr=lr_eff, throw=False)
+    return dynamics.discrete(
+        loss_scaled,
+        w0,
+        _optimizer(mom),
+        steps=steps,
+        observe=obs,
+        observe_every=1,
+        args={**data, "scale": jnp.asarray(lr, jnp.float64)},
+        lr=lr_eff,
+        throw=False,
+    )
 
 
-def _spread_rms(O, deltas):
+def spread_rms(O, deltas):
     """RMS of the centred representation of linearised deviations (``inf`` where they overflowed)."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.linalg.norm(deltas @ O.T, axis=1) / math.sqrt(O.shape[0])
@@ -150,10 +172,19 @@ def summarise(tr, predicted_spread, status):
     last = np.nonzero(tr.saved & np.isfinite(spread))[0][-1]
     frozen, f_a, f_b, _ = fit_rate(ts, spread, spread[0], lf)
     growth = float(spread[last] / spread[0])
-    return {"ok": bool(tr.ok), "status": status, "t_final": float(tr.t_final), "n_steps": int(tr.n_steps),
-            "spread_0": float(spread[0]), "spread_T": float(spread[last]), "growth": growth,
-            "outcome": outcome(growth, status), "frozen_rate": frozen, "frozen_window": [f_a, f_b],
-            "frozen_predicted_rate": fit_on(ts, predicted_spread, (f_a, f_b))}
+    return {
+        "ok": bool(tr.ok),
+        "status": status,
+        "t_final": float(tr.t_final),
+        "n_steps": int(tr.n_steps),
+        "spread_0": float(spread[0]),
+        "spread_T": float(spread[last]),
+        "growth": growth,
+        "outcome": outcome(growth, status),
+        "frozen_rate": frozen,
+        "frozen_window": [f_a, f_b],
+        "frozen_predicted_rate": fit_on(ts, predicted_spread, (f_a, f_b)),
+    }
 
 
 def rate_fields(tr, modes: LinearModes, stop) -> dict:
@@ -163,18 +194,31 @@ def rate_fields(tr, modes: LinearModes, stop) -> dict:
     ``window_found`` is False when the modal split failed (``modes.ok``); the window is then empty."""
     spread = np.asarray(tr.observed["spread_z"], float)
     ts = np.asarray(tr.ts, float)
-    k_a, k_b = rate_window(ts, modes.lead, modes.rest, np.where(tr.saved, spread, np.nan),
-                           np.asarray(tr.observed["dev"], float), dominance=threshold(RATES, "dominance"),
-                           linear_factor=threshold(RATES, "linear_factor"),
-                           decay_floor=threshold(RATES, "decay_floor"), stop=stop)
+    k_a, k_b = rate_window(
+        ts,
+        modes.lead,
+        modes.rest,
+        np.where(tr.saved, spread, np.nan),
+        np.asarray(tr.observed["dev"], float),
+        dominance=threshold(RATES, "dominance"),
+        linear_factor=threshold(RATES, "linear_factor"),
+        decay_floor=threshold(RATES, "decay_floor"),
+        stop=stop,
+    )
     if not modes.ok:
         k_a = k_b
     rate, points = window_rate(ts, spread, (k_a, k_b), int(threshold(RATES, "min_points")))
-    return {"measured_rate": rate, "rate_points": points,
-            "rate_window": [float(ts[k_a]) if k_a < len(ts) else float("nan"),
-                            float(ts[k_b - 1]) if k_b > k_a else float("nan")],
-            "linear_end_t": float(ts[k_b - 1]) if k_b > 0 else float("nan"), "window_found": bool(modes.ok),
-            "rate_run_saves": len(ts) - 1}
+    return {
+        "measured_rate": rate,
+        "rate_points": points,
+        "rate_window": [
+            float(ts[k_a]) if k_a < len(ts) else float("nan"),
+            float(ts[k_b - 1]) if k_b > k_a else float("nan"),
+        ],
+        "linear_end_t": float(ts[k_b - 1]) if k_b > 0 else float("nan"),
+        "window_found": bool(modes.ok),
+        "rate_run_saves": len(ts) - 1,
+    }
 
 
 def rate_run_saves(J, O, delta0, dt, *, lr=None, momentum=0.0):
@@ -190,119 +234,16 @@ def rate_run_saves(J, O, delta0, dt, *, lr=None, momentum=0.0):
     m = linear_modes(J, O, delta0, ts, lr=lr, momentum=momentum, lead_rtol=threshold(RATES, "lead_rtol"))
     with np.errstate(over="ignore"):  # past the linear regime the solution may overflow: inf ends the window
         spread = np.exp(m.log_spread)
-    k_a, k_b = rate_window(ts, m.lead, m.rest, spread, spread, dominance=threshold(RATES, "dominance"),
-                           linear_factor=threshold(RATES, "linear_factor"),
-                           decay_floor=threshold(RATES, "decay_floor"))
+    k_a, k_b = rate_window(
+        ts,
+        m.lead,
+        m.rest,
+        spread,
+        spread,
+        dominance=threshold(RATES, "dominance"),
+        linear_factor=threshold(RATES, "linear_factor"),
+        decay_floor=threshold(RATES, "decay_floor"),
+    )
     if not m.ok or k_b - k_a < n_min:
         return None
     return int(min(k_b, k_a + max(10 * n_min, k_a // 2)))
-
-
-def _check_rate(modes: LinearModes, predicted: float, what: str) -> None:
-    """The modal split's leading rate must be the library's (``visible_rate`` / ``sgd_growth``): one definition."""
-    if not abs(modes.rate - predicted) <= 1e-9 * max(abs(predicted), 1e-12):
-        raise RuntimeError(f"{what}: the modal split's leading rate {modes.rate!r} differs from the predicted rate "
-                           f"{predicted!r}")
-
-
-def _delta(w, w_eq):
-    return np.asarray(ravel_pytree(w)[0] - ravel_pytree(w_eq)[0])
-
-
-def _flow_row(problem, cfg, y0, tau, t0, base):
-    lin, O, w_eq, data = predictions(problem, base["eq"], tau)
-    r = dynamics.visible_rate(lin, O)
-    T = t0 if tau == 0 else flow_horizon(r, t0)
-    solver, dt0 = flow_solver(cfg, lin, problem.activation, T)
-    w0 = P.to_w(y0, tau)
-    d0 = _delta(w0, w_eq)
-    tr = run_flow(problem.loss_w, w0, data, T, cfg, problem.observe, solver, dt0)
-    pred = _spread_rms(O, dynamics.predict_flow(lin.jacobian, d0, tr.ts))
-    status = "successful" if tr.ok else tr.status
-    modes = linear_modes(lin.jacobian, O, d0, tr.ts, lead_rtol=threshold(RATES, "lead_rtol"))
-    _check_rate(modes, r, f"flow tau = {tau:g}")
-    rate = rate_fields(tr, modes, tr.t_final if not tr.ok else float("inf"))
-    rate["rate_run"] = "horizon"
-    if rate["rate_points"] < threshold(RATES, "min_points") and tr.ok:
-        # the horizon ended before the window: the rate run continues on the same spacing (the outcome stays T's)
-        dt = float(tr.ts[1] - tr.ts[0])
-        n = rate_run_saves(lin.jacobian, O, d0, dt)
-        if n is None:
-            rate["rate_run"] = "horizon (the linearised solution has no window within max_saves)"
-        elif n > len(tr.ts) - 1:
-            ts = dt * np.arange(n + 1)
-            solver_r, dt0_r = flow_solver(cfg, lin, problem.activation, float(ts[-1]))
-            tr_r = run_flow(problem.loss_w, w0, data, float(ts[-1]), cfg, problem.observe, solver_r, dt0_r, ts=ts)
-            modes_r = linear_modes(lin.jacobian, O, d0, tr_r.ts, lead_rtol=threshold(RATES, "lead_rtol"))
-            rate = {**rate_fields(tr_r, modes_r, tr_r.t_final if not tr_r.ok else float("inf")),
-                    "rate_run": f"extended to t = {ts[-1]:.4g} ({tr_r.status})"}
-    row = {**base["info"], "dynamics": "flow", "tau": float(tau), "lr": 0.0, "horizon": T, "predicted_rate": r,
-           "leading_rate": lin.rate, "jacobian_scale": float(np.max(np.abs(lin.eigenvalues))),
-           "stiffness": lin.stiffness, "field_norm_eq": lin.field_norm,
-           "solver": solver if dt0 is None else f"{solver} dt={dt0:.3g}", **summarise(tr, pred, status), **rate}
-    return row, tr, (lin, O, w_eq, data)
-
-
-def _sgd_row(problem, cfg, y0, lr, T, lin_pack, base):
-    lin, O, w_eq, data = lin_pack
-    mom = cfg.dynamics.momentum
-    lr_eff = lr / (1.0 - mom)
-    w0 = P.to_w(y0, cfg.dynamics.sgd_head_rate)
-    d0 = _delta(w0, w_eq)
-    tr = run_sgd(problem.loss_w_scaled, w0, data, lr, T, cfg, problem.observe)
-    with np.errstate(over="ignore", invalid="ignore"):  # an unstable map overflows: read as inf
-        path = dynamics.predict_sgd(lin.jacobian, d0, lr, mom, len(tr.ts) - 1)
-    growth = dynamics.sgd_growth(lin.jacobian, lr, mom, observable=O)
-    t_div = float(tr.first_bad_step) * lr_eff if tr.first_bad_step is not None else float("inf")
-    status = "successful" if tr.ok else "non_finite"  # the window stops only on a non-finite step
-    predicted = math.log(max(growth, 1e-300)) / lr_eff
-    lead_rtol = threshold(RATES, "lead_rtol")
-    modes = linear_modes(lin.jacobian, O, d0, tr.ts, lr=lr, momentum=mom, lead_rtol=lead_rtol)
-    _check_rate(modes, predicted, f"SGD lr = {lr:g}")
-    rate = {**rate_fields(tr, modes, t_div), "rate_run": "horizon"}
-    if rate["rate_points"] < threshold(RATES, "min_points") and tr.ok:
-        n = rate_run_saves(lin.jacobian, O, d0, lr_eff, lr=lr, momentum=mom)
-        if n is None:
-            rate["rate_run"] = "horizon (the linearised solution has no window within max_saves)"
-        elif n > len(tr.ts) - 1:
-            tr_r = run_sgd(problem.loss_w_scaled, w0, data, lr, n * lr_eff, cfg, problem.observe)
-            t_div_r = float(tr_r.first_bad_step) * lr_eff if tr_r.first_bad_step is not None else float("inf")
-            modes_r = linear_modes(lin.jacobian, O, d0, tr_r.ts, lr=lr, momentum=mom, lead_rtol=lead_rtol)
-            rate = {**rate_fields(tr_r, modes_r, t_div_r), "rate_run": f"extended to {len(tr_r.ts) - 1} steps"}
-    row = {**base["info"], "dynamics": "sgd", "tau": float(cfg.dynamics.sgd_head_rate), "lr": float(lr),
-           "lr_eff": lr_eff, "horizon": T, "predicted_rate": predicted,
-           "predicted_growth_per_step": growth, "t_diverged": t_div if np.isfinite(t_div) else float("nan"),
-           **summarise(tr, _spread_rms(O, path), status), **rate}
-    row["t_final"] = float(len(tr.ts) - 1) * lr_eff  # on the clock to T; a diverged run is frozen from then on
-    return row, tr
-
-
-def run_state(problem, eq, cfg, y0, info, lambda_min_h_eff):
-    """Every run from one perturbed equilibrium: ``(rows, curves)`` (module docstring)."""
-    base = {"eq": eq, "info": info}
-    t0 = frozen_horizon(lambda_min_h_eff)
-    rows, curves, packs = [], [], {}
-    for tau in cfg.dynamics.head_rates:
-        row, tr, pack = _flow_row(problem, cfg, y0, float(tau), t0, base)
-        packs[float(tau)] = (pack, row["horizon"])
-        rows.append(row)
-        curves.append(_curve(row, tr))
-    tau_sgd = float(cfg.dynamics.sgd_head_rate)
-    if tau_sgd not in packs:
-        raise ValueError(f"`dynamics.sgd_head_rate` {tau_sgd} must be one of `dynamics.head_rates` (SGD runs that "
-                         "flow's horizon).")
-    pack, T = packs[tau_sgd]
-    for lr in cfg.dynamics.lrs:
-        row, tr = _sgd_row(problem, cfg, y0, float(lr), T, pack, base)
-        rows.append(row)
-        curves.append(_curve(row, tr))
-    return rows, curves
-
-
-def _curve(row, tr, max_points=300):
-    """A thinned copy of a trajectory's spread for the figures."""
-    ts = np.asarray(tr.ts)
-    keep = np.unique(np.linspace(0, len(ts) - 1, min(len(ts), max_points)).round().astype(int))
-    meta = {k: row[k] for k in ("objective", "activation", "representation", "seed", "dynamics", "tau", "lr",
-                                "predicted_rate", "measured_rate", "rate_window")}
-    return {**meta, "t": ts[keep].tolist(), "spread_z": np.asarray(tr.observed["spread_z"])[keep].tolist()}

@@ -140,8 +140,7 @@ def decide(m, config) -> dict:
         *certificates.decide_items(m, claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["crossing_rtol"]),
         widths.decide_item(m),
     ]
-    if not config.analysis.states:  # the width sweep alone (paper_widths): no other claim is measured
-        items = [it for it in items if it["id"] in measured_claims(config)]
+    items = [it for it in items if it["id"] in measured_claims(config)]  # paper_widths: the width claim alone
     coll = [r for r in rows if r["state"] == "collapsed"]
     headline = {
         "equilibria_constructed": sum(r["state"] == "equilibrium" for r in rows),

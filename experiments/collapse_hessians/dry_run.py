@@ -117,48 +117,47 @@ def _iteration_points(config, sizes) -> list:
     return points
 
 
-def width_heads(config) -> dict[str, int]:
-    """The heads the width sweep builds at each rung, per construction: per activation the initialiser's draw and
-    the bottleneck and, where ``sigma'`` has a zero, the rank drop; times the seeds and the residual scales."""
-    a = config.analysis
-    per = int(a.widths_seeds) * len(a.widths_residual_scales)
-    with_zero = sum(widths.sigma_prime_zero(act) is not None for act in a.widths_activations)
-    n_act = len(a.widths_activations)
-    return {"random": n_act * per, "rank_drop": with_zero * per, "bottleneck": n_act * per}
+def width_heads(config) -> dict[str, dict[str, int]]:
+    """The heads the width sweep builds, per rung label and construction: counted from
+    :func:`experiments.collapse_hessians.widths.heads_of`, the sweep's own enumeration (a construction without a head
+    at any activation, e.g. the rank drop with tanh alone, is absent)."""
+    out: dict[str, dict[str, int]] = {}
+    for spec in widths.heads_of(config, jax.random.PRNGKey(0)):
+        per = out.setdefault(widths.rung_label(spec.dims), {})
+        per[spec.construction] = per.get(spec.construction, 0) + 1
+    return out
 
 
 def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
-    """The width sweep's projection, measured at every rung of ``analysis.widths`` at its own size (nothing is
-    extrapolated). Per rung, one head of each construction (the first activation and residual scale; the rank
-    drop with the first activation whose ``sigma'`` has a zero) is run once, timed with its compilation, then
-    ``repeats`` times: the rung costs ``sum_c heads_c t_c`` (:func:`width_heads`, ``t_c`` the median) plus, per
-    activation, the compilations (first call minus ``t_c``, summed over the constructions: the rank drop reuses
-    the initialiser's program, the bottleneck has its own), which the real sweep pays once per activation and
-    hidden width. ``spread_s``: from the fastest timed runs with the compilations paid once per rung (every
-    activation sharing the compiled code but the activation's own) to the slowest with them paid per activation.
-    ``points``: ``[[d, seconds per head of the initialiser's draw], ...]``; ``compile_s``: per rung."""
-    a = config.analysis
-    scale, n_act, counts = float(a.widths_residual_scales[0]), len(a.widths_activations), width_heads(config)
-    zero_acts = [act for act in a.widths_activations if widths.sigma_prime_zero(act) is not None]
+    """The width sweep's projection, measured at every rung of ``analysis.widths`` and ``analysis.widths_composed``
+    at its own size (nothing is extrapolated). Per rung and construction, the first head
+    :func:`experiments.collapse_hessians.widths.heads_of` yields (the first activation that has the construction,
+    seed 0, the first residual scale; a construction the sweep builds no head of is neither timed nor counted) is run
+    once, timed with its compilation, then ``repeats`` times: the rung costs ``sum_c heads_c t_c``
+    (:func:`width_heads`, ``t_c`` the median) plus, per activation, the compilations (first call minus ``t_c``, summed
+    over the constructions: the rank drop reuses the initialiser's program, the bottleneck has its own), which the
+    real sweep pays once per activation and hidden width. ``spread_s``: from the fastest timed runs with the
+    compilations paid once per rung (every activation sharing the compiled code but the activation's own) to the
+    slowest with them paid per activation. ``points``: ``[[d, seconds per head of the initialiser's draw], ...]``
+    (one-hidden-layer rungs); ``compile_s``: per rung."""
+    n_act, counts = len(config.analysis.widths_activations), width_heads(config)
+    first: dict[str, dict] = {}
+    for spec in widths.heads_of(config, key):
+        first.setdefault(widths.rung_label(spec.dims), {}).setdefault(spec.construction, spec)
     points, compiles, lo, hi, total = [], [], 0.0, 0.0, 0.0
-    for iw, (d, h, k) in enumerate(a.widths):
-        kk, comp = jax.random.fold_in(key, iw), 0.0
-        for con in widths.CONSTRUCTIONS:
-            act = (zero_acts or [None])[0] if con == "rank_drop" else a.widths_activations[0]
-            if act is None or not counts[con]:
-                continue
-            run = lambda con=con, act=act, kk=kk, d=d, h=h, k=k: widths.head_row(
-                config, int(d), int(h), int(k), act, con, 0, scale, kk
-            )
+    for rung, specs in first.items():
+        comp = 0.0
+        for con, s in specs.items():
+            run = lambda s=s: widths.head_row(config, s.dims, s.activation, s.construction, s.seed, s.scale, s.key)
             t0 = time.perf_counter()
             run()
-            first = time.perf_counter() - t0
+            once = time.perf_counter() - t0
             times = harness.interleave({"head": run}, repeats=repeats, warmup=0)["head"]
-            med = float(statistics.median(times))
-            comp += max(first - med, 0.0)
-            total, lo, hi = total + counts[con] * med, lo + counts[con] * min(times), hi + counts[con] * max(times)
+            med, n = float(statistics.median(times)), counts[rung][con]
+            comp += max(once - med, 0.0)
+            total, lo, hi = total + n * med, lo + n * min(times), hi + n * max(times)
             if con == "random":
-                points.append([int(d), med])
+                points.append([s.dims[0], med])
         compiles.append(n_act * comp)
     c = sum(compiles)
     return {
@@ -166,7 +165,7 @@ def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
         "projected_s": total + c,
         "spread_s": [lo + c / n_act, hi + c],
         "compile_s": compiles,
-        "count": sum(counts.values()) * len(a.widths),
+        "count": sum(sum(per.values()) for per in counts.values()),
         "method": "measured per rung, compilation included",
     }
 

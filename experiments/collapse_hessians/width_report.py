@@ -57,7 +57,9 @@ def report_lines(measurements, rel_dir) -> list[str]:
         (
             "Widths (thm4.1-rank-predicts-stability): per width d -> h -> k, smooth activation and construction "
             "(random: the initialiser's head; rank_drop: h - d + 1 hidden units placed at the zero of sigma'; "
-            "bottleneck: d -> d/2 -> k), the rank class predicted from the head and c before the equilibrium is "
+            "bottleneck: d -> d/2 -> k; composed: the SimSiam projector d -> h -> k then predictor k -> p -> k, "
+            "width d -> h -> k -> p -> k; composed_rank_drop: p - d + 1 predictor hidden units placed at the zero "
+            "of sigma'), the rank class predicted from the head and c before the equilibrium is "
             "built, the measured sign of lambda_min(H_eff) at the certified equilibria (stable/unstable/degenerate "
             "fractions) and the median critical residual r s* (residual_scale units of collapsed_equilibrium; "
             "inf: M >= 0 on the complement). A fresh head per residual scale:"
@@ -71,17 +73,31 @@ def report_lines(measurements, rel_dir) -> list[str]:
     ]
 
 
+#: Marker, line style, marker size and fill per construction in ``widths.png``; the constructions predicted at the
+#: same stable fraction (rank drops and bottleneck at 0, the full-rank heads at 1) get nested markers (larger hollow
+#: behind smaller filled) and distinct dashes, besides the vertical offsets of :data:`CONSTRUCTION_DY`.
+STYLES = {
+    "random": ("o", "-", 5, True),
+    "rank_drop": ("v", "--", 5, True),
+    "bottleneck": ("s", ":", 9, False),
+    "composed": ("D", (0, (5, 1.5)), 9, False),
+    "composed_rank_drop": ("^", (0, (1, 1.5, 4, 1.5)), 11, False),
+}
+#: The vertical offset of each construction's stable fraction in ``widths.png``'s left panel (the axis label says so).
+CONSTRUCTION_DY = {c: 0.02 * (i - (len(CONSTRUCTIONS) - 1) / 2) for i, c in enumerate(CONSTRUCTIONS)}
+
+
 def figure(measurements, out_dir) -> None:
     """``widths.png``: the stable fraction of the certified equilibria against ``d`` (colour: activation, marker and
-    line style: construction) and the median critical residual ``r s*`` of the initialiser's (full-rank) heads,
-    log x; the activations are offset slightly in ``x`` so that equal values stay visible. Nothing in a dry run."""
+    line style: construction, :data:`STYLES`) and the median critical residual ``r s*`` of the initialiser's
+    full-rank heads (one hidden layer and composed), log x; the activations are offset slightly in ``x`` and the
+    constructions by :data:`CONSTRUCTION_DY` in ``y``, so that equal values stay visible. Nothing in a dry run."""
     if "widths" not in measurements:
         return
     rows = summary(measurements["widths"]["rows"])
     fig, axes = plotting.figure(1, 2, height=3.0)
     ax_f, ax_s = axes[0]
     acts = list(dict.fromkeys(r["activation"] for r in rows))
-    styles = {"random": ("o", "-"), "rank_drop": ("v", "--"), "bottleneck": ("s", ":")}
     finite = []
     for ia, act in enumerate(acts):
         colour = plotting.series_style(ia)["color"]
@@ -90,31 +106,32 @@ def figure(measurements, out_dir) -> None:
             rs = sorted((r for r in rows if (r["activation"], r["construction"]) == (act, con)), key=lambda r: r["d"])
             if not rs:
                 continue
-            mk, ls = styles[con]
+            mk, ls, size, filled = STYLES[con]
+            style = dict(
+                color=colour, marker=mk, ls=ls, ms=size, mfc=colour if filled else "none", zorder=3 - size / 10
+            )
             ax_f.plot(
                 [r["d"] * off for r in rs],
-                [r["stable fraction"] for r in rs],
-                color=colour,
-                marker=mk,
-                ls=ls,
+                [r["stable fraction"] + CONSTRUCTION_DY[con] for r in rs],
                 label=f"{act}, {con.replace('_', ' ')}",
+                **style,
             )
             pts = [
                 (r["d"] * off, r["median r s*"])
                 for r in rs
-                if con == "random" and math.isfinite(r["median r s*"]) and r["median r s*"] > 0
+                if con in ("random", "composed") and math.isfinite(r["median r s*"]) and r["median r s*"] > 0
             ]
             finite += [p[1] for p in pts]
             if pts:
-                ax_s.plot(*zip(*pts), color=colour, marker=mk, ls=ls)
+                ax_s.plot(*zip(*pts), **style)
     ds = sorted({r["d"] for r in rows})
     for ax in (ax_f, ax_s):
         ax.set_xscale("log")
         ax.set_xticks(ds, [str(d) for d in ds])
         ax.minorticks_off()
         ax.set_xlabel(plotting.label("input width d", "dims"))
-    ax_f.set_ylim(-0.05, 1.05)
-    ax_f.set_ylabel(plotting.label("stable fraction of certified"))
+    ax_f.set_ylim(-0.1, 1.1)
+    ax_f.set_ylabel(plotting.label("stable fraction of certified\n(constructions offset by 0.02)"))
     ax_s.set_ylabel(plotting.label("median critical residual r s*"))  # r: collapsed_equilibrium's residual_scale
     ax_f.set_title("certified equilibria at residual r")
     ax_s.set_title("initialiser's (full-rank) heads")

@@ -1,107 +1,78 @@
 """The repaired Thm 4.1 across widths: the rank of ``J(c)``, predicted from the head and ``c`` before the state exists.
 
 docs/theory.md, section "Thm 4.1 repaired: when a collapsed equilibrium is unstable", parts (c) and (d):
-for a one-hidden-layer head ``d -> h -> k`` (``h(z) = sigma(z W1) W2``, bias-free, so the pre-activation
-at ``c`` is ``a = c W1``), ``J(c) = W2^T diag(sigma'(a)) W1^T`` and, for generic weights,
+for a bias-free MLP head whose hidden layers have widths ``h_l`` and pre-activations ``a_l`` at ``c`` (one layer,
+``d -> h -> k``: ``J(c) = W2^T diag(sigma'(c W1)) W1^T``; the composed SimSiam head ``d -> h -> k -> p -> k``: the
+product of the projector's and the predictor's, :mod:`experiments.collapse_hessians.constructions`), for generic
+weights
 
-    rank J(c) = min(d, h - #{j : sigma'(a_j) = 0}).
+    rank J(c) = min(d, min_l (h_l - n0_l)),   n0_l = #{j : sigma'(a_lj) = 0}.
 
-So, from the head and ``c`` alone (:func:`predict`), with ``n0`` the units at a zero of ``sigma'``:
+So, from the head and ``c`` alone (:func:`predict`):
 
-* ``"full"`` (``h >= d`` and ``n0 <= h - d``): ``J`` has full column rank, ``G > 0``, and the
+* ``"full"`` (every ``h_l >= d`` and ``n0_l <= h_l - d``): ``J`` has full column rank, ``G > 0``, and the
   equilibrium is stable at every residual below its critical scale (``s* > 0``);
-* ``"rank-drop"`` (``n0 > max(h - d, 0)``): ``dim null(J) = d - (h - n0)`` directions that ``M``
+* ``"rank-drop"`` (some ``n0_l > max(h_l - d, 0)``): ``dim null(J) = d - min_l (h_l - n0_l)`` directions that ``M``
   curves for a generic residual: unstable at every residual scale (part (a));
-* ``"bottleneck"`` (``h < d``, ``n0 = 0``): a constant-rank bottleneck, ``M = 0`` on ``null(J)``:
-  ``d - h`` exact zero directions, degenerate, not unstable.
+* ``"bottleneck"`` (one hidden layer, ``h < d``, ``n0 = 0``): a constant-rank bottleneck, ``M = 0`` on
+  ``null(J)``: ``d - h`` exact zero directions, degenerate, not unstable.
 
-The sweep (:func:`sweep`) draws, per width ``(d, h, k)`` of ``analysis.widths``, smooth activation and
-seed, three heads: ``random`` (the initialiser's draw), ``rank_drop`` (``h - d + 1`` columns of ``W1``
-moved so that ``c W1`` hits the zero of ``sigma'``: :func:`place_at_zero`; no head for an activation
-whose ``sigma'`` has no zero, e.g. tanh) and ``bottleneck`` (``d -> d // 2 -> k``). For each head the
-prediction is written into its row first; then, for each residual scale, a fresh head and ``c`` (a
-new key per scale: the head is solved anew, the residual not rescaled) gives the certified equilibrium
-(:func:`ssl_geometry.geometry.collapsed_equilibrium`, ``n = analysis.widths_n`` samples), its
-certificate (:func:`ssl_geometry.geometry.collapse_certificate`) and the measured ``lambda_min(H_eff)``
+The sweep (:func:`sweep`) builds every head of :func:`heads_of`: per rung of ``analysis.widths`` (one hidden layer
+``(d, h, k)``: the constructions ``random``, ``rank_drop``, ``bottleneck``) and of ``analysis.widths_composed``
+(``(d, h, k, p)``: ``composed``, ``composed_rank_drop``), smooth activation, seed and residual scale, one head
+(:func:`experiments.collapse_hessians.constructions.draw_head`; no ``*rank_drop`` head for an activation whose
+``sigma'`` has no zero, e.g. tanh). For each head the prediction is written into its row first; then a fresh head
+and ``c`` per residual scale (a new key per scale: the head is solved anew, the residual not rescaled) gives the
+certified equilibrium (:func:`ssl_geometry.geometry.collapsed_equilibrium`, ``n = analysis.widths_n`` samples),
+its certificate (:func:`ssl_geometry.geometry.collapse_certificate`) and the measured ``lambda_min(H_eff)``
 (:func:`ssl_geometry.geometry.classify_collapse`, Lanczos above ``analysis.max_dense_dim``).
 :func:`decide_rank_predicts_stability` is the rule of ``thm4.1-rank-predicts-stability``.
 """
 
 from __future__ import annotations
 
-import functools
 import time
+from typing import Iterator, NamedTuple
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from experiments import claims
 from experiments.collapse_hessians.certificates import measured_sign
-from ssl_geometry import activations, as_function, geometry, heads
+from experiments.collapse_hessians.constructions import (
+    COMPOSED,
+    CONSTRUCTIONS,
+    ONE_LAYER,
+    draw_head,
+    hidden_pre_activations,
+    sigma_prime_zero,
+    units_at_zero,
+)
+from ssl_geometry import as_function, geometry
 
 RANK_PREDICTS_STABILITY = "thm4.1-rank-predicts-stability"
-CONSTRUCTIONS = ("random", "rank_drop", "bottleneck")
 CLASSES = ("full", "rank-drop", "bottleneck")
 #: The predicted sign of lambda_min(H_eff) per class, at a residual below the state's critical scale.
 PREDICTED_SIGN = {"full": 1, "rank-drop": -1, "bottleneck": 0}
 _NO_PREDICTION = "premise violated (G not PSD)"
 
 
-@functools.lru_cache(maxsize=None)
-def _sigma_prime(activation: str):
-    """``x -> sigma'(x)`` elementwise on a 1-D array, jitted once per activation name."""
-    fn = activations.get(activation)
-    return jax.jit(jax.vmap(jax.grad(lambda x: fn(x))))
-
-
-@functools.lru_cache(maxsize=None)
-def sigma_prime_zero(activation, lo: float = -8.0, hi: float = 8.0, num: int = 1601) -> float | None:
-    """The first zero of ``sigma'`` on ``[lo, hi]``: a sign change of ``sigma'`` on a grid of ``num`` points,
-    bisected in float64 to adjacent floats; ``None`` when ``sigma'`` keeps one sign on the grid (tanh,
-    sigmoid, softplus). Swish: ``-1.2785``; GELU (erf): ``-0.7518``."""
-    if not (lo < hi and num >= 2):
-        raise ValueError(f"need lo < hi and num >= 2; got lo={lo}, hi={hi}, num={num}.")
-    sp = _sigma_prime(activation)
-    x = np.linspace(lo, hi, num)
-    v = np.asarray(sp(jnp.asarray(x, jnp.float64)))
-    if not np.all(np.isfinite(v)):
-        raise FloatingPointError(f"sigma' of {activation!r} is not finite on [{lo}, {hi}].")
-    change = np.nonzero(np.sign(v[:-1]) * np.sign(v[1:]) <= 0)[0]
-    if change.size == 0:
-        return None
-    a, b = float(x[change[0]]), float(x[change[0] + 1])
-    fa = float(v[change[0]])
-    if fa == 0.0:
-        return a
-    for _ in range(200):
-        m = 0.5 * (a + b)
-        if m in (a, b):
-            break
-        fm = float(sp(jnp.asarray([m], jnp.float64))[0])
-        if fm == 0.0:
-            return m
-        a, b, fa = (m, b, fm) if np.sign(fm) == np.sign(fa) else (a, m, fa)
-    return 0.5 * (a + b)
-
-
-def units_at_zero(pre, activation, zero_tol: float) -> int:
-    """``#{j : |sigma'(pre_j)| <= zero_tol}``: the hidden units at a zero of ``sigma'``."""
-    if not zero_tol > 0:
-        raise ValueError(f"`zero_tol` must be positive; got {zero_tol!r}.")
-    v = np.asarray(_sigma_prime(activation)(jnp.asarray(np.ravel(pre), jnp.float64)))
-    if not np.all(np.isfinite(v)):
-        raise FloatingPointError("sigma' at the pre-activations is not finite.")
-    return int(np.sum(np.abs(v) <= zero_tol))
-
-
-def predict(d: int, h: int, n_zero: int) -> dict:
-    """The prediction of part (c) from the widths and the count ``n_zero`` of units at a zero of ``sigma'``:
-    ``rank = min(d, h - n_zero)``, ``null_dim = d - rank`` and the class (module docstring)."""
-    if not (isinstance(d, int) and isinstance(h, int) and d >= 1 and h >= 1 and 0 <= n_zero <= h):
-        raise ValueError(f"need ints d, h >= 1 and 0 <= n_zero <= h; got d={d!r}, h={h!r}, n_zero={n_zero!r}.")
-    rank = min(d, h - n_zero)
-    cls = "rank-drop" if n_zero > max(h - d, 0) else ("bottleneck" if h < d else "full")
+def predict(d: int, hidden, n_zero) -> dict:
+    """The prediction of parts (c) and (d) from the input width ``d``, the hidden widths ``h_l`` and the counts
+    ``n0_l`` of units at a zero of ``sigma'`` (ints for one hidden layer, equal-length sequences for several):
+    ``rank = min(d, min_l (h_l - n0_l))``, ``null_dim = d - rank`` and the class (module docstring). A layer after
+    the first narrower than ``d`` is refused (``ValueError``): its null space moves with ``c``, no class is
+    predicted."""
+    hs, ns = ([hidden], [n_zero]) if isinstance(hidden, int) else (list(hidden), list(n_zero))
+    ok = isinstance(d, int) and d >= 1 and len(hs) == len(ns) >= 1
+    if not (ok and all(isinstance(h, int) and h >= 1 and 0 <= n <= h for h, n in zip(hs, ns))):
+        raise ValueError(
+            f"need an int d >= 1 and, per hidden layer, an int width h >= 1 with 0 <= n_zero <= h; got d={d!r}, "
+            f"hidden={hidden!r}, n_zero={n_zero!r}."
+        )
+    if any(h < d for h in hs[1:]):
+        raise ValueError(f"a hidden layer after the first is narrower than d={d}: {hs}; no class is predicted.")
+    rank = min(d, *(h - n for h, n in zip(hs, ns)))
+    cls = "rank-drop" if any(n > max(h - d, 0) for h, n in zip(hs, ns)) else ("bottleneck" if hs[0] < d else "full")
     return {
         "predicted_class": cls,
         "predicted_rank": rank,
@@ -110,56 +81,64 @@ def predict(d: int, h: int, n_zero: int) -> dict:
     }
 
 
-def place_at_zero(w1, c, units, x0: float):
-    """``W1`` with columns ``units`` moved along ``c`` so that ``(c W1)_j = x0`` exactly for ``j in units``:
-    ``W1[:, j] += (x0 - c . W1[:, j]) c / |c|^2``."""
-    w1, c = np.array(w1, np.float64), np.asarray(c, np.float64)
-    cc = float(c @ c)
-    if cc == 0.0:
-        raise ValueError("`c` must be non-zero (no column of W1 can reach x0 at c = 0).")
-    for j in units:
-        w1[:, j] += (x0 - float(c @ w1[:, j])) * c / cc
-    return w1
+def rung_label(dims) -> str:
+    """``"d->h->k"`` for a one-hidden-layer rung, ``"d->h->k->p->k"`` for a composed one."""
+    dims = [int(x) for x in dims]
+    return "->".join(map(str, dims if len(dims) == 3 else [*dims, dims[2]]))
 
 
-def draw_head(d: int, h: int, k: int, activation: str, construction: str, key):
-    """``(model, variables, c)`` for one construction (module docstring); ``None`` for ``rank_drop`` when
-    ``sigma'`` has no zero."""
-    if construction not in CONSTRUCTIONS:
-        raise ValueError(f"`construction` must be one of {CONSTRUCTIONS}; got {construction!r}.")
-    hidden = max(1, d // 2) if construction == "bottleneck" else h
-    model = heads.mlp(d, (hidden,), k, activation=activation, bias=False, dtype=jnp.float64)
-    variables = model.init(jax.random.fold_in(key, 0))
-    c = jax.random.normal(jax.random.fold_in(key, 1), (d,), jnp.float64)
-    if construction == "rank_drop":
-        x0 = sigma_prime_zero(activation)
-        if x0 is None:
-            return None
-        layers = [dict(layer) for layer in variables["params"]["layers"]]
-        units = np.asarray(jax.random.permutation(jax.random.fold_in(key, 2), h))[: h - d + 1]
-        layers[0]["w"] = jnp.asarray(place_at_zero(layers[0]["w"], c, units, x0))
-        variables = {**variables, "params": {**variables["params"], "layers": layers}}
-    return model, variables, c
+class HeadSpec(NamedTuple):
+    """One head of the sweep: its rung, activation, construction, seed, residual scale and key."""
+
+    dims: tuple
+    activation: str
+    construction: str
+    seed: int
+    scale: float
+    key: jax.Array
 
 
-def head_row(cfg, d, h, k, activation, construction, seed, scale, key) -> dict | None:
+def heads_of(cfg, key) -> Iterator[HeadSpec]:
+    """Every head the sweep builds, in its order: the rungs of ``analysis.widths`` (``analysis.widths_seeds`` seeds,
+    the constructions :data:`ONE_LAYER`) then those of ``analysis.widths_composed`` (``analysis.widths_composed_seeds``,
+    :data:`COMPOSED`); per rung, activation, construction, seed and residual scale, skipping a ``*rank_drop``
+    construction at an activation whose ``sigma'`` has no zero (no such head exists). The key is ``fold_in`` of the
+    rung, activation, construction (its index in :data:`CONSTRUCTIONS`), seed and scale indices."""
+    a = cfg.analysis
+    rungs: list[tuple] = [(w, ONE_LAYER, a.widths_seeds) for w in a.widths]
+    rungs += [(w, COMPOSED, a.widths_composed_seeds) for w in a.widths_composed]
+    for iw, (dims, cons, seeds) in enumerate(rungs):
+        for ia, act in enumerate(a.widths_activations):
+            for con in cons:
+                if con.endswith("rank_drop") and sigma_prime_zero(act) is None:
+                    continue
+                for seed in range(int(seeds)):
+                    for js, scale in enumerate(a.widths_residual_scales):
+                        kk = key
+                        for i in (iw, ia, CONSTRUCTIONS.index(con), seed, js):
+                            kk = jax.random.fold_in(kk, i)
+                        yield HeadSpec(tuple(int(x) for x in dims), act, con, seed, float(scale), kk)
+
+
+def head_row(cfg, dims, activation, construction, seed, scale, key) -> dict | None:
     """One row: the prediction from the head and ``c`` (written first), then the equilibrium, its certificate
     and the measured ``lambda_min(H_eff)``. ``None`` when the construction has no head (``sigma'`` without a zero)."""
     a = cfg.analysis
     t0 = time.perf_counter()
-    drawn = draw_head(d, h, k, activation, construction, key)
+    drawn = draw_head(dims, activation, construction, key)
     if drawn is None:
         return None
     model, variables, c = drawn
-    w1 = np.asarray(variables["params"]["layers"][0]["w"])
-    hidden = w1.shape[1]
+    pre = hidden_pre_activations(variables, c, activation)
     zero_tol = claims.claim(RANK_PREDICTS_STABILITY).thresholds["zero_tol"]
-    n_zero = units_at_zero(np.asarray(c) @ w1, activation, zero_tol)
+    hidden, n_zero = [int(x.size) for x in pre], [units_at_zero(x, activation, zero_tol) for x in pre]
+    d, h, k = dims[:3]
     row = {
-        "width": f"{d}->{h}->{k}",
+        "width": rung_label(dims),
         "d": d,
         "h": h,
         "k": k,
+        "p": dims[3] if len(dims) == 4 else None,
         "hidden": hidden,
         "activation": activation,
         "construction": construction,
@@ -212,23 +191,15 @@ def head_row(cfg, d, h, k, activation, construction, seed, scale, key) -> dict |
 
 
 def sweep(cfg, key) -> dict:
-    """Every head of the sweep (module docstring): ``{"rows", "seconds_by_width", "seconds"}``. Each row's key is
-    ``fold_in`` of the width, activation, construction, seed and residual-scale indices: a fresh head per scale."""
-    a = cfg.analysis
-    rows, per_width, t_all = [], {}, time.perf_counter()
-    for iw, (d, h, k) in enumerate(a.widths):
+    """Every head of :func:`heads_of`: ``{"rows", "seconds_by_width", "seconds"}`` (the wall time per rung label)."""
+    rows, per_width, t_all = [], dict[str, float](), time.perf_counter()
+    for spec in heads_of(cfg, key):
         t0 = time.perf_counter()
-        for ia, act in enumerate(a.widths_activations):
-            for ic, con in enumerate(CONSTRUCTIONS):
-                for seed in range(a.widths_seeds):
-                    for js, scale in enumerate(a.widths_residual_scales):
-                        kk = key
-                        for i in (iw, ia, ic, seed, js):
-                            kk = jax.random.fold_in(kk, i)
-                        r = head_row(cfg, int(d), int(h), int(k), act, con, seed, float(scale), kk)
-                        if r is not None:
-                            rows.append(r)
-        per_width[f"{d}->{h}->{k}"] = time.perf_counter() - t0
+        r = head_row(cfg, spec.dims, spec.activation, spec.construction, spec.seed, spec.scale, spec.key)
+        if r is not None:
+            rows.append(r)
+        label = rung_label(spec.dims)
+        per_width[label] = per_width.get(label, 0.0) + time.perf_counter() - t0
     return {"rows": rows, "seconds_by_width": per_width, "seconds": time.perf_counter() - t_all}
 
 

@@ -18,6 +18,13 @@ paper's settings, each with its reason:
 * The objective is the fixed-target MSE of the smoke ladder, the one whose collapsed equilibria are constructed
   and certified exactly (no SSL objective of the paper has a certified collapsed equilibrium with ``rho != 0``:
   the claim ``stationarity-forces-rho-zero``).
+* The composed SimSiam head (projector then predictor, ``analysis.widths_composed``) only at the paper's size
+  ``512 -> 2048 -> 2048 -> 512 -> 2048`` and with one seed (``analysis.widths_composed_seeds = 1``: 5 heads, the
+  initialiser's draw per activation and one predictor unit at the zero of sigma' for Swish and GELU), not the
+  one-hidden-layer ladder's 4: four composed heads at that size (two of each construction) took 162 s (compilation
+  included), 210 s, 263 s and 268 s wall on this 2-core CPU at load 10-13 (2026-12-06), 253 CPU-seconds in all
+  (about 63 per head), far above the ~15 s of the ladder's top rung; the smaller composed rung runs in the smoke
+  variant.
 """
 
 import ml_collections
@@ -79,6 +86,12 @@ def base() -> ml_collections.ConfigDict:
         widths_residual_scales=[0.01],
         widths_n=4,
         widths_objective="mse_target",
+        # the composed SimSiam head of part (d), projector d -> h -> k then predictor k -> p -> k (rungs [d, h, k, p],
+        # d <= h, k, p; the paper: 512 -> 2048 -> 2048 -> 512 -> 2048): per activation the initialiser's draw and,
+        # where sigma' has a zero, p - d + 1 predictor hidden units placed at it (experiments/collapse_hessians/
+        # constructions.py); its own seeds per (rung, activation, construction), the residual scales and n as above
+        widths_composed=[[4, 12, 8, 4]],
+        widths_composed_seeds=2,
     )
     c.expected_runtime = "about 1-2 min on 2 CPU cores"
     return c
@@ -100,6 +113,7 @@ VARIANTS = {
         "analysis.widths": [[4, 12, 8]],
         "analysis.widths_activations": ["swish", "tanh"],
         "analysis.widths_seeds": 1,
+        "analysis.widths_composed_seeds": 1,
         "expected_runtime": "seconds",
     },
     "paper": {
@@ -116,13 +130,17 @@ VARIANTS = {
 
 #: The paper's ladder of one-hidden-layer heads ``(d, h, k)``, from the smoke sizes to the projector.
 PAPER_WIDTHS = [[4, 12, 8], [16, 48, 32], [64, 192, 128], [128, 512, 512], [512, 2048, 2048]]
-VARIANTS["paper"].update({"analysis.widths": PAPER_WIDTHS, "analysis.widths_seeds": 4})
+#: The composed SimSiam head at the paper's size alone, one seed (the module docstring says why).
+PAPER_COMPOSED = {"analysis.widths_composed": [[512, 2048, 2048, 512]], "analysis.widths_composed_seeds": 1}
+VARIANTS["paper"].update({"analysis.widths": PAPER_WIDTHS, "analysis.widths_seeds": 4, **PAPER_COMPOSED})
 VARIANTS["paper_widths"] = {
     "analysis.states": [],  # the width sweep alone: no experiment row, certificate or residual sweep
     "analysis.critical_sweep": [],
     "analysis.widths": PAPER_WIDTHS,
     "analysis.widths_seeds": 4,  # 32 heads per rung (smoke: 2 seeds, 16 heads)
-    "expected_runtime": "about 10 min on 2 CPU cores (its dry run projects it; the top rung: about 15 s per head)",
+    **PAPER_COMPOSED,
+    "expected_runtime": "about 10 min on 2 CPU cores for the one-hidden-layer ladder (the top rung: about 15 s per "
+    "head) plus the 5 composed heads (about 1-4 min each, the load deciding); its dry run projects it",
 }
 
 

@@ -29,59 +29,91 @@ head minus the untrained head's, with a paired bootstrap interval over the probe
 run to run on one machine (``tests/test_experiments_guillotine.py``).
 Everything after training runs in float64 when ``jax_enable_x64`` is on; the float32 weights are cast.
 """
+
 from __future__ import annotations
 
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from experiments import claims, configs, rules
+from experiments import claims, rules
 from ssl_geometry import augment, data, metrics
 
 from . import dry_run as D
 from . import geometry as G
 from . import probing
+from . import runs as R
 from . import training as T
+from .curvature import curvature_analysis
 from .gap import GAP, PROBES, decide_gap, gap, gap_outcomes, gap_verdict, probe_gap_interval  # tests
 from .geometry import AUGMENTATIONS as AUGMENTATIONS
 from .geometry import CONTROLS as CONTROLS
 from .tables import figures as figures
 from .tables import report as report
 
-__all__ = ["NAME", "DRY_RUN", "TITLE", "CLAIM", "CLAIMS", "AUGMENTATIONS", "CONTROLS", "PAPER_NUMBERS", "measure",
-           "decide", "report", "figures"]
+__all__ = [
+    "NAME",
+    "DRY_RUN",
+    "TITLE",
+    "CLAIM",
+    "CLAIMS",
+    "AUGMENTATIONS",
+    "CONTROLS",
+    "PAPER_NUMBERS",
+    "measure",
+    "decide",
+    "report",
+    "figures",
+]
 
 NAME = "guillotine"
 DRY_RUN = True  # honours config.dry_run (two reduced sizes of each part, a few steps per training; .dry_run)
 TITLE = "Guillotine and information-invariance (Sec. 5)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = (rules.SEC5, "guillotine-probe-gap")
-CLAIM = ("The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
-         "decodable from h(z) than from the backbone z, and the head's pullback metric degenerates along the "
-         "augmentation directions it was trained to be invariant to (J_h v small for v = dz/dtheta), with the "
-         "augmentation orbits compressed from z to h(z).")
+CLAIM = (
+    "The trained projection head buys invariance by destroying information (the guillotine): rotation is less "
+    "decodable from h(z) than from the backbone z, and the head's pullback metric degenerates along the "
+    "augmentation directions it was trained to be invariant to (J_h v small for v = dz/dtheta), with the "
+    "augmentation orbits compressed from z to h(z)."
+)
 
 #: The paper's numbers for the setting of each paper variant (accuracies as fractions).
-_DEPTH = {"depth1_rot_lin_backbone": 0.475, "depth1_rot_lin_head": 0.474, "depth2_rot_lin_backbone": 0.528,
-          "depth2_rot_lin_head": 0.397, "depth3_rot_lin_backbone": 0.524, "depth3_rot_lin_head": 0.356}
-PAPER_NUMBERS = {
-    ("cifar10", "resnet18_cifar"): {"rot_lin_backbone": 0.5227, "rot_lin_head": 0.3755, "rot_mlp_backbone": 0.5546,
-                                    "rot_mlp_head": 0.4356, "curvature_ratio_paper": 1.93,
-                                    "spread_shrink_paper": 21.9, **_DEPTH},
-    ("cifar10", "vit_tiny"): {"rot_lin_backbone": 0.4075, "rot_lin_head": 0.3492, "rot_mlp_backbone": 0.4422,
-                              "rot_mlp_head": 0.4087, "curvature_ratio_paper": 2.59},
-    ("cifar100", "resnet18_cifar"): {"rot_lin_backbone": 0.4201, "rot_lin_head": 0.3119, "rot_mlp_backbone": 0.4453,
-                                     "rot_mlp_head": 0.3416, "curvature_ratio_paper": 1.84},
+_DEPTH = {
+    "depth1_rot_lin_backbone": 0.475,
+    "depth1_rot_lin_head": 0.474,
+    "depth2_rot_lin_backbone": 0.528,
+    "depth2_rot_lin_head": 0.397,
+    "depth3_rot_lin_backbone": 0.524,
+    "depth3_rot_lin_head": 0.356,
 }
-
-
-def _log(msg: str, t0: float) -> None:
-    """Progress on stderr (a paper-size run takes hours; a CPU dry run minutes, mostly XLA compiles)."""
-    print(f"[{NAME}] {time.perf_counter() - t0:8.1f} s  {msg}", file=sys.stderr, flush=True)
+PAPER_NUMBERS = {
+    ("cifar10", "resnet18_cifar"): {
+        "rot_lin_backbone": 0.5227,
+        "rot_lin_head": 0.3755,
+        "rot_mlp_backbone": 0.5546,
+        "rot_mlp_head": 0.4356,
+        "curvature_ratio_paper": 1.93,
+        "spread_shrink_paper": 21.9,
+        **_DEPTH,
+    },
+    ("cifar10", "vit_tiny"): {
+        "rot_lin_backbone": 0.4075,
+        "rot_lin_head": 0.3492,
+        "rot_mlp_backbone": 0.4422,
+        "rot_mlp_head": 0.4087,
+        "curvature_ratio_paper": 2.59,
+    },
+    ("cifar100", "resnet18_cifar"): {
+        "rot_lin_backbone": 0.4201,
+        "rot_lin_head": 0.3119,
+        "rot_mlp_backbone": 0.4453,
+        "rot_mlp_head": 0.3416,
+        "curvature_ratio_paper": 1.84,
+    },
+}
 
 
 def _sizes(cfg, probe_images: int | None = None, geometry_images: int | None = None) -> dict:
@@ -91,93 +123,39 @@ def _sizes(cfg, probe_images: int | None = None, geometry_images: int | None = N
     degeneracy) by ``geometry_images / analysis.degeneracy_images``, by default :data:`.dry_run.PROBE_IMAGES` /
     the smaller of :data:`.dry_run.GEOMETRY_IMAGES`; two orbit classes."""
     a, p = cfg.analysis, cfg.probes
-    full = {"probe_train": p.train_images, "probe_test": p.test_images, "curvature": a.curvature_images,
-            "convergence": a.convergence_images, "orbit_classes": a.orbit_classes, "orbit_images": a.orbit_images,
-            "degeneracy": a.degeneracy_images}
+    full = {
+        "probe_train": p.train_images,
+        "probe_test": p.test_images,
+        "curvature": a.curvature_images,
+        "convergence": a.convergence_images,
+        "orbit_classes": a.orbit_classes,
+        "orbit_images": a.orbit_images,
+        "degeneracy": a.degeneracy_images,
+    }
     if not cfg.dry_run:
         return full
     fp = (probe_images or D.PROBE_IMAGES) / p.train_images
     fg = (geometry_images or D.GEOMETRY_IMAGES[0]) / a.degeneracy_images
-    f = {"probe_train": (fp, 2), "probe_test": (fp, 2), "curvature": (fg, 1), "convergence": (fg, 1),
-         "orbit_images": (fg, 1), "degeneracy": (fg, 2)}
+    f = {
+        "probe_train": (fp, 2),
+        "probe_test": (fp, 2),
+        "curvature": (fg, 1),
+        "convergence": (fg, 1),
+        "orbit_images": (fg, 1),
+        "degeneracy": (fg, 2),
+    }
     return {**{k: max(lo, round(full[k] * x)) for k, (x, lo) in f.items()}, "orbit_classes": min(2, a.orbit_classes)}
 
 
 def _premise_values(losses, rot, erank_z) -> dict:
     """The numbers the claims' premises read (compared with the registry's thresholds in :func:`decide`)."""
     k = max(1, len(losses) // 10)
-    return {"loss_first_10pct": float(np.mean(losses[:k])), "loss_last_10pct": float(np.mean(losses[-k:])),
-            "backbone_rotation_acc": 0.5 * (rot["backbone"]["linear"] + rot["backbone"]["mlp"]),
-            "erank_rankme_backbone": float(erank_z)}
-
-
-def _ablation_config(cfg):
-    """The config of the head-depth ablation runs: ``train.batch_size`` / ``train.steps`` from ``ablation``
-    (0 keeps the main run's) and their checkpoints under ``checkpoint_dir/ablation``."""
-    a = cfg.ablation
-    over = {"train.batch_size": int(a.batch_size or cfg.train.batch_size), "train.steps": int(a.steps or cfg.train.steps)}
-    if cfg.train.get("checkpoint_dir"):
-        over["train.checkpoint_dir"] = f"{cfg.train.checkpoint_dir}/ablation"
-    return configs.apply_overrides(ml_collections.ConfigDict(cfg.to_dict()), over)
-
-
-def _train_all(cfg, train_ds, test_ds, sz, k_probe):
-    sets = probing.probe_sets(cfg, train_ds, test_ds, sz)
-    m, ab = cfg.model, _ablation_config(cfg)
-    same = (ab.train.batch_size, ab.train.steps) == (cfg.train.batch_size, cfg.train.steps)
-    # The main run (head_depth, head_activation) first; then the ablation depths with ablation.activation (the
-    # main run is reused at its depth when activation, batch and steps agree). Same seed: same backbone init.
-    plan = [("main", cfg, m.head_depth, m.head_activation)]
-    plan += [(d, ab, d, cfg.ablation.activation) for d in cfg.ablation.depths
-             if not (d == m.head_depth and cfg.ablation.activation == m.head_activation and same)]
-    runs, probe_res = {}, {}
-    t0 = time.perf_counter()
-    for name, c, d, act in plan:
-        runs[name] = T.train_simclr(c, d, act, batch=D.run_batch(cfg, c) if cfg.dry_run else None)
-        runs[name]["batch_size"], runs[name]["steps"] = int(c.train.batch_size), int(c.train.steps)
-        _log(f"{name} (depth {d}, {act}): SimCLR trained ({runs[name]['step_time_s']:.3g} s/step)", t0)
-        probe_res[name] = probing.probe_suite(cfg, runs[name], *sets, k_probe, class_probes=(name == "main"),
-                                              untrained=(name == "main"))
-        _log(f"{name}: probes done", t0)
-    for d in cfg.ablation.depths:  # the ablation's entries
-        if d not in runs:
-            runs[d], probe_res[d] = runs["main"], probe_res["main"]
-    return runs, probe_res, sets
-
-
-def _seed_config(cfg, seed: int):
-    """``cfg`` at another training seed (data rendering, initialisation, batch order, view and probe draws), its
-    checkpoints under ``checkpoint_dir/seed<seed>``."""
-    over = {"seed": int(seed)}
-    if cfg.train.get("checkpoint_dir"):
-        over["train.checkpoint_dir"] = f"{cfg.train.checkpoint_dir}/seed{int(seed)}"
-    return configs.apply_overrides(ml_collections.ConfigDict(cfg.to_dict()), over)
-
-
-def gap_seeds(cfg) -> list[int]:
-    """The training seeds of the probe gap: ``seed, seed + 1, ..., seed + probes.gap_seeds - 1``."""
-    n = int(cfg.probes.gap_seeds)
-    if n < 1:
-        raise ValueError(f"`probes.gap_seeds` must be >= 1; got {cfg.probes.gap_seeds!r}.")
-    return [int(cfg.seed) + i for i in range(n)]
-
-
-def _extra_seed_probes(cfg, sz) -> list[dict]:
-    """The rotation probes (z, h(z), h_0(z)) of the main run retrained at each further seed of :func:`gap_seeds`,
-    every step of it at that seed (its own data rendering, probe sets and probe key): ``[{"seed", "rotation",
-    "losses"}]``. They enter only the probe gap's interval (``guillotine-probe-gap``)."""
-    out, t0 = [], time.perf_counter()
-    for seed in gap_seeds(cfg)[1:]:
-        c = _seed_config(cfg, seed)
-        tr, te = T.load_data(c)
-        run = T.train_simclr(c, c.model.head_depth, c.model.head_activation,
-                             batch=D.run_batch(cfg, c) if cfg.dry_run else None)
-        k_probe = jax.random.split(jax.random.PRNGKey(seed), 3)[1]
-        res = probing.probe_suite(c, run, *probing.probe_sets(c, tr, te, sz), k_probe, class_probes=False,
-                                  untrained=True)
-        out.append({"seed": seed, "rotation": res["rotation"], "losses": run["losses"].tolist()})
-        _log(f"gap seed {seed}: trained and probed", t0)
-    return out
+    return {
+        "loss_first_10pct": float(np.mean(losses[:k])),
+        "loss_last_10pct": float(np.mean(losses[-k:])),
+        "backbone_rotation_acc": 0.5 * (rot["backbone"]["linear"] + rot["backbone"]["mlp"]),
+        "erank_rankme_backbone": float(erank_z),
+    }
 
 
 def _check(cfg, trained: dict) -> None:
@@ -186,8 +164,10 @@ def _check(cfg, trained: dict) -> None:
         if a not in AUGMENTATIONS:
             raise ValueError(f"`analysis.negative` names {a!r}; expected augmentations from {AUGMENTATIONS}.")
         if trained[a]:
-            raise ValueError(f"`analysis.negative` names {a!r}, which the training views contain: a negative control "
-                             "must be an augmentation the head was not trained on.")
+            raise ValueError(
+                f"`analysis.negative` names {a!r}, which the training views contain: a negative control "
+                "must be an augmentation the head was not trained on."
+            )
     if cfg.analysis.control_directions < 1:
         raise ValueError(f"`analysis.control_directions` must be >= 1; got {cfg.analysis.control_directions}.")
 
@@ -197,9 +177,12 @@ def _sec5(deg: dict, orb: dict, trained: dict, negative, seed: int) -> dict:
     compression per head and the trained head's over the untrained head's (``orbits_vs_untrained``,
     :func:`experiments.rules.orbit_gain_over_untrained` of the paper-way spreads)."""
     ratios, sp = deg["ratios"], orb["paper_spreads"]
-    return {"training": {a: ratios[a] for a in AUGMENTATIONS if trained[a]},
-            "negative": {a: ratios[a] for a in negative}, "orbits": orb["compression"],
-            "orbits_vs_untrained": rules.orbit_gain_over_untrained(sp["head"], sp["head_untrained"], seed=seed)}
+    return {
+        "training": {a: ratios[a] for a in AUGMENTATIONS if trained[a]},
+        "negative": {a: ratios[a] for a in negative},
+        "orbits": orb["compression"],
+        "orbits_vs_untrained": rules.orbit_gain_over_untrained(sp["head"], sp["head_untrained"], seed=seed),
+    }
 
 
 def _representation(main, images, adt) -> tuple[dict, dict]:
@@ -208,17 +191,21 @@ def _representation(main, images, adt) -> tuple[dict, dict]:
     reps = probing.representations(fz, {"head": fh}, images)
     z, h = reps["backbone"], reps["head"]
     scales = {"backbone": G.spread_scale(z), "head": G.spread_scale(h)}
-    return scales, {f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
-                    for w, r in (("backbone", z), ("head", h)) for m in metrics.EFFECTIVE_RANK_METHODS}
+    return scales, {
+        f"erank_{m}_{w}": float(metrics.effective_rank(jnp.asarray(r, adt), m))
+        for w, r in (("backbone", z), ("head", h))
+        for m in metrics.EFFECTIVE_RANK_METHODS
+    }
 
 
 def _geometry(cfg, geos, heads, test_ds, sz, scales, key, trained, adt, t0=None) -> tuple[dict, dict, dict]:
     """``(curvature, orbits, degeneracy)`` of the main run (``heads``: its trained and untrained head variables) on
     the test images, at the image counts ``sz`` (:func:`_sizes`); progress logged from ``t0`` when given."""
     test_f, (v_tr, v_init) = augment.to_float(test_ds.images, adt), (heads["trained"], heads["untrained"])
-    log = (lambda msg: _log(msg, t0)) if t0 is not None else (lambda msg: None)
-    curv = G.curvature_analysis(cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales,
-                                convergence_images=sz["convergence"])
+    log = (lambda msg: R.log(msg, t0)) if t0 is not None else (lambda msg: None)
+    curv = curvature_analysis(
+        cfg, geos["rotation"], v_tr, test_f[: sz["curvature"]], scales, convergence_images=sz["convergence"]
+    )
     log("curvature done")
     orb_imgs = G.orbit_images(cfg, test_ds, sz["orbit_classes"], sz["orbit_images"])
     orb = G.orbit_analysis(cfg, geos["rotation"], v_tr, augment.to_float(orb_imgs, adt), scales, v_init=v_init)
@@ -238,37 +225,62 @@ def measure(config) -> dict:
     _, k_probe, k_deg = jax.random.split(jax.random.PRNGKey(cfg.seed), 3)  # training starts from PRNGKey(seed)
     sz = _sizes(cfg)
     train_ds, test_ds = T.load_data(cfg)
-    runs, probe_res, sets = _train_all(cfg, train_ds, test_ds, sz, k_probe)
-    seed_probes = _extra_seed_probes(cfg, sz)
+    runs, probe_res, sets = R.train_all(cfg, train_ds, test_ds, sz, k_probe)
+    seed_probes = R.extra_seed_probes(cfg, sz)
     main = runs["main"]
     scales, ranks = _representation(main, sets[3][0], adt)
     backbone = T.make_backbone(cfg, adt)
     head = T.make_head(cfg, backbone.out_dim, cfg.model.head_depth, adt)  # the main run's activation
     geos = {a: G.Geometry(backbone, head, G.augmentation_fn(cfg, a)) for a in AUGMENTATIONS}
-    heads = {"trained": G.analysis_variables(main, adt), "untrained": G.analysis_variables(main, adt, initial_head=True)}
-    _log("representation statistics done", t_start)
+    heads = {
+        "trained": G.analysis_variables(main, adt),
+        "untrained": G.analysis_variables(main, adt, initial_head=True),
+    }
+    R.log("representation statistics done", t_start)
     curv, orb, deg = _geometry(cfg, geos, heads, test_ds, sz, scales, k_deg, trained, adt, t_start)
     paper = PAPER_NUMBERS.get((cfg.data.name, cfg.model.backbone), PAPER_NUMBERS[("cifar10", "resnet18_cifar")])
     out = {
         "paper": dict(paper),
-        "premise_values": _premise_values(main["losses"], probe_res["main"]["rotation"], ranks["erank_rankme_backbone"]),
-        "setting": {"dataset": cfg.data.name, "image_size": cfg.data.image_size, "backbone": backbone.name,
-                    "head": head.name, "objective": cfg.objective.name, "analysis_dtype": str(jnp.dtype(adt)),
-                    "trained_augmentations": trained, "negative_augmentations": list(cfg.analysis.negative),
-                    "paper_setting": (cfg.data.name, cfg.model.backbone) in PAPER_NUMBERS,
-                    "rotation_probe_train_images": int(sets[0].shape[0]),
-                    "rotation_probe_test_images": int(sets[1].shape[0]), "sizes": sz},
+        "premise_values": _premise_values(
+            main["losses"], probe_res["main"]["rotation"], ranks["erank_rankme_backbone"]
+        ),
+        "setting": {
+            "dataset": cfg.data.name,
+            "image_size": cfg.data.image_size,
+            "backbone": backbone.name,
+            "head": head.name,
+            "objective": cfg.objective.name,
+            "analysis_dtype": str(jnp.dtype(adt)),
+            "trained_augmentations": trained,
+            "negative_augmentations": list(cfg.analysis.negative),
+            "paper_setting": (cfg.data.name, cfg.model.backbone) in PAPER_NUMBERS,
+            "rotation_probe_train_images": int(sets[0].shape[0]),
+            "rotation_probe_test_images": int(sets[1].shape[0]),
+            "sizes": sz,
+        },
         "probes": {**probe_res["main"], "seed": int(cfg.seed), "gap_seeds": seed_probes},
         "representation": {**ranks, **{f"scale_{k}": v for k, v in scales.items()}},
-        "curvature": curv, "orbits": orb, "degeneracy": deg,
+        "curvature": curv,
+        "orbits": orb,
+        "degeneracy": deg,
         "sec5": _sec5(deg, orb, trained, cfg.analysis.negative, cfg.seed),
-        "depth_ablation": [{"head_depth": d, "activation": cfg.ablation.activation if runs[d] is not main
-                            else cfg.model.head_activation, "batch_size": runs[d]["batch_size"],
-                            "steps": runs[d]["steps"],
-                            **{f"rot_{k[:3]}_{w}": probe_res[d]["rotation"][w][k]
-                               for k in ("linear", "mlp") for w in ("backbone", "head")},
-                            "final_loss": float(runs[d]["losses"][-1])} for d in sorted(cfg.ablation.depths)],
-        "loss_curve": main["losses"].tolist(), "step_time_s": main["step_time_s"],
+        "depth_ablation": [
+            {
+                "head_depth": d,
+                "activation": cfg.ablation.activation if runs[d] is not main else cfg.model.head_activation,
+                "batch_size": runs[d]["batch_size"],
+                "steps": runs[d]["steps"],
+                **{
+                    f"rot_{k[:3]}_{w}": probe_res[d]["rotation"][w][k]
+                    for k in ("linear", "mlp")
+                    for w in ("backbone", "head")
+                },
+                "final_loss": float(runs[d]["losses"][-1]),
+            }
+            for d in sorted(cfg.ablation.depths)
+        ],
+        "loss_curve": main["losses"].tolist(),
+        "step_time_s": main["step_time_s"],
     }
     if cfg.dry_run:
         fz, fh = T.feature_fns(main)
@@ -282,18 +294,23 @@ def measure(config) -> dict:
         def geometry_unit(n):  # the geometry of the main run at n degeneracy images (every count scaled alike)
             sz_n = _sizes(cfg, geometry_images=n)
             return lambda: _geometry(cfg, geos, heads, test_ds, sz_n, scales, k_deg, trained, adt)
+
         reps = probing.representations(fz, {"head": fh}, augment.to_float(pool[:2]))
         widths = {k: v.shape[1] for k, v in reps.items()}
-        out["dry_run"] = D.dry_run(cfg, _ablation_config(cfg), runs, probe_unit, geometry_unit, widths,
-                                   data.info(cfg.data.name).num_classes)
+        out["dry_run"] = D.dry_run(
+            cfg, R.ablation_config(cfg), runs, probe_unit, geometry_unit, widths, data.info(cfg.data.name).num_classes
+        )
     return out
 
 
 def headline_of(m: dict) -> dict:
     """The compared numbers, from the measurements (the paper's keys where the paper has them)."""
     rot = m["probes"]["rotation"]
-    h = {"rotation_gap_mean": gap(rot), "rotation_gap_mean_untrained_head": gap(rot, "head_untrained"),
-         "rotation_gap_difference": gap(rot) - gap(rot, "head_untrained")}
+    h = {
+        "rotation_gap_mean": gap(rot),
+        "rotation_gap_mean_untrained_head": gap(rot, "head_untrained"),
+        "rotation_gap_difference": gap(rot) - gap(rot, "head_untrained"),
+    }
     for a, r in m["degeneracy"]["ratios"].items():
         for c in CONTROLS:
             h[f"D_{a}_vs_{c}"] = r["trained"][c]["D"]
@@ -304,9 +321,14 @@ def headline_of(m: dict) -> dict:
     for w in ("backbone", "head"):
         h[f"rot_lin_{w}"], h[f"rot_mlp_{w}"] = rot[w]["linear"], rot[w]["mlp"]
         h[f"class_lin_{w}"] = m["probes"]["class"][w]["linear"]
-    h.update({"curvature_ratio_paper": cs["ratio_paper"], "curvature_ratio_exact_raw": cs["ratio_exact_raw"],
-              "curvature_ratio_exact_normalised": cs["ratio_exact_normalised"],
-              "spread_shrink_paper": m["orbits"]["compression"]["head"]["S"]})
+    h.update(
+        {
+            "curvature_ratio_paper": cs["ratio_paper"],
+            "curvature_ratio_exact_raw": cs["ratio_exact_raw"],
+            "curvature_ratio_exact_normalised": cs["ratio_exact_normalised"],
+            "spread_shrink_paper": m["orbits"]["compression"]["head"]["S"],
+        }
+    )
     for r in m["depth_ablation"]:
         h[f"depth{r['head_depth']}_rot_lin_backbone"] = r["rot_lin_backbone"]
         h[f"depth{r['head_depth']}_rot_lin_head"] = r["rot_lin_head"]
@@ -317,10 +339,16 @@ def decide(m: dict, config) -> dict:
     """Both claims by the registry's rules; thresholds from :data:`experiments.claims.CLAIMS`."""
     del config  # the settings that matter are in the measurements; the thresholds in the registry
     pv, s5 = m["premise_values"], m["sec5"]
-    premises = {"ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
-                "backbone_not_collapsed": pv["erank_rankme_backbone"]
-                >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"]}
-    sec5 = rules.decide_sec5(s5["training"], s5["orbits"]["head"], negative=s5["negative"] or None, premises=premises,
-                             orbits_vs_untrained=s5["orbits_vs_untrained"])
+    premises = {
+        "ssl_loss_decreased": pv["loss_last_10pct"] < pv["loss_first_10pct"],
+        "backbone_not_collapsed": pv["erank_rankme_backbone"]
+        >= claims.CLAIMS[rules.SEC5].thresholds["min_effective_rank"],
+    }
+    sec5 = rules.decide_sec5(
+        s5["training"],
+        s5["orbits"]["head"],
+        negative=s5["negative"] or None,
+        premises=premises,
+        orbits_vs_untrained=s5["orbits_vs_untrained"],
+    )
     return {"claims": [sec5, decide_gap(m)], "headline": headline_of(m)}
-

@@ -80,7 +80,7 @@ def training_projection(cfg, ab, runs: dict) -> dict:
     only timed). The unit is the mean update ``t(b_k) = (S t_main + A S' t_ablation) / (S + A S')``, fitted
     over ``b_k`` as ``a b^p`` and projected to ``N = B``: ``(S + A S') a N^p`` (exact when both paths share
     ``p``; each path's points are in ``paths``).
-    ``ab``: the ablation runs' config (``experiments.guillotine._ablation_config``).
+    ``ab``: the ablation runs' config (``experiments.guillotine.runs.ablation_config``).
     """
     main = runs["main"]
     own = sorted({d for d in cfg.ablation.depths if runs[d] is not main})

@@ -3,8 +3,9 @@
 Each quantity the paper reports is computed twice, named apart: the paper's way
 (:mod:`ssl_geometry.paper`: L2-normalised representations, undivided second differences, full
 rotation orbits with the head on ``z/|z|``) and the project's (exact ``|r''|`` by nested jvp,
-scale-free ratios, orbits over a small arc).
+scale-free ratios, orbits over a small arc). The trajectory curvature is in :mod:`.curvature`.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,17 @@ from experiments import rules
 from ssl_geometry import augment, metrics
 from ssl_geometry import paper as P
 
-__all__ = ["AUGMENTATIONS", "CONTROLS", "analysis_variables", "augmentation_fn", "Geometry", "spread_scale",
-           "curvature_analysis", "fd_convergence", "orbit_images", "orbit_analysis", "degeneracy_analysis"]
+__all__ = [
+    "AUGMENTATIONS",
+    "CONTROLS",
+    "analysis_variables",
+    "augmentation_fn",
+    "Geometry",
+    "spread_scale",
+    "orbit_images",
+    "orbit_analysis",
+    "degeneracy_analysis",
+]
 
 AUGMENTATIONS = ("rotation", "hue", "blur")
 #: The Sec. 5 controls of the registry (``experiments/claims/``), in its order.
@@ -37,8 +47,13 @@ def analysis_variables(run, dtype, *, initial_head: bool = False) -> dict:
     """``{"backbone": variables, "head": variables}`` of a run (trained; head at init if ``initial_head``), cast."""
     p, s = run["params"], run["state"]
     hp, hs = (run["init_params"], run["init_state"]) if initial_head else (p, s)
-    return _cast({"backbone": {"params": p["backbone"], **s["backbone"]},
-                  "head": {"params": hp["projector"], **hs["projector"]}}, dtype)
+    return _cast(
+        {
+            "backbone": {"params": p["backbone"], **s["backbone"]},
+            "head": {"params": hp["projector"], **hs["projector"]},
+        },
+        dtype,
+    )
 
 
 def augmentation_fn(cfg, name: str):
@@ -85,16 +100,19 @@ class Geometry:
 
         def degeneracy(v, xs, t0, dirs):  # (N,) along the tangent; (N,) RMS over the K directions (N, K, d)
             head_fn = lambda z: h_of(v, z)
-            along = jax.vmap(lambda x: metrics.augmentation_metric_degeneracy(
-                head_fn, lambda a: z_of(v, aug(x, a)), t0))(xs)
+            along = jax.vmap(
+                lambda x: metrics.augmentation_metric_degeneracy(head_fn, lambda a: z_of(v, aug(x, a)), t0)
+            )(xs)
             gains = jax.vmap(lambda z, rs: jax.vmap(lambda r: metrics.metric_degeneracy(head_fn, z, r))(rs))(
-                z_at(v, xs, t0), dirs)
-            return along, jnp.sqrt(jnp.mean(gains ** 2, axis=1))
+                z_at(v, xs, t0), dirs
+            )
+            return along, jnp.sqrt(jnp.mean(gains**2, axis=1))
 
         def paper_grid(v, xs, ts):  # the paper's orbit reps: z/|z| and h(z/|z|)/|h(z/|z|)|, (N, T, d) each
             def one(x, t):
                 z = _unit(z_of(v, aug(x, t)))
                 return z, _unit(h_of(v, z))
+
             return jax.vmap(lambda x: jax.vmap(lambda t: one(x, t))(ts))(xs)
 
         self.grid = jax.jit(grid, static_argnames="which")
@@ -108,72 +126,6 @@ def spread_scale(r) -> float:
     """``s_r = sqrt(mean_i |r_i - mean r|^2)``: the overall spread used to make comparisons scale-free."""
     r = np.asarray(r, np.float64)
     return float(np.sqrt(np.mean(np.sum((r - r.mean(0)) ** 2, axis=1))))
-
-
-# ----------------------------------------------------------------------------------------- curvature
-
-
-def curvature_analysis(cfg, geo: Geometry, v, images, scales, *, convergence_images: int) -> dict:
-    """Exact ``|r''|`` and the paper's FD on ``cfg.analysis.curvature_angles`` angles in ``[0, max]``, plus FD convergence.
-
-    ``scales``: ``{"backbone": s_z, "head": s_h}`` (see :func:`spread_scale`). Returns summary numbers,
-    the per-angle means (figure) and the convergence rows.
-    """
-    T = cfg.analysis.curvature_angles
-    if T < 3:
-        raise ValueError(f"`curvature_angles` must be >= 3 for second differences; got {T}.")
-    dt = images.dtype
-    thetas = jnp.linspace(0.0, math.radians(cfg.analysis.curvature_max_angle_deg), T, dtype=dt)
-    h = float(thetas[1] - thetas[0])
-    out, per_angle = {}, {}
-    paper_kappa = {}
-    for which in ("backbone", "head"):
-        reps = geo.grid(v, images, thetas, which=which)
-        paper_kappa[which] = np.asarray(P.fd_curvature(reps))  # (N,): normalised, undivided, mean over angles
-        fd = np.asarray(metrics.fd_trajectory_curvature(reps, h))  # (N, T-2) at thetas[1:-1]
-        ex = np.asarray(geo.exact(v, images, thetas[1:-1], which=which))
-        for name, arr in (("fd", fd), ("exact", ex)):
-            if not np.all(np.isfinite(arr)):
-                raise FloatingPointError(f"non-finite {name} curvature of the {which} trajectory.")
-        out[which] = {"exact_mean": float(ex.mean()), "fd_mean": float(fd.mean()),
-                      "fd_over_exact": float(fd.mean() / ex.mean()),
-                      "median_pointwise_rel_diff": float(np.median(np.abs(fd - ex) / np.maximum(ex, 1e-300))),
-                      "scale": scales[which]}
-        per_angle[which] = {"exact": ex.mean(0) / scales[which], "fd": fd.mean(0) / scales[which]}
-    ratio = lambda k: out["head"][k] / out["backbone"][k]
-    norm = scales["backbone"] / scales["head"]
-    summary = {"ratio_exact_raw": ratio("exact_mean"), "ratio_fd_raw": ratio("fd_mean"),
-               "ratio_exact_normalised": ratio("exact_mean") * norm, "ratio_fd_normalised": ratio("fd_mean") * norm,
-               "fd_spacing_deg": math.degrees(h),
-               "ratio_paper": float(P.curvature_ratio(paper_kappa["backbone"], paper_kappa["head"])),
-               "paper_kappa_backbone": float(paper_kappa["backbone"].mean()),
-               "paper_kappa_head": float(paper_kappa["head"].mean())}
-    conv = fd_convergence(cfg, geo, v, images[:convergence_images])
-    return {"summary": summary, "by_rep": out, "angles_deg": np.degrees(np.asarray(thetas[1:-1])).tolist(),
-            "per_angle": {k: {kk: vv.tolist() for kk, vv in d.items()} for k, d in per_angle.items()},
-            "convergence": conv}
-
-
-def fd_convergence(cfg, geo: Geometry, v, images) -> list[dict]:
-    """At ``theta_c``: central second difference ``|r(t+h) - 2 r(t) + r(t-h)| / h^2`` for shrinking ``h`` vs exact.
-
-    Rows: ``{"rep", "h_deg", "median_rel_err", "max_rel_err"}`` with ``rel_err = |FD - exact| / exact`` over
-    images. With ``r`` smooth near ``theta_c`` the error is ``O(h^2)`` until rounding (``~eps |r| / h^2``)
-    takes over; a kink of ``r'`` inside ``[t-h, t+h]`` adds an ``O(|jump| / h)`` term.
-    """
-    dt = images.dtype
-    tc = math.radians(cfg.analysis.convergence_angle_deg)
-    rows = []
-    for which in ("backbone", "head"):
-        ex = np.asarray(geo.exact(v, images, jnp.asarray([tc], dt), which=which))[:, 0]
-        for hd in cfg.analysis.convergence_spacings_deg:
-            hr = math.radians(hd)
-            reps = geo.grid(v, images, jnp.asarray([tc - hr, tc, tc + hr], dt), which=which)
-            fd = np.asarray(metrics.fd_trajectory_curvature(reps, hr))[:, 0]
-            rel = np.abs(fd - ex) / np.maximum(ex, 1e-300)
-            rows.append({"rep": which, "h_deg": float(hd), "median_rel_err": float(np.median(rel)),
-                         "max_rel_err": float(np.max(rel)), "exact_median": float(np.median(ex))})
-    return rows
 
 
 # -------------------------------------------------------------------------------------------- orbits
@@ -217,10 +169,16 @@ def orbit_analysis(cfg, geo: Geometry, v, images, scales, v_init=None) -> dict:
         for norm in ("raw", "normalised"):
             r = reps if norm == "raw" else reps / scales[which]
             st = metrics.orbit_statistics(jnp.asarray(r))
-            rows.append({"rep": which, "scale": norm, "orbit_spread": float(st.orbit_spread),
-                         "intra_orbit_distance": float(st.intra_orbit_distance),
-                         "inter_class_distance": float(st.inter_class_distance),
-                         "class_orbit_ratio": float(st.class_orbit_ratio)})
+            rows.append(
+                {
+                    "rep": which,
+                    "scale": norm,
+                    "orbit_spread": float(st.orbit_spread),
+                    "intra_orbit_distance": float(st.intra_orbit_distance),
+                    "inter_class_distance": float(st.inter_class_distance),
+                    "class_orbit_ratio": float(st.class_orbit_ratio),
+                }
+            )
     # The paper's full orbit: paper_orbit_steps rotations over [0, 360) deg, L2-normalised, head on z/|z|.
     T = cfg.analysis.paper_orbit_steps
     ts_p = jnp.asarray(np.radians(np.linspace(0.0, 360.0, T, endpoint=False)), images.dtype)
@@ -231,18 +189,26 @@ def orbit_analysis(cfg, geo: Geometry, v, images, scales, v_init=None) -> dict:
         reps_p["head_untrained"] = np.asarray(geo.paper_grid(v_init, flat, ts_p)[1])
     paper = {w: P.orbit_metrics(r.reshape(C * I * T, -1), ids, labels) for w, r in reps_p.items()}
     spreads = {w: P.orbit_spreads(r.reshape(C * I * T, -1), ids) for w, r in reps_p.items()}
-    compression = {h: rules.orbit_compression(spreads["backbone"], spreads[h], seed=cfg.seed)
-                   for h in reps_p if h != "backbone"}
+    compression = {
+        h: rules.orbit_compression(spreads["backbone"], spreads[h], seed=cfg.seed) for h in reps_p if h != "backbone"
+    }
     get = lambda w, n, k: next(r[k] for r in rows if r["rep"] == w and r["scale"] == n)
-    summary = {f"spread_shrink_{n}": get("backbone", n, "orbit_spread") / get("head", n, "orbit_spread")
-               for n in ("raw", "normalised")}
+    summary = {
+        f"spread_shrink_{n}": get("backbone", n, "orbit_spread") / get("head", n, "orbit_spread")
+        for n in ("raw", "normalised")
+    }
     summary["class_orbit_ratio_backbone"] = get("backbone", "raw", "class_orbit_ratio")
     summary["class_orbit_ratio_head"] = get("head", "raw", "class_orbit_ratio")
     summary["class_orbit_ratio_backbone_paper"] = paper["backbone"]["ratio"]
     summary["class_orbit_ratio_head_paper"] = paper["head"]["ratio"]
-    return {"rows": rows, "summary": summary, "paper": paper,
-            "paper_spreads": {w: x.tolist() for w, x in spreads.items()}, "compression": compression,
-            "pca": {w: _pca2(r).tolist() for w, r in reps_out.items()}}
+    return {
+        "rows": rows,
+        "summary": summary,
+        "paper": paper,
+        "paper_spreads": {w: x.tolist() for w, x in spreads.items()},
+        "compression": compression,
+        "pca": {w: _pca2(r).tolist() for w, r in reps_out.items()},
+    }
 
 
 def _pca2(r):
@@ -262,10 +228,12 @@ def _control_directions(zs, n_dirs: int, key) -> dict:
     n, d = zs.shape
     k_rand, k_perm, k_data = jax.random.split(key, 3)
     others = (jnp.arange(n)[:, None] + jax.random.randint(k_perm, (n, n_dirs), 1, n)) % n  # never the sample itself
-    return {"random": jax.random.normal(k_rand, (n, n_dirs, d), zs.dtype),
-            "between": zs[others] - zs[:, None],
-            "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_data, (n, n_dirs, n), zs.dtype),
-                               zs - zs.mean(0)) / math.sqrt(n)}
+    return {
+        "random": jax.random.normal(k_rand, (n, n_dirs, d), zs.dtype),
+        "between": zs[others] - zs[:, None],
+        "data": jnp.einsum("nkm,md->nkd", jax.random.normal(k_data, (n, n_dirs, n), zs.dtype), zs - zs.mean(0))
+        / math.sqrt(n),
+    }
 
 
 def degeneracy_analysis(cfg, geos: dict, heads: dict, images, key, trained: dict) -> dict:
@@ -302,8 +270,15 @@ def degeneracy_analysis(cfg, geos: dict, heads: dict, images, key, trained: dict
             r = {c: rules.degeneracy_ratio(vals["tangent"], vals[c], seed=cfg.seed) for c in CONTROLS}
             ratios[aug][head_state] = r
             gains[aug][head_state] = {k: x.tolist() for k, x in vals.items()}
-            rows.append({"augmentation": aug, "head": head_state, "at": float(t0s[aug]), "in_training": trained[aug],
-                         **{f"gain_{k}": float(x.mean()) for k, x in vals.items()},
-                         **{f"D_vs_{c}": r[c]["D"] for c in CONTROLS},
-                         **{f"D_vs_{c}_ci": [r[c]["lo"], r[c]["hi"]] for c in CONTROLS}})
+            rows.append(
+                {
+                    "augmentation": aug,
+                    "head": head_state,
+                    "at": float(t0s[aug]),
+                    "in_training": trained[aug],
+                    **{f"gain_{k}": float(x.mean()) for k, x in vals.items()},
+                    **{f"D_vs_{c}": r[c]["D"] for c in CONTROLS},
+                    **{f"D_vs_{c}_ci": [r[c]["lo"], r[c]["hi"]] for c in CONTROLS},
+                }
+            )
     return {"rows": rows, "ratios": ratios, "gains": gains}

@@ -1,6 +1,7 @@
 """Experiment 2: local metric adaptation and depth (Thm 3.2), the curvature barrier (Prop 3.3).
 
-Modules: :mod:`.isotropy` (parts A and B), :mod:`.barrier` (part C); this one holds the contract.
+Modules: :mod:`.isotropy` (parts A and B), :mod:`.barrier` (part C), :mod:`.tables` (figure and report); this one
+holds the contract.
 
 Part A, sample variation (descriptive): for heads of depth 1/2/3 and several
 activations at initialisation, the per-sample pullback metrics
@@ -47,6 +48,7 @@ control, ``> 0`` where ``g`` varies. (A non-constant *flat* metric would also le
 residual for a constant ``W``; curvature is the obstruction for every map, so the
 residual is a necessary consequence of Prop 3.3, reported next to the curvature.)
 """
+
 from __future__ import annotations
 
 import jax
@@ -75,20 +77,47 @@ from experiments.metric_adaptation.isotropy import (
     sample_variation,
     softmax_dot_loss,
 )
+from experiments.metric_adaptation.tables import figures as figures
+from experiments.metric_adaptation.tables import report as report
 
-__all__ = ["NAME", "TITLE", "CLAIM", "CLAIMS", "measure", "decide", "decide_depth", "decide_barrier", "widths",
-           "figures", "report", "FLAT_CONTROL", "SCALE_INVARIANT", "best_constant_whitener", "coefficient_of_variation",
-           "curvature_rows", "head_params", "helix", "isotropy_fit", "make_per_sample_loss", "matched_width",
-           "sample_variation", "scalar_from_riemann", "sectional_from_riemann", "softmax_dot_loss"]
+__all__ = [
+    "NAME",
+    "TITLE",
+    "CLAIM",
+    "CLAIMS",
+    "measure",
+    "decide",
+    "decide_depth",
+    "decide_barrier",
+    "widths",
+    "figures",
+    "report",
+    "FLAT_CONTROL",
+    "SCALE_INVARIANT",
+    "best_constant_whitener",
+    "coefficient_of_variation",
+    "curvature_rows",
+    "head_params",
+    "helix",
+    "isotropy_fit",
+    "make_per_sample_loss",
+    "matched_width",
+    "sample_variation",
+    "scalar_from_riemann",
+    "sectional_from_riemann",
+    "softmax_dot_loss",
+]
 
 NAME = "metric_adaptation"
 TITLE = "Local metric adaptation and depth (Thm 3.2, Prop 3.3)"
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("thm3.2-depth", "prop3.3-barrier")
-CLAIM = ("An MLP head can make H_eff epsilon-isotropic along a smooth trajectory (depth buys local adaptation; "
-         "an affine head of the same size cannot); a loss metric with non-zero Riemann curvature cannot be made "
-         "isotropic everywhere by a constant W, while the flat quadratic loss can. (The paper states Thm 3.2 and "
-         "Prop 3.3 without an experiment; this is the suite's computation of them.)")
+CLAIM = (
+    "An MLP head can make H_eff epsilon-isotropic along a smooth trajectory (depth buys local adaptation; "
+    "an affine head of the same size cannot); a loss metric with non-zero Riemann curvature cannot be made "
+    "isotropic everywhere by a constant W, while the flat quadratic loss can. (The paper states Thm 3.2 and "
+    "Prop 3.3 without an experiment; this is the suite's computation of them.)"
+)
 #: Honours ``config.dry_run``: 2 steps and one restart per fit, parts A and C at 1/4 of their sample counts, training
 #: and analysis each timed at two reduced sizes and projected apart (:func:`dry_run`).
 DRY_RUN = True
@@ -102,27 +131,45 @@ def widths(config) -> list[dict]:
     m, tol = config.model, claims.CLAIMS["thm3.2-depth"].thresholds["param_match"]
     target = head_params(m.d, m.k, 2, m.width)
     heads = [("identity", 1, 0), ("identity", 2, m.width)]  # plain affine (reported); affine at the matched count
-    heads += [(a, dep, m.width if dep == 2 else matched_width(m.d, m.k, dep, target))
-              for a in m.fit_activations for dep in m.depths if dep >= 2]
-    return [{"activation": a, "depth": dep, "width": w, "params": head_params(m.d, m.k, dep, w),
-             "matched": abs(head_params(m.d, m.k, dep, w) - target) <= tol * target} for a, dep, w in heads]
+    heads += [
+        (a, dep, m.width if dep == 2 else matched_width(m.d, m.k, dep, target))
+        for a in m.fit_activations
+        for dep in m.depths
+        if dep >= 2
+    ]
+    return [
+        {
+            "activation": a,
+            "depth": dep,
+            "width": w,
+            "params": head_params(m.d, m.k, dep, w),
+            "matched": abs(head_params(m.d, m.k, dep, w) - target) <= tol * target,
+        }
+        for a, dep, w in heads
+    ]
 
 
 def check_config(config) -> None:
     """``ValueError`` naming the field when the config cannot decide the claims as registered."""
     m = config.model
     if 2 not in m.depths or not m.fit_activations:
-        raise ValueError(f"config.model.depths must include 2 and config.model.fit_activations must be non-empty "
-                         f"(the depth-2 heads are the reference of thm3.2-depth); got {list(m.depths)}, "
-                         f"{list(m.fit_activations)}.")
+        raise ValueError(
+            f"config.model.depths must include 2 and config.model.fit_activations must be non-empty "
+            f"(the depth-2 heads are the reference of thm3.2-depth); got {list(m.depths)}, "
+            f"{list(m.fit_activations)}."
+        )
     unmatched = [h for h in widths(config) if h["depth"] >= 2 and not h["matched"]]
     if unmatched:
-        raise ValueError(f"config.model.width = {m.width}: no width gives depth {unmatched[0]['depth']} a parameter "
-                         f"count within param_match of the depth-2 head's {head_params(m.d, m.k, 2, m.width)} "
-                         f"(nearest: {unmatched[0]['params']}); choose another width or depths.")
+        raise ValueError(
+            f"config.model.width = {m.width}: no width gives depth {unmatched[0]['depth']} a parameter "
+            f"count within param_match of the depth-2 head's {head_params(m.d, m.k, 2, m.width)} "
+            f"(nearest: {unmatched[0]['params']}); choose another width or depths."
+        )
     if FLAT_CONTROL not in config.data.curvature_losses:
-        raise ValueError(f"config.data.curvature_losses must include the flat control {FLAT_CONTROL!r} "
-                         f"(prop3.3-barrier); got {list(config.data.curvature_losses)}.")
+        raise ValueError(
+            f"config.data.curvature_losses must include the flat control {FLAT_CONTROL!r} "
+            f"(prop3.3-barrier); got {list(config.data.curvature_losses)}."
+        )
 
 
 def dry_run(config, fit_keys, heads, key_a, key_b, key_c) -> tuple[dict, list, tuple]:
@@ -157,14 +204,22 @@ def dry_run(config, fit_keys, heads, key_a, key_b, key_c) -> tuple[dict, list, t
         def unit():
             measured[n] = sample_variation(cfg, fit_keys, key_a), curvature_rows(cfg, key_c)
             return measured[n]
+
         return unit
 
     steps = config.train.fit_restarts * config.train.fit_steps
     training = projection.project_at_sizes(make_train, config.data.n_curve, steps, repeats=5)
     analysis = projection.project_at_sizes(make_analysis, config.data.n_points, 1, repeats=1)
-    rec = projection.dry_run_record(training["points"][-1][1], training=training, analysis=analysis, heads=len(heads),
-                                    scaled={"training": "data.n_curve (the fit's batch)",
-                                            "analysis": "data.n_points (data.n_samples in proportion)"})
+    rec = projection.dry_run_record(
+        training["points"][-1][1],
+        training=training,
+        analysis=analysis,
+        heads=len(heads),
+        scaled={
+            "training": "data.n_curve (the fit's batch)",
+            "analysis": "data.n_points (data.n_samples in proportion)",
+        },
+    )
     return (rec, *measured[max(measured)])
 
 
@@ -183,14 +238,24 @@ def measure(config) -> dict:
         var_rows, (curv_rows, per_point) = sample_variation(config, fit_keys, kA), curvature_rows(config, kC)
     fit_rows, curves = [], {}
     for i, h in enumerate(heads):
-        row, eps_t, t = isotropy_fit(config, fit_keys, h["activation"], h["depth"], jax.random.fold_in(kB, i), h["width"])
+        row, eps_t, t = isotropy_fit(
+            config, fit_keys, h["activation"], h["depth"], jax.random.fold_in(kB, i), h["width"]
+        )
         row["matched"] = h["matched"]
         fit_rows.append(row)
         curves[f"{row['activation']} depth {h['depth']} (width {h['width']})"] = {
-            "t": np.asarray(t).tolist(), "eps": np.asarray(eps_t).tolist()}
-    out = {"variation": var_rows, "isotropy_fits": fit_rows, "eps_curves": curves, "paper": {},
-           "reference_params": head_params(config.model.d, config.model.k, 2, config.model.width),
-           "curvature": curv_rows, "scalar_curvature_per_point": per_point}
+            "t": np.asarray(t).tolist(),
+            "eps": np.asarray(eps_t).tolist(),
+        }
+    out = {
+        "variation": var_rows,
+        "isotropy_fits": fit_rows,
+        "eps_curves": curves,
+        "paper": {},
+        "reference_params": head_params(config.model.d, config.model.k, 2, config.model.width),
+        "curvature": curv_rows,
+        "scalar_curvature_per_point": per_point,
+    }
     if config.dry_run:
         out["dry_run"] = record
     return out
@@ -204,19 +269,28 @@ def decide_depth(fit_rows: list[dict], reference_params: int) -> dict:
     eps_aff = min((r["eps_max"] for r in affine), default=float("nan"))
     best = min(deep, key=lambda r: r["eps_max"], default=None)
     eps_deep = best["eps_max"] if best else float("nan")
-    deciding = {"eps_max_affine_matched": eps_aff, "eps_max_best_mlp": eps_deep,
-                "best_mlp": f"{best['activation']} depth {best['depth']}" if best else "-",
-                "depth_gain": eps_aff / eps_deep if eps_deep > 0 else float("inf"),
-                "reference_params": reference_params, "eps_target": t["eps_target"], "depth_factor": t["depth_factor"]}
+    deciding = {
+        "eps_max_affine_matched": eps_aff,
+        "eps_max_best_mlp": eps_deep,
+        "best_mlp": f"{best['activation']} depth {best['depth']}" if best else "-",
+        "depth_gain": eps_aff / eps_deep if eps_deep > 0 else float("inf"),
+        "reference_params": reference_params,
+        "eps_target": t["eps_target"],
+        "depth_factor": t["depth_factor"],
+    }
     if best and affine and eps_deep <= t["eps_target"] and eps_deep * t["depth_factor"] <= eps_aff:
         verdict = "supported"
-        reason = (f"the best MLP head ({deciding['best_mlp']}) reaches eps_max {eps_deep:.3g} <= {t['eps_target']:g}, "
-                  f"{deciding['depth_gain']:.3g}x below the affine head of the same size ({eps_aff:.3g})")
+        reason = (
+            f"the best MLP head ({deciding['best_mlp']}) reaches eps_max {eps_deep:.3g} <= {t['eps_target']:g}, "
+            f"{deciding['depth_gain']:.3g}x below the affine head of the same size ({eps_aff:.3g})"
+        )
     else:
         verdict = "inconclusive"
-        reason = (f"the best MLP head reaches eps_max {eps_deep:.3g} against the matched affine head's {eps_aff:.3g} "
-                  f"(needs <= {t['eps_target']:g} and {t['depth_factor']:g}x below): a fit that falls short refutes "
-                  "nothing (an existence statement)")
+        reason = (
+            f"the best MLP head reaches eps_max {eps_deep:.3g} against the matched affine head's {eps_aff:.3g} "
+            f"(needs <= {t['eps_target']:g} and {t['depth_factor']:g}x below): a fit that falls short refutes "
+            "nothing (an existence statement)"
+        )
     return {"id": "thm3.2-depth", "verdict": verdict, "deciding": deciding, "reason": reason}
 
 
@@ -224,25 +298,41 @@ def decide_barrier(curv_rows: list[dict]) -> dict:
     """``prop3.3-barrier`` on the part-C rows (the flat control first)."""
     t = claims.CLAIMS["prop3.3-barrier"].thresholds
     ctrl = next(r for r in curv_rows if r["loss"] == FLAT_CONTROL)
-    curved_rows = [r for r in curv_rows if r["loss"] != FLAT_CONTROL and r["definite_points"] > 0
-                   and curved(r, t["curvature_tol"])]
+    curved_rows = [
+        r for r in curv_rows if r["loss"] != FLAT_CONTROL and r["definite_points"] > 0 and curved(r, t["curvature_tol"])
+    ]
     whitened = [r["loss"] for r in curved_rows if r["constant_W_residual"] <= t["flat_residual_tol"]]
-    deciding = {"flat_control_max_abs_curvature": ctrl["max_abs_scalar_curvature"],
-                "flat_control_constant_W_residual": ctrl["constant_W_residual"],
-                "curved_losses": len(curved_rows),
-                "min_constant_W_residual_curved": min((r["constant_W_residual"] for r in curved_rows), default=float("nan")),
-                "curvature_tol": t["curvature_tol"], "flat_residual_tol": t["flat_residual_tol"]}
-    if not (ctrl["max_abs_scalar_curvature"] <= t["curvature_tol"] and ctrl["constant_W_residual"] <= t["flat_residual_tol"]):
-        verdict, reason = "not supported", (f"the flat control ({FLAT_CONTROL}) gives curvature "
-                                            f"{ctrl['max_abs_scalar_curvature']:.3g} and residual "
-                                            f"{ctrl['constant_W_residual']:.3g}: the computation is broken")
+    deciding = {
+        "flat_control_max_abs_curvature": ctrl["max_abs_scalar_curvature"],
+        "flat_control_constant_W_residual": ctrl["constant_W_residual"],
+        "curved_losses": len(curved_rows),
+        "min_constant_W_residual_curved": min((r["constant_W_residual"] for r in curved_rows), default=float("nan")),
+        "curvature_tol": t["curvature_tol"],
+        "flat_residual_tol": t["flat_residual_tol"],
+    }
+    if not (
+        ctrl["max_abs_scalar_curvature"] <= t["curvature_tol"] and ctrl["constant_W_residual"] <= t["flat_residual_tol"]
+    ):
+        verdict, reason = (
+            "not supported",
+            (
+                f"the flat control ({FLAT_CONTROL}) gives curvature "
+                f"{ctrl['max_abs_scalar_curvature']:.3g} and residual "
+                f"{ctrl['constant_W_residual']:.3g}: the computation is broken"
+            ),
+        )
     elif whitened:
         verdict, reason = "not supported", f"curved losses {whitened} are whitened by a constant W"
     elif not curved_rows:
         verdict, reason = "premise violated", "no curved loss has a definite metric at any sampled point"
     else:
-        verdict, reason = "supported", (f"every one of {len(curved_rows)} curved losses keeps a constant-W residual >= "
-                                        f"{deciding['min_constant_W_residual_curved']:.3g}; the flat control is whitened")
+        verdict, reason = (
+            "supported",
+            (
+                f"every one of {len(curved_rows)} curved losses keeps a constant-W residual >= "
+                f"{deciding['min_constant_W_residual_curved']:.3g}; the flat control is whitened"
+            ),
+        )
     return {"id": "prop3.3-barrier", "verdict": verdict, "deciding": deciding, "reason": reason}
 
 
@@ -250,81 +340,20 @@ def decide(m, config) -> dict:
     depth, barrier = decide_depth(m["isotropy_fits"], m["reference_params"]), decide_barrier(m["curvature"])
     plain = next((r["eps_max"] for r in m["isotropy_fits"] if r["depth"] == 1), float("nan"))
     d, b = depth["deciding"], barrier["deciding"]
-    headline = {"eps_max_affine_plain": plain, **{k: d[k] for k in ("eps_max_affine_matched", "eps_max_best_mlp",
-                                                                    "best_mlp", "depth_gain", "reference_params")},
-                **{k: b[k] for k in ("flat_control_max_abs_curvature", "flat_control_constant_W_residual",
-                                     "curved_losses", "min_constant_W_residual_curved")}}
+    headline = {
+        "eps_max_affine_plain": plain,
+        **{
+            k: d[k]
+            for k in ("eps_max_affine_matched", "eps_max_best_mlp", "best_mlp", "depth_gain", "reference_params")
+        },
+        **{
+            k: b[k]
+            for k in (
+                "flat_control_max_abs_curvature",
+                "flat_control_constant_W_residual",
+                "curved_losses",
+                "min_constant_W_residual_curved",
+            )
+        },
+    }
     return {"claims": [depth, barrier], "headline": headline}
-
-
-def figures(results, out_dir) -> None:
-    """``metric_adaptation.png``: |H_eff - I| along the helix per head (eps target drawn) and |S(g_L)| per point
-    per loss (curved losses set the scale; exact zeros, the flat control, drawn apart at the axis floor)."""
-    from experiments import plotting as pl
-
-    m = results["measurements"]
-    curv_rows, per_point = m["curvature"], m["scalar_curvature_per_point"]
-    d = {k: v for c in results["claims"] for k, v in c["deciding"].items()}
-    fig, axes = pl.figure(1, 2, height=3.6)
-    a1, a2 = axes[0]
-    for i, (label, c) in enumerate(m["eps_curves"].items()):
-        a1.plot(c["t"], c["eps"], color=pl.COLOURS[i % 8], ls="--" if label.startswith(("affine", "identity")) else "-",
-                label=label)
-    a1.set_yscale("log")
-    if "eps_target" in d:
-        pl.threshold(a1, d["eps_target"], f"eps target {d['eps_target']:g}", at=0.01)
-    a1.set_xlabel("t (trajectory parameter)")
-    a1.set_ylabel("$\\epsilon(t) = \\|H_{eff}(z(t)) - I\\|_2$")
-    a1.set_title("Thm 3.2: isotropy along the helix")
-    names = [r["loss"] for r in curv_rows]
-    vals = {n: np.abs(np.asarray(per_point.get(n, []), float)) for n in names}
-    pl.scale_from(a2, [v for n in names for v in vals[n] if v > 0] + [d.get("curvature_tol", 1.0)])
-    for i, n in enumerate(names):
-        pos = vals[n][vals[n] > 0]
-        a2.scatter(np.full(pos.shape, i), pos, s=14, color=pl.COLOURS[0], label="|S| at a point" if i == 0 else None)
-    zero = [(i, 0.0) for i, n in enumerate(names) for v in vals[n] if v == 0]
-    pl.draw_apart(a2, [z[0] for z in zero], [z[1] for z in zero], label=f"S = 0 exactly ({len(zero)} points)")
-    if "curvature_tol" in d:
-        pl.threshold(a2, d["curvature_tol"], f"curvature tol {d['curvature_tol']:g}", at=0.01)
-    a2.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=25, ha="right")
-    a2.set_xlabel("loss")
-    a2.set_ylabel("|scalar curvature S(g_L)|")
-    a2.set_title("Prop 3.3: curvature of the loss metric")
-    handles = a1.get_legend_handles_labels()[0] + a2.get_legend_handles_labels()[0]
-    pl.legend_outside(fig, loc="below", ncol=3, handles=handles)
-    common.save_figure(fig, out_dir, "metric_adaptation")
-
-
-def report(results, rel_dir) -> str:
-    h, m = results["headline"], results["measurements"]
-    fit_cols = ["activation", "depth", "width", "params", "matched", "eps_max", "eps_mean", "cv_JtJ_along_curve"]
-    nonflat = [r for r in m["curvature"] if r["loss"] != FLAT_CONTROL and r["definite_points"] > 0]
-    curv_cols = ["loss", "domain", "metric_dim", "definite_points", "points", "min_eig_ratio",
-                 "max_abs_scalar_curvature", "max_abs_sectional_curvature", "metric_cv",
-                 "constant_W_residual_init", "constant_W_residual", "constant_W_rms"]
-    return "\n".join([
-        f"Thm 3.2: heads fitted to H_eff(z(t)) = I along a helix at matched parameter counts ({h['reference_params']}, "
-        "the depth-2 head's; a deeper head takes the width whose count is nearest it, and the affine head at that "
-        "count is a product of two linear layers of the depth-2 width). The matched affine head reaches max_t "
-        f"|H_eff - I|_2 = {h['eps_max_affine_matched']:.3g}, the best MLP head ({h['best_mlp']}) "
-        f"{h['eps_max_best_mlp']:.3g} (gain {h['depth_gain']:.3g}x; eps on a grid 4x finer than the fitted points); "
-        f"the plain affine head (d k + k parameters, not matched, reported) reaches {h['eps_max_affine_plain']:.3g}.",
-        "",
-        common.markdown_table(m["isotropy_fits"], fit_cols),
-        "",
-        f"Prop 3.3: the flat control (MSE) has |curvature| = {h['flat_control_max_abs_curvature']:.3g} and "
-        f"constant-W residual {h['flat_control_constant_W_residual']:.3g}; {h['curved_losses']} of "
-        f"{len(nonflat)} other losses have non-zero curvature, and the smallest constant-W residual "
-        f"among them is {h['min_constant_W_residual_curved']:.3g}. Scale-invariant losses (negative cosine, BYOL, "
-        "InfoNCE) are measured on the chart u0 + u0^perp (their g_L has u^T g_L u = 0); curvature only at points "
-        "where the metric is positive definite (premise column `definite_points`).",
-        "",
-        common.markdown_table(m["curvature"], curv_cols),
-        "",
-        "Sample variation of the pullback metrics at initialisation (CV = relative Frobenius deviation from the "
-        "mean metric; J^T H_L J with the dot-product softmax loss):",
-        "",
-        common.markdown_table(m["variation"]),
-        "",
-        f"![metric adaptation]({rel_dir}/metric_adaptation.png)",
-    ])

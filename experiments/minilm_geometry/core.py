@@ -1,8 +1,9 @@
-"""Experiment 8, core: views, head training through ``training.loop.fit``, geometry of one head, H_eff."""
+"""Experiment 8, core: views, head training through ``training.loop.fit``, geometry of one head; H_eff
+(:func:`effective_hessian_at_data`) is in :mod:`.hessian`, the two-view loss (:func:`loss_fn`) in :mod:`.objective`."""
+
 from __future__ import annotations
 
 import functools
-import time
 
 import jax
 import jax.numpy as jnp
@@ -10,11 +11,23 @@ import numpy as np
 import optax
 
 from experiments import rules
-from ssl_geometry import as_function, curvature, fit, geometry, losses, metrics, text
+from ssl_geometry import as_function, fit, geometry, metrics, text
 from ssl_geometry import paper as P
 
-__all__ = ["CONTROLS", "view_fn", "negative_view_fn", "views", "loss_fn", "train_frozen", "train_finetune",
-           "head_geometry", "effective_hessian_at_data"]
+from .hessian import effective_hessian_at_data
+from .objective import loss_fn
+
+__all__ = [
+    "CONTROLS",
+    "view_fn",
+    "negative_view_fn",
+    "views",
+    "loss_fn",
+    "train_frozen",
+    "train_finetune",
+    "head_geometry",
+    "effective_hessian_at_data",
+]
 
 #: The Sec. 5 controls of the registry (``experiments/claims/``): exact isotropic tangent directions,
 #: directions to other sentences, Gaussian directions with the covariance of the evaluation embeddings
@@ -57,37 +70,29 @@ def views(view, variables, tokens, keys, batch):
     for key in keys:
         rows = []
         for i in range(0, n, batch):
-            ci, cm = ids[i:i + batch], mask[i:i + batch]
+            ci, cm = ids[i : i + batch], mask[i : i + batch]
             short = batch - ci.shape[0]
             if short:
                 ci = np.concatenate([ci, np.tile(ci[:1], (short, 1))])
                 cm = np.concatenate([cm, np.tile(cm[:1], (short, 1))])
-            rows.append(view(variables, text.Tokens(jnp.asarray(ci), jnp.asarray(cm)),
-                             jax.random.fold_in(key, i))[: batch - short])
+            rows.append(
+                view(variables, text.Tokens(jnp.asarray(ci), jnp.asarray(cm)), jax.random.fold_in(key, i))[
+                    : batch - short
+                ]
+            )
         out.append(jnp.concatenate(rows))
     return jnp.stack(out)
-
-
-def loss_fn(cfg):
-    return _named_loss(cfg.train.loss, float(cfg.train.temperature))
-
-
-@functools.lru_cache(maxsize=None)
-def _named_loss(name, temperature):
-    """The two-view loss ``(u1, u2) -> scalar`` (one object per setting, so jit caches hit)."""
-    fn = losses.get(name)
-    if name in ("info_nce", "simclr", "nt_xent", "moco_v3"):
-        fn = functools.partial(fn, temperature=temperature)
-    return fn
 
 
 @functools.lru_cache(maxsize=None)
 def _frozen_loss(head, two_view_loss):
     """``(params, state, batch, args) -> (loss, new_state)`` on a batch of bank view pairs (one object per head)."""
+
     def objective(params, state, batch, args):
         za, zb = batch["za"], batch["zb"]
         u, new_state = head.apply({**state, "params": params}, jnp.concatenate([za, zb]), train=True)
-        return two_view_loss(u[: za.shape[0]], u[za.shape[0]:]), {**state, **new_state}
+        return two_view_loss(u[: za.shape[0]], u[za.shape[0] :]), {**state, **new_state}
+
     return objective
 
 
@@ -98,8 +103,9 @@ def _fit_in_calls(objective, params, state, opt, steps, per_call, make_batches):
         raise ValueError(f"steps ({steps}) must be a multiple of `train.fit_steps` ({per_call}).")
     opt_state, out = None, []
     for s0 in range(0, steps, per_call):
-        res = fit(objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state,
-                  opt_state=opt_state)
+        res = fit(
+            objective, params, opt, steps=per_call, batches=make_batches(s0, per_call), state=state, opt_state=opt_state
+        )
         params, state, opt_state = res.params, res.state, res.opt_state
         out.append(np.asarray(res.losses))  # blocks until the call is done
     return params, state, np.concatenate(out)
@@ -114,8 +120,9 @@ def _frozen_optimizer(lr: float):
 @functools.lru_cache(maxsize=None)
 def _finetune_optimizer(lr_head: float, lr_backbone: float):
     """Adam on head and backbone at their own learning rates (one object per pair, as :func:`_frozen_optimizer`)."""
-    return optax.multi_transform({"head": optax.adam(lr_head), "backbone": optax.adam(lr_backbone)},
-                                 {"head": "head", "backbone": "backbone"})
+    return optax.multi_transform(
+        {"head": optax.adam(lr_head), "backbone": optax.adam(lr_backbone)}, {"head": "head", "backbone": "backbone"}
+    )
 
 
 def train_frozen(head, head_vars, bank, cfg, key):
@@ -141,9 +148,15 @@ def train_frozen(head, head_vars, bank, cfg, key):
         return {"za": jnp.asarray(np.stack(za)), "zb": jnp.asarray(np.stack(zb))}
 
     state = {k: v for k, v in head_vars.items() if k != "params"}
-    params, state, losses_ = _fit_in_calls(_frozen_loss(head, loss_fn(cfg)), head_vars["params"], state,
-                                           _frozen_optimizer(float(t.frozen_lr)), t.frozen_steps, t.fit_steps,
-                                           make_batches)
+    params, state, losses_ = _fit_in_calls(
+        _frozen_loss(head, loss_fn(cfg)),
+        head_vars["params"],
+        state,
+        _frozen_optimizer(float(t.frozen_lr)),
+        t.frozen_steps,
+        t.fit_steps,
+        make_batches,
+    )
     return {**state, "params": params}, losses_
 
 
@@ -163,9 +176,18 @@ def train_finetune(model, bb_vars, head, head_vars, tokens, cfg, key):
     calls = [(s, s + 1) for s in range(steps)] if cfg.dry_run else [(0, steps)]
     losses_ = []
     for a, b in calls:
-        res = text.fit_two_view(model, head, loss_fn(cfg), opt, bb_vars, head_vars,
-                                tokens=text.Tokens(jnp.asarray(ids[a:b]), jnp.asarray(mask[a:b])), keys=keys[a:b],
-                                finetune=True, augment=dict(cfg.augment))
+        res = text.fit_two_view(
+            model,
+            head,
+            loss_fn(cfg),
+            opt,
+            bb_vars,
+            head_vars,
+            tokens=text.Tokens(jnp.asarray(ids[a:b]), jnp.asarray(mask[a:b])),
+            keys=keys[a:b],
+            finetune=True,
+            augment=dict(cfg.augment),
+        )
         bb_vars, head_vars = res.backbone, res.head
         losses_.append(np.asarray(res.losses))
     return bb_vars, head_vars, np.concatenate(losses_)
@@ -178,8 +200,11 @@ def _measure_core(head, hv, z, views, neg_views, key, *, n_random, n_between):
     n, d = z.shape
     u = hfn(z)
     u_views = jax.vmap(hfn)(views)  # (V, n, k): the head on every view (the orbits)
-    eranks = {f"erank_{m}_{nm}": metrics.effective_rank(a, m) for m in metrics.EFFECTIVE_RANK_METHODS
-              for nm, a in (("z", z), ("u", u))}
+    eranks = {
+        f"erank_{m}_{nm}": metrics.effective_rank(a, m)
+        for m in metrics.EFFECTIVE_RANK_METHODS
+        for nm, a in (("z", z), ("u", u))
+    }
     G = geometry.pullback_metric(hfn, z).euclidean  # (n, d, d), G_i = J_i^T J_i
     eig = jnp.linalg.eigvalsh(G)[:, ::-1]  # descending
     # Exact isotropic tangent-space baseline: E|Jv|^2/|v|^2 = tr(P G P)/(d-1), P = I - z z^T.
@@ -190,21 +215,29 @@ def _measure_core(head, hv, z, views, neg_views, key, *, n_random, n_between):
     V_aug = jnp.swapaxes(views - z[None], 0, 1)  # (n, V, d): v = z(view) - z(clean)
     gains_aug = deg(z, V_aug)  # |J v| / |v| by jvp
     V_neg = jnp.swapaxes(neg_views - z[None], 0, 1)  # (n, V', d); a view that left the tokens unchanged is 0
-    vgv = jnp.einsum("nva,nab,nvb->nv", V_aug, G, V_aug) / jnp.sum(V_aug ** 2, axis=-1)
+    vgv = jnp.einsum("nva,nab,nvb->nv", V_aug, G, V_aug) / jnp.sum(V_aug**2, axis=-1)
     k1, k2 = jax.random.split(key)
     R = jax.random.normal(k1, (n, n_random, d), z.dtype)
     R = R - jnp.einsum("nvd,nd->nv", R, zn)[..., None] * zn[:, None]  # tangent to the sphere
     others = jax.random.randint(k2, (n, n_between), 1, n)
     Vb = z[(jnp.arange(n)[:, None] + others) % n] - z[:, None]
     # data control: Gaussian directions with the covariance of the evaluation embeddings, tangent to the sphere
-    Rd = jnp.einsum("nvm,md->nvd", jax.random.normal(jax.random.fold_in(k1, 7), (n, n_random, n), z.dtype),
-                    z - jnp.mean(z, axis=0)) / jnp.sqrt(n)
+    Rd = jnp.einsum(
+        "nvm,md->nvd", jax.random.normal(jax.random.fold_in(k1, 7), (n, n_random, n), z.dtype), z - jnp.mean(z, axis=0)
+    ) / jnp.sqrt(n)
     Rd = Rd - jnp.einsum("nvd,nd->nv", Rd, zn)[..., None] * zn[:, None]
     return {
-        **eranks, "eig": eig, "g_rand": g_rand, "gains_aug": gains_aug, "vgv": vgv, "u_views": u_views,
-        "aug_norms": jnp.linalg.norm(V_aug, axis=-1), "neg_norms": jnp.linalg.norm(V_neg, axis=-1),
-        "gains_neg": deg(z, jnp.where(jnp.linalg.norm(V_neg, axis=-1, keepdims=True) > 0, V_neg,
-                                      R[:, : V_neg.shape[1]])),  # zero directions replaced, masked on the host
+        **eranks,
+        "eig": eig,
+        "g_rand": g_rand,
+        "gains_aug": gains_aug,
+        "vgv": vgv,
+        "u_views": u_views,
+        "aug_norms": jnp.linalg.norm(V_aug, axis=-1),
+        "neg_norms": jnp.linalg.norm(V_neg, axis=-1),
+        "gains_neg": deg(
+            z, jnp.where(jnp.linalg.norm(V_neg, axis=-1, keepdims=True) > 0, V_neg, R[:, : V_neg.shape[1]])
+        ),  # zero directions replaced, masked on the host
         "g_rand_sampled": jnp.sqrt(jnp.mean(deg(z, R) ** 2, axis=1)),
         "g_between": jnp.sqrt(jnp.mean(deg(z, Vb) ** 2, axis=1)),
         "g_data": jnp.sqrt(jnp.mean(deg(z, Rd) ** 2, axis=1)),
@@ -226,13 +259,17 @@ def head_geometry(head, head_vars, z, views, neg_views, cfg, key):
         hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), head_vars)
         z = jnp.asarray(z, jnp.float64)
         views, neg_views = jnp.asarray(views, jnp.float64), jnp.asarray(neg_views, jnp.float64)
-        r = jax.tree_util.tree_map(np.asarray, _measure_core(head, hv, z, views, neg_views, key,
-                                                             n_random=4 * cfg.analysis.n_views,
-                                                             n_between=cfg.analysis.n_between))
+        r = jax.tree_util.tree_map(
+            np.asarray,
+            _measure_core(
+                head, hv, z, views, neg_views, key, n_random=4 * cfg.analysis.n_views, n_between=cfg.analysis.n_between
+            ),
+        )
     n, d = z.shape
     if np.min(r["aug_norms"]) == 0.0:
-        raise ValueError("a training view equals its clean embedding (zero direction); check the augmentation / "
-                         "dropout settings.")
+        raise ValueError(
+            "a training view equals its clean embedding (zero direction); check the augmentation / dropout settings."
+        )
     eig = r["eig"]
     spec = eig.mean(axis=0)
     g_aug = np.sqrt(np.mean(r["gains_aug"] ** 2, axis=1))
@@ -244,113 +281,43 @@ def head_geometry(head, head_vars, z, views, neg_views, cfg, key):
     g_neg = np.sqrt(np.sum(np.where(moved, r["gains_neg"] ** 2, 0.0), axis=1) / np.maximum(moved.sum(1), 1))
     use = moved.any(axis=1)
     if use.sum() < 2:
-        raise ValueError(f"the negative control's augmentation {dict(cfg.analysis.negative)} changed fewer than 2 "
-                         "evaluation sentences.")
+        raise ValueError(
+            f"the negative control's augmentation {dict(cfg.analysis.negative)} changed fewer than 2 "
+            "evaluation sentences."
+        )
     V = views.shape[0]
     ids = np.repeat(np.arange(n), V)
     orbit_z = P.orbit_spreads(np.swapaxes(np.asarray(views), 0, 1).reshape(n * V, d), ids)
     orbit_u = P.orbit_spreads(np.swapaxes(r["u_views"], 0, 1).reshape(n * V, -1), ids)
     out = {k: float(v) for k, v in r.items() if k.startswith("erank_")}
-    out.update({
-        "G_spectrum_mean": spec.tolist(), "G_lambda_max": float(spec[0]), "G_trace_per_dim": float(spec.sum() / d),
-        "G_participation_ratio": float(spec.sum() ** 2 / np.sum(spec ** 2)),
-        "G_frac_below_1e-3_max": float(np.mean(eig < 1e-3 * eig[:, :1])),
-        "jvp_vs_G_max_rel_err": float(np.max(np.abs(r["gains_aug"] ** 2 - r["vgv"]) / r["vgv"])),
-        "views": {c: rules.degeneracy_ratio(g_aug, g, seed=cfg.seed) for c, g in ctl.items()},
-        "negative": {c: rules.degeneracy_ratio(g_neg[use], g[use], seed=cfg.seed) for c, g in ctl.items()},
-        "negative_zero_views": int(np.sum(~moved)), "negative_sentences_used": int(use.sum()),
-        "orbit_compression": rules.orbit_compression(orbit_z, orbit_u, seed=cfg.seed),
-        "gains": {"views": g_aug.tolist(), "negative": np.where(use, g_neg, np.nan).tolist(),
-                  **{c: g.tolist() for c, g in ctl.items()}},
-        "orbit_spreads": {"z": orbit_z.tolist(), "u": orbit_u.tolist()},
-        "frac_sentences_aug_below": {c: float(np.mean(g_aug < g)) for c, g in ctl.items()},
-        "gain_aug_mean": float(np.mean(g_aug)), "gain_negative_mean": float(np.mean(g_neg[use])),
-        "gain_random_exact_mean": float(np.mean(r["g_rand"])),
-        "gain_random_sampled_mean": float(np.mean(r["g_rand_sampled"])),
-        "gain_between_mean": float(np.mean(r["g_between"])), "gain_data_mean": float(np.mean(r["g_data"])),
-        "aug_direction_norm_mean": float(np.mean(r["aug_norms"])),
-        "negative_direction_norm_mean": float(np.mean(r["neg_norms"])),
-    })
-    return out
-
-
-@functools.partial(jax.jit, static_argnames=("head", "loss", "per_sample"))
-def _heff_core(head, loss, hv, z1, z2, *, per_sample):
-    hfn = as_function(head, hv)
-    u2 = jax.lax.stop_gradient(hfn(z2))
-    return geometry.effective_hessian(hfn, lambda u: loss(u, u2), z1, per_sample=per_sample)
-
-
-def effective_hessian_at_data(head, head_vars, z1, z2, cfg, *, max_dense_dim: int = geometry.MATRIX_FREE_ABOVE):
-    """Float64 ``H_eff = G + M`` of ``L(h(z1), sg(h(z2)))`` w.r.t. the view-1 batch ``z1``, with ``H_L``.
-
-    Dense (:func:`ssl_geometry.geometry.effective_hessian` and :func:`~ssl_geometry.geometry.premises`,
-    exact) when ``dim = z1.size <= min(max_dense_dim, MATRIX_FREE_ABOVE)``; above it (the paper
-    variant's 8 x 384 = 3072) matrix-free (:func:`_matrix_free`): no dense eigensolve of a matrix over
-    the threshold. Both report the extremes of ``H_eff``, ``G``, ``M`` and ``H_L``, ``H_L``'s PSD
-    premise, ``|rho|`` and the chain-rule check ``|H_eff - G - M| / |H_eff|`` (dense: max entry;
-    matrix-free: on random vectors), and ``method``.
-    """
-    with jax.enable_x64(True):
-        hv = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), head_vars)
-        z1 = jnp.asarray(z1, jnp.float64)
-        z2 = jnp.asarray(z2, jnp.float64)
-        t0 = time.perf_counter()
-        if z1.size > min(int(max_dense_dim), geometry.MATRIX_FREE_ABOVE):
-            out = _matrix_free(head, hv, z1, z2, cfg)
-        else:
-            eh = _heff_core(head, loss_fn(cfg), hv, z1, z2, per_sample=not cfg.model.head_batch_norm)
-            eh = jax.tree_util.tree_map(np.asarray, eh)
-            p = geometry.premises(eh)
-            out = {"method": "dense", "H_L_rank": p.loss_hessian_rank, "residual_norm": p.residual_norm,
-                   "signs": p.signs, "H_L_psd": p.loss_hessian_psd,
-                   "chain_rule_rel_err": float(np.max(np.abs(eh.full - eh.metric - eh.interaction))
-                                               / np.max(np.abs(eh.full)))}
-            for key, name in (("H_eff", "full"), ("G", "metric"), ("M", "interaction"), ("H_L", "loss_hessian")):
-                out[f"{key}_min"], out[f"{key}_max"] = p.extremes[name]
-    return {"dim": int(z1.size), **out, "seconds": time.perf_counter() - t0}
-
-
-def _matrix_free(head, hv, z1, z2, cfg, probes: int = 2) -> dict:
-    """The matrix-free half of :func:`effective_hessian_at_data` (float64, inside its x64 context).
-
-    ``H_eff``, ``G``, ``M``: :func:`ssl_geometry.geometry.collapse_spectrum` (Lanczos, every size a
-    Lanczos size: ``max_dense_dim=1``); ``H_L`` at ``u = h(z1)``: :func:`ssl_geometry.curvature.hessian_extremes`
-    (tol 1e-8), PSD iff ``lambda_min >= -sign_tolerance`` with the Lanczos residual added; ``rank``
-    is not computed (``None``). Signs use the same tolerances. Chain rule: ``max_v |H v - G v - M v| / |H v|``
-    over ``probes`` random unit ``v``. Raises ``FloatingPointError`` when a solve misses its
-    tolerance (a truncated spectrum is not reported as a premise).
-    """
-    hfn, loss = as_function(head, hv), loss_fn(cfg)
-    u2 = jax.lax.stop_gradient(hfn(z2))
-    lfn = lambda u: loss(u, u2)
-    spec = geometry.collapse_spectrum(hfn, lfn, z1, max_dense_dim=1, lanczos_steps=int(min(z1.size, 400)),
-                                      key=jax.random.PRNGKey(0))
-    unconverged = [n for n, r in spec.residual_norms.items() if not r["converged"]]
-    u1 = hfn(z1)
-    hl = curvature.hessian_extremes(lfn, u1, tol=1e-8, method="full", key=jax.random.PRNGKey(1),
-                                    num_steps=int(min(u1.size, 400)))
-    if unconverged or not bool(hl.converged):
-        raise FloatingPointError("effective_hessian_at_data: matrix-free Lanczos did not converge: "
-                                 + "; ".join(unconverged + ([] if hl.converged else ["H_L"])))
-    lo, hi = float(hl.smallest[0]), float(hl.largest[0])
-    tol_l = geometry.sign_tolerance([lo, hi], np.float64, dim=int(u1.size),
-                                    residual=float(max(hl.smallest_residuals[0], hl.largest_residuals[0])))
-    names = {"H_eff": "full", "G": "metric", "M": "interaction"}
-    out = {"method": "lanczos", "H_L_rank": None, "H_L_min": lo, "H_L_max": hi, "H_L_psd": bool(lo >= -tol_l),
-           "residual_norm": float(jnp.linalg.norm(jax.grad(lfn)(u1))),
-           "signs": {**{n: geometry.sign_structure(spec.lambda_min[n], spec.lambda_max[n], spec.sign_tol[n])
-                        for n in names.values()}, "loss_hessian": geometry.sign_structure(lo, hi, tol_l)},
-           "lanczos_residuals": {**{k: spec.residual_norms[n] for k, n in names.items()},
-                                 "H_L": [float(hl.smallest_residuals[0]), float(hl.largest_residuals[0])]}}
-    for k, n in names.items():
-        out[f"{k}_min"], out[f"{k}_max"] = spec.lambda_min[n], spec.lambda_max[n]
-    ops = {n: geometry.effective_hvp_operator(hfn, lfn, z1, part=n) for n in names.values()}
-    err = 0.0
-    for i in range(probes):
-        v = jax.random.normal(jax.random.PRNGKey(100 + i), (z1.size,), z1.dtype)
-        hv_ = {n: np.asarray(mv(v / jnp.linalg.norm(v), *a)) for n, (mv, a) in ops.items()}
-        err = max(err, float(np.linalg.norm(hv_["full"] - hv_["metric"] - hv_["interaction"])
-                             / np.linalg.norm(hv_["full"])))
-    out["chain_rule_rel_err"] = err
+    out.update(
+        {
+            "G_spectrum_mean": spec.tolist(),
+            "G_lambda_max": float(spec[0]),
+            "G_trace_per_dim": float(spec.sum() / d),
+            "G_participation_ratio": float(spec.sum() ** 2 / np.sum(spec**2)),
+            "G_frac_below_1e-3_max": float(np.mean(eig < 1e-3 * eig[:, :1])),
+            "jvp_vs_G_max_rel_err": float(np.max(np.abs(r["gains_aug"] ** 2 - r["vgv"]) / r["vgv"])),
+            "views": {c: rules.degeneracy_ratio(g_aug, g, seed=cfg.seed) for c, g in ctl.items()},
+            "negative": {c: rules.degeneracy_ratio(g_neg[use], g[use], seed=cfg.seed) for c, g in ctl.items()},
+            "negative_zero_views": int(np.sum(~moved)),
+            "negative_sentences_used": int(use.sum()),
+            "orbit_compression": rules.orbit_compression(orbit_z, orbit_u, seed=cfg.seed),
+            "gains": {
+                "views": g_aug.tolist(),
+                "negative": np.where(use, g_neg, np.nan).tolist(),
+                **{c: g.tolist() for c, g in ctl.items()},
+            },
+            "orbit_spreads": {"z": orbit_z.tolist(), "u": orbit_u.tolist()},
+            "frac_sentences_aug_below": {c: float(np.mean(g_aug < g)) for c, g in ctl.items()},
+            "gain_aug_mean": float(np.mean(g_aug)),
+            "gain_negative_mean": float(np.mean(g_neg[use])),
+            "gain_random_exact_mean": float(np.mean(r["g_rand"])),
+            "gain_random_sampled_mean": float(np.mean(r["g_rand_sampled"])),
+            "gain_between_mean": float(np.mean(r["g_between"])),
+            "gain_data_mean": float(np.mean(r["g_data"])),
+            "aug_direction_norm_mean": float(np.mean(r["aug_norms"])),
+            "negative_direction_norm_mean": float(np.mean(r["neg_norms"])),
+        }
+    )
     return out

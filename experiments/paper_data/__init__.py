@@ -35,11 +35,11 @@ from .analysis import READ_BACK as READ_BACK
 from .analysis import RECOMPUTED as RECOMPUTED
 from .analysis import TITLE as TITLE
 from .analysis import data_root as data_root
-from .analysis import decide as decide
 from .analysis import measure as measure
-from .analysis import our_values as our_values
 from .tables import figures as figures
 from .tables import report as report
+from .verdict import decide as decide
+from .verdict import our_values as our_values
 
 #: The registry claims (experiments/claims/) this experiment decides.
 CLAIMS = ("released-arrays",)

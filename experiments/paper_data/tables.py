@@ -7,7 +7,8 @@ import pathlib
 from experiments import common
 from ssl_geometry import paper as P
 
-from .analysis import PRINTED, RECOMPUTED, TRACKER_RUNS, data_root, npz, our_values
+from .analysis import PRINTED, RECOMPUTED, TRACKER_RUNS, data_root, npz
+from .verdict import our_values
 
 __all__ = ["report", "figures"]
 

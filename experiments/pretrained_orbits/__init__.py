@@ -59,17 +59,14 @@ from experiments import claims, configs, rules
 from ssl_geometry import pretrained
 
 from . import dry_run as D
+from .checkpoints import control_models, find_checkpoint, load_checkpoint, resnet50_backbone
 from .pipeline import AUGMENTATIONS as AUGMENTATIONS
 from .pipeline import (
     STATUS_ABSENT,
     STATUS_CONTROL,
     STATUS_PRESENT,
     analyse,
-    control_models,
-    find_checkpoint,
-    load_checkpoint,
     log,
-    resnet50_backbone,
 )
 from .tables import figures as figures
 from .tables import report as report

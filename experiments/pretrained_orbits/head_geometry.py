@@ -141,10 +141,10 @@ def metric_spectrum(head, hv, Z, config, key) -> dict:
         n,
         d,
         k=k,
-        num_steps=min(int(config.analysis.lanczos_steps), d),
         key=key,
         args=(hv, Z),
         dtype=jnp.float64,
+        options=curvature.SolverOptions(num_steps=min(int(config.analysis.lanczos_steps), d)),
     )
     largest = np.asarray(res.largest)  # (n, k) descending
     smallest = np.asarray(res.smallest)

@@ -1,4 +1,6 @@
-"""Experiment 9, pipeline: checkpoints, images and orbits, head geometry, one checkpoint's analysis."""
+"""Experiment 9, pipeline: images and orbits, head geometry, one checkpoint's analysis (the checkpoints and their
+random-initialisation controls are in :mod:`.checkpoints`)."""
+
 from __future__ import annotations
 
 import functools
@@ -11,13 +13,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import rules
-from ssl_geometry import augment, backbones, data, metrics, pretrained
+from ssl_geometry import augment, data, metrics, pretrained
 
 from .head_geometry import augmentation_geometry, metric_spectrum, orbit_geometry
 
-__all__ = ["AUGMENTATIONS", "STATUS_PRESENT", "STATUS_ABSENT", "STATUS_CONTROL", "find_checkpoint", "load_checkpoint",
-           "control_models", "load_images", "orbit_params", "backbone_tangents", "metric_spectrum", "orbit_geometry",
-           "analyse", "orbit_compressions"]
+__all__ = [
+    "AUGMENTATIONS",
+    "STATUS_PRESENT",
+    "STATUS_ABSENT",
+    "STATUS_CONTROL",
+    "load_images",
+    "orbit_params",
+    "backbone_tangents",
+    "metric_spectrum",
+    "orbit_geometry",
+    "analyse",
+    "orbit_compressions",
+]
 
 AUGMENTATIONS = ("rotation", "hue", "saturation", "blur")
 STATUS_PRESENT, STATUS_ABSENT, STATUS_CONTROL = "present", "absent", "control (random init)"
@@ -26,86 +38,6 @@ NAME = "pretrained_orbits"
 
 def log(msg: str) -> None:
     print(f"[{NAME}] {msg}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-
-def find_checkpoint(name: str, directory) -> pathlib.Path | None:
-    """The file of checkpoint ``name`` in ``directory``, or ``None``.
-
-    Searched in order: ``<dir>/<official file>``, ``<dir>/<name>/<official file>`` (the official
-    names are :data:`pretrained.CHECKPOINTS`; Barlow Twins' ``checkpoint.pth`` is generic, so a
-    sub-directory per release is accepted) and ``<dir>/<name>.safetensors`` (written by
-    :func:`pretrained.save_converted`).
-    """
-    if name not in pretrained.CHECKPOINTS:
-        raise ValueError(f"Unknown checkpoint {name!r}; expected one of {sorted(pretrained.CHECKPOINTS)}.")
-    d = pathlib.Path(directory).expanduser()
-    info = pretrained.CHECKPOINTS[name]
-    for p in (d / info.filename, d / name / info.filename, d / f"{name}.safetensors"):
-        if p.is_file():
-            return p
-    return None
-
-
-def load_checkpoint(name: str, path, *, dino_which: str = "teacher", barlowtwins_loss_bn: bool = False):
-    """A :class:`pretrained.Pretrained` from an official ``.pth`` (converter by ``name``) or a
-    converted ``.safetensors`` (its stored kind must be ``name``)."""
-    path = pathlib.Path(path)
-    if path.suffix == ".safetensors":
-        pre = pretrained.load_converted(path)
-        if not isinstance(pre, pretrained.Pretrained) or pre.config.get("kind") != name:
-            kind = pre.config.get("kind") if isinstance(pre, pretrained.Pretrained) else None
-            raise ValueError(f"{str(path)!r} holds a converted checkpoint of kind {kind!r}, not {name!r}.")
-        return pre
-    if name == "dino_vits16":
-        return pretrained.convert_dino_vits16(path, which=dino_which)
-    if name == "dino_resnet50":
-        return pretrained.convert_dino_resnet50(path, which=dino_which)
-    if name == "vicreg_resnet50":
-        return pretrained.convert_vicreg_resnet50(path)
-    return pretrained.convert_barlowtwins_resnet50(path, loss_bn=barlowtwins_loss_bn)
-
-
-@functools.lru_cache(maxsize=None)
-def resnet50_backbone(image_size: int):
-    """One ResNet-50 Model per size, so its jitted jvp compiles once for all ResNet checkpoints."""
-    return backbones.resnet50(image_size=image_size)
-
-
-@functools.lru_cache(maxsize=None)
-def _vit_small16(image_size: int):
-    return backbones.vit_small16(img_size=image_size)
-
-
-@functools.lru_cache(maxsize=None)
-def _control_head(name: str, d: int, dims: tuple, loss_bn: bool):
-    """The release's head type at the control widths (cached: one compile per setting)."""
-    if name.startswith("dino"):
-        hidden, bottleneck, out = dims
-        return pretrained.dino_head(d, out, hidden_dim=hidden, bottleneck_dim=bottleneck)
-    if name == "vicreg_resnet50":
-        return pretrained.vicreg_projector((d, *dims))
-    return pretrained.barlowtwins_projector((d, *dims), loss_bn=loss_bn)
-
-
-def control_models(name: str, config, key):
-    """``(backbone, head, variables)``: the release's architecture with a randomly initialised head
-    of the control widths (``config.control.dino``, ``config.control.projector``)."""
-    size = int(config.control.image_size)
-    if name == "dino_vits16":
-        backbone = _vit_small16(size)
-    else:
-        backbone = resnet50_backbone(size)
-    if name.startswith("dino"):
-        cd = config.control.dino
-        dims = (int(cd.hidden), int(cd.bottleneck), int(cd.out))
-    else:
-        dims = tuple(int(w) for w in config.control.projector)
-    head = _control_head(name, backbone.out_dim, dims, bool(config.model.barlowtwins_loss_bn))
-    kb, kh = jax.random.split(key)
-    return backbone, head, {"backbone": backbone.init(kb), "head": head.init(kh)}
 
 
 # ----------------------------------------------------------------------------- images and orbits
@@ -133,15 +65,17 @@ def load_images(config, *, num_classes: int, images_per_class: int, image_size: 
             why = f"{config.data.dataset} is not prepared for tfds: {str(err).splitlines()[0][:160]}"
     if ds is None:
         n_cls = min(num_classes, data.info(config.data.fallback_dataset).num_classes)
-        ds = data.load(config.data.fallback_dataset, "test", seed=config.seed,
-                       num_examples=max(64, 8 * n_cls * images_per_class))
+        ds = data.load(
+            config.data.fallback_dataset, "test", seed=config.seed, num_examples=max(64, 8 * n_cls * images_per_class)
+        )
         source = f"{config.data.fallback_dataset}[test] (embedded fallback: {why})"
     classes = [c for c in range(ds.num_classes) if np.sum(ds.labels == c) >= images_per_class][:num_classes]
     if len(classes) < 2:
         raise ValueError(f"need at least 2 classes with {images_per_class} images each; {source} has {len(classes)}.")
     rng = np.random.default_rng(config.seed)
-    idx = np.concatenate([np.sort(rng.choice(np.flatnonzero(ds.labels == c), images_per_class, replace=False))
-                          for c in classes])
+    idx = np.concatenate(
+        [np.sort(rng.choice(np.flatnonzero(ds.labels == c), images_per_class, replace=False)) for c in classes]
+    )
     x = augment.to_float(ds.images[idx], jnp.float32)
     h, w = x.shape[1:3]
     resize = jax.jit(jax.vmap(lambda im: augment.crop_and_resize(im, 0, 0, h, w, (image_size, image_size))))
@@ -201,14 +135,14 @@ def backbone_tangents(backbone, variables, x, xdot, batch: int):
     n = x.shape[0]
     zs, vs = [], []
     for i in range(0, n, batch):
-        xi, di = x[i:i + batch], xdot[i:i + batch]
+        xi, di = x[i : i + batch], xdot[i : i + batch]
         short = batch - xi.shape[0]
         if short:
             xi = jnp.concatenate([xi, jnp.repeat(xi[-1:], short, axis=0)])
             di = jnp.concatenate([di, jnp.repeat(di[-1:], short, axis=0)])
         z, v = _backbone_jvp(backbone, variables, xi, di)
-        zs.append(z[:batch - short])
-        vs.append(v[:batch - short])
+        zs.append(z[: batch - short])
+        vs.append(v[: batch - short])
     z, v = jnp.concatenate(zs), jnp.concatenate(vs)
     if not (bool(jnp.all(jnp.isfinite(z))) and bool(jnp.all(jnp.isfinite(v)))):
         raise FloatingPointError("the backbone produced non-finite representations or tangents.")
@@ -218,8 +152,22 @@ def backbone_tangents(backbone, variables, x, xdot, batch: int):
 # ----------------------------------------------------------------------------- one checkpoint
 
 
-def analyse(name: str, status: str, backbone, head, variables, config, *, image_size: int, num_classes: int,
-            images_per_class: int, steps: int, key, file: str = "", image_cache: dict | None = None) -> tuple[dict, list]:
+def analyse(
+    name: str,
+    status: str,
+    backbone,
+    head,
+    variables,
+    config,
+    *,
+    image_size: int,
+    num_classes: int,
+    images_per_class: int,
+    steps: int,
+    key,
+    file: str = "",
+    image_cache: dict | None = None,
+) -> tuple[dict, list]:
     """The whole pipeline for one (backbone, head) pair: ``(summary row, per-augmentation rows)``.
 
     A present checkpoint's head is also measured at a random initialisation of its own architecture
@@ -228,13 +176,16 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
     """
     t0 = time.perf_counter()
     if name == "dino_vits16" and image_size % 16:
-        raise ValueError(f"image size {image_size} must be a multiple of the ViT patch size 16 "
-                         "(config.data.image_size / config.control.image_size).")
+        raise ValueError(
+            f"image size {image_size} must be a multiple of the ViT patch size 16 "
+            "(config.data.image_size / config.control.image_size)."
+        )
     image_cache = {} if image_cache is None else image_cache
     ikey = (num_classes, images_per_class, image_size)
     if ikey not in image_cache:
-        image_cache[ikey] = load_images(config, num_classes=num_classes, images_per_class=images_per_class,
-                                        image_size=image_size)
+        image_cache[ikey] = load_images(
+            config, num_classes=num_classes, images_per_class=images_per_class, image_size=image_size
+        )
     images, labels, source, n_cls = image_cache[ikey]
     n_img = images.shape[0]
     bv = variables["backbone"]
@@ -251,25 +202,45 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
         thetas = jnp.asarray(orbit_params(config, aug, steps), jnp.float32)
         x, xdot = _orbits(images, thetas, name=aug, radius=radius)
         Z, V = (jnp.asarray(t, jnp.float64) for t in backbone_tangents(backbone, bv, x, xdot, batch))
-        g = augmentation_geometry(head, heads, Z, V, n_img, steps, int(config.analysis.control_directions),
-                                  jax.random.fold_in(k_rand, a_i), int(config.seed))
+        g = augmentation_geometry(
+            head,
+            heads,
+            Z,
+            V,
+            n_img,
+            steps,
+            int(config.analysis.control_directions),
+            jax.random.fold_in(k_rand, a_i),
+            int(config.seed),
+        )
         tr, U = g["trained"], g["U"]["trained"]
         logr = np.log(tr["g_aug"][tr["ok"]] / tr["g_c"]["random"][tr["ok"]])
-        aug_rows.append({
-            "checkpoint": name, "status": status, "augmentation": aug, "in_training_augmentations": aug in trained,
-            "negative_control": aug in negative,
-            "theta_range": [float(v) for v in config.analysis.orbits[aug]], "steps": steps,
-            "points": int(len(g["valid"])), "zero_tangent_points": int(np.sum(~g["valid"])),
-            "degenerate_points_excluded": int(np.sum(g["valid"] & ~tr["ok"])),
-            "D": float(np.exp(np.mean(logr))) if logr.size else float("nan"),
-            "g_aug_mean": float(np.mean(tr["g_aug"][tr["ok"]])) if tr["ok"].any() else float("nan"),
-            "g_rand_mean": float(np.mean(tr["g_c"]["random"][tr["ok"]])) if tr["ok"].any() else float("nan"),
-            "frac_points_g_aug_below_g_rand": float(np.mean(logr < 0)) if logr.size else float("nan"),
-            "tangent_norm_mean": float(np.mean(g["vnorm"])),
-            "ratios": {h: g[h]["ratios"] for h in heads}, "per_image_gains": {h: g[h]["per_image"] for h in heads},
-            "orbit_spreads": {"z": g["orbit_spreads_z"].tolist(), **{h: g[h]["orbit_spreads_u"].tolist() for h in heads}},
-            **orbit_geometry(Z, U, n_cls, images_per_class, steps),
-        })
+        aug_rows.append(
+            {
+                "checkpoint": name,
+                "status": status,
+                "augmentation": aug,
+                "in_training_augmentations": aug in trained,
+                "negative_control": aug in negative,
+                "theta_range": [float(v) for v in config.analysis.orbits[aug]],
+                "steps": steps,
+                "points": int(len(g["valid"])),
+                "zero_tangent_points": int(np.sum(~g["valid"])),
+                "degenerate_points_excluded": int(np.sum(g["valid"] & ~tr["ok"])),
+                "D": float(np.exp(np.mean(logr))) if logr.size else float("nan"),
+                "g_aug_mean": float(np.mean(tr["g_aug"][tr["ok"]])) if tr["ok"].any() else float("nan"),
+                "g_rand_mean": float(np.mean(tr["g_c"]["random"][tr["ok"]])) if tr["ok"].any() else float("nan"),
+                "frac_points_g_aug_below_g_rand": float(np.mean(logr < 0)) if logr.size else float("nan"),
+                "tangent_norm_mean": float(np.mean(g["vnorm"])),
+                "ratios": {h: g[h]["ratios"] for h in heads},
+                "per_image_gains": {h: g[h]["per_image"] for h in heads},
+                "orbit_spreads": {
+                    "z": g["orbit_spreads_z"].tolist(),
+                    **{h: g[h]["orbit_spreads_u"].tolist() for h in heads},
+                },
+                **orbit_geometry(Z, U, n_cls, images_per_class, steps),
+            }
+        )
         Z_all.append(Z)
         U_all.append(jnp.asarray(U))
     Z_all, U_all = jnp.concatenate(Z_all), jnp.concatenate(U_all)
@@ -279,11 +250,23 @@ def analyse(name: str, status: str, backbone, head, variables, config, *, image_
     Zc, _ = backbone_tangents(backbone, bv, xc, jnp.zeros_like(xc), batch)
     spec = metric_spectrum(head, heads["trained"], jnp.asarray(Zc, jnp.float64), config, k_metric)
     row = {
-        "checkpoint": name, "status": status, "file": file, "data": source, "classes": n_cls,
-        "images_per_class": images_per_class, "image_size": image_size, "orbit_steps": steps,
-        "backbone": backbone.name, "head": head.name, "d": int(Z_all.shape[1]), "k": int(U_all.shape[1]),
-        **{f"erank_{meth}_{t}": float(metrics.effective_rank(A, meth)) for meth in metrics.EFFECTIVE_RANK_METHODS
-           for t, A in (("z", Z_all), ("u", U_all))},
+        "checkpoint": name,
+        "status": status,
+        "file": file,
+        "data": source,
+        "classes": n_cls,
+        "images_per_class": images_per_class,
+        "image_size": image_size,
+        "orbit_steps": steps,
+        "backbone": backbone.name,
+        "head": head.name,
+        "d": int(Z_all.shape[1]),
+        "k": int(U_all.shape[1]),
+        **{
+            f"erank_{meth}_{t}": float(metrics.effective_rank(A, meth))
+            for meth in metrics.EFFECTIVE_RANK_METHODS
+            for t, A in (("z", Z_all), ("u", U_all))
+        },
         **spec,
         "orbit_compression": orbit_compressions(aug_rows, trained, config.seed),
         "seconds": time.perf_counter() - t0,
@@ -297,5 +280,8 @@ def orbit_compressions(aug_rows: list[dict], trained, seed: int) -> dict:
     if not rows:
         return {}
     sz = np.concatenate([r["orbit_spreads"]["z"] for r in rows])
-    return {h: rules.orbit_compression(sz, np.concatenate([r["orbit_spreads"][h] for r in rows]), seed=seed)
-            for h in rows[0]["orbit_spreads"] if h != "z"}
+    return {
+        h: rules.orbit_compression(sz, np.concatenate([r["orbit_spreads"][h] for r in rows]), seed=seed)
+        for h in rows[0]["orbit_spreads"]
+        if h != "z"
+    }

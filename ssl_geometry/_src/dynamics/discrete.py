@@ -5,6 +5,7 @@ so a :func:`ssl_geometry.dynamics.gradient_flow` trajectory saved at the same ti
 directly. The steps themselves are :func:`ssl_geometry.fit`, the one optimisation
 loop of the library.
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,6 +52,52 @@ def _check_discrete_args(params0, steps, observe_every, lr, has_state, state0) -
         raise ValueError("`state0` was given but `has_state=False`; pass has_state=True for a stateful loss.")
     if not jax.tree_util.tree_leaves(params0):
         raise ValueError("`params0` has no leaves.")
+
+
+def _trajectory_of(
+    res, observe, scale: float, *, steps: int, observe_every: int, args, has_state: bool, lr: Optional[float]
+) -> Trajectory:
+    """The :class:`Trajectory` of a :func:`ssl_geometry.fit` result ``res`` run in chunks of ``observe_every``.
+
+    Observation ``j`` sits at ``t_j = j * observe_every * scale``; it counts as saved when the run succeeded or
+    ``j * observe_every <= first_bad_step`` (unsaved rows are NaN); ``last`` is ``observe`` at the final
+    parameters, ``t_final = n_steps * scale``; a failed run counts one extra gradient evaluation (the bad step).
+    """
+    n_chunks = steps // observe_every
+    observed, params, state = jax.device_get((res.observed, res.params, res.state))
+    ok = res.ok
+    first_bad = steps if res.first_bad_step is None else res.first_bad_step  # read only when a step failed
+    ts = np.arange(n_chunks + 1, dtype=np.float64) * observe_every * scale
+    n_taken = res.n_steps
+    saved = np.ones(ts.shape, bool) if ok else np.arange(n_chunks + 1) * observe_every <= first_bad
+    last = jax.device_get(_observer(observe, scale)(res.params, n_taken, args))
+    observed = nan_where_unsaved(observed, saved)
+    status = "successful" if ok else "non_finite"
+    message = (
+        "completed"
+        if ok
+        else (
+            f"the loss, gradient, state or update of step {first_bad} (t = {first_bad * scale:.6g}) was non-finite; "
+            f"parameters are those before that step"
+        )
+    )
+    return Trajectory(
+        ts=ts,
+        observed=observed,
+        params=params,
+        ok=ok,
+        status=status,
+        message=message,
+        t_final=float(n_taken * scale),
+        n_steps=int(n_taken),
+        n_rejected=0,
+        n_grad_evals=int(n_taken) + (0 if ok else 1),
+        saved=saved,
+        last=last,
+        first_bad_step=first_bad,
+        state=state if has_state else None,
+        method=f"optax optimiser, {steps} steps" + (f", t = step * {lr:g}" if lr else ", t = step"),
+    )
 
 
 def discrete(
@@ -109,28 +156,25 @@ def discrete(
     """
     _check_discrete_args(params0, steps, observe_every, lr, has_state, state0)
     scale = 1.0 if lr is None else float(lr)
-    res = _loop.fit(loss_fn, params0, optimizer, steps=steps, batches=batches, args=args, state=state0,
-                    chunk=int(observe_every), observe=_observer(observe, scale), throw=False)
-    n_chunks = steps // observe_every
-    observed, params, state = jax.device_get((res.observed, res.params, res.state))
-    ok = res.ok
-    first_bad = steps if res.first_bad_step is None else res.first_bad_step  # read only when a step failed
-    ts = np.arange(n_chunks + 1, dtype=np.float64) * observe_every * scale
-    n_taken = res.n_steps
-    saved = np.ones(ts.shape, bool) if ok else np.arange(n_chunks + 1) * observe_every <= first_bad
-    last = jax.device_get(_observer(observe, scale)(res.params, n_taken, args))
-    observed = nan_where_unsaved(observed, saved)
-    status = "successful" if ok else "non_finite"
-    message = "completed" if ok else (
-        f"the loss, gradient, state or update of step {first_bad} (t = {first_bad * scale:.6g}) was non-finite; "
-        f"parameters are those before that step")
-    traj = Trajectory(ts=ts, observed=observed, params=params, ok=ok, status=status, message=message,
-                      t_final=float(n_taken * scale), n_steps=int(n_taken), n_rejected=0,
-                      n_grad_evals=int(n_taken) + (0 if ok else 1), saved=saved, last=last,
-                      first_bad_step=first_bad, state=state if has_state else None,
-                      method=f"optax optimiser, {steps} steps" + (f", t = step * {lr:g}" if lr else ", t = step"))
-    if not ok and throw:
+    res = _loop.fit(
+        loss_fn,
+        params0,
+        optimizer,
+        steps=steps,
+        batches=batches,
+        args=args,
+        state=state0,
+        chunk=int(observe_every),
+        observe=_observer(observe, scale),
+        throw=False,
+    )
+    traj = _trajectory_of(
+        res, observe, scale, steps=steps, observe_every=observe_every, args=args, has_state=has_state, lr=lr
+    )
+    if not traj.ok and throw:
         raise DynamicsError(
-            f"discrete run failed: {message}. {int(saved.sum())} of {len(ts)} observations recorded. "
-            "Lower the learning rate, or pass throw=False to get the flagged trajectory.", traj)
+            f"discrete run failed: {traj.message}. {int(traj.saved.sum())} of {len(traj.ts)} observations recorded. "
+            "Lower the learning rate, or pass throw=False to get the flagged trajectory.",
+            traj,
+        )
     return traj

@@ -14,6 +14,9 @@ block is stable on ``[0, s*_i]`` and unstable beyond, and ``s* = min_i s*_i`` is
 residual scale. :func:`collapse_certificate` computes it per block (``N_i = null(G_i)``,
 ``Q_i`` an orthonormal basis of it, ``B_i = Q_i^T M_i Q_i``):
 
+``Q_i`` comes from the SVD of ``J_i`` when ``null(J_i) = null(G_i)`` (whose error is the square root of that
+of ``eigh(G_i)``'s null vectors; :func:`_null_basis`), and ``B_i`` is decided to that error:
+
 1. ``lambda_min(B_i) < 0``, or a null direction ``y`` of ``B_i`` with ``M_i Q_i y != 0``: then
    ``G_i + s M_i`` has a negative Rayleigh quotient at every ``s > 0``, ``s*_i = 0``;
 2. otherwise ``G_i`` and ``M_i`` both vanish on ``K_i = Q_i null(B_i)``: exact zero eigenvalues at
@@ -49,6 +52,7 @@ from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE
 from ssl_geometry._src.linalg.canonical import closure_convert
 from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.linalg.options import SolverOptions
 from ssl_geometry._src.models.base import Model, as_function
 
 __all__ = ["CERTIFICATE_CONCLUSIONS", "CollapseCertificate", "collapse_certificate"]
@@ -92,8 +96,10 @@ class CollapseCertificate(NamedTuple):
       metric_tol: the largest tolerance used on ``G`` (:func:`ssl_geometry.geometry.sign_tolerance`
         of ``G_i``).
       interaction_tol: the largest tolerance used on ``M``: ``dim eps sum_a |rho_ia| |hess h_a(c)|_F``
-        (the rounding of ``M_i``, whose terms may cancel) times ``1 + 2 |G_i|_2 / gap_i`` for the
-        error of the computed null space.
+        (the rounding of ``M_i``, whose terms may cancel) plus that scale times the error of the computed
+        null space: ``t (2 + t)`` with ``t`` from Wedin's bound ``e_J / (sigma_r - sigma_{r+1} - e_J)`` on the
+        SVD of ``J_i`` when ``dim null(J_i) = dim null(G_i)``, else ``dim eps 2 |G_i|_2 / gap_i`` (Davis-Kahan
+        on ``G_i``; :func:`_null_basis`).
       method: ``"dense"`` or ``"lanczos"`` (then ``blocks = 1`` of ``n d`` dimensions, the null-space
         fields are ``0`` because ``G > 0`` was required, and ``interaction_sum`` is ``nan``).
       notes: how ``s*`` was found where it was not the direct eigensolve, and any refusal reason.
@@ -158,28 +164,53 @@ def _newton_root(G, M, tol, notes, max_iter=200):
     return s
 
 
-def _block(G, M, eG, vG, eM, m_scale, dtype, notes):
+def _null_basis(eG, vG, null, J, m_scale, eps):
+    """``(Q, m_tol)``: an orthonormal basis ``Q`` of ``null(G)`` (``null`` marks ``G``'s eigenvalues within
+    tolerance) and the tolerance on ``Q^T M Q``: ``M``'s rounding ``dim eps m_scale`` plus the error of ``Q``.
+
+    From ``J`` (its SVD; ``J = None``: the sample blocks are coupled) when ``J``'s numerical null space
+    (singular values ``<= e_J = max(k, d) eps |J|_2``, NumPy's ``matrix_rank`` rule) has ``dim null(G)``
+    dimensions: ``null(J) <= null(G)`` always, so equal dimensions give ``null(G) = null(J)`` (``H_L``
+    definite on ``range(J)``). With ``|J~ - J|_2 <= e_J`` (forming and SVD), Wedin's theorem bounds the
+    angle to the exact space, ``sin theta <= e_J / delta``, ``delta = sigma_r - sigma_{r+1} - e_J``
+    (``r = rank``); the best rotation ``W`` gives ``|Q - Q* W|_2 = t = 2 sin(theta / 2)``, which moves
+    ``Q^T M Q`` by at most ``(2 t + t^2) |M|_2``, ``|M|_2 <= m_scale``:
+    ``m_tol = m_scale (dim eps + t (2 + t))``. ``sigma_r(J)`` is the square root of ``G``'s gap (up to
+    ``H_L``), so this is the square root of the Davis-Kahan bound on ``G``'s eigenvectors used otherwise:
+    ``m_tol = dim eps m_scale (1 + 2 |G|_2 / gap)`` (``|E_G| <= dim eps |G|``; ``gap`` the smallest
+    eigenvalue of ``G`` above tolerance)."""
+    dim, nd = eG.shape[0], int(np.sum(null))
+    if nd and J is not None:
+        _, sv, vt = np.linalg.svd(J)  # vt (d, d): its last d - rank rows span null(J)
+        e_j = max(J.shape[0], dim) * eps * float(sv[0])
+        rank = int(np.sum(sv > e_j))
+        delta = (float(sv[rank - 1]) - (float(sv[rank]) if rank < sv.size else 0.0) - e_j) if rank else 0.0
+        if dim - rank == nd and delta > 0.0:
+            t = 2.0 * np.sin(0.5 * np.arcsin(min(1.0, e_j / delta)))
+            return vt[rank:].T, float(m_scale * (dim * eps + t * (2.0 + t)))
+    above = eG[~null]
+    g_norm = float(np.max(np.abs(eG)))
+    gap = float(above[0]) if above.size else g_norm
+    m_tol = dim * eps * m_scale * (1.0 + 2.0 * g_norm / gap) if gap > 0 else dim * eps * m_scale
+    return vG[:, null], float(m_tol)
+
+
+def _block(G, M, eG, vG, eM, m_scale, dtype, notes, J=None, skip_s=False):
     """The per-block quantities of the module docstring, as a dict (``eG, vG``: ``eigh(G)``; ``eM``: ``M``'s
-    eigenvalues)."""
-    dim = G.shape[0]
+    eigenvalues; ``J``: the block's Jacobian ``(k, d)``, ``None`` for coupled blocks). ``skip_s``: stop after
+    ``null(G)`` (``s*_i = 0`` when ``M`` acts on it, else ``inf`` as a placeholder)."""
     eps = float(np.finfo(np.dtype(dtype)).eps)
     g_tol = sign_tolerance(eG, dtype)
     m_norm = float(np.max(np.abs(eM)))
-    g_norm = float(np.max(np.abs(eG)))
     out = {"lmin_G": float(eG[0]), "lmax_G": float(eG[-1]), "lmin_M": float(eM[0]), "lmax_M": float(eM[-1]),
            "g_tol": g_tol, "m_norm": m_norm}
     if eG[0] < -g_tol:
         return {**out, "psd": False, "null_dim": 0, "null_curv": 0.0, "null_min": 0.0, "coupling": 0.0,
                 "zero_dim": 0, "m_tol": 0.0, "s": float("nan"), "lower": float("nan"), "upper": float("nan")}
-    null = eG <= g_tol
-    Q = vG[:, null]
-    above = eG[~null]
-    gap = float(above[0]) if above.size else g_norm
     # M's rounding: its entries are sums sum_a rho_a hess h_a that may cancel (M = 0 exactly at some
     # equilibria), so their error is eps times the size of the terms, m_scale = sum_a |rho_a| |hess h_a|_F
-    # >= |M|_2; plus the error of the computed null space (Davis-Kahan: its angle is at most
-    # |E_G| / gap with |E_G| <= dim eps |G|), which moves Q^T M Q by twice that times |M|.
-    m_tol = dim * eps * m_scale * (1.0 + 2.0 * g_norm / gap) if gap > 0 else dim * eps * m_scale
+    # >= |M|_2; plus the error of the computed null space (_null_basis)
+    Q, m_tol = _null_basis(eG, vG, eG <= g_tol, J, m_scale, eps)
     res = {**out, "psd": True, "null_dim": int(Q.shape[1]), "m_tol": float(m_tol)}
     if Q.shape[1]:
         eB, vB = np.linalg.eigh(_sym(Q.T @ M @ Q))
@@ -192,6 +223,8 @@ def _block(G, M, eG, vG, eM, m_scale, dtype, notes):
     else:
         K = Q
         res.update(null_curv=0.0, null_min=0.0, coupling=0.0, zero_dim=0)
+    if skip_s:
+        return {**res, "s": float("inf"), "lower": float("inf"), "upper": float("inf")}
     if K.shape[1]:
         V = np.linalg.svd(K, full_matrices=True)[0][:, K.shape[1]:]  # orthonormal basis of K^perp
         Gp, Mp = _sym(V.T @ G @ V), _sym(V.T @ M @ V)
@@ -224,8 +257,9 @@ def _block(G, M, eG, vG, eM, m_scale, dtype, notes):
 
 
 def _blocks(head_fn, loss_fn, z, rounding_probes=None):
-    """``(G blocks, M blocks, M rounding scales, coupled?)``: per-sample ``(n, d, d)`` blocks, or one block when
-    ``H_L`` couples; the scale of block ``i`` is ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``).
+    """``(G blocks, M blocks, M rounding scales, J blocks)``: per-sample ``(n, d, d)`` blocks and Jacobians
+    ``(n, k, d)``, or one block and ``J = None`` when ``H_L`` couples the samples; the scale of block ``i`` is
+    ``sum_a |rho_ia| |hess h_a(c)|_F`` (``c = z_0``).
 
     ``G_ij`` and ``M_i`` are the effective Hessian's sample blocks
     (:func:`ssl_geometry._src.instrument.effective.sample_blocks`); all of it jitted with the arrays of
@@ -245,10 +279,10 @@ def _blocks(head_fn, loss_fn, z, rounding_probes=None):
     scale = float(np.max(np.abs(G))) if G.size else 0.0
     coupled = bool(np.max(np.abs(off)) > n * d * np.finfo(np.float64).eps * scale) if n > 1 else False
     if not coupled:
-        return G[i, :, i, :], M, scales, False
+        return G[i, :, i, :], M, scales, np.asarray(blocks.jacobian, np.float64)
     Mfull = np.zeros((n, d, n, d))
     Mfull[i, :, i, :] = M
-    return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), True
+    return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), None
 
 
 #: The most entries ``k d^2`` of ``hess h(c)`` that :func:`_rounding_scales` forms exactly; above it, the Frobenius norms
@@ -301,8 +335,8 @@ def _matrix_free(head_fn, loss_fn, z, lanczos_steps, key, notes):
         return mv_g(v, *args[:n_g]) + s * mv_m(v, *args[n_g:])
 
     def lanczos(mv, args, i):
-        r = extreme_eigenvalues(mv, dim, k=1, num_steps=min(lanczos_steps, dim), key=jax.random.fold_in(key, i),
-                                args=args, return_vectors=True, dtype=dtype)
+        r = extreme_eigenvalues(mv, dim, k=1, key=jax.random.fold_in(key, i), args=args, return_vectors=True,
+                                dtype=dtype, options=SolverOptions(num_steps=min(lanczos_steps, dim)))
         lo, hi = float(np.asarray(r.smallest)[0]), float(np.asarray(r.largest)[0])
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise FloatingPointError(f"Lanczos returned non-finite extreme eigenvalues: {lo}, {hi}.")
@@ -401,8 +435,8 @@ def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, roundi
     n, d = z.shape
     dense = d <= limit
     if dense:
-        G, M, m_scales, coupled = _blocks(head_fn, loss_fn, z, rounding_probes)
-        dense = G.shape[1] <= limit
+        G, M, m_scales, Jb = _blocks(head_fn, loss_fn, z, rounding_probes)
+        coupled, dense = Jb is None, G.shape[1] <= limit
     notes = []
     if dense:
         if coupled:
@@ -410,8 +444,12 @@ def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, roundi
         Gs, Ms = 0.5 * (G + np.swapaxes(G, 1, 2)), 0.5 * (M + np.swapaxes(M, 1, 2))
         (eG, vG), eM = np.linalg.eigh(Gs), np.linalg.eigvalsh(Ms)   # all blocks in one batched call
         # what follows has sizes that depend on each block's null space: block by block, on the host
-        per = [_block(Gs[b], Ms[b], eG[b], vG[b], eM[b], float(m_scales[b]), z.dtype, notes)
-               for b in range(G.shape[0])]
+        args = [(Gs[b], Ms[b], eG[b], vG[b], eM[b], float(m_scales[b]), z.dtype, notes, None if coupled else Jb[b])
+                for b in range(G.shape[0])]
+        # null(G) first: when M acts on it in one block (s* = 0) or G is not PSD, no other block's s*_i is needed
+        per = [_block(*a, skip_s=True) for a in args]
+        if all(p["psd"] and p["s"] > 0.0 for p in per):
+            per = [_block(*a) for a in args]
         m_sum = np.linalg.norm(_sym(M.sum(axis=0)), 2) if not coupled else float("nan")
         m_max = float(np.max(m_scales))
         m_sum = float(m_sum / m_max) if m_max > 0 else float("nan")

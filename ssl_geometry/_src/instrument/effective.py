@@ -414,13 +414,13 @@ def effective_hvp_operator(
     z, head_flat, loss_flat, uf, _ = flat_problem(head_fn, loss_fn, z)
     zf = z.reshape(-1)
     if part == "full":
-        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf, ())[1],)
+        return apply_linear, (linearize_gradient(lambda x: loss_flat(head_flat(x)), zf)[1],)
     if part == "interaction":
         rho = jax.grad(loss_flat)(uf)
-        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, (rho,))[1]
+        lin = linearize_gradient(lambda x, r: jnp.vdot(r, head_flat(x)), zf, args=(rho,))[1]
         return apply_linear, (lin,)
     _, J = linearize(head_flat, zf)
-    return _metric_product, (J, linearize_gradient(loss_flat, uf, ())[1])
+    return _metric_product, (J, linearize_gradient(loss_flat, uf)[1])
 
 
 def _metric_product(v, J, H_L):

@@ -23,6 +23,7 @@ bias gives it, and so does a bias-free last layer whose input ``a(c) != 0`` -- t
 ``rho != 0`` cannot hold at an equilibrium of those objectives; :func:`identical_rows_finding`
 measures the bound.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -40,16 +41,27 @@ from ssl_geometry._src.models.base import Model
 from ssl_geometry._src.ssl.losses import cosine as _cosine
 from ssl_geometry._src.ssl.losses import distillation as _distillation
 
-__all__ = ["EQUILIBRIUM_OBJECTIVES", "CollapsedEquilibrium", "collapsed_equilibrium", "identical_rows_finding",
-           "null_space_residuals"]
+__all__ = [
+    "EQUILIBRIUM_OBJECTIVES",
+    "CollapsedEquilibrium",
+    "collapsed_equilibrium",
+    "identical_rows_finding",
+    "null_space_residuals",
+]
 
 #: Objectives for which :func:`collapsed_equilibrium` constructs an equilibrium with ``rho != 0``.
 EQUILIBRIUM_OBJECTIVES = ("mse_target", "dino_fixed_teacher")
 
 
-def null_space_residuals(jacobian: Float[ArrayLike, "k d"], n: int, *, key: Array, scale: float = 1.0,
-                         sum_to_zero_features: bool = False,
-                         constraints: Float[ArrayLike, "m k"] | None = None) -> Float[Array, "n k"]:
+def null_space_residuals(
+    jacobian: Float[ArrayLike, "k d"],
+    n: int,
+    *,
+    key: Array,
+    scale: float = 1.0,
+    sum_to_zero_features: bool = False,
+    constraints: Float[ArrayLike, "m k"] | None = None,
+) -> Float[Array, "n k"]:
     """Residual rows ``R`` (``n x k``) with ``J^T R_i = 0`` for every row and ``sum_i R_i = 0``.
 
     ``R = (A - mean_rows A) N^T`` with ``N`` an orthonormal basis of ``null(J^T)`` (of
@@ -73,9 +85,11 @@ def null_space_residuals(jacobian: Float[ArrayLike, "k d"], n: int, *, key: Arra
     rank = int(np.sum(s > max(C.shape) * np.finfo(np.float64).eps * (s[0] if s.size else 0.0)))
     N = vt[rank:].T  # (k, m)
     if N.shape[1] == 0:
-        raise ValueError(f"`jacobian` ({J.shape}) leaves no null space for J^T (rank {rank} of k = {k}"
-                         f"{' with the sum-to-one constraint' if sum_to_zero_features else ''}): no residual "
-                         "rho != 0 is stationary in z. Use an expanding head (k > d).")
+        raise ValueError(
+            f"`jacobian` ({J.shape}) leaves no null space for J^T (rank {rank} of k = {k}"
+            f"{' with the sum-to-one constraint' if sum_to_zero_features else ''}): no residual "
+            "rho != 0 is stationary in z. Use an expanding head (k > d)."
+        )
     A = np.asarray(jax.random.normal(key, (n, N.shape[1]), jnp.float64))
     A = A - A.mean(axis=0, keepdims=True)
     R = A @ N.T
@@ -123,9 +137,39 @@ def _null_dim(J, sum_to_zero, constraints=None):
     return J.shape[0] - int(np.sum(s > max(C.shape) * np.finfo(np.float64).eps * (s[0] if s.size else 0.0)))
 
 
+def _fixed_teacher_targets(
+    J: np.ndarray, u_star: Array, n: int, key: Array, residual_scale: float, student_temp: float, teacher_temp: float
+) -> tuple[np.ndarray, int, Array]:
+    """Residual ``R``, its null-space dimension and teacher logits ``T`` of a DINO fixed-teacher equilibrium.
+
+    With ``q* = softmax(u*/tau_s)``: ``R_i = q* V_i s`` where ``V_i`` spans ``null([(diag(q*) J)^T; q*^T])``
+    (so ``J^T R_i = 0`` and ``sum_k R_ik = 0``) and ``s = residual_scale / (2 n tau_s max|V|)``; teacher
+    probabilities ``P_i = q* - n tau_s R_i >= (1 - residual_scale/2) q* > 0`` and logits ``T_i = tau_t log P_i``.
+    """
+    q = np.asarray(jax.nn.softmax(u_star / student_temp), np.float64)
+    # A multiplicative perturbation of the teacher: R_i = q * V_i with J^T (q * V_i) = 0 and
+    # q . V_i = 0 (so sum_k R_ik = 0), i.e. V_i in null([(diag(q) J)^T; q^T]). Then
+    # P_i = q (1 - n tau_s s V_i) >= (1 - 0.5 scale) q > 0 with s = scale / (2 n tau_s max|V|), scale < 2.
+    Jq = q[:, None] * J
+    V = np.asarray(null_space_residuals(Jq, n, key=key, scale=1.0, constraints=q[None, :]))
+    s = residual_scale * 0.5 / (n * student_temp * float(np.max(np.abs(V))))
+    R = q[None, :] * V * s
+    P = q[None, :] - n * student_temp * R
+    null_dim = _null_dim(Jq, False, q[None, :])
+    return R, null_dim, jnp.asarray(teacher_temp * np.log(P))
+
+
 def collapsed_equilibrium(
-    model: Model, variables: dict, objective: str, c: Float[ArrayLike, " d"], n: int, *, key: Array,
-    residual_scale: float = 1.0, student_temp: float = 0.1, teacher_temp: float = 0.04,
+    model: Model,
+    variables: dict,
+    objective: str,
+    c: Float[ArrayLike, " d"],
+    n: int,
+    *,
+    key: Array,
+    residual_scale: float = 1.0,
+    student_temp: float = 0.1,
+    teacher_temp: float = 0.04,
     **premise_options,
 ) -> CollapsedEquilibrium:
     """Build a collapsed state ``z_i = c`` stationary in ``z`` and in the head with ``rho != 0``.
@@ -152,8 +196,10 @@ def collapsed_equilibrium(
     check_rank(c, "c", 1)
     check_positive(residual_scale, "residual_scale")
     if objective == "dino_fixed_teacher" and not residual_scale < 2.0:
-        raise ValueError(f"`residual_scale` must be < 2 for 'dino_fixed_teacher' (the teacher probabilities "
-                         f"P_i >= q* (1 - residual_scale / 2) must stay positive); got {residual_scale}.")
+        raise ValueError(
+            f"`residual_scale` must be < 2 for 'dino_fixed_teacher' (the teacher probabilities "
+            f"P_i >= q* (1 - residual_scale / 2) must stay positive); got {residual_scale}."
+        )
     z = jnp.tile(c[None, :], (n, 1))
 
     def h(x):
@@ -170,32 +216,44 @@ def collapsed_equilibrium(
         def loss_fn(u):
             return _cosine.mse(u, targets)
     else:
-        q = np.asarray(jax.nn.softmax(u_star / student_temp), np.float64)
-        # A multiplicative perturbation of the teacher: R_i = q * V_i with J^T (q * V_i) = 0 and
-        # q . V_i = 0 (so sum_k R_ik = 0), i.e. V_i in null([(diag(q) J)^T; q^T]). Then
-        # P_i = q (1 - n tau_s s V_i) >= (1 - 0.5 scale) q > 0 with s = scale / (2 n tau_s max|V|), scale < 2.
-        Jq = q[:, None] * J
-        V = np.asarray(null_space_residuals(Jq, n, key=key, scale=1.0, constraints=q[None, :]))
-        s = residual_scale * 0.5 / (n * student_temp * float(np.max(np.abs(V))))
-        R = q[None, :] * V * s
-        P = q[None, :] - n * student_temp * R
-        null_dim = _null_dim(Jq, False, q[None, :])
-        targets = jnp.asarray(teacher_temp * np.log(P))
+        R, null_dim, targets = _fixed_teacher_targets(J, u_star, n, key, residual_scale, student_temp, teacher_temp)
         centre = jnp.zeros((J.shape[0],), z.dtype)
 
         def loss_fn(u):
-            return _distillation.dino(jnp.stack([u, u]), jnp.stack([targets, targets]), centre,
-                                student_temp=student_temp, teacher_temp=teacher_temp)[0]
+            return _distillation.dino(
+                jnp.stack([u, u]),
+                jnp.stack([targets, targets]),
+                centre,
+                student_temp=student_temp,
+                teacher_temp=teacher_temp,
+            )[0]
+
     rho = jax.grad(loss_fn)(jnp.tile(u_star[None, :], (n, 1)))
     err = float(jnp.max(jnp.abs(rho - R)))
     prem = thm41_premises(model, variables, loss_fn, z, **premise_options)
     certified = bool(prem.residual_nonzero and prem.stationary_z and prem.stationary_head)
-    return CollapsedEquilibrium(objective=objective, z=z, loss_fn=loss_fn, targets=targets, residual=jnp.asarray(R),
-                                residual_error=err, null_dim=null_dim, premises=prem, certified=certified)
+    return CollapsedEquilibrium(
+        objective=objective,
+        z=z,
+        loss_fn=loss_fn,
+        targets=targets,
+        residual=jnp.asarray(R),
+        residual_error=err,
+        null_dim=null_dim,
+        premises=prem,
+        certified=certified,
+    )
 
 
-def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: Float[ArrayLike, "n d"], *,
-                           train: bool = False, max_dense_entries: int = 1 << 22) -> dict:
+def identical_rows_finding(
+    model: Model,
+    variables: dict,
+    loss_fn: Callable,
+    z: Float[ArrayLike, "n d"],
+    *,
+    train: bool = False,
+    max_dense_entries: int = 1 << 22,
+) -> dict:
     """Whether head stationarity forces ``rho = 0`` at a collapsed state with identical residual rows.
 
     Returns ``{"rows_identical", "row_spread", "residual_norm", "sigma_min_head_jacobian",
@@ -225,10 +283,15 @@ def identical_rows_finding(model: Model, variables: dict, loss_fn: Callable, z: 
     # identical up to sqrt(eps) relative, or rho itself at round-off level (sqrt(eps) max(1, |L|), the
     # residual tolerance of thm41_premises), where every row is zero to working precision
     identical = bool(spread <= np.sqrt(eps) or r_norm <= np.sqrt(eps) * max(1.0, abs(float(loss_fn(u)))))
-    return {"rows_identical": identical, "row_spread": spread, "residual_norm": r_norm,
-            "sigma_min_head_jacobian": s_min, "grad_head_norm": g,
-            "rho_bound": float(g / (np.sqrt(z.shape[0]) * s_min)) if s_min > 0 else float("inf"),
-            "forces_zero_residual": bool(identical and s_min > np.sqrt(eps) * s_max)}
+    return {
+        "rows_identical": identical,
+        "row_spread": spread,
+        "residual_norm": r_norm,
+        "sigma_min_head_jacobian": s_min,
+        "grad_head_norm": g,
+        "rho_bound": float(g / (np.sqrt(z.shape[0]) * s_min)) if s_min > 0 else float("inf"),
+        "forces_zero_residual": bool(identical and s_min > np.sqrt(eps) * s_max),
+    }
 
 
 def _head_jacobian_extreme_singular_values(fn, flat, max_dense_entries):

@@ -33,8 +33,9 @@ from ssl_geometry._src.checks import check_finite, check_positive, check_rank
 from ssl_geometry._src.instrument.effective import effective_hessian, effective_hvp_operator, flat_problem
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.linalg.hessians import apply_linear, linearize_gradient
-from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.linalg.lanczos import checked_options, extreme_eigenvalues
 from ssl_geometry._src.linalg.norms import operator_norm
+from ssl_geometry._src.linalg.options import SPECTRUM_DEFAULTS, SolverOptions
 from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model, as_function
 
@@ -187,7 +188,7 @@ def _loss_hessian_extremes(loss_flat, uf, dtype, max_dense_dim, lanczos_steps, k
         check_finite(H_L, "loss Hessian H_L at the given `z`")
         eL = np.linalg.eigvalsh(0.5 * (H_L + H_L.T))
         return float(eL[0]), float(eL[-1]), sign_tolerance(eL, dtype), ()
-    lin = linearize_gradient(loss_flat, uf, ())[1]
+    lin = linearize_gradient(loss_flat, uf)[1]
     lo, hi, res = lanczos_extremes(apply_linear, (lin,), int(uf.size), dtype, key=key, num_steps=lanczos_steps)
     if not res["converged"]:
         notes = notes + (f"Lanczos for H_L did not converge in {res['num_steps']} steps.",)
@@ -384,14 +385,16 @@ class CollapseSpectrum(NamedTuple):
     notes: tuple
 
 
-def lanczos_extremes(raw_mv, args, dim, dtype, *, key, num_steps):
+def lanczos_extremes(raw_mv, args, dim, dtype, *, key, num_steps, options: SolverOptions = SolverOptions()):
     """(lmin, lmax, info) of a symmetric operator by :func:`ssl_geometry.curvature.extreme_eigenvalues`.
 
+    ``num_steps`` (clamped to ``dim``; ``None``: the solver's default) replaces ``options.num_steps``.
     ``info`` holds the true residuals ``|A y - theta y|`` of the two Ritz vectors,
     the number of steps and the convergence flag.
     """
-    res = extreme_eigenvalues(raw_mv, dim, k=1, num_steps=min(num_steps, dim), key=key, args=args,
-                              return_vectors=True, dtype=dtype)
+    budget = None if num_steps is None else min(num_steps, dim)
+    res = extreme_eigenvalues(raw_mv, dim, k=1, key=key, args=args, return_vectors=True, dtype=dtype,
+                              options=options.replace(num_steps=budget))
     info = {"min": float(np.asarray(res.smallest_true_residuals)[0]),
             "max": float(np.asarray(res.largest_true_residuals)[0]),
             "num_steps": int(res.num_steps), "converged": bool(res.converged)}
@@ -408,8 +411,8 @@ def collapse_spectrum(
     *,
     per_sample: bool = False,
     max_dense_dim: int = MATRIX_FREE_ABOVE,
-    lanczos_steps: int = 100,
     key: Array | None = None,
+    options: SolverOptions = SolverOptions(),
 ) -> CollapseSpectrum:
     """``lambda_min``/``lambda_max`` of ``H_eff = G + M``, ``G`` and ``M`` at ``z``.
 
@@ -419,9 +422,12 @@ def collapse_spectrum(
     ``|A y - theta y|`` reported (``residual_norms``) and added to the sign tolerance. Above
     :data:`MATRIX_FREE_ABOVE` (2048) no matrix is ever solved densely, whatever ``max_dense_dim``
     says (``notes`` records where that overrode it); a smaller ``max_dense_dim`` moves the
-    threshold down (``max_dense_dim=1``: Lanczos for every size).
+    threshold down (``max_dense_dim=1``: Lanczos for every size). ``options`` (a
+    :class:`~ssl_geometry.curvature.SolverOptions`; ``num_steps=None`` means a budget of 100 steps per matrix,
+    clamped to ``n*d``, and the other ``None`` fields the solver's defaults) says how each Lanczos run stops.
     """
     z = jnp.asarray(z)
+    options = checked_options(options, SPECTRUM_DEFAULTS)
     _, _, _, _, _ = flat_problem(head_fn, loss_fn, z)  # shapes, finiteness, an empty batch: named before any work
     dim, dtype = int(z.size), z.dtype
     key = jax.random.PRNGKey(0) if key is None else key
@@ -441,7 +447,7 @@ def collapse_spectrum(
         for i, name in enumerate(names):
             mv, args = effective_hvp_operator(head_fn, loss_fn, z, part=name)
             lo, hi, res = lanczos_extremes(mv, args, dim, dtype, key=jax.random.fold_in(key, i),
-                                            num_steps=lanczos_steps)
+                                            num_steps=options.num_steps, options=options)
             lmin[name], lmax[name], res_norms[name] = lo, hi, res
             tols[name] = sign_tolerance([lo, hi], dtype, dim=dim, residual=res["min"])
             if not res["converged"]:
@@ -553,13 +559,14 @@ def classify_collapse(
     checked) or a head :class:`~ssl_geometry.Model` with its ``variables``.
     ``premise_options`` go to :func:`thm41_premises` (``activation``, ``smooth``,
     ``timescale_ratio``, ``min_timescale_ratio``, ``residual_tol``, ``psd_tol``,
-    ``stationary_tol``); the eigenvalue options to :func:`collapse_spectrum`.
+    ``stationary_tol``); the eigenvalue options to :func:`collapse_spectrum` (``lanczos_steps`` as its
+    ``options.num_steps``, and as the premises' budget for ``H_L``).
     """
     key = jax.random.PRNGKey(0) if key is None else key
     prem = thm41_premises(head, variables, loss_fn, z, train=train, max_dense_dim=max_dense_dim,
                           lanczos_steps=lanczos_steps, key=key, **premise_options)
     # (a Model's variables were checked by thm41_premises: a dict with 'params', never None here)
     head_fn = head if not isinstance(head, Model) else as_function(head, variables or {}, train=train)
-    spec = collapse_spectrum(head_fn, loss_fn, z, per_sample=per_sample, max_dense_dim=max_dense_dim,
-                             lanczos_steps=lanczos_steps, key=key)
+    spec = collapse_spectrum(head_fn, loss_fn, z, per_sample=per_sample, max_dense_dim=max_dense_dim, key=key,
+                             options=SolverOptions(num_steps=lanczos_steps))
     return thm41_conclusion(prem, spec, eig_tol=eig_tol)

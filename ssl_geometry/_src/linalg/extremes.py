@@ -14,7 +14,7 @@ writes), measures the coupling between the rows of ``x`` on that linearisation
 
 Both stop when every requested Ritz pair's residual is ``<= tol * max|theta|``; an eigenvalue of
 the Hessian lies within that distance of each reported value (the residual certificate of
-:mod:`ssl_geometry._src.linalg.lanczos`). With ``error_bound="gap"`` they stop on the Kato-Temple
+:mod:`ssl_geometry._src.linalg.lanczos`). With ``SolverOptions.error_bound="gap"`` they stop on the Kato-Temple
 bound ``min(r, r^2 / delta)`` instead (``delta`` the distance to the other Ritz values' residual
 intervals): the eigenvalues' own error, quadratic in the residual, so fewer steps for the values. The
 linearisation is returned, so further products at the same point (a witness, more eigenvectors) cost only the tangent map.
@@ -33,9 +33,11 @@ from ssl_geometry._src.linalg.lanczos import (
     AsymmetryError,
     LanczosResult,
     blockwise_extreme_eigenvalues,
+    checked_options,
     extreme_eigenvalues,
 )
 from ssl_geometry._src.linalg.operators import as_dtype, default_key
+from ssl_geometry._src.linalg.options import HESSIAN_DEFAULTS, SolverOptions, as_args
 
 __all__ = ["HessianExtremes", "hessian_extremes"]
 
@@ -109,10 +111,9 @@ def _union_ends(res: LanczosResult, k: int, x_shape, vectors: bool):
     return out
 
 
-def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_steps: int | None = None,
-                     key=None, method: str = "auto", coupling_tol: float | None = None, num_probes: int = 2,
-                     return_vectors: bool = False, check_every: int = 4,
-                     error_bound: str = "residual") -> HessianExtremes:
+def hessian_extremes(loss, x, *, args=(), k: int = 1, key=None, method: str = "auto",
+                     coupling_tol: float | None = None, num_probes: int = 2, return_vectors: bool = False,
+                     options: SolverOptions = SolverOptions()) -> HessianExtremes:
     """Extreme eigenvalues of ``H = hess_x loss(x, *args)``, blockwise when ``H`` is block-diagonal.
 
     ``x`` is the point (any shape; ``(n, d)`` for a batch of ``n`` samples), ``args`` the other
@@ -133,45 +134,45 @@ def hessian_extremes(loss, x, *args, k: int = 1, tol: float | None = None, num_s
     Args:
       loss: scalar ``loss(x, *args)``.
       x: the point; float32 or float64.
+      args: the other arguments of ``loss``, a tuple (``loss(x, *args)``).
       k: eigenvalues wanted at each end.
-      tol: relative residual tolerance (default ``1e-4`` float32, ``1e-8`` float64): each value
-        is within ``tol * max|theta|`` of an eigenvalue of ``H``.
-      num_steps: Lanczos step budget, clamped to ``dim`` (default ``min(dim, 200)``; ``dim`` the size of a
-        block or of ``x``).
       key: PRNG key (start vectors, probes).
       return_vectors: also return eigenvector estimates shaped like ``x`` (``2 k`` more products).
-      check_every: the most Lanczos steps between convergence checks (default 4, against 20 for the bare
-        solvers: a Hessian-vector product costs a forward and a backward pass of the loss, far more than a
-        check -- a host sync and the eigenvalues of the small tridiagonal ``T_j`` -- so the run checks often
-        and stops within a step or so of meeting ``tol``; with 20, a run that met the bound at step 30 could
-        go on to step 40).
-      error_bound: ``"residual"`` (stop on the residual: an eigenvalue within ``r``) or ``"gap"``
-        (stop on ``min(r, r^2 / delta)``, the eigenvalue's error: several steps fewer for the values;
-        the recommended setting when only the eigenvalues are wanted). See
-        :func:`ssl_geometry.curvature.extreme_eigenvalues`.
+      options: how the Lanczos run stops, a :class:`~ssl_geometry.curvature.SolverOptions` (a ``None`` field:
+        the default named here): ``tol`` (relative, default ``1e-4`` float32,
+        ``1e-8`` float64: each value is within ``tol * max|theta|`` of an eigenvalue of ``H``); ``num_steps``
+        (the budget, clamped to ``dim``, the size of a block or of ``x``; default ``min(dim, 200)``);
+        ``check_every`` (default 4 here, against 20 for the bare solvers: a Hessian-vector product costs a
+        forward and a backward pass of the loss, far more than a check -- a host sync and the eigenvalues of
+        the small tridiagonal ``T_j`` -- so the run checks often and stops within a step or so of meeting
+        ``tol``); ``error_bound`` (``"residual"``: an eigenvalue within ``r``; ``"gap"``: stop on
+        ``min(r, r^2 / delta)``, the eigenvalue's error, several steps fewer for the values, the recommended
+        setting when only the eigenvalues are wanted). See :func:`ssl_geometry.curvature.extreme_eigenvalues`.
 
     Returns:
       :class:`HessianExtremes` (``method``, ``coupling`` and ``num_hvps`` say what was done).
 
     Raises:
       FloatingPointError: ``x``, ``loss(x, *args)`` or its gradient at ``x`` holds NaN or inf (named).
+      TypeError: ``args`` is not a tuple (or list), or ``options`` not a ``SolverOptions``.
 
     Example:
       >>> import jax.numpy as jnp
       >>> W = jnp.array([[2.0, 0.0], [0.0, -1.0]])
-      >>> r = hessian_extremes(lambda z, W: 0.5 * jnp.sum((z @ W) * z), jnp.ones((3, 2)), W)
+      >>> r = hessian_extremes(lambda z, W: 0.5 * jnp.sum((z @ W) * z), jnp.ones((3, 2)), args=(W,))
       >>> r.method, r.coupling, round(float(r.smallest[0]), 8), round(float(r.largest[0]), 8)
       ('blockwise', 0.0, -1.0, 2.0)
     """
     x, dtype, k, num_probes = _checked_arguments(x, method, k, num_probes)
+    args, options = as_args(args), checked_options(options, HESSIAN_DEFAULTS)
     k_probe, k_solve = jax.random.split(default_key(key))
-    grad, lin = linearize_gradient(loss, x, args)
+    grad, lin = linearize_gradient(loss, x, args=args)
     check_finite(grad, "gradient of `loss` at `x`")
     check_finite(loss(x, *args), "loss(x, *args)")  # a NaN loss can have a finite gradient (e.g. log of a constant)
     requested = method
     method, coupling, probes = _choose_method(method, lin, x.shape, dtype, k_probe, num_probes, coupling_tol)
-    opts = dict(k=k, key=k_solve, tol=tol, check_every=check_every, return_vectors=return_vectors, dtype=dtype,
-                error_bound=error_bound)
+    num_steps = options.num_steps
+    opts = dict(k=k, key=k_solve, return_vectors=return_vectors, dtype=dtype, options=options)
     spent = 0  # products of a blockwise attempt abandoned for the full operator
     if method == "blockwise":
         try:
@@ -232,7 +233,8 @@ def _budget(num_steps, dim: int):
 def _blockwise(lin, shape, num_steps, opts):
     """Blockwise Lanczos over the rows of an ``(n, d)`` point: ``(result, (smallest, largest) ends)``."""
     n, d = shape
-    res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,), num_steps=_budget(num_steps, d),
+    opts = dict(opts, options=opts["options"].replace(num_steps=_budget(num_steps, d)))
+    res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,),
                                         target="union" if opts["k"] == 1 else "blocks", **opts)
     return res, _union_ends(res, opts["k"], shape, opts["return_vectors"])
 
@@ -240,7 +242,8 @@ def _blockwise(lin, shape, num_steps, opts):
 def _full(lin, shape, num_steps, opts):
     """Lanczos on the whole operator: ``(result, ((values, residuals, vectors) at each end))``."""
     size = int(np.prod(shape))
-    res = extreme_eigenvalues(LinearMatvec(shape), size, args=(lin,), num_steps=_budget(num_steps, size), **opts)
+    opts = dict(opts, options=opts["options"].replace(num_steps=_budget(num_steps, size)))
+    res = extreme_eigenvalues(LinearMatvec(shape), size, args=(lin,), **opts)
     vshape = (opts["k"],) + tuple(shape)
     vec = lambda v: None if v is None else v.reshape(vshape)
     return res, ((res.smallest, res.smallest_residuals, res.smallest_error_bounds, vec(res.smallest_vectors)),

@@ -10,6 +10,9 @@
 * :func:`block_diagonal_hessian` / :func:`block_coupling` -- the diagonal blocks of the
   Hessian of ``f(x)``, ``x`` of shape ``(n, d)``, by probing, and a numerical check that
   the off-diagonal blocks vanish.
+
+Extra arguments follow the one convention of ``curvature`` and ``geometry`` (docs/architecture.md, "Extra
+arguments"): a keyword tuple ``args=()``, passed on as ``f(x, *args)``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from jaxtyping import Array, Float
 from ssl_geometry._src.checks import check_int, check_rank
 from ssl_geometry._src.linalg.canonical import closure_convert
 from ssl_geometry._src.linalg.operators import check_scalar_fn, default_key
+from ssl_geometry._src.linalg.options import as_args
 
 __all__ = [
     "hessian",
@@ -42,8 +46,8 @@ __all__ = [
 ]
 
 
-def hessian(f: Callable, params, *f_args) -> Float[Array, "P P"]:
-    """Dense Hessian ``H_ij = d^2 f / dx_i dx_j`` of a scalar ``f(params, *f_args)``.
+def hessian(f: Callable, params, *, args=()) -> Float[Array, "P P"]:
+    """Dense Hessian ``H_ij = d^2 f / dx_i dx_j`` of a scalar ``f(params, *args)`` (``args`` a tuple).
 
     ``x`` is ``ravel_pytree(params)[0]`` (the order of
     :func:`jax.flatten_util.ravel_pytree`), so the result is ``(P, P)`` with
@@ -56,6 +60,7 @@ def hessian(f: Callable, params, *f_args) -> Float[Array, "P P"]:
       >>> hessian(f, {"a": jnp.array(2.0), "b": jnp.array(5.0)}).tolist()
       [[10.0, 4.0], [4.0, 0.0]]
     """
+    f_args = as_args(args)
     flat, unravel = ravel_pytree(params)
     if flat.size == 0:
         raise ValueError("`params` holds no array leaves; the Hessian is empty.")
@@ -67,8 +72,8 @@ def hessian(f: Callable, params, *f_args) -> Float[Array, "P P"]:
     return jax.jacfwd(jax.grad(g))(flat)
 
 
-def hvp(f: Callable, params, v, *f_args):
-    """Hessian-vector product over pytrees: ``H(params) v`` for scalar ``f(params, *f_args)``.
+def hvp(f: Callable, params, v, *, args=()):
+    """Hessian-vector product over pytrees: ``H(params) v`` for scalar ``f(params, *args)`` (``args`` a tuple).
 
     ``H v = d/dt grad f(params + t v) |_{t=0}``, evaluated forward-over-reverse
     as ``jax.jvp(jax.grad(f), (params,), (v,))[1]`` (one gradient's cost times a
@@ -81,6 +86,7 @@ def hvp(f: Callable, params, v, *f_args):
       >>> hvp(f, {"w": jnp.ones(2)}, {"w": jnp.array([1.0, -2.0])})["w"]
       Array([ 3., -6.], dtype=float64)
     """
+    f_args = as_args(args)
     s_p, s_v = jax.tree_util.tree_structure(params), jax.tree_util.tree_structure(v)
     if s_p != s_v:  # type: ignore[operator]  # jax's PyTreeDef is an unresolved name in its stubs (no __eq__/__ne__ to mypy)
         raise ValueError(f"`v` must have the tree structure of `params`; got {s_v} and {s_p}.")
@@ -125,10 +131,10 @@ def _flat_hvp_cached(f, treedef, unravel):
     return matvec
 
 
-def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) -> jax.tree_util.Partial:
-    """The Hessian at a fixed point as a linear map: ``lin(v) = H(x) v`` for ``f(x, *f_args)``.
+def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *, args=()) -> jax.tree_util.Partial:
+    """The Hessian at a fixed point as a linear map: ``lin(v) = H(x) v`` for ``f(x, *args)`` (``args`` a tuple).
 
-    ``lin`` is the second output of ``jax.linearize(lambda y: grad f(y, *f_args), x)``,
+    ``lin`` is the second output of ``jax.linearize(lambda y: grad f(y, *args), x)``,
     computed once under ``jit`` (one forward and one backward pass of ``f``); each
     ``lin(v)`` then evaluates only the tangent (linear) part of ``grad f`` -- the
     primal forward/backward pass that ``jax.jvp(jax.grad(f), ...)`` repeats on every
@@ -144,19 +150,19 @@ def linearized_hvp(f: Callable, x: Float[Array | np.ndarray, "..."], *f_args) ->
     :class:`LinearMatvec` (``matvec(v, lin)``) the solvers compile once and reuse the
     compiled loop for every new point of the same shapes::
 
-        lin = linearized_hvp(loss, z1, params, z2)
+        lin = linearized_hvp(loss, z1, args=(params, z2))
         res = blockwise_extreme_eigenvalues(apply_linear, n, d, args=(lin,))
         res = extreme_eigenvalues(LinearMatvec(z1.shape), z1.size, args=(lin,))
 
-    :func:`ssl_geometry.curvature.hessian_extremes` does all of this from ``(f, x, *f_args)``.
+    :func:`ssl_geometry.curvature.hessian_extremes` does all of this from ``(f, x, args=...)``.
 
     Example:
       >>> import jax.numpy as jnp
-      >>> lin = linearized_hvp(lambda x, a: jnp.sum(a * x ** 3), jnp.array([1.0, 2.0]), jnp.array([1.0, 0.5]))
+      >>> lin = linearized_hvp(lambda x, a: jnp.sum(a * x ** 3), jnp.array([1.0, 2.0]), args=(jnp.array([1.0, 0.5]),))
       >>> lin(jnp.array([1.0, 1.0]))   # 6 a x elementwise
       Array([6., 6.], dtype=float64)
     """
-    return linearize_gradient(f, x, f_args)[1]
+    return linearize_gradient(f, x, args=args)[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,11 +175,12 @@ class _GradOf:
         return jax.grad(self.f)(x, *args)
 
 
-def linearize_gradient(f: Callable, x, f_args) -> tuple:
-    """``(grad f(x), lin)`` with ``lin(v) = H(x) v``, compiled once per computation (see :func:`linearized_hvp`).
+def linearize_gradient(f: Callable, x, *, args=()) -> tuple:
+    """``(grad f(x, *args), lin)`` with ``lin(v) = H(x) v``, compiled once per computation (see :func:`linearized_hvp`).
 
     Raises ``ValueError`` unless ``f`` returns a scalar, naming ``f``.
     """
+    f_args = as_args(args)
     x = jnp.asarray(x)
     try:
         return linearize(_GradOf(f), x, f_args)
@@ -226,9 +233,9 @@ class LinearMatvec:
 
 
 def block_diagonal_hessian(
-    f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, chunk_size: int | None = None
+    f: Callable, x: Float[Array | np.ndarray, "n d"], *, args=(), chunk_size: int | None = None
 ) -> Float[Array, "n d d"]:
-    """Diagonal blocks ``H_i = d^2 f / dx_i dx_i`` (``(n, d, d)``) of the Hessian of ``f(x)``.
+    """Diagonal blocks ``H_i = d^2 f / dx_i dx_i`` (``(n, d, d)``) of the Hessian of ``f(x, *args)``.
 
     ``x`` is ``(n, d)``. Probing: the HVP with ``V = 1_n e_j^T`` (``e_j`` placed in
     every row) returns row ``i`` equal to ``sum_k H_{ik} e_j``; when the Hessian is
@@ -238,6 +245,7 @@ def block_diagonal_hessian(
     the Hessian is block-diagonal**: check with :func:`block_coupling` first.
     ``chunk_size`` bounds how many probes run at once (``lax.map`` batch size).
     """
+    f_args = as_args(args)
     check_rank(x, "x", 2)
     check_scalar_fn(lambda y: f(y, *f_args), x)
     n, d = x.shape
@@ -252,8 +260,10 @@ def block_diagonal_hessian(
     return 0.5 * (blocks + jnp.swapaxes(blocks, 1, 2))
 
 
-def block_coupling(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, key=None, num_probes: int = 4) -> float:
-    """Largest relative off-block response of the Hessian of ``f(x, *f_args)``, ``x`` of shape ``(n, d)``.
+def block_coupling(
+    f: Callable, x: Float[Array | np.ndarray, "n d"], *, args=(), key=None, num_probes: int = 4
+) -> float:
+    """Largest relative off-block response of the Hessian of ``f(x, *args)``, ``x`` of shape ``(n, d)``.
 
     Each probe splits the rows of ``x`` at random into halves ``S`` and ``S^c``, draws ``v``
     supported on ``S`` and measures ``max_{k in S^c} |(H v)_k| / max |H v|``; the result is the
@@ -270,7 +280,7 @@ def block_coupling(f: Callable, x: Float[Array | np.ndarray, "n d"], *f_args, ke
     if jnp.shape(x)[0] < 2:
         raise ValueError(f"`x` needs at least 2 rows to test block coupling; got {jnp.shape(x)[0]}.")
     return off_block_response(
-        linearized_hvp(f, x, *f_args), jnp.shape(x), jnp.result_type(x), default_key(key), n_probes
+        linearized_hvp(f, x, args=args), jnp.shape(x), jnp.result_type(x), default_key(key), n_probes
     )[0]
 
 

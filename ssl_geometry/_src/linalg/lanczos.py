@@ -12,7 +12,7 @@ the device.
 Symmetry is checked on the fly, at no extra matvec: for symmetric ``A`` the cross term
 ``q_{j-1}^T A q_j`` equals ``beta_{j-1}`` up to rounding; the largest
 ``|q_{j-1}^T A q_j - beta_{j-1}| / |A|_est`` over the run is reported as ``asymmetry`` and
-a value above ``symmetry_tol`` (default ``sqrt(eps)``) raises ``ValueError``. A small
+a value above ``SolverOptions.symmetry_tol`` (default ``sqrt(eps)``) raises ``ValueError``. A small
 residual does not by itself prove that ``theta_i`` is the *extreme* eigenvalue (an
 eigenvector orthogonal to ``v_0`` is invisible to Krylov methods); random starting vectors
 make that event probability zero.
@@ -57,6 +57,7 @@ from ssl_geometry._src.linalg.lanczos_core import (
     to_host,
 )
 from ssl_geometry._src.linalg.operators import SingleAsBatch, as_dtype, check_callable, default_key, prepare_matvec
+from ssl_geometry._src.linalg.options import LANCZOS_DEFAULTS, SolverOptions, as_args
 
 __all__ = ["LanczosResult", "extreme_eigenvalues", "blockwise_extreme_eigenvalues"]
 
@@ -212,7 +213,7 @@ def _check_symmetry(state: LanczosState, sym_tol, j, name) -> float:
         raise AsymmetryError(
             f"`{name}` is not symmetric: |q_(j-1)^T A q_j - beta_(j-1)| / |A| reached {asym:.3g} > "
             f"symmetry_tol = {sym_tol:.3g} within {j} Lanczos steps (Lanczos needs a symmetric operator; "
-            "pass a larger `symmetry_tol` only if the asymmetry is rounding).",
+            "pass a larger `SolverOptions.symmetry_tol` only if the asymmetry is rounding).",
             j,
         )
     return asym
@@ -238,13 +239,13 @@ def _combine(Q, C_small, C_large):
     return tuple(out)
 
 
-def _run_lanczos(batched_matvec, v0, *, k, num_steps, tol, check_every, key, args, dtype,
-                 breakdown_tol, return_vectors, early_stop, symmetry_tol, name, single, target="blocks",
-                 error_bound="residual", device_loop=None, which="both"):
+def _run_lanczos(batched_matvec, v0, *, k, num_steps, options, key, args, dtype, return_vectors,
+                 name, single, target="blocks", which="both"):
     B, n = v0.shape
-    check_choice(error_bound, "error_bound", ("residual", "gap"))
     check_choice(which, "which", ("both", "smallest", "largest"))
-    mv, args = prepare_matvec(batched_matvec, (B, n), dtype, tuple(args), name=name, single=single)
+    tol, check_every, error_bound, early_stop = options.tol, options.check_every, options.error_bound, options.early_stop
+    breakdown_tol, symmetry_tol, device_loop = options.breakdown_tol, options.symmetry_tol, options.device_loop
+    mv, args = prepare_matvec(batched_matvec, (B, n), dtype, as_args(args), name=name, single=single)
     eps = float(jnp.finfo(dtype).eps)
     btol = jnp.asarray(100 * eps if breakdown_tol is None else breakdown_tol, dtype)
     tol = (1e-8 if dtype == jnp.dtype(jnp.float64) else 1e-4) if tol is None else float(tol)
@@ -301,7 +302,17 @@ def _true_residuals(batched_matvec, Y, theta, args):
     return jax.lax.map(one, (Y, theta))
 
 
-def prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, batch):
+def checked_options(options, defaults: SolverOptions) -> SolverOptions:
+    """``options`` with its ``None`` fields taken from ``defaults``; ``TypeError`` naming ``options`` unless it is a
+    :class:`SolverOptions`."""
+    if not isinstance(options, SolverOptions):
+        raise TypeError(f"`options` must be a SolverOptions (ssl_geometry.curvature.SolverOptions); "
+                        f"got {type(options).__name__}.")
+    return options.with_defaults(defaults)
+
+
+def prepare_lanczos(dim, k, num_steps, dtype, v0, key, batch):
+    """``(dim, k, dtype, num_steps, v0, key)`` checked and resolved (``num_steps=None``: ``min(dim, 200)``)."""
     dim = check_int(dim, "dim")
     k = check_int(k, "k")
     dtype = as_dtype(dtype)
@@ -310,7 +321,6 @@ def prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, batch):
         raise ValueError(f"`num_steps` must be <= dim = {dim} (the Krylov space is at most dim-dimensional); got {num_steps}.")
     if k > num_steps:
         raise ValueError(f"`k` must be <= num_steps = {num_steps}; got {k}.")
-    check_every = check_int(check_every, "check_every")
     key = default_key(key)
     k0, key = jax.random.split(key)
     shape = (batch, dim)
@@ -323,7 +333,7 @@ def prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, batch):
         check_finite(v0, "v0")
         if not bool(jnp.all(jnp.max(jnp.abs(v0), axis=-1) > 0)):
             raise ValueError("`v0` must be non-zero (in every block).")
-    return dim, k, dtype, num_steps, check_every, v0, key
+    return dim, k, dtype, num_steps, v0, key
 
 
 def extreme_eigenvalues(
@@ -331,27 +341,20 @@ def extreme_eigenvalues(
     dim: int,
     *,
     k: int = 1,
-    num_steps: int | None = None,
     key=None,
     args: Sequence = (),
-    tol: float | None = None,
-    check_every: int = 20,
-    early_stop: bool = True,
     return_vectors: bool = False,
     v0: Float[Array | np.ndarray, " dim"] | None = None,
     dtype=None,
-    breakdown_tol: float | None = None,
-    symmetry_tol: float | None = None,
-    error_bound: str = "residual",
-    device_loop: bool | None = None,
     which: str = "both",
+    options: SolverOptions = SolverOptions(),
 ) -> LanczosResult:
     """``k`` smallest and ``k`` largest eigenvalues of a symmetric operator by Lanczos.
 
     Lanczos with full reorthogonalisation (see the module docstring). At each check (at
-    most ``check_every`` steps apart) the tridiagonal ``T_j`` is diagonalised on the host
+    most ``options.check_every`` steps apart) the tridiagonal ``T_j`` is diagonalised on the host
     (float64) and the run stops once every requested Ritz pair has residual estimate
-    ``|beta_j s_i[j]| <= tol * max|theta|`` (``converged=True``), or after ``num_steps``
+    ``|beta_j s_i[j]| <= tol * max|theta|`` (``converged=True``), or after ``options.num_steps``
     steps (``converged`` then says whether the tolerance was met). ``tol`` is relative to the
     spectral radius ``max|theta|``: an eigenvalue lies within ``tol * max|theta|`` of each
     converged Ritz value.
@@ -365,35 +368,29 @@ def extreme_eigenvalues(
         symmetric. Traced once per call, compiled once per computation (see above).
       dim: dimension of ``A``.
       k: number of extreme eigenvalues wanted at each end.
-      num_steps: maximum Lanczos steps (default ``min(dim, 200)``; at most ``dim``).
       key: PRNG key for the start vector and restarts (default ``PRNGKey(0)``).
-      args: extra arrays passed to ``matvec`` (pass parameters and data here).
-      tol: relative residual tolerance (default ``1e-8`` float64, ``1e-4`` float32).
-      check_every: the most steps between two convergence checks.
-      early_stop: stop at the first check where the tolerance is met.
+      args: extra arrays passed to ``matvec`` as ``matvec(v, *args)`` (pass parameters and data here).
       return_vectors: also form Ritz vectors and their true residuals (``2k`` matvecs).
       v0: optional start vector ``(dim,)``.
       dtype: float32 or float64 (default: float64 when x64 is enabled).
-      breakdown_tol: relative breakdown threshold (default ``100 * eps``).
-      symmetry_tol: largest tolerated ``asymmetry`` (default ``sqrt(eps)`` of ``dtype``).
-      error_bound: ``"residual"`` (default): stop when each residual ``r <= tol * max|theta|``, so an
-        eigenvalue lies within ``r``; ``"gap"``: stop when each eigenvalue error bound
-        ``min(r, r^2 / delta)`` is (Kato-Temple, ``delta`` the distance to the other Ritz values'
-        intervals; see :class:`LanczosResult`). The eigenvalue error of a Ritz value is quadratic in
-        its residual, so ``"gap"`` stops several steps earlier for the same accuracy of the values
-        (not of the vectors).
-      device_loop: the steps between two checks as one device loop (``True``) or two host calls a
-        step (``False``); default: the loop on accelerators only (``lanczos_core.advance`` says why).
-        The same recurrence either way, equal up to rounding.
       which: the end(s) that ``tol`` and ``converged`` speak of: ``"both"``, ``"smallest"`` or ``"largest"``
         (``lambda_max`` of a Gram matrix ``J^T J``: its bulk near 0 only slows the run); both are returned.
+      options: how the run stops, a :class:`~ssl_geometry.curvature.SolverOptions` (a ``None`` field: the
+        default named here): ``tol`` (relative, default ``1e-8`` float64, ``1e-4`` float32), ``num_steps``
+        (default ``min(dim, 200)``; at most ``dim``), ``check_every`` (default 20), ``early_stop`` (default
+        ``True``), ``error_bound`` (``"residual"``: stop when each residual ``r <= tol * max|theta|``, so
+        an eigenvalue lies within ``r``; ``"gap"``: stop on the Kato-Temple bound ``min(r, r^2 / delta)``,
+        quadratic in the residual, so several steps earlier for the same accuracy of the values, not of the
+        vectors; see :class:`LanczosResult`), ``breakdown_tol``, ``symmetry_tol`` and ``device_loop``
+        (``lanczos_core.advance`` says why the loop runs on the device on accelerators only).
 
     Returns:
       :class:`LanczosResult`.
 
     Raises:
       ValueError: ``matvec`` returns a shape other than ``(dim,)``, an unknown ``which``, or the operator is not
-        symmetric (``asymmetry > symmetry_tol``).
+        symmetric (``asymmetry > options.symmetry_tol``).
+      TypeError: ``options`` is not a :class:`~ssl_geometry.curvature.SolverOptions`.
       FloatingPointError: ``matvec`` returned NaN/inf (named as such), or the coefficients left
         the dtype's range although every product was finite; ``v0`` holds NaN/inf.
 
@@ -405,12 +402,10 @@ def extreme_eigenvalues(
       ([1.0, 2.0], [50.0, 49.0], True)
     """
     check_callable(matvec, "matvec")
-    dim, k, dtype, num_steps, check_every, v0, key = prepare_lanczos(dim, k, num_steps, check_every, dtype, v0, key, 1)
-    res = _run_lanczos(SingleAsBatch(matvec), v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
-                       key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
-                       return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                       name="matvec", single=True, error_bound=error_bound, device_loop=device_loop,
-                       which=which)
+    options = checked_options(options, LANCZOS_DEFAULTS)
+    dim, k, dtype, num_steps, v0, key = prepare_lanczos(dim, k, options.num_steps, dtype, v0, key, 1)
+    res = _run_lanczos(SingleAsBatch(matvec), v0, k=k, num_steps=num_steps, options=options, key=key, args=args,
+                       dtype=dtype, return_vectors=return_vectors, name="matvec", single=True, which=which)
     squeeze = lambda a: None if a is None else a[0]  # the one block of a single operator
     fields = ("smallest", "largest", "smallest_residuals", "largest_residuals", "smallest_vectors", "largest_vectors",
               "smallest_true_residuals", "largest_true_residuals", "smallest_error_bounds", "largest_error_bounds",
@@ -424,20 +419,13 @@ def blockwise_extreme_eigenvalues(
     block_dim: int,
     *,
     k: int = 1,
-    num_steps: int | None = None,
     key=None,
     args: Sequence = (),
-    tol: float | None = None,
-    check_every: int = 20,
-    early_stop: bool = True,
     return_vectors: bool = False,
     v0: Float[Array | np.ndarray, "num_blocks block_dim"] | None = None,
     dtype=None,
-    breakdown_tol: float | None = None,
-    symmetry_tol: float | None = None,
     target: str = "blocks",
-    error_bound: str = "residual",
-    device_loop: bool | None = None,
+    options: SolverOptions = SolverOptions(),
 ) -> LanczosResult:
     """Extreme eigenvalues of every block of a block-diagonal operator, all at once.
 
@@ -452,7 +440,7 @@ def blockwise_extreme_eigenvalues(
 
     The eigenvalues of the whole operator are the union over blocks:
     ``lambda_min = result.smallest[:, 0].min()``, ``lambda_max = result.largest[:, 0].max()``.
-    Arguments are as in :func:`extreme_eigenvalues`; ``converged`` uses the
+    Arguments (``options`` included) are as in :func:`extreme_eigenvalues`; ``converged`` uses the
     global scale ``max_b max|theta_b|``, so tiny blocks are not over-resolved.
     Results carry a leading block axis.
 
@@ -467,10 +455,8 @@ def blockwise_extreme_eigenvalues(
         raise ValueError(f"`target` must be 'blocks' or 'union'; got {target!r}.")
     if target == "union" and k != 1:
         raise ValueError(f"`target='union'` resolves the union's extreme eigenvalues only: `k` must be 1; got {k}.")
-    dim, k, dtype, num_steps, check_every, v0, key = prepare_lanczos(
-        block_dim, k, num_steps, check_every, dtype, v0, key, num_blocks)
-    return _run_lanczos(block_matvec, v0, k=k, num_steps=num_steps, tol=tol, check_every=check_every,
-                        key=key, args=args, dtype=dtype, breakdown_tol=breakdown_tol,
-                        return_vectors=return_vectors, early_stop=early_stop, symmetry_tol=symmetry_tol,
-                        name="block_matvec", single=False, target=target, error_bound=error_bound,
-                        device_loop=device_loop)
+    options = checked_options(options, LANCZOS_DEFAULTS)
+    dim, k, dtype, num_steps, v0, key = prepare_lanczos(block_dim, k, options.num_steps, dtype, v0, key, num_blocks)
+    return _run_lanczos(block_matvec, v0, k=k, num_steps=num_steps, options=options, key=key, args=args,
+                        dtype=dtype, return_vectors=return_vectors, name="block_matvec", single=False,
+                        target=target)

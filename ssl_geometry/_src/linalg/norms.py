@@ -16,7 +16,8 @@ from jaxtyping import Array
 
 from ssl_geometry._src.checks import check_finite
 from ssl_geometry._src.linalg.hessians import linearize
-from ssl_geometry._src.linalg.lanczos import extreme_eigenvalues
+from ssl_geometry._src.linalg.lanczos import checked_options, extreme_eigenvalues
+from ssl_geometry._src.linalg.options import NORM_DEFAULTS, SolverOptions
 
 __all__ = ["operator_norm"]
 
@@ -43,31 +44,35 @@ def operator_norm(
     x: Array,
     *,
     max_dense_entries: int = 1 << 22,
-    tol: float = 1e-6,
-    max_steps: int = 200,
     key: Array | None = None,
+    options: SolverOptions = SolverOptions(),
 ) -> float:
     """Spectral norm ``|D fn(x)|_2 = sqrt(lambda_max(J^T J))`` of the Jacobian ``J`` of ``fn`` at ``x``.
 
     Dense (``jax.jacfwd`` then the largest singular value) when ``J`` has at most ``max_dense_entries``
     entries. Otherwise Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`, ``k=1``) on the Gram
     operator of the smaller side, ``J J^T`` (``v -> jvp(vjp(v))``) when ``fn``'s output is smaller than
-    ``x``, else ``J^T J``: both have ``lambda_max = |J|_2^2``. It stops when the error bound of the top
-    Ritz value (``error_bound="gap"``) is at most ``tol * lambda_max``, so the result is within a
-    relative ``tol / 2`` of ``|J|_2``, and from below (a Ritz value never exceeds ``lambda_max``; a ratio
-    ``|g| / (|J| |rho|)`` built on it errs towards *non*-stationary). The matvec is keyed by the program
-    ``fn`` computes, so a fresh closure of the same computation reuses the compiled loop.
+    ``x``, else ``J^T J``: both have ``lambda_max = |J|_2^2``. With ``options`` left at its defaults
+    (a :class:`~ssl_geometry.curvature.SolverOptions` whose ``None`` fields mean ``tol=1e-6``, ``num_steps=200``,
+    ``check_every=4``, ``error_bound="gap"``) it stops when the error bound of the top Ritz value is at most ``tol * lambda_max``,
+    so the result is within a relative ``tol / 2`` of ``|J|_2``, and from below (a Ritz value never exceeds
+    ``lambda_max``; a ratio ``|g| / (|J| |rho|)`` built on it errs towards *non*-stationary). The budget
+    ``options.num_steps`` is clamped to the Gram operator's dimension; ``SolverOptions(tol=1e-4)`` changes the
+    tolerance alone. The matvec is keyed by the program ``fn`` computes, so a fresh
+    closure of the same computation reuses the compiled loop.
 
     Raises:
-      ValueError: ``tol`` not in ``(0, 1)`` or ``max_steps < 1``, each named.
+      ValueError: ``options.tol`` not in ``(0, 1)``.
+      TypeError: ``options`` not a :class:`~ssl_geometry.curvature.SolverOptions`.
       FloatingPointError: a non-finite Jacobian entry or product.
-      RuntimeError: Lanczos did not meet ``tol`` in ``max_steps`` steps (the bound it reached is named).
+      RuntimeError: Lanczos did not meet ``tol`` in ``options.num_steps`` steps (the bound it reached is named).
     """
     x = jnp.asarray(x)
-    if not 0 < tol < 1:
-        raise ValueError(f"`tol` must lie in (0, 1); got {tol!r}.")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"`max_steps` must be a positive int; got {max_steps!r}.")
+    options = checked_options(options, NORM_DEFAULTS)
+    tol, num_steps = options.tol, options.num_steps
+    assert tol is not None and num_steps is not None  # NORM_DEFAULTS sets both
+    if not tol < 1:
+        raise ValueError(f"`options.tol` must lie in (0, 1) for operator_norm; got {options.tol!r}.")
     out_info = jax.eval_shape(fn, x)
     out_size = int(np.prod(out_info.shape))
     if out_size * x.size <= max_dense_entries:
@@ -77,18 +82,16 @@ def operator_norm(
     _, lin = linearize(fn, x)
     side, dim = ("out", out_size) if out_size < x.size else ("in", int(x.size))
     mv = _GramMatvec(tuple(x.shape), tuple(out_info.shape), side)
+    budget = min(num_steps, dim)
     res = extreme_eigenvalues(
         mv,
         dim,
         k=1,
-        num_steps=min(max_steps, dim),
-        tol=tol,
-        error_bound="gap",
         key=jax.random.PRNGKey(0) if key is None else key,
         args=(lin,),
         dtype=x.dtype,
-        check_every=4,
         which="largest",
+        options=options.replace(num_steps=budget),
     )
     lam = float(np.asarray(res.largest)[0])
     if not np.isfinite(lam):
@@ -96,8 +99,8 @@ def operator_norm(
     if not res.converged:
         bound = float(np.asarray(res.largest_error_bounds)[0])
         raise RuntimeError(
-            f"operator_norm: Lanczos on the {dim}-dimensional Gram operator did not meet `tol` = "
-            f"{tol:.1e} in {int(res.num_steps)} steps (`max_steps`): error bound {bound:.3e} against "
+            f"operator_norm: Lanczos on the {dim}-dimensional Gram operator did not meet `options.tol` = "
+            f"{res.tol:.1e} in {int(res.num_steps)} steps (`options.num_steps`): error bound {bound:.3e} against "
             f"lambda_max {lam:.6e}."
         )
     return float(np.sqrt(max(lam, 0.0)))

@@ -76,7 +76,7 @@ def slq_density(
     """
     check_callable(matvec, "matvec")
     num_probes = check_int(num_probes, "num_probes")
-    dim, _, dtype, num_steps, check_every, _, key = prepare_lanczos(dim, 1, num_steps, 1, dtype, None, key, num_probes)
+    dim, _, dtype, num_steps, _, key = prepare_lanczos(dim, 1, num_steps, dtype, None, key, num_probes)
     k0, key = jax.random.split(key)
     v0 = jax.random.rademacher(k0, (num_probes, dim), dtype)
     mv, margs = prepare_matvec(Vmapped(matvec), (num_probes, dim), dtype, tuple(args))

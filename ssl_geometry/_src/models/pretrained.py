@@ -2,12 +2,12 @@
 
 Implementation of :mod:`ssl_geometry.pretrained`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import pathlib
-import re
 from typing import NamedTuple
 
 import jax
@@ -25,6 +25,9 @@ from ssl_geometry._src.models._checkpoint_io import load_torch_checkpoint as loa
 from ssl_geometry._src.models._pretrained_heads import barlowtwins_projector as barlowtwins_projector
 from ssl_geometry._src.models._pretrained_heads import dino_head as dino_head
 from ssl_geometry._src.models._pretrained_heads import vicreg_projector as vicreg_projector
+from ssl_geometry._src.models._safetensors_tree import flatten as flatten_tree
+from ssl_geometry._src.models._safetensors_tree import read_safetensors
+from ssl_geometry._src.models._safetensors_tree import unflatten as unflatten_tree
 from ssl_geometry._src.models.base import Model
 
 __all__ = [
@@ -93,13 +96,13 @@ def imagenet_normalize(images, mean=IMAGENET_MEAN, std=IMAGENET_STD):
 
 def _strip(state: dict, prefix: str) -> dict:
     """Sub-dict of keys starting with ``prefix`` (prefix removed)."""
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def _drop_module(state: dict) -> dict:
     """Remove the ``module.`` prefix that DistributedDataParallel adds (when every key has it)."""
     if state and all(k.startswith("module.") for k in state):
-        return {k[len("module."):]: v for k, v in state.items()}
+        return {k[len("module.") :]: v for k, v in state.items()}
     return state
 
 
@@ -177,13 +180,22 @@ def vit_from_torch(state: dict, *, patch: int = 16, depth: int | None = None, he
     g = int(round(math.sqrt(n)))
     if depth is None:
         depth = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
-    model = _bb.vit(img_size=g * patch, patch=patch, dim=dim, depth=depth, heads=heads, dtype=dtype,
-                    name=f"vit(p{patch}, d{dim}, L{depth}, h{heads})")
+    model = _bb.vit(
+        img_size=g * patch,
+        patch=patch,
+        dim=dim,
+        depth=depth,
+        heads=heads,
+        dtype=dtype,
+        name=f"vit(p{patch}, d{dim}, L{depth}, h{heads})",
+    )
     template = jax.eval_shape(model.init, jax.random.PRNGKey(0))
     return model, variables_from_torch(template, state, what="vit", dtype=dtype)
 
 
-def _sequential_mlp(state: dict, prefix: str, *, what: str, bn: bool, stride: int, dtype, bias_last: bool | None = None):
+def _sequential_mlp(
+    state: dict, prefix: str, *, what: str, bn: bool, stride: int, dtype, bias_last: bool | None = None
+):
     """Read an ``nn.Sequential`` MLP (``Linear, [BN], act`` repeated, final ``Linear``) into the
     :func:`ssl_geometry.heads.mlp` layout. ``stride`` = modules per hidden layer. Returns
     ``(variables, dims, used_keys)``."""
@@ -194,8 +206,11 @@ def _sequential_mlp(state: dict, prefix: str, *, what: str, bn: bool, stride: in
         raise _layout_error(what, [f"{prefix}0.weight"], [])
     expected = list(range(0, stride * (len(linear_idx) - 1) + 1, stride))
     if linear_idx != expected:
-        raise _layout_error(what, [f"{prefix}{i}.weight" for i in expected if i not in linear_idx],
-                            [f"{prefix}{i}.weight" for i in linear_idx if i not in expected])
+        raise _layout_error(
+            what,
+            [f"{prefix}{i}.weight" for i in expected if i not in linear_idx],
+            [f"{prefix}{i}.weight" for i in linear_idx if i not in expected],
+        )
     used, layers, bns, stats = set(), [], [], []
     dims: list[int] = []
     for j, i in enumerate(linear_idx):
@@ -217,7 +232,12 @@ def _sequential_mlp(state: dict, prefix: str, *, what: str, bn: bool, stride: in
             used.update(prefix + k for k in need)
             used.add(f"{prefix}{b}.num_batches_tracked")
             bns.append({"scale": jnp.asarray(sub[f"{b}.weight"], dtype), "bias": jnp.asarray(sub[f"{b}.bias"], dtype)})
-            stats.append({"mean": jnp.asarray(sub[f"{b}.running_mean"], dtype), "var": jnp.asarray(sub[f"{b}.running_var"], dtype)})
+            stats.append(
+                {
+                    "mean": jnp.asarray(sub[f"{b}.running_mean"], dtype),
+                    "var": jnp.asarray(sub[f"{b}.running_var"], dtype),
+                }
+            )
     out = {"params": {"layers": layers}}
     if bns:
         out["params"]["bn"] = bns
@@ -260,12 +280,15 @@ def _check_against_model(model: Model, variables, what: str) -> None:
         if path not in got:
             raise CheckpointLayoutError(f"{what}: the tensor {path} (shape {shape}) of {model.name} is missing.")
         if got[path] != shape:
-            raise CheckpointLayoutError(f"{what}: the tensor {path} has shape {got[path]}, but {model.name} "
-                                        f"expects {shape}.")
+            raise CheckpointLayoutError(
+                f"{what}: the tensor {path} has shape {got[path]}, but {model.name} expects {shape}."
+            )
     extra = [path for path in got if path not in want]
     if extra:
-        raise CheckpointLayoutError(f"{what}: the tensor {extra[0]} (shape {got[extra[0]]}) is not a tensor of "
-                                    f"{model.name}" + (f" ({len(extra)} such tensors)." if len(extra) > 1 else "."))
+        raise CheckpointLayoutError(
+            f"{what}: the tensor {extra[0]} (shape {got[extra[0]]}) is not a tensor of "
+            f"{model.name}" + (f" ({len(extra)} such tensors)." if len(extra) > 1 else ".")
+        )
 
 
 def _pretrained(backbone: Model, head: Model, variables: dict, config: dict, where: str) -> Pretrained:
@@ -287,7 +310,8 @@ def _select(ckpt: dict, key: str, name: str) -> dict:
     if key not in ckpt or not isinstance(ckpt[key], dict):
         raise CheckpointLayoutError(
             f"{name}: expected a state dict under the top-level key {key!r} "
-            f"(layout of {CHECKPOINTS[name].source}); the file has top-level keys {sorted(ckpt)}.")
+            f"(layout of {CHECKPOINTS[name].source}); the file has top-level keys {sorted(ckpt)}."
+        )
     return _drop_module(ckpt[key])
 
 
@@ -298,7 +322,10 @@ def _dino_head_from_state(state, *, what, dtype):
     if "head.last_layer.weight_g" in state:
         gk, vk = "head.last_layer.weight_g", "head.last_layer.weight_v"
     else:
-        gk, vk = "head.last_layer.parametrizations.weight.original0", "head.last_layer.parametrizations.weight.original1"
+        gk, vk = (
+            "head.last_layer.parametrizations.weight.original0",
+            "head.last_layer.parametrizations.weight.original1",
+        )
     miss = [k for k in (gk, vk) if k not in state]
     if miss:
         raise _layout_error(what, miss, [])
@@ -309,13 +336,20 @@ def _dino_head_from_state(state, *, what, dtype):
         raise _layout_error(what, [], [], [f"{vk}: {v.shape}, expected ({g.shape[0]}, {dims[-1]})"])
     nlayers = len(dims) - 1
     hidden = dims[1] if nlayers > 1 else 2048
-    head = dino_head(dims[0], g.shape[0], hidden_dim=hidden, bottleneck_dim=dims[-1], nlayers=nlayers, use_bn=use_bn,
-                     dtype=dtype)
+    head = dino_head(
+        dims[0], g.shape[0], hidden_dim=hidden, bottleneck_dim=dims[-1], nlayers=nlayers, use_bn=use_bn, dtype=dtype
+    )
     hv = {"params": {"mlp": mv["params"], "last_layer": {"g": jnp.asarray(g, dtype), "v": jnp.asarray(v.T, dtype)}}}
     if use_bn:
         hv["batch_stats"] = {"mlp": mv["batch_stats"]}
-    cfg = dict(in_dim=dims[0], out_dim=int(g.shape[0]), hidden_dim=hidden, bottleneck_dim=dims[-1], nlayers=nlayers,
-               use_bn=use_bn)
+    cfg = dict(
+        in_dim=dims[0],
+        out_dim=int(g.shape[0]),
+        hidden_dim=hidden,
+        bottleneck_dim=dims[-1],
+        nlayers=nlayers,
+        use_bn=use_bn,
+    )
     return head, hv, used, cfg
 
 
@@ -333,8 +367,14 @@ def convert_dino_vits16(path, *, which: str = "teacher", dtype=jnp.float32) -> P
     head, hv, used, hcfg = _dino_head_from_state(state, what=f"{name} head", dtype=dtype)
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     depth = len([k for k in bv["params"] if k.startswith("blocks_")])
-    cfg = {"kind": name, "which": which, "img_size": backbone.in_shape[0], "depth": depth,
-           "dim": backbone.out_dim, "head": hcfg}
+    cfg = {
+        "kind": name,
+        "which": which,
+        "img_size": backbone.in_shape[0],
+        "depth": depth,
+        "dim": backbone.out_dim,
+        "head": hcfg,
+    }
     return _pretrained(backbone, head, {"backbone": bv, "head": hv}, cfg, name)
 
 
@@ -360,7 +400,9 @@ def convert_vicreg_resnet50(path, *, dtype=jnp.float32) -> Pretrained:
     backbone, bv = resnet_from_torch(bstate, depth=50, dtype=dtype)
     hv, dims, used = _sequential_mlp(state, "projector.", what=f"{name} projector", bn=True, stride=3, dtype=dtype)
     if "b" in hv["params"]["layers"][-1] or any("b" not in l for l in hv["params"]["layers"][:-1]):
-        raise CheckpointLayoutError(f"{name} projector: expected biases on hidden Linear layers only (VICReg Projector).")
+        raise CheckpointLayoutError(
+            f"{name} projector: expected biases on hidden Linear layers only (VICReg Projector)."
+        )
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     head = vicreg_projector(dims, dtype=dtype)
     return _pretrained(backbone, head, {"backbone": bv, "head": hv}, {"kind": name, "dims": list(dims)}, name)
@@ -384,53 +426,24 @@ def convert_barlowtwins_resnet50(path, *, loss_bn: bool = False, dtype=jnp.float
     _check_all_used(state, used | {f"backbone.{k}" for k in bstate}, name)
     head = barlowtwins_projector(dims, loss_bn=loss_bn, dtype=dtype)
     if loss_bn:
-        hv = {"params": {"projector": pv["params"]},
-              "batch_stats": {"projector": pv["batch_stats"],
-                              "loss_bn": {"mean": jnp.asarray(state["bn.running_mean"], dtype),
-                                          "var": jnp.asarray(state["bn.running_var"], dtype)}}}
+        hv = {
+            "params": {"projector": pv["params"]},
+            "batch_stats": {
+                "projector": pv["batch_stats"],
+                "loss_bn": {
+                    "mean": jnp.asarray(state["bn.running_mean"], dtype),
+                    "var": jnp.asarray(state["bn.running_var"], dtype),
+                },
+            },
+        }
     else:
         hv = pv
-    return _pretrained(backbone, head, {"backbone": bv, "head": hv},
-                       {"kind": name, "dims": list(dims), "loss_bn": loss_bn}, name)
+    return _pretrained(
+        backbone, head, {"backbone": bv, "head": hv}, {"kind": name, "dims": list(dims), "loss_bn": loss_bn}, name
+    )
 
 
 # ----------------------------------------------------------------------------- save / load
-_INDEX = re.compile(r"^\[(\d+)\]$")
-
-
-def _flatten(tree, prefix=""):
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            if "/" in str(k) or _INDEX.match(str(k)):
-                raise ValueError(f"variable name {k!r} cannot be saved (contains '/' or looks like a list index).")
-            yield from _flatten(v, f"{prefix}{k}/")
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from _flatten(v, f"{prefix}[{i}]/")
-    else:
-        yield prefix[:-1], np.asarray(tree)
-
-
-def _unflatten(flat: dict):
-    root: dict = {}
-    for key, arr in flat.items():
-        node = root
-        parts = key.split("/")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = arr
-
-    def fix(node):
-        if not isinstance(node, dict):
-            return node
-        node = {k: fix(v) for k, v in node.items()}
-        if node and all(_INDEX.match(k) for k in node):
-            return [node[f"[{i}]"] for i in range(len(node))]
-        return node
-
-    return fix(root)
-
-
 def save_converted(variables, path, config: dict | None = None) -> pathlib.Path:
     """Write a variables pytree (nested dicts/lists of arrays) to a ``.safetensors`` file.
 
@@ -442,41 +455,12 @@ def save_converted(variables, path, config: dict | None = None) -> pathlib.Path:
     if isinstance(variables, Pretrained):
         config = variables.config if config is None else config
         variables = variables.variables
-    flat = {k: np.ascontiguousarray(v) for k, v in _flatten(variables)}
+    flat = {k: np.ascontiguousarray(v) for k, v in flatten_tree(variables)}
     meta = {"format": "ssl_geometry.pretrained/1", "config": json.dumps(config or {})}
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(flat, str(path), metadata=meta)
     return path
-
-
-def _read_safetensors(path: pathlib.Path) -> tuple[dict, dict]:
-    """``(flat tensors, config)`` of a :func:`save_converted` file; any read error is a
-    :class:`CorruptCheckpointError` naming the file."""
-    st = optional_import("safetensors")
-    SafetensorError, safe_open = st.SafetensorError, st.safe_open
-
-    where = repr(str(path))
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            flat = {k: f.get_tensor(k) for k in f.keys()}
-    except PermissionError:
-        raise
-    except (SafetensorError, OSError, ValueError, TypeError, KeyError) as err:  # the file's content is at fault
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise CorruptCheckpointError(f"{where} is not a readable safetensors file ({type(err).__name__}: "
-                                     f"{first[:200]}): it is truncated, corrupted or not written by "
-                                     "save_converted. Write it again.") from None
-    try:
-        config = json.loads(meta.get("config", "{}"))
-    except json.JSONDecodeError as err:
-        raise CorruptCheckpointError(f"{where}: its metadata 'config' is not valid JSON ({err}); the file is "
-                                     "corrupted. Write it again with save_converted.") from None
-    if not isinstance(config, dict):
-        raise CorruptCheckpointError(f"{where}: its metadata 'config' must be a JSON object; got "
-                                     f"{type(config).__name__}.")
-    return flat, config
 
 
 def load_converted(path, *, as_jax: bool = True):
@@ -497,12 +481,13 @@ def load_converted(path, *, as_jax: bool = True):
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Converted checkpoint not found: {str(path)!r} (write it with save_converted).")
-    flat, config = _read_safetensors(path)
+    flat, config = read_safetensors(path)
     try:
-        tree = _unflatten(flat)
+        tree = unflatten_tree(flat)
     except (TypeError, KeyError, AttributeError) as err:
-        raise CorruptCheckpointError(f"{str(path)!r}: its tensor names do not form a variables tree "
-                                     f"({type(err).__name__}: {err}).") from None
+        raise CorruptCheckpointError(
+            f"{str(path)!r}: its tensor names do not form a variables tree ({type(err).__name__}: {err})."
+        ) from None
     if as_jax:
         tree = jax.tree_util.tree_map(jnp.asarray, tree)
     if not config.get("kind"):
@@ -511,29 +496,41 @@ def load_converted(path, *, as_jax: bool = True):
     _check_kind(config["kind"], where)
     if not isinstance(tree, dict) or set(tree) != {"backbone", "head"}:
         got = sorted(tree) if isinstance(tree, dict) else type(tree).__name__
-        raise CheckpointLayoutError(f"{where}: a {config['kind']} file holds the tensors 'backbone/...' and "
-                                    f"'head/...'; got top-level names {got}.")
+        raise CheckpointLayoutError(
+            f"{where}: a {config['kind']} file holds the tensors 'backbone/...' and "
+            f"'head/...'; got top-level names {got}."
+        )
     try:
         backbone, head = _build(config, tree["backbone"])
     except (KeyError, TypeError, ValueError) as err:
-        raise CorruptCheckpointError(f"{where}: its config cannot rebuild the {config['kind']} models "
-                                     f"({type(err).__name__}: {err}); config = {config}.") from None
+        raise CorruptCheckpointError(
+            f"{where}: its config cannot rebuild the {config['kind']} models "
+            f"({type(err).__name__}: {err}); config = {config}."
+        ) from None
     return _pretrained(backbone, head, tree, config, where)
 
 
 def _check_kind(kind, where: str) -> None:
     """:class:`CheckpointLayoutError` unless ``kind`` is a key of :data:`CHECKPOINTS` (naming them)."""
     if kind not in CHECKPOINTS:
-        raise CheckpointLayoutError(f"{where}: unknown converted checkpoint kind {kind!r}; expected one of "
-                                    f"{sorted(CHECKPOINTS)}.")
+        raise CheckpointLayoutError(
+            f"{where}: unknown converted checkpoint kind {kind!r}; expected one of {sorted(CHECKPOINTS)}."
+        )
 
 
 def _build(config: dict, bv) -> tuple[Model, Model]:
     kind = config["kind"]
     dtype = jax.tree_util.tree_leaves(bv)[0].dtype
     if kind == "dino_vits16":
-        backbone = _bb.vit(img_size=config["img_size"], patch=16, dim=config["dim"], depth=config["depth"], heads=6,
-                           dtype=dtype, name="vit_small16 (DINO ViT-S/16)")
+        backbone = _bb.vit(
+            img_size=config["img_size"],
+            patch=16,
+            dim=config["dim"],
+            depth=config["depth"],
+            heads=6,
+            dtype=dtype,
+            name="vit_small16 (DINO ViT-S/16)",
+        )
         return backbone, dino_head(**config["head"], dtype=dtype)
     backbone = _bb.resnet50(dtype=dtype)
     if kind == "dino_resnet50":

@@ -2,23 +2,36 @@
 
 Implementation of :mod:`ssl_geometry.data`; the conventions and formulas are in its docstring.
 """
+
 from __future__ import annotations
 
-import functools
 import os
 from typing import Callable, Iterator, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ssl_geometry._src.checks import check_choice, check_int, optional_import
-from ssl_geometry._src.ssl.augment.primitives import resample_matrix
 from ssl_geometry._src.ssl.dataset import Dataset
-from ssl_geometry._src.ssl.shapes import make_shapes, to_uint8
+from ssl_geometry._src.ssl.digits import make_digits
+from ssl_geometry._src.ssl.shapes import make_shapes
 
-__all__ = ['BatchIterator', 'DATASETS', 'DataNotFoundError', 'DatasetInfo', 'Position', 'batches', 'epoch_order',
-           'info', 'load', 'load_tfds', 'make_batches', 'make_digits', 'process_split', 'subset', 'tfds_batches']
+__all__ = [
+    "BatchIterator",
+    "DATASETS",
+    "DataNotFoundError",
+    "DatasetInfo",
+    "Position",
+    "batches",
+    "epoch_order",
+    "info",
+    "load",
+    "load_tfds",
+    "make_batches",
+    "process_split",
+    "subset",
+    "tfds_batches",
+]
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -99,9 +112,15 @@ class BatchIterator:
     the next batch; re-create the iterator with ``position=`` to resume.
     """
 
-    def __init__(self, make_epoch: Callable[[int, int], Iterator[dict]], *,
-                 position: Position = Position(), num_epochs: int | None = None,
-                 steps_per_epoch: int | None = None, description: str = ""):
+    def __init__(
+        self,
+        make_epoch: Callable[[int, int], Iterator[dict]],
+        *,
+        position: Position = Position(),
+        num_epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+        description: str = "",
+    ):
         position = Position(*position) if not isinstance(position, Position) else position
         check_int(position.epoch, "position.epoch", 0)
         check_int(position.step, "position.step", 0)
@@ -169,9 +188,17 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
     return np.random.default_rng(_epoch_seed(seed, epoch)).permutation(n)
 
 
-def batches(data: Dataset, *, batch_size: int, seed: int = 0, position: Position = Position(),
-            num_epochs: int | None = None, shuffle: bool = True,
-            process_index: int | None = None, process_count: int | None = None) -> BatchIterator:
+def batches(
+    data: Dataset,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    position: Position = Position(),
+    num_epochs: int | None = None,
+    shuffle: bool = True,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> BatchIterator:
     """Batches of an in-memory :class:`Dataset` (see the module docstring for semantics).
 
     Epoch ``e`` visits ``epoch_order(n, seed, e)``; global batch ``k`` is
@@ -184,61 +211,21 @@ def batches(data: Dataset, *, batch_size: int, seed: int = 0, position: Position
     G = batch_size * pc
     steps = n // G
     if steps == 0:
-        raise ValueError(
-            f"`batch_size`={batch_size} x process_count={pc} exceeds the {n} examples of {data.name!r}."
-        )
+        raise ValueError(f"`batch_size`={batch_size} x process_count={pc} exceeds the {n} examples of {data.name!r}.")
 
     def make_epoch(epoch, start):
         order = epoch_order(n, seed, epoch, shuffle)
         for k in range(start, steps):
-            idx = order[k * G + pi * batch_size: k * G + (pi + 1) * batch_size]
+            idx = order[k * G + pi * batch_size : k * G + (pi + 1) * batch_size]
             yield {"image": data.images[idx], "label": data.labels[idx], "index": idx}
 
-    return BatchIterator(make_epoch, position=position, num_epochs=num_epochs,
-                         steps_per_epoch=steps, description=data.name)
+    return BatchIterator(
+        make_epoch, position=position, num_epochs=num_epochs, steps_per_epoch=steps, description=data.name
+    )
 
 
 # ------------------------------------------------------------------------ shapes: see ssl_geometry.data
-
-# ------------------------------------------------------------------------ digits
-
-
-def make_digits(split: str = "train", *, image_size: int = 32, test_fraction: float = 0.2,
-                split_seed: int = 0) -> Dataset:
-    """scikit-learn's 8x8 digits as uint8 ``(n, S, S, 3)`` images.
-
-    Pixel values ``0..16`` scaled to ``0..255``, resized bilinearly (antialiased
-    when shrinking) to ``S x S``, grey replicated to RGB. The train/test split is
-    a fixed permutation (``split_seed``) with ``round(test_fraction n)`` test
-    images (359 of 1797 by default).
-    """
-    check_choice(split, "split", ("train", "test"))
-    image_size = check_int(image_size, "image_size", 1)
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"`test_fraction` must be in (0, 1); got {test_fraction}.")
-    imgs, y = _digits(split, image_size, float(test_fraction), int(split_seed), bool(jax.config.read("jax_enable_x64")))
-    return Dataset(imgs.copy(), y.copy(), {}, 10, "digits")
-
-
-@functools.lru_cache(maxsize=8)
-def _digits(split, image_size, test_fraction, split_seed, x64):
-    """Cached body of :func:`make_digits` (callers get copies)."""
-    load_digits = optional_import("sklearn.datasets").load_digits
-
-    d = load_digits()
-    x = d.images.astype(np.float64) / 16.0
-    y = d.target.astype(np.int32)
-    perm = np.random.default_rng(split_seed).permutation(len(y))
-    n_test = int(round(test_fraction * len(y)))
-    idx = perm[:n_test] if split == "test" else perm[n_test:]
-    x, y = x[idx], y[idx]
-    # The (S, 8) bilinear weights of crop_and_resize, on this process's own CPU device: in a
-    # multi-process run jax.devices("cpu")[0] belongs to process 0 and cannot be read elsewhere.
-    with jax.default_device(jax.local_devices(backend="cpu")[0]):
-        r = np.asarray(resample_matrix(image_size, 8, 0.0, 8.0, True, jnp.float64 if x64 else jnp.float32))
-    big = np.einsum("oh,nhw,pw->nop", r.astype(np.float64), x, r.astype(np.float64))
-    return to_uint8(np.repeat(big[..., None], 3, axis=-1)), y
-
+# ------------------------------------------------------------------------ digits: see ssl_geometry._src.ssl.digits
 
 # -------------------------------------------------------------------------- tfds
 
@@ -316,22 +303,40 @@ def _resize_fn(tf, image_size):
         nw = tf.maximum(image_size, tf.cast(tf.round(w * s), tf.int32))
         out = tf.image.resize(img, tf.stack([nh, nw]), method="bilinear", antialias=True)
         top, left = (nh - image_size) // 2, (nw - image_size) // 2
-        out = out[top:top + image_size, left:left + image_size, :]
+        out = out[top : top + image_size, left : left + image_size, :]
         out = tf.cast(tf.clip_by_value(tf.round(out), 0.0, 255.0), tf.uint8)
         return tf.ensure_shape(out, [image_size, image_size, 3])
 
     return resize
 
 
-def _tfds_pipeline(name, split, *, data_dir, image_size, batch_size, shuffle, shuffle_seed,
-                   shuffle_buffer, skip_examples, drop_remainder):
+def _tfds_pipeline(
+    name,
+    split,
+    *,
+    data_dir,
+    image_size,
+    batch_size,
+    shuffle,
+    shuffle_seed,
+    shuffle_buffer,
+    skip_examples,
+    drop_remainder,
+):
     tfds = optional_import("tensorflow_datasets")
 
     tf = _tf()
     builder = _builder(name, data_dir)
     read_config = tfds.ReadConfig(shuffle_seed=shuffle_seed, try_autocache=False)
-    ds = _as_dataset(builder, name, data_dir, split=split, shuffle_files=shuffle,
-                     read_config=read_config, decoders={"image": tfds.decode.SkipDecoding()})
+    ds = _as_dataset(
+        builder,
+        name,
+        data_dir,
+        split=split,
+        shuffle_files=shuffle,
+        read_config=read_config,
+        decoders={"image": tfds.decode.SkipDecoding()},
+    )
     options = tf.data.Options()
     options.deterministic = True
     ds = ds.with_options(options)
@@ -355,11 +360,21 @@ def _default_size(name, image_size):
     return DATASETS[name].image_size if image_size is None else check_int(image_size, "image_size", 1)
 
 
-def tfds_batches(name: str, split: str = "train", *, batch_size: int, seed: int = 0,
-                 position: Position = Position(), num_epochs: int | None = None,
-                 shuffle: bool = True, shuffle_buffer: int = 10_000, data_dir: str | None = None,
-                 image_size: int | None = None, process_index: int | None = None,
-                 process_count: int | None = None) -> BatchIterator:
+def tfds_batches(
+    name: str,
+    split: str = "train",
+    *,
+    batch_size: int,
+    seed: int = 0,
+    position: Position = Position(),
+    num_epochs: int | None = None,
+    shuffle: bool = True,
+    shuffle_buffer: int = 10_000,
+    data_dir: str | None = None,
+    image_size: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> BatchIterator:
     """Batches of a prepared tfds data set (``uint8`` NHWC ``"image"``, int32 ``"label"``).
 
     Epoch ``e`` of process ``p`` reads :func:`process_split` with file order and a
@@ -378,14 +393,21 @@ def tfds_batches(name: str, split: str = "train", *, batch_size: int, seed: int 
     tfds = optional_import("tensorflow_datasets")
 
     # Fail now, not at the first batch, when the data is not prepared.
-    _as_dataset(_builder(name, data_dir), name, data_dir, split=sub,
-                decoders={"image": tfds.decode.SkipDecoding()})
+    _as_dataset(_builder(name, data_dir), name, data_dir, split=sub, decoders={"image": tfds.decode.SkipDecoding()})
 
     def make_epoch(epoch, start):
-        _, it = _tfds_pipeline(name, sub, data_dir=data_dir, image_size=size, batch_size=batch_size,
-                               shuffle=shuffle, shuffle_seed=_epoch_seed(seed, epoch, pi),
-                               shuffle_buffer=shuffle_buffer, skip_examples=start * batch_size,
-                               drop_remainder=True)
+        _, it = _tfds_pipeline(
+            name,
+            sub,
+            data_dir=data_dir,
+            image_size=size,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            shuffle_seed=_epoch_seed(seed, epoch, pi),
+            shuffle_buffer=shuffle_buffer,
+            skip_examples=start * batch_size,
+            drop_remainder=True,
+        )
         return iter(it)
 
     steps = None
@@ -394,23 +416,43 @@ def tfds_batches(name: str, split: str = "train", *, batch_size: int, seed: int 
         steps = n // batch_size if n else None
     except Exception:  # noqa: BLE001 - split sizes unknown: the epoch ends when the data does
         steps = None
-    return BatchIterator(make_epoch, position=position, num_epochs=num_epochs,
-                         steps_per_epoch=steps or None, description=f"{name}[{split}]")
+    return BatchIterator(
+        make_epoch,
+        position=position,
+        num_epochs=num_epochs,
+        steps_per_epoch=steps or None,
+        description=f"{name}[{split}]",
+    )
 
 
-def load_tfds(name: str, split: str = "train", *, data_dir: str | None = None,
-              image_size: int | None = None, process_index: int | None = 0,
-              process_count: int | None = 1, chunk: int = 1024) -> Dataset:
+def load_tfds(
+    name: str,
+    split: str = "train",
+    *,
+    data_dir: str | None = None,
+    image_size: int | None = None,
+    process_index: int | None = 0,
+    process_count: int | None = 1,
+    chunk: int = 1024,
+) -> Dataset:
     """A whole tfds split in memory, in file order (CIFAR/STL/Imagenette; not ImageNet)."""
     check_choice(name, "tfds dataset", tuple(k for k, v in DATASETS.items() if v.source != "embedded"))
     if name == "imagenet2012":
         raise ValueError("imagenet2012 does not fit in memory; iterate it with tfds_batches(...).")
     _check_split(name, split)
     pi, pc = _processes(process_index, process_count)
-    _, it = _tfds_pipeline(name, process_split(split, pi, pc), data_dir=data_dir,
-                           image_size=_default_size(name, image_size), batch_size=chunk,
-                           shuffle=False, shuffle_seed=None, shuffle_buffer=1, skip_examples=0,
-                           drop_remainder=False)
+    _, it = _tfds_pipeline(
+        name,
+        process_split(split, pi, pc),
+        data_dir=data_dir,
+        image_size=_default_size(name, image_size),
+        batch_size=chunk,
+        shuffle=False,
+        shuffle_seed=None,
+        shuffle_buffer=1,
+        skip_examples=0,
+        drop_remainder=False,
+    )
     parts = list(it)
     if not parts:
         raise ValueError(f"split {split!r} of {name!r} is empty.")
@@ -422,8 +464,16 @@ def load_tfds(name: str, split: str = "train", *, data_dir: str | None = None,
 # ---------------------------------------------------------------- by-name access
 
 
-def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | None = None,
-         data_dir: str | None = None, num_examples: int | None = None, **kwargs) -> Dataset:
+def load(
+    name: str,
+    split: str = "train",
+    *,
+    seed: int = 0,
+    image_size: int | None = None,
+    data_dir: str | None = None,
+    num_examples: int | None = None,
+    **kwargs,
+) -> Dataset:
     """An in-memory :class:`Dataset` by name (the string configs use).
 
     ``"shapes"``: :func:`make_shapes` with ``num_examples`` (default 10000 train / 2000
@@ -454,25 +504,56 @@ def load(name: str, split: str = "train", *, seed: int = 0, image_size: int | No
 def subset(data: Dataset, index) -> Dataset:
     """The examples ``index`` of ``data`` (factors sliced alike)."""
     index = np.asarray(index)
-    return Dataset(images=data.images[index], labels=data.labels[index],
-                   factors={k: v[index] for k, v in data.factors.items()}, num_classes=data.num_classes,
-                   name=data.name)
+    return Dataset(
+        images=data.images[index],
+        labels=data.labels[index],
+        factors={k: v[index] for k, v in data.factors.items()},
+        num_classes=data.num_classes,
+        name=data.name,
+    )
 
 
-def make_batches(name: str, split: str = "train", *, batch_size: int, seed: int = 0,
-                 position: Position = Position(), num_epochs: int | None = None,
-                 shuffle: bool = True, data_dir: str | None = None, image_size: int | None = None,
-                 process_index: int | None = None, process_count: int | None = None,
-                 **load_kwargs) -> BatchIterator:
+def make_batches(
+    name: str,
+    split: str = "train",
+    *,
+    batch_size: int,
+    seed: int = 0,
+    position: Position = Position(),
+    num_epochs: int | None = None,
+    shuffle: bool = True,
+    data_dir: str | None = None,
+    image_size: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    **load_kwargs,
+) -> BatchIterator:
     """A :class:`BatchIterator` by name: embedded sets via :func:`load` + :func:`batches`,
     tfds sets streamed via :func:`tfds_batches`. Same ``(seed, position)`` semantics."""
     check_choice(name, "dataset name", tuple(DATASETS))
     if DATASETS[name].source == "embedded":
         data = load(name, split, seed=seed, image_size=image_size, **load_kwargs)
-        return batches(data, batch_size=batch_size, seed=seed, position=position,
-                       num_epochs=num_epochs, shuffle=shuffle, process_index=process_index,
-                       process_count=process_count)
-    return tfds_batches(name, split, batch_size=batch_size, seed=seed, position=position,
-                        num_epochs=num_epochs, shuffle=shuffle, data_dir=data_dir,
-                        image_size=image_size, process_index=process_index,
-                        process_count=process_count, **load_kwargs)
+        return batches(
+            data,
+            batch_size=batch_size,
+            seed=seed,
+            position=position,
+            num_epochs=num_epochs,
+            shuffle=shuffle,
+            process_index=process_index,
+            process_count=process_count,
+        )
+    return tfds_batches(
+        name,
+        split,
+        batch_size=batch_size,
+        seed=seed,
+        position=position,
+        num_epochs=num_epochs,
+        shuffle=shuffle,
+        data_dir=data_dir,
+        image_size=image_size,
+        process_index=process_index,
+        process_count=process_count,
+        **load_kwargs,
+    )

@@ -22,7 +22,7 @@ from ssl_geometry._src.fields import POSITIVE, boolean, choice, fail, integer, n
 from ssl_geometry._src.models.activations import ACTIVATIONS
 from ssl_geometry._src.ssl import data as _data
 from ssl_geometry._src.ssl.augment import pipelines as _aug
-from ssl_geometry._src.ssl.losses.registry import OBJECTIVES, hypers
+from ssl_geometry._src.ssl.losses.registry import OBJECTIVES, hypers, objective_spec
 from ssl_geometry._src.training.builders import AUGMENTS, BACKBONES, DTYPES
 from ssl_geometry._src.training.optimizer import OPTIMIZERS, SCHEDULES
 
@@ -143,7 +143,8 @@ def validate_config(config, *, devices: bool = True) -> None:
     Each field is checked by its check (``FIELDS``, or the objective table's ``Hyper``; type and range; no 0-means-default for a
     dimension), then the checks across fields: ``eval.knn_k`` >= 1 when ``eval.final_probes`` is on,
     ``eval.metrics_images`` >= 1 when ``train.metrics_every`` > 0, ``eval.knn_k`` within the kNN probe's
-    training examples, a W-MSE batch above ``model.projector.out_dim``, the batch divides over the mesh's data axis,
+    training examples, a batch above ``model.projector.out_dim`` where the objective's spec asks for one
+    (``batch_above_dim``: W-MSE), the batch divides over the mesh's data axis,
     ``data.num_train`` (when set) holds a batch, ``data.shapes_max_angle_deg`` only for
     ``"shapes"``, ``data.data_dir`` / ``data.stream`` only for tfds sets, ``float64`` only
     under x64, ``distributed.process_id < distributed.num_processes`` when both are set, and
@@ -202,14 +203,7 @@ def _check_across(config, *, devices: bool = True) -> None:
             f"eval.metrics_images: expected an integer >= 1 with train.metrics_every = "
             f"{tr.metrics_every} (tracked metrics on), got {ev.metrics_images!r}."
         )
-    obj, proj = config.get("objective", {}), config.get("model", {}).get("projector", {})
-    k = proj.get("out_dim", 0)
-    if obj.get("name") == "wmse" and k and b < k + 1:
-        raise ValueError(
-            f"`data.batch_size`: W-MSE whitens each view with the covariance of its {k} projector "
-            f"outputs (model.projector.out_dim), which needs a batch of at least {k + 1}; got {b}. "
-            f"Use data.batch_size >= {k + 1} or model.projector.out_dim <= {b - 1}."
-        )
+    _check_batch_above_dim(objective_spec(config.objective.name), b, config.get("model", {}).get("projector", {}))
     n = data.get("num_train", 0)
     if n and n < b:
         raise ValueError(
@@ -234,6 +228,18 @@ def _check_across(config, *, devices: bool = True) -> None:
         raise ValueError(f"`data.data_dir`: {data.name!r} is embedded (no files are read); leave it ''.")
     if embedded and data.get("stream", False):
         raise ValueError(f"`data.stream`: {data.name!r} is embedded and held in memory; streaming reads tfds sets.")
+
+
+def _check_batch_above_dim(spec, b, projector) -> None:
+    """Refuse ``data.batch_size`` ``b`` below ``k + margin`` for ``k = model.projector.out_dim`` when the
+    objective's spec sets ``batch_above_dim`` (W-MSE: ``k + 1``), with the spec's reason."""
+    above, k = spec.batch_above_dim, projector.get("out_dim", 0)
+    if above is not None and k and b < k + above.margin:
+        m = above.margin
+        raise ValueError(
+            f"`data.batch_size`: {above.why.format(k=k)} (model.projector.out_dim), which needs a batch of at least "
+            f"{k + m}; got {b}. Use data.batch_size >= {k + m} or model.projector.out_dim <= {b - m}."
+        )
 
 
 #: Training examples of each data set's train split (the in-memory feed holds them all; ``shapes``: the default

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, ScalarLike
 
+from ssl_geometry._src import fields
 from ssl_geometry._src import ops as _ops
 from ssl_geometry._src.checks import check_rank, check_same_shape
 from ssl_geometry._src.ops import ArrayIn
@@ -17,8 +18,9 @@ from ssl_geometry._src.ssl.losses._common import (
     positive,
     sg,
 )
+from ssl_geometry._src.ssl.losses.specs import EMA, TEMPERATURE, BatchNeeds, Hyper, LossSpec, ObjectiveSpec
 
-__all__ = ["info_nce", "info_nce_one_way", "moco", "moco_v3", "spectral_contrastive"]
+__all__ = ["SPECS", "info_nce", "info_nce_one_way", "moco", "moco_v3", "spectral_contrastive"]
 
 
 def info_nce(
@@ -201,3 +203,118 @@ def spectral_contrastive(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"]) -
     g = z1 @ z2.T
     neg = jnp.sum(jnp.square(g) * off_diagonal_mask(n, g.dtype)) / (n * (n - 1))
     return finite_loss(pos + neg, "spectral_contrastive", (z1, z2), degree=4)
+
+
+# ----------------------------------------------------------------------------- this family's entries of the table
+
+
+def _moco_queue(key, dim, dtype, values):
+    """MoCo v2's queue: ``queue_size`` unit rows, drawn in the parameter dtype (independent of x64)."""
+    return _ops.l2_normalize(jax.random.normal(jax.random.fold_in(key, 7), (values["queue_size"], dim), dtype))
+
+
+_QUEUE_SIZE = Hyper("queue_size", 4096, fields.integer(1), "MoCo v2 queue length K")
+
+
+#: This family's entries of the objective table (:data:`ssl_geometry.objectives.TABLE`, which collects the
+#: ``SPECS`` of every family module in table order): one :class:`~ssl_geometry.objectives.ObjectiveSpec` per loss
+#: above, with its training wiring where a training objective is built on it (``docs/howto/extend.md``).
+SPECS: tuple[ObjectiveSpec, ...] = (
+    ObjectiveSpec(
+        "moco",
+        LossSpec(
+            fn=moco,
+            args=("q", "k", "queue"),
+            differentiable=(0,),
+            stop_gradient=(1, 2),
+            stateful=True,
+            batch=BatchNeeds(False, 1, "negatives come from the queue (K >= n keys)"),
+            hessian_psd=False,
+            degree=0,
+            family="contrastive",
+        ),
+        aliases=("mocov2", "moco_v2"),
+        objective="moco",
+        inputs=("z1", "t2", "queue"),
+        options={"temperature": "temperature"},
+        ema_target=True,
+        hypers=(EMA, TEMPERATURE, _QUEUE_SIZE),
+        state={"queue": _moco_queue},
+    ),
+    ObjectiveSpec(
+        "info_nce",
+        LossSpec(
+            fn=info_nce,
+            args=("z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"),
+            hessian_psd=False,
+            degree=0,
+            family="contrastive",
+        ),
+        aliases=("simclr", "nt_xent", "ntxent"),
+        objective="simclr",
+        inputs=("z1", "z2"),
+        options={"temperature": "temperature"},
+        hypers=(TEMPERATURE,),
+    ),
+    ObjectiveSpec(
+        "info_nce_one_way",
+        LossSpec(
+            fn=info_nce_one_way,
+            args=("u1", "u2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "in-batch cross-view negatives (n - 1 per anchor, one direction)"),
+            hessian_psd=False,
+            degree=0,
+            family="contrastive",
+        ),
+        aliases=("simclr_one_way",),
+        objective="simclr_one_way",
+        inputs=("z1", "z2"),
+        options={"temperature": "temperature"},
+        hypers=(TEMPERATURE,),
+    ),
+    ObjectiveSpec(
+        "moco_v3",
+        LossSpec(
+            fn=moco_v3,
+            args=("q1", "q2", "k1", "k2"),
+            differentiable=(0, 1),
+            stop_gradient=(2, 3),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"),
+            hessian_psd=False,
+            degree=0,
+            family="contrastive",
+        ),
+        aliases=("mocov3",),
+        objective="moco_v3",
+        inputs=("p1", "p2", "t1", "t2"),
+        options={"temperature": "temperature"},
+        predictor=True,
+        ema_target=True,
+        hypers=(EMA, TEMPERATURE),
+    ),
+    ObjectiveSpec(
+        "spectral_contrastive",
+        LossSpec(
+            fn=spectral_contrastive,
+            args=("z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "negative pairs of different samples"),
+            hessian_psd=False,
+            degree=4,
+            family="contrastive",
+        ),
+        aliases=("spectral",),
+        objective="spectral_contrastive",
+        inputs=("z1", "z2"),
+    ),
+)

@@ -16,8 +16,9 @@ from ssl_geometry._src.ssl.losses._common import (
     sg,
     unit_interval,
 )
+from ssl_geometry._src.ssl.losses.specs import EMA, BatchNeeds, LossSpec, ObjectiveSpec
 
-__all__ = ["byol", "byol_decay_schedule", "ema_update", "mse", "negative_cosine", "simsiam"]
+__all__ = ["SPECS", "byol", "byol_decay_schedule", "ema_update", "mse", "negative_cosine", "simsiam"]
 
 
 def _neg_cos(p, z):
@@ -173,3 +174,77 @@ def mse(u1: Float[ArrayIn, "n k"], u2: Float[ArrayIn, "n k"]) -> Float[Array, ""
     u1, u2 = _ops.upcast(u1, u2)
     loss = jnp.mean(jnp.sum(jnp.square(u1 - u2), axis=-1))
     return finite_loss(loss, "mse", (u1, u2), degree=2)
+
+
+# ----------------------------------------------------------------------------- this family's entries of the table
+
+#: This family's entries of the objective table (:data:`ssl_geometry.objectives.TABLE`, which collects the
+#: ``SPECS`` of every family module in table order): one :class:`~ssl_geometry.objectives.ObjectiveSpec` per loss
+#: above, with its training wiring where a training objective is built on it (``docs/howto/extend.md``).
+SPECS: tuple[ObjectiveSpec, ...] = (
+    ObjectiveSpec(
+        "simsiam",
+        LossSpec(
+            fn=simsiam,
+            args=("p1", "p2", "z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(2, 3),
+            stateful=False,
+            batch=BatchNeeds(False, 1, "per-sample cosine, averaged"),
+            hessian_psd=False,
+            degree=0,
+            family="cosine",
+        ),
+        objective="simsiam",
+        inputs=("p1", "p2", "z1", "z2"),
+        predictor=True,
+    ),
+    ObjectiveSpec(
+        "negative_cosine",
+        LossSpec(
+            fn=negative_cosine,
+            args=("p", "z"),
+            differentiable=(0,),
+            stop_gradient=(1,),
+            stateful=False,
+            batch=BatchNeeds(False, 1, "per-sample cosine, averaged"),
+            hessian_psd=False,
+            degree=0,
+            family="cosine",
+        ),
+    ),
+    ObjectiveSpec(
+        "byol",
+        LossSpec(
+            fn=byol,
+            args=("p1", "p2", "t1", "t2"),
+            differentiable=(0, 1),
+            stop_gradient=(2, 3),
+            stateful=False,
+            batch=BatchNeeds(False, 1, "per-sample normalised MSE, averaged"),
+            hessian_psd=False,
+            degree=0,
+            family="cosine",
+        ),
+        objective="byol",
+        inputs=("p1", "p2", "t1", "t2"),
+        predictor=True,
+        ema_target=True,
+        hypers=(EMA,),
+    ),
+    ObjectiveSpec(
+        "mse",
+        LossSpec(
+            fn=mse,
+            args=("u1", "u2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(False, 1, "per-sample squared distance, averaged"),
+            hessian_psd=True,
+            degree=2,
+            family="cosine",
+        ),
+        aliases=("alignment",),
+    ),
+)

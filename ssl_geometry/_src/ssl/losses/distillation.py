@@ -4,12 +4,14 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, ScalarLike
 
+from ssl_geometry._src import fields
 from ssl_geometry._src import ops as _ops
 from ssl_geometry._src.checks import check_finite, check_min_batch, check_rank
 from ssl_geometry._src.ops import ArrayIn
 from ssl_geometry._src.ssl.losses._common import finite_loss, positive, sg, unit_interval
+from ssl_geometry._src.ssl.losses.specs import EMA, BatchNeeds, Hyper, LossSpec, ObjectiveSpec
 
-__all__ = ["dino"]
+__all__ = ["SPECS", "dino"]
 
 
 def _check_dino_shapes(student, teacher, center) -> None:
@@ -73,3 +75,47 @@ def dino(
     batch_center = jnp.mean(t, axis=(0, 1))
     new_center = (center_momentum * c + (1.0 - center_momentum) * batch_center).astype(center_dtype)
     return finite_loss(loss, "dino", (student, t, c)), new_center
+
+
+# ----------------------------------------------------------------------------- this family's entries of the table
+
+
+def _dino_center(key, dim, dtype, values):
+    """DINO's teacher centre, zero at the start."""
+    del key, values
+    return jnp.zeros((dim,), dtype)
+
+
+_DINO_TEMPS = Hyper("dino_temps", (0.1, 0.04), fields.sequence(fields.POSITIVE, 2), "DINO (student, teacher) temps")
+_DINO_CENTER_MOMENTUM = Hyper("dino_center_momentum", 0.9, fields.UNIT, "momentum of DINO's teacher centre")
+
+
+#: This family's entries of the objective table (:data:`ssl_geometry.objectives.TABLE`, which collects the
+#: ``SPECS`` of every family module in table order): one :class:`~ssl_geometry.objectives.ObjectiveSpec` per loss
+#: above, with its training wiring where a training objective is built on it (``docs/howto/extend.md``).
+SPECS: tuple[ObjectiveSpec, ...] = (
+    ObjectiveSpec(
+        "dino",
+        LossSpec(
+            fn=dino,
+            args=("student", "teacher", "center"),
+            differentiable=(0,),
+            stop_gradient=(1, 2),
+            stateful=True,
+            batch=BatchNeeds(True, 2, "teacher centre is an EMA of batch means"),
+            hessian_psd=True,
+            degree=None,
+            family="distillation",
+        ),
+        objective="dino",
+        inputs=("z", "t", "center"),
+        options={
+            "student_temp": ("dino_temps", 0),
+            "teacher_temp": ("dino_temps", 1),
+            "center_momentum": "dino_center_momentum",
+        },
+        ema_target=True,
+        hypers=(EMA, _DINO_TEMPS, _DINO_CENTER_MOMENTUM),
+        state={"center": _dino_center},
+    ),
+)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, ScalarLike
 
+from ssl_geometry._src import fields
 from ssl_geometry._src import ops as _ops
 from ssl_geometry._src.checks import is_concrete
 from ssl_geometry._src.ops import ArrayIn
@@ -16,8 +17,9 @@ from ssl_geometry._src.ssl.losses._common import (
     positive,
     unit_interval,
 )
+from ssl_geometry._src.ssl.losses.specs import BatchAboveDim, BatchNeeds, Hyper, LossSpec, ObjectiveSpec
 
-__all__ = ["barlow_twins", "cholesky_whiten", "vicreg", "wmse"]
+__all__ = ["SPECS", "barlow_twins", "cholesky_whiten", "vicreg", "wmse"]
 
 
 def _standardize(z, eps):
@@ -187,3 +189,76 @@ def wmse(z1: Float[ArrayIn, "n k"], z2: Float[ArrayIn, "n k"], *, eps: ScalarLik
         "The batch covariance is not positive definite (Cholesky failed); the embeddings are "
         "(nearly) rank-deficient. Pass eps > 0 or a larger batch.",
     )
+
+
+# ----------------------------------------------------------------------------- this family's entries of the table
+
+_BARLOW_LAMBDA = Hyper("barlow_lambda", 5e-3, fields.number(0), "Barlow Twins' off-diagonal weight lambda")
+_VICREG_COEFFS = Hyper("vicreg_coeffs", (25.0, 25.0, 1.0), fields.sequence(fields.number(0), 3), "VICReg a, b, c")
+
+
+#: This family's entries of the objective table (:data:`ssl_geometry.objectives.TABLE`, which collects the
+#: ``SPECS`` of every family module in table order): one :class:`~ssl_geometry.objectives.ObjectiveSpec` per loss
+#: above, with its training wiring where a training objective is built on it (``docs/howto/extend.md``).
+SPECS: tuple[ObjectiveSpec, ...] = (
+    ObjectiveSpec(
+        "barlow_twins",
+        LossSpec(
+            fn=barlow_twins,
+            args=("z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "per-feature batch standardisation"),
+            hessian_psd=False,
+            degree=0,
+            family="redundancy",
+        ),
+        aliases=("barlow",),
+        objective="barlow_twins",
+        inputs=("z1", "z2"),
+        options={"lambd": "barlow_lambda"},
+        hypers=(_BARLOW_LAMBDA,),
+    ),
+    ObjectiveSpec(
+        "vicreg",
+        LossSpec(
+            fn=vicreg,
+            args=("z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "unbiased batch variance and covariance"),
+            hessian_psd=False,
+            degree=4,
+            family="redundancy",
+        ),
+        objective="vicreg",
+        inputs=("z1", "z2"),
+        options={
+            "sim_coeff": ("vicreg_coeffs", 0),
+            "std_coeff": ("vicreg_coeffs", 1),
+            "cov_coeff": ("vicreg_coeffs", 2),
+        },
+        hypers=(_VICREG_COEFFS,),
+    ),
+    ObjectiveSpec(
+        "wmse",
+        LossSpec(
+            fn=wmse,
+            args=("z1", "z2"),
+            differentiable=(0, 1),
+            stop_gradient=(),
+            stateful=False,
+            batch=BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"),
+            hessian_psd=False,
+            degree=0,
+            family="redundancy",
+        ),
+        aliases=("w_mse",),
+        objective="wmse",
+        inputs=("z1", "z2"),
+        # eps = 0 (the default, and the objective's): each view's k x k covariance must have full rank
+        batch_above_dim=BatchAboveDim(1, "W-MSE whitens each view with the covariance of its {k} projector outputs"),
+    ),
+)

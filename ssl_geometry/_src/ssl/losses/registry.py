@@ -3,34 +3,31 @@
 :data:`TABLE` holds one :class:`ObjectiveSpec` per loss: its :class:`LossSpec` (what a caller and a test
 need to know about the function), its names, and -- for a training objective -- how the trainer calls it
 (which head outputs go in, which hyper-parameters become which keywords), whether it has a predictor or an
-EMA target, the state it carries and its hyper-parameters (:class:`Hyper`: default and config check).
+EMA target, the state it carries, its hyper-parameters (:class:`Hyper`: default and config check) and a
+minimum batch that grows with the feature dimension (:class:`BatchAboveDim`).
 Everything else is read from it when it is used: the losses registry (:data:`REGISTRY`, :data:`LOSSES`,
-:data:`NEEDS_BATCH`, :func:`get`, :func:`spec`), the trainer's names (:data:`OBJECTIVES`,
+:data:`NEEDS_BATCH`, :func:`get`, :func:`spec`, :func:`min_batch_size`), the trainer's names (:data:`OBJECTIVES`,
 :data:`EMA_METHODS`, :data:`PREDICTOR_METHODS`), :func:`ssl_geometry.objectives.make_objective` and its
-loss evaluation, the config validator's ``objective.*`` fields and the builders.
+loss evaluation, the config validator's ``objective.*`` fields and batch check, and the builders.
 
-To add a loss or a training objective: write the loss in the family module it belongs to and add one
-:class:`ObjectiveSpec` to :data:`TABLE` here (``docs/howto/extend.md`` gives the recipe and the test).
+Each spec is written beside its loss function, in the ``SPECS`` tuple of the loss's family module, and the
+table collects the families' ``SPECS`` in the order of ``_FAMILIES``; this module names no loss and no objective.
+To add a loss or a training objective: write the loss and its :class:`ObjectiveSpec` in the family module it
+belongs to (and re-export a new loss in ``ssl_geometry/losses.py``); ``docs/howto/extend.md`` gives the recipe
+and the test.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from typing import Generic, TypeVar
 
-import jax
-import jax.numpy as jnp
-
-from ssl_geometry._src import fields
 from ssl_geometry._src.checks import check_choice
-from ssl_geometry._src.ops import l2_normalize
-from ssl_geometry._src.ssl.losses.contrastive import info_nce, info_nce_one_way, moco, moco_v3, spectral_contrastive
-from ssl_geometry._src.ssl.losses.cosine import byol, mse, negative_cosine, simsiam
-from ssl_geometry._src.ssl.losses.distillation import dino
-from ssl_geometry._src.ssl.losses.redundancy import barlow_twins, vicreg, wmse
-from ssl_geometry._src.ssl.losses.specs import BatchNeeds, Hyper, LossSpec, ObjectiveSpec
+from ssl_geometry._src.ssl.losses import contrastive, cosine, distillation, redundancy
+from ssl_geometry._src.ssl.losses.specs import BatchAboveDim, BatchNeeds, Hyper, LossSpec, ObjectiveSpec
 
 __all__ = [
+    "BatchAboveDim",
     "BatchNeeds",
     "EMA_METHODS",
     "Hyper",
@@ -49,194 +46,22 @@ __all__ = [
     "spec",
 ]
 
-
-def _per_sample(why):
-    return BatchNeeds(False, 1, why)
-
-
-def _moco_queue(key, dim, dtype, values):
-    """MoCo v2's queue: ``queue_size`` unit rows, drawn in the parameter dtype (independent of x64)."""
-    return l2_normalize(jax.random.normal(jax.random.fold_in(key, 7), (values["queue_size"], dim), dtype))
+#: The family modules whose ``SPECS`` make up :data:`TABLE`, in table order.
+_FAMILIES = (cosine, contrastive, redundancy, distillation)
 
 
-def _dino_center(key, dim, dtype, values):
-    """DINO's teacher centre, zero at the start."""
-    del key, values
-    return jnp.zeros((dim,), dtype)
+def _table(specs: Iterable[ObjectiveSpec]) -> dict[str, ObjectiveSpec]:
+    """``name -> spec``; ``ValueError`` for a name two specs give."""
+    out: dict[str, ObjectiveSpec] = {}
+    for s in specs:
+        if out.setdefault(s.name, s) is not s:
+            raise ValueError(f"two specs of the objective table are named {s.name!r}.")
+    return out
 
 
-_TEMPERATURE = Hyper("temperature", 0.1, fields.POSITIVE, "softmax temperature of the contrastive losses")
-_EMA = Hyper("ema", 0.99, fields.UNIT, "base EMA decay tau_0 of the target network (cosine schedule to 1)")
-_QUEUE_SIZE = Hyper("queue_size", 4096, fields.integer(1), "MoCo v2 queue length K")
-_BARLOW_LAMBDA = Hyper("barlow_lambda", 5e-3, fields.number(0), "Barlow Twins' off-diagonal weight lambda")
-_VICREG_COEFFS = Hyper("vicreg_coeffs", (25.0, 25.0, 1.0), fields.sequence(fields.number(0), 3), "VICReg a, b, c")
-_DINO_TEMPS = Hyper("dino_temps", (0.1, 0.04), fields.sequence(fields.POSITIVE, 2), "DINO (student, teacher) temps")
-_DINO_CENTER_MOMENTUM = Hyper("dino_center_momentum", 0.9, fields.UNIT, "momentum of DINO's teacher centre")
-
-
-def _table(*specs: ObjectiveSpec) -> dict[str, ObjectiveSpec]:
-    return {s.name: s for s in specs}
-
-
-# fmt: off
-#: The objective table: every loss of :mod:`ssl_geometry.losses` by canonical name, with its training wiring.
-TABLE: dict[str, ObjectiveSpec] = _table(
-    ObjectiveSpec(
-        "simsiam",
-        LossSpec(
-            simsiam, ("p1", "p2", "z1", "z2"), (0, 1), (2, 3), False, _per_sample("per-sample cosine, averaged"),
-            False, 0, "cosine",
-        ),
-        objective="simsiam",
-        inputs=("p1", "p2", "z1", "z2"),
-        predictor=True,
-    ),
-    ObjectiveSpec(
-        "negative_cosine",
-        LossSpec(
-            negative_cosine, ("p", "z"), (0,), (1,), False, _per_sample("per-sample cosine, averaged"), False, 0,
-            "cosine",
-        ),
-    ),
-    ObjectiveSpec(
-        "byol",
-        LossSpec(
-            byol, ("p1", "p2", "t1", "t2"), (0, 1), (2, 3), False, _per_sample("per-sample normalised MSE, averaged"),
-            False, 0, "cosine",
-        ),
-        objective="byol",
-        inputs=("p1", "p2", "t1", "t2"),
-        predictor=True,
-        ema_target=True,
-        hypers=(_EMA,),
-    ),
-    ObjectiveSpec(
-        "mse",
-        LossSpec(
-            mse, ("u1", "u2"), (0, 1), (), False, _per_sample("per-sample squared distance, averaged"), True, 2,
-            "cosine",
-        ),
-        aliases=("alignment",),
-    ),
-    ObjectiveSpec(
-        "moco",
-        LossSpec(
-            moco, ("q", "k", "queue"), (0,), (1, 2), True,
-            _per_sample("negatives come from the queue (K >= n keys)"), False, 0, "contrastive",
-        ),
-        aliases=("mocov2", "moco_v2"),
-        objective="moco",
-        inputs=("z1", "t2", "queue"),
-        options={"temperature": "temperature"},
-        ema_target=True,
-        hypers=(_EMA, _TEMPERATURE, _QUEUE_SIZE),
-        state={"queue": _moco_queue},
-    ),
-    ObjectiveSpec(
-        "info_nce",
-        LossSpec(
-            info_nce, ("z1", "z2"), (0, 1), (), False, BatchNeeds(True, 2, "in-batch negatives (2n - 2 per anchor)"),
-            False, 0, "contrastive",
-        ),
-        aliases=("simclr", "nt_xent", "ntxent"),
-        objective="simclr",
-        inputs=("z1", "z2"),
-        options={"temperature": "temperature"},
-        hypers=(_TEMPERATURE,),
-    ),
-    ObjectiveSpec(
-        "info_nce_one_way",
-        LossSpec(
-            info_nce_one_way, ("u1", "u2"), (0, 1), (), False,
-            BatchNeeds(True, 2, "in-batch cross-view negatives (n - 1 per anchor, one direction)"), False, 0,
-            "contrastive",
-        ),
-        aliases=("simclr_one_way",),
-        objective="simclr_one_way",
-        inputs=("z1", "z2"),
-        options={"temperature": "temperature"},
-        hypers=(_TEMPERATURE,),
-    ),
-    ObjectiveSpec(
-        "moco_v3",
-        LossSpec(
-            moco_v3, ("q1", "q2", "k1", "k2"), (0, 1), (2, 3), False,
-            BatchNeeds(True, 2, "in-batch negatives (n - 1 per query)"), False, 0, "contrastive",
-        ),
-        aliases=("mocov3",),
-        objective="moco_v3",
-        inputs=("p1", "p2", "t1", "t2"),
-        options={"temperature": "temperature"},
-        predictor=True,
-        ema_target=True,
-        hypers=(_EMA, _TEMPERATURE),
-    ),
-    ObjectiveSpec(
-        "spectral_contrastive",
-        LossSpec(
-            spectral_contrastive, ("z1", "z2"), (0, 1), (), False,
-            BatchNeeds(True, 2, "negative pairs of different samples"), False, 4, "contrastive",
-        ),
-        aliases=("spectral",),
-        objective="spectral_contrastive",
-        inputs=("z1", "z2"),
-    ),
-    ObjectiveSpec(
-        "barlow_twins",
-        LossSpec(
-            barlow_twins, ("z1", "z2"), (0, 1), (), False, BatchNeeds(True, 2, "per-feature batch standardisation"),
-            False, 0, "redundancy",
-        ),
-        aliases=("barlow",),
-        objective="barlow_twins",
-        inputs=("z1", "z2"),
-        options={"lambd": "barlow_lambda"},
-        hypers=(_BARLOW_LAMBDA,),
-    ),
-    ObjectiveSpec(
-        "vicreg",
-        LossSpec(
-            vicreg, ("z1", "z2"), (0, 1), (), False, BatchNeeds(True, 2, "unbiased batch variance and covariance"),
-            False, 4, "redundancy",
-        ),
-        objective="vicreg",
-        inputs=("z1", "z2"),
-        options={
-            "sim_coeff": ("vicreg_coeffs", 0),
-            "std_coeff": ("vicreg_coeffs", 1),
-            "cov_coeff": ("vicreg_coeffs", 2),
-        },
-        hypers=(_VICREG_COEFFS,),
-    ),
-    ObjectiveSpec(
-        "wmse",
-        LossSpec(
-            wmse, ("z1", "z2"), (0, 1), (), False,
-            BatchNeeds(True, 2, "batch covariance whitening (n >= k + 1 when eps = 0)"), False, 0, "redundancy",
-        ),
-        aliases=("w_mse",),
-        objective="wmse",
-        inputs=("z1", "z2"),
-    ),
-    ObjectiveSpec(
-        "dino",
-        LossSpec(
-            dino, ("student", "teacher", "center"), (0,), (1, 2), True,
-            BatchNeeds(True, 2, "teacher centre is an EMA of batch means"), True, None, "distillation",
-        ),
-        objective="dino",
-        inputs=("z", "t", "center"),
-        options={
-            "student_temp": ("dino_temps", 0),
-            "teacher_temp": ("dino_temps", 1),
-            "center_momentum": "dino_center_momentum",
-        },
-        ema_target=True,
-        hypers=(_EMA, _DINO_TEMPS, _DINO_CENTER_MOMENTUM),
-        state={"center": _dino_center},
-    ),
-)
-# fmt: on
+#: The objective table: every loss of :mod:`ssl_geometry.losses` by canonical name, with its training wiring (the
+#: ``SPECS`` of the family modules, in order).
+TABLE: dict[str, ObjectiveSpec] = _table(s for family in _FAMILIES for s in family.SPECS)
 
 _V = TypeVar("_V")
 
@@ -316,8 +141,8 @@ class _ObjectiveSet(Set[str]):
 REGISTRY: Mapping[str, LossSpec] = _TableView(lambda s: s.loss)
 
 #: Which losses need batch statistics and the minimum batch size each accepts (from
-#: :data:`REGISTRY`). W-MSE with its default ``eps=0`` additionally needs ``n >= k + 1``
-#: (see :func:`min_batch_size`).
+#: :data:`REGISTRY`). A loss whose spec sets ``batch_above_dim`` (W-MSE with its default ``eps=0``: ``n >= k + 1``)
+#: additionally needs a batch above the feature dimension (see :func:`min_batch_size`).
 NEEDS_BATCH: Mapping[str, BatchNeeds] = _TableView(lambda s: s.loss.batch)
 
 #: name -> loss function (from :data:`REGISTRY`).
@@ -372,24 +197,25 @@ def get(name: str) -> Callable:
     ``spectral``, ``alignment`` (``mse``).
 
     Example:
-      >>> get("SimCLR") is info_nce
+      >>> get("SimCLR") is contrastive.info_nce
       True
     """
     return spec(name).fn
 
 
 def min_batch_size(name: str, dim: int | None = None) -> int:
-    """Smallest batch the loss ``name`` accepts; for ``wmse`` with feature dimension
-    ``dim`` given, ``dim + 1`` (its default ``eps = 0`` needs a full-rank covariance).
+    """Smallest batch the loss ``name`` accepts: ``NEEDS_BATCH[name].min_batch``, and, for a loss whose spec sets
+    ``batch_above_dim`` (``wmse``: its default ``eps = 0`` needs a full-rank covariance) with the feature dimension
+    ``dim`` given, at least ``dim + batch_above_dim.margin``.
 
     Example:
       >>> min_batch_size("vicreg"), min_batch_size("wmse", 64)
       (2, 65)
     """
-    key = _canonical(name)
-    m = TABLE[key].loss.batch.min_batch
-    if key == "wmse" and dim is not None:
-        m = max(m, int(dim) + 1)
+    s = TABLE[_canonical(name)]
+    m = s.loss.batch.min_batch
+    if s.batch_above_dim is not None and dim is not None:
+        m = max(m, int(dim) + s.batch_above_dim.margin)
     return m
 
 

@@ -1,7 +1,11 @@
 """The records of the objective table (:data:`ssl_geometry.objectives.TABLE`): :class:`LossSpec` (a loss
-function), :class:`Hyper` (a hyper-parameter) and :class:`ObjectiveSpec` (one loss with its training wiring).
+function), :class:`Hyper` (a hyper-parameter), :class:`BatchAboveDim` (a minimum batch that grows with the feature
+dimension) and :class:`ObjectiveSpec` (one loss with its training wiring), and the hyper-parameters that specs of
+several families share (:data:`EMA`, :data:`TEMPERATURE`).
 
-The table itself, and everything read from it, is in ``ssl_geometry/_src/ssl/losses/registry.py``.
+Each spec is written beside its loss function, in the ``SPECS`` of its family module (``cosine.py``,
+``contrastive.py``, ``redundancy.py``, ``distillation.py``); the table that collects them, and everything read
+from it, is in ``ssl_geometry/_src/ssl/losses/registry.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-__all__ = ["BatchNeeds", "Hyper", "LossSpec", "ObjectiveSpec"]
+from ssl_geometry._src import fields
+
+__all__ = ["EMA", "TEMPERATURE", "BatchAboveDim", "BatchNeeds", "Hyper", "LossSpec", "ObjectiveSpec"]
 
 
 class BatchNeeds(NamedTuple):
@@ -78,6 +84,29 @@ class Hyper(NamedTuple):
     doc: str
 
 
+#: The base EMA decay of a target network, read by every objective with an EMA target (BYOL, MoCo v2 and v3, DINO).
+EMA = Hyper("ema", 0.99, fields.UNIT, "base EMA decay tau_0 of the target network (cosine schedule to 1)")
+#: The softmax temperature, shared by the contrastive objectives.
+TEMPERATURE = Hyper("temperature", 0.1, fields.POSITIVE, "softmax temperature of the contrastive losses")
+
+
+class BatchAboveDim(NamedTuple):
+    """A minimum batch that grows with the feature dimension ``k`` of the loss's inputs: ``n >= k + margin``
+    (W-MSE's whitening with ``eps = 0`` needs a full-rank ``k x k`` batch covariance: ``n >= k + 1``).
+
+    :func:`ssl_geometry.losses.min_batch_size` raises :attr:`BatchNeeds.min_batch` to ``k + margin`` when given ``k``,
+    and the config validator refuses ``data.batch_size < k + margin`` for ``k = model.projector.out_dim``.
+
+    Attributes:
+      margin: ``n - k`` at the least (an integer ``>= 0``).
+      why: what needs it, as the validator's message says it: a clause in which ``{k}`` stands for the dimension,
+        followed there by ``" (model.projector.out_dim), which needs a batch of at least <k + margin>"``.
+    """
+
+    margin: int
+    why: str
+
+
 #: What a training objective's :attr:`ObjectiveSpec.inputs` may name besides its state: the projector outputs of
 #: the two views ``z1, z2``, the predictor's ``p1, p2`` and the EMA target's ``t1, t2``; a letter alone (``z``,
 #: ``p``, ``t``) is its two views stacked, ``(2, n, k)``.
@@ -105,6 +134,8 @@ class ObjectiveSpec:
         are ``t1, t2``; it needs the ``ema`` hyper-parameter). Without one, no target outputs exist.
       hypers: the hyper-parameters it reads (from ``options``, ``state`` and the EMA), each a :class:`Hyper`.
       state: state key -> ``init(key, out_dim, dtype, hypers) -> array``, carried from step to step.
+      batch_above_dim: a :class:`BatchAboveDim` when the loss's minimum batch grows with the feature dimension
+        (W-MSE), else ``None``; a property of the loss, so a spec without ``objective`` may set it too.
     """
 
     name: str
@@ -117,10 +148,19 @@ class ObjectiveSpec:
     ema_target: bool = False
     hypers: tuple[Hyper, ...] = ()
     state: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+    batch_above_dim: BatchAboveDim | None = None
 
     def __post_init__(self):
         if not isinstance(self.loss, LossSpec):
             raise TypeError(f"ObjectiveSpec {self.name!r}: `loss` must be a LossSpec; got {type(self.loss).__name__}.")
+        above = self.batch_above_dim
+        if above is not None and not (
+            isinstance(above, BatchAboveDim) and isinstance(above.margin, int) and above.margin >= 0
+        ):
+            raise TypeError(
+                f"ObjectiveSpec {self.name!r}: `batch_above_dim` must be None or a BatchAboveDim with an integer "
+                f"margin >= 0; got {above!r}."
+            )
         if self.objective is None:
             if self.inputs or self.options or self.predictor or self.ema_target or self.hypers or self.state:
                 raise ValueError(f"ObjectiveSpec {self.name!r}: a loss without `objective` takes no training fields.")
