@@ -15,7 +15,7 @@ residual scale. :func:`collapse_certificate` computes it per block (``N_i = null
 ``Q_i`` an orthonormal basis of it, ``B_i = Q_i^T M_i Q_i``):
 
 ``Q_i`` comes from the SVD of ``J_i`` when ``null(J_i) = null(G_i)`` (whose error is the square root of that
-of ``eigh(G_i)``'s null vectors; :func:`_null_basis`), and ``B_i`` is decided to that error:
+of ``eigh(G_i)``'s null vectors; ``_null_basis``), and ``B_i`` is decided to that error:
 
 1. ``lambda_min(B_i) < 0``, or a null direction ``y`` of ``B_i`` with ``M_i Q_i y != 0``: then
    ``G_i + s M_i`` has a negative Rayleigh quotient at every ``s > 0``, ``s*_i = 0``;
@@ -99,7 +99,7 @@ class CollapseCertificate(NamedTuple):
         (the rounding of ``M_i``, whose terms may cancel) plus that scale times the error of the computed
         null space: ``t (2 + t)`` with ``t`` from Wedin's bound ``e_J / (sigma_r - sigma_{r+1} - e_J)`` on the
         SVD of ``J_i`` when ``dim null(J_i) = dim null(G_i)``, else ``dim eps 2 |G_i|_2 / gap_i`` (Davis-Kahan
-        on ``G_i``; :func:`_null_basis`).
+        on ``G_i``; ``_null_basis``).
       method: ``"dense"`` or ``"lanczos"`` (then ``blocks = 1`` of ``n d`` dimensions, the null-space
         fields are ``0`` because ``G > 0`` was required, and ``interaction_sum`` is ``nan``).
       notes: how ``s*`` was found where it was not the direct eigensolve, and any refusal reason.

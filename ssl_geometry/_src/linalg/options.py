@@ -45,7 +45,7 @@ class SolverOptions:
         ``hessian_extremes`` and ``operator_norm`` clamp it to the dimension; the bare solvers refuse a
         budget above it.
       check_every: the most steps between two convergence checks (the checks are adaptive; see
-        :mod:`ssl_geometry._src.linalg.lanczos`). ``None``: 20 (4 for ``hessian_extremes`` and ``operator_norm``).
+        :func:`ssl_geometry.curvature.extreme_eigenvalues`). ``None``: 20 (4 for ``hessian_extremes`` and ``operator_norm``).
       error_bound: ``"residual"`` (stop on the residual ``r``: an eigenvalue lies within ``r``) or ``"gap"``
         (stop on the Kato-Temple bound ``min(r, r^2 / delta)``, the eigenvalue's own error: fewer steps for
         the values, not the vectors). ``None``: ``"residual"`` (``"gap"`` for ``operator_norm``).
