@@ -579,8 +579,10 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
     assert [n for n, _ in fr["points"]] == [4, 8] and [n for n, _ in ft["points"]] == [2, 4]
     for i in range(2):  # the unit is the schedule's mean step: (30 t_frozen + 6 t_finetune) / 36
         assert training["points"][i][1] == pytest.approx((30 * fr["points"][i][1] + 6 * ft["points"][i][1]) / 36)
-    # 36 steps of about (30 * 2e-3 * 32 + 6 * 1e-2 * 16) / 36 s at the full batches
-    assert training["projected_s"] == pytest.approx(30 * 2e-3 * 32 + 6 * 1e-2 * 16, rel=0.4)
+    # 36 steps of about (30 * 2e-3 * 32 + 6 * 1e-2 * 16) / 36 s at the full batches; rel 0.6: sleeps of 8-40 ms
+    # extrapolated 4x on a 2-core machine (CI measured +46% once); the step count, both paths and the unit's
+    # weights are asserted exactly above
+    assert training["projected_s"] == pytest.approx(30 * 2e-3 * 32 + 6 * 1e-2 * 16, rel=0.6)
     analysis = D.analysis_projection(pm, None, None, None, None, TOKENS, full, cfg, jax.random.PRNGKey(1), n_heads=3)
     assert seen["geometry"] == [2] * 3 + [4] * 3 and seen["hessian"] == [2] * 6  # H_eff batch: at least 2
     assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and (analysis["full_size"], analysis["count"]) == (
