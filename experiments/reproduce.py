@@ -33,7 +33,8 @@ code) is a failure whose line names the signal and its faulthandler trace, ``DIR
 ``experiments/<name>`` with its config ``experiments/configs/<name>.py``, and ``--variant V`` runs
 variant ``V`` of every config that defines it (an experiment without it is listed as skipped).
 ``--variant paper`` also runs each sibling ``paper_*`` variant a config defines (the guillotine's ``paper_vit_tiny``,
-collapse_hessians' ``paper_widths``; ``--variant paper_widths`` runs that one alone) in ``DIR/<name>-<variant>/``
+collapse_hessians' ``paper_widths``; ``--variant paper_widths`` runs that one alone); every paper variant runs in
+``DIR/<name>-<variant>/``, so a paper-scale run stored in ``results/`` sits beside the smoke run's ``results/<name>/``
 (:func:`experiments.suite.variants_of`, :func:`~experiments.suite.run_dir`). ``--data-dir DIR`` sets
 ``data.data_dir`` in every config that has the field (the paper variants read prepared tfds CIFAR from it).
 ``--dry-run`` runs each variant end to end with ``config.dry_run = True`` (the paper's models and image shapes, mock
@@ -90,11 +91,10 @@ def collect(out_root: pathlib.Path, names=None) -> list[report_md.Entry]:
     for name, label in suite.EXPERIMENTS:
         if names is not None and name not in names:
             continue
-        for out_dir in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))]:
-            if (out_dir / "results.json").exists():
-                res = common.read_results(out_dir)
-                label_v = label if out_dir.name == name else f"{label} [{res.get('variant')}]"
-                entries.append(report_md.Entry(name, label_v, res, suite.load(name)[0], out_dir))
+        for out_dir in suite.stored_dirs(out_root, name):
+            res = common.read_results(out_dir)
+            label_v = label if out_dir.name == name else f"{label} [{res.get('variant')}]"
+            entries.append(report_md.Entry(name, label_v, res, suite.load(name)[0], out_dir))
     return entries
 
 

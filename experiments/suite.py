@@ -68,9 +68,18 @@ def variants_of(name: str, variant: str) -> list[str]:
 
 
 def run_dir(name: str, variant: str) -> str:
-    """Directory (under the output root) of ``name`` in ``variant``: ``name``, or ``name-paper_x`` for a sibling
-    paper variant, so that the sibling runs never overwrite (or resume from) each other."""
-    return f"{name}-{variant}" if is_paper_variant(variant) and variant != "paper" else name
+    """Directory (under the output root) of ``name`` in ``variant``: ``name`` for ``tiny`` and ``smoke``,
+    ``name-<variant>`` for ``paper`` and each sibling ``paper_*`` variant, so that a paper-scale run stored beside the
+    smoke run in ``results/`` never overwrites it, and no two runs overwrite (or resume from) each other."""
+    return f"{name}-{variant}" if is_paper_variant(variant) else name
+
+
+def stored_dirs(out_root, name: str) -> list[pathlib.Path]:
+    """The run directories of ``name`` under ``out_root`` that hold a ``results.json``, in report order: ``name``
+    (``tiny`` or ``smoke``), ``name-paper``, then each ``name-paper_*`` sorted (:func:`run_dir`)."""
+    root = pathlib.Path(out_root)
+    dirs = [root / name, root / f"{name}-paper", *sorted(root.glob(f"{name}-paper_*"))]
+    return [d for d in dirs if (d / "results.json").exists()]
 
 
 def make_config(
@@ -199,16 +208,14 @@ def stale_runs(out_root, names=None, *, root=None) -> list[Stale]:
     no ``results.json`` for the experiment at all, an unreadable one, a code digest that differs from the
     current code's (:func:`experiments.claims.code_digest` of the code under ``root``, default this
     repository) or is missing, a record whose rule digest differs from the registry's, or a registered
-    claim of the experiment without a record. Every stored run directory counts (``name`` and each
-    ``name-paper_*``); a missing experiment is one :class:`Stale` with ``variant`` ``None``."""
+    claim of the experiment without a record. Every stored run directory counts (:func:`stored_dirs`); a missing
+    experiment is one :class:`Stale` with ``variant`` ``None``."""
     out_root = pathlib.Path(out_root)
     out = []
     for name in NAMES:
         if names is not None and name not in names:
             continue
-        dirs = [
-            d for d in [out_root / name, *sorted(out_root.glob(f"{name}-paper_*"))] if (d / "results.json").exists()
-        ]
+        dirs = stored_dirs(out_root, name)
         if not dirs:
             out.append(Stale(name, name, None, None, f"no stored results ({out_root / name / 'results.json'})"))
             continue

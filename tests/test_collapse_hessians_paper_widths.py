@@ -188,3 +188,47 @@ def test_a_stored_variant_is_stale_only_for_the_claims_it_measures(tmp_path):
     (tmp_path / "collapse_hessians" / "results.json").write_text(json.dumps(res))
     (stale,) = suite.stale_runs(tmp_path, ["collapse_hessians"])
     assert stale.run_dir == "collapse_hessians" and "no record of" in stale.why and "thm4.1-linear-psd" in stale.why
+
+
+def test_a_paper_run_is_stored_beside_the_smoke_run(tmp_path):
+    """Every paper variant has a directory of its own (``name-paper``), so the paper-scale run stored in results/
+    never overwrites the smoke run's ``name/``; the report collects both (the paper one labelled) and the staleness
+    check reads both: a paper run whose code digest differs is stale under its own directory and variant."""
+    import json
+    import pathlib
+    import shutil
+
+    from experiments import reproduce, suite
+
+    assert [suite.run_dir("collapse_hessians", v) for v in ("tiny", "smoke", "paper", "paper_widths")] == [
+        "collapse_hessians",
+        "collapse_hessians",
+        "collapse_hessians-paper",
+        "collapse_hessians-paper_widths",
+    ]
+    root = pathlib.Path(__file__).resolve().parents[1] / "results"
+    for d in ("collapse_hessians", "collapse_hessians-paper_widths"):
+        shutil.copytree(root / d, tmp_path / d)
+    (tmp_path / "collapse_hessians-paper").mkdir()
+    (tmp_path / "collapse_hessians-paperless").mkdir()  # neither name-paper nor name-paper_*: not collected
+    res = json.loads((root / "collapse_hessians" / "results.json").read_text())
+    res["variant"] = "paper"
+    (tmp_path / "collapse_hessians-paper" / "results.json").write_text(json.dumps(res))
+    shutil.copy(root / "collapse_hessians" / "results.json", tmp_path / "collapse_hessians-paperless")
+    assert [d.name for d in suite.stored_dirs(tmp_path, "collapse_hessians")] == [
+        "collapse_hessians",
+        "collapse_hessians-paper",
+        "collapse_hessians-paper_widths",
+    ]
+    labels = [e.label for e in reproduce.collect(tmp_path, ["collapse_hessians"])]
+    assert labels == [
+        "3. Collapse Hessians (Thm 4.1)",
+        "3. Collapse Hessians (Thm 4.1) [paper]",
+        "3. Collapse Hessians (Thm 4.1) [paper_widths]",
+    ]
+    assert suite.stale_runs(tmp_path, ["collapse_hessians"]) == []
+    res["code_digest"] = "0" * 16
+    (tmp_path / "collapse_hessians-paper" / "results.json").write_text(json.dumps(res))
+    (stale,) = suite.stale_runs(tmp_path, ["collapse_hessians"])
+    assert (stale.run_dir, stale.variant) == ("collapse_hessians-paper", "paper") and "code digest" in stale.why
+    assert suite.run_dir(stale.name, stale.variant) == stale.run_dir  # --stale reruns it where it is stored
