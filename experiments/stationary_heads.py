@@ -9,8 +9,7 @@ when ``dh(c)/dtheta`` has full row rank, a stationary head forces ``r = 0``
 point of ``theta -> L(h_theta(z))`` (BFGS or L-BFGS, then Newton steps, on the flattened head parameters, the
 state's other arrays held fixed) and the residual is read there, beside the residual ``rho_ref`` of the same state
 with the head perturbed, and beside the extreme singular values of ``dh(c)/dtheta`` at the head reached
-(:func:`head_jacobian_singular_values`), on which the rule's premise of full row rank
-(:func:`experiments.rules.rho_zero_full_row_rank`) is checked.
+(:func:`head_jacobian_singular_values`), where the premise (:func:`experiments.rules.rho_zero_full_row_rank`) is checked.
 """
 from __future__ import annotations
 
@@ -276,9 +275,9 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     * ``stationary``: ``grad_norm <= sqrt(eps) jac_norm rho_ref`` or ``rho_ref <= residual_tol`` (the rule);
     * ``rho_bound``: :func:`experiments.rules.rho_zero_bound`, ``within_bound = rho <= rho_bound``;
     * ``jac_sigma_min``, ``jac_sigma_max``, ``jac_rows`` (``k``), ``jac_cols`` (``P``), ``jac_method``: the
-      extreme singular values of ``dh(c)/dtheta`` at ``theta*`` (:func:`head_jacobian_singular_values` of one
-      row's output, ``c = z[0]``); ``full_row_rank``: the rule's premise on them
-      (:func:`experiments.rules.rho_zero_full_row_rank`); ``rho_implied_bound = grad_norm / (sqrt(n)
+      extreme singular values of ``dh(c)/dtheta`` at ``theta*`` (:func:`head_jacobian_singular_values` of one row's
+      output, ``c = z[0]``: ``h(z[:1])`` unless ``train``, where BatchNorm couples the rows); ``full_row_rank``: the
+      rule's premise on them (:func:`experiments.rules.rho_zero_full_row_rank`); ``rho_implied_bound = grad_norm / (sqrt(n)
       jac_sigma_min)`` (``inf`` when ``jac_sigma_min = 0``), the bound on ``|rho|`` that the gradient reached
       implies when the rows are identical (``grad = n J^T r``, ``|rho| = sqrt(n) |r|``), reported; all of these
       only with ``measure_rank`` (``False`` is for timing probes of the search alone: the state then carries no
@@ -304,7 +303,7 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
     if z.ndim != 2 or not bool(jnp.all(z == z[:1])):
         raise ValueError(f"`z` must be a collapsed batch (n, d) with every row equal; got shape {z.shape}"
                          + ("" if z.ndim != 2 else " with rows that differ") + ".")
-    flat0, _ = ravel_pytree(variables["params"])
+    flat0, unravel = ravel_pytree(variables["params"])
     flat0 = jnp.asarray(flat0, jnp.float64)
     out, res = _residual(model, variables, loss_fn, z, train)
     canon, consts, _ = _objective_program(model, variables, loss_fn, z, train)
@@ -351,7 +350,8 @@ def stationary_head_state(model, variables, loss_fn, z, *, key, train: bool = Fa
         x, newton = _newton_polish(fg, _newton_solver(canon, consts, dense), x, newton_steps)
         state = at(x)
     if measure_rank:
-        sv = head_jacobian_singular_values(lambda th: out(th)[0], jnp.asarray(x))
+        row = out if train else lambda th: model.apply({**variables, "params": unravel(th)}, z[:1], train=False)[0]
+        sv = head_jacobian_singular_values(lambda th: row(th)[0], jnp.asarray(x))
         state.update({f"jac_{k}": v for k, v in sv.items() if k != "method"}, jac_method=sv["method"])
         state["full_row_rank"] = rules.rho_zero_full_row_rank(state)
         s_min, n = state["jac_sigma_min"], int(z.shape[0])

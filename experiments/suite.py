@@ -114,15 +114,20 @@ def make_config(
 
 
 def _checkpoint_dir(config, out_dir: pathlib.Path, *, fresh: bool) -> None:
-    """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints
-    (``train.checkpoint_every > 0``); ``fresh`` (a forced or new run) removes old checkpoints there first,
-    so only a resumed reproduce run continues from them."""
-    if not config.get("train", {}).get("checkpoint_every", 0):
+    """Point ``train.checkpoint_dir`` at ``out_dir/checkpoints`` for a config that checkpoints its training
+    (``train.checkpoint_every > 0``), and a top-level ``checkpoint_dir`` there for a config that stores the parts
+    of its measurement (collapse_hessians: :mod:`experiments.stored_parts`); ``fresh`` (a forced or new run)
+    removes old checkpoints there first, so only a resumed reproduce run continues from them."""
+    trains = bool(config.get("train", {}).get("checkpoint_every", 0))
+    if not trains and "checkpoint_dir" not in config:
         return
     path = out_dir / "checkpoints"
     if fresh and path.exists():
         shutil.rmtree(path)
-    config.train.checkpoint_dir = str(path)
+    if trains:
+        config.train.checkpoint_dir = str(path)
+    if "checkpoint_dir" in config:
+        config.checkpoint_dir = str(path)
 
 
 def is_done(out_dir: pathlib.Path, config, code_digest: str | None = None) -> bool:

@@ -53,7 +53,8 @@ def test_the_paper_widths_variant_is_the_sweep_alone_up_to_the_papers_projector(
     cfg = C.get_config("paper_widths")
     assert list(cfg.analysis.states) == [] and list(cfg.analysis.critical_sweep) == []
     assert [list(w) for w in cfg.analysis.widths][-1] == [512, 2048, 2048]
-    assert [list(w) for w in cfg.analysis.widths] == [list(w) for w in C.get_config("paper").analysis.widths]
+    assert [list(w) for w in cfg.analysis.widths] == [list(w) for w in C.PAPER_WIDTHS]
+    assert list(C.get_config("paper").analysis.widths) == []  # paper builds the states; this variant the widths
     # the composed SimSiam head at the paper's size alone, one seed (the config docstring says why)
     assert [list(w) for w in cfg.analysis.widths_composed] == [[512, 2048, 2048, 512]]
     assert cfg.analysis.widths_composed_seeds == 1

@@ -189,3 +189,32 @@ def test_newton_cg_step_equals_the_dense_minimum_norm_step():
     dense = np.linalg.lstsq(0.5 * (H + H.T), np.asarray(g), rcond=1e-12)[0]
     cg = np.asarray(stationary_heads._newton_cg_step(canon, theta, consts, g, 6))
     np.testing.assert_allclose(cg, dense, rtol=1e-9, atol=1e-12 * np.linalg.norm(dense))
+
+
+def test_the_rank_premise_reads_one_row_without_batchnorm_and_the_whole_batch_with_it():
+    """The head-Jacobian singular values of the stationarity premise come from ``h(z[:1])`` when ``train`` is false
+    (rows independent: the same values as row 0 of ``h(z)``, n times cheaper) and from the whole batch under
+    train-mode BatchNorm, where row 0 depends on every row (one row has no batch statistics: refused)."""
+    cfg = cfg_module.get_config("tiny")
+    key = jax.random.PRNGKey(3)
+    model, variables, loss_fn, z, train, _ = siamese_problem(cfg, "byol", "swish", False, "collapsed", key)
+    assert not train and z.shape[0] > 1
+    st = stationary_heads.stationary_head_state(model, variables, loss_fn, z, key=key, max_iter=0, newton_steps=0)
+    assert st["iterations"] == 0 and st["newton_steps"] == 0  # so theta* is the initial head
+    flat, unravel = ravel_pytree(variables["params"])
+    for rows in (z, z[:1]):
+        fn = lambda th, rows=rows: model.apply({**variables, "params": unravel(th)}, rows, train=False)[0][0]
+        sv = stationary_heads.head_jacobian_singular_values(fn, jnp.asarray(flat))
+        np.testing.assert_allclose(
+            [st["jac_sigma_min"], st["jac_sigma_max"]], [sv["sigma_min"], sv["sigma_max"]], rtol=1e-12
+        )
+        assert st["jac_rows"] == 4 and st["jac_cols"] == flat.size
+    bn_model = heads.mlp(2, (5,), 4, activation="swish", batch_norm=True, bias=False, dtype=jnp.float64)
+    bn_vars = bn_model.init(jax.random.PRNGKey(0))
+    zb = jax.random.normal(jax.random.PRNGKey(1), (6, 2), jnp.float64)
+    bflat, bun = ravel_pytree(bn_vars["params"])
+    whole = lambda th: bn_model.apply({**bn_vars, "params": bun(th)}, zb, train=True)[0][0]
+    one = lambda th: bn_model.apply({**bn_vars, "params": bun(th)}, zb[:1], train=True)[0][0]
+    assert np.all(np.isfinite(np.asarray(whole(bflat))))
+    with pytest.raises(ValueError, match="at least 2 samples"):  # one row has no batch statistics: keep the batch
+        one(bflat)

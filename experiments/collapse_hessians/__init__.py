@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import jax
 
-from experiments import claims, common, rules
+from experiments import claims, common, rules, stored_parts
 from experiments.collapse_hessians import certificates, width_report, widths
 from experiments.collapse_hessians.cases import all_cases, margin, online_head, run_case, siamese_problem
 from experiments.collapse_hessians.dry_run import dry_measure
@@ -68,21 +68,31 @@ def measure(config) -> dict:
     if config.dry_run:
         return dry_measure(config)
     key = jax.random.PRNGKey(config.seed)
+    # each case, certificate and sweep stored as it ends; a resumed run of the same code and config reuses them
+    part = stored_parts.parts(config.get("checkpoint_dir"), NAME, config)
+    cases = [
+        part(f"case{i:03d}", lambda i=i, c=c: run_case(config, *c[:4], jax.random.fold_in(key, i), c[4]))
+        for i, c in enumerate(all_cases(config))
+    ]
     return {
-        "cases": [
-            run_case(config, objective, act, bn, state, jax.random.fold_in(key, i), s)
-            for i, (objective, act, bn, state, s) in enumerate(all_cases(config))
-        ],
-        "certificates": certificates.certify_cases(config, key),  # the repaired Thm 4.1 (certificates.py)
-        "critical_sweeps": certificates.sweep_states(config, key),
-        "widths": widths.sweep(config, key),
-    }  # rank of J predicted before the state (widths.py)
+        "cases": cases,
+        "certificates": certificates.certify_cases(config, key, part),  # the repaired Thm 4.1 (certificates.py)
+        "critical_sweeps": certificates.sweep_states(config, key, part),
+        "widths": part("widths", lambda: widths.sweep(config, key)),  # rank of J predicted before the state
+    }
 
 
 def measured_claims(config) -> tuple:
-    """The claims a variant decides: every one of :data:`CLAIMS`, or the width claim alone where the variant
-    builds no collapsed state (``analysis.states`` empty: ``paper_widths``)."""
-    return CLAIMS if config.analysis.states else (widths.RANK_PREDICTS_STABILITY,)
+    """The claims a variant decides: those of the collapsed states (every claim but the width claim) where it builds
+    any (``analysis.states``), and the width claim where it sweeps widths (``analysis.widths`` or
+    ``analysis.widths_composed``): ``paper_widths`` the width claim alone, ``paper`` every other one."""
+    sweeps = bool(config.analysis.widths or config.analysis.widths_composed)
+    return tuple(
+        c
+        for c in CLAIMS
+        if (c == widths.RANK_PREDICTS_STABILITY and sweeps)
+        or (c != widths.RANK_PREDICTS_STABILITY and config.analysis.states)
+    )
 
 
 def _certified(rows):

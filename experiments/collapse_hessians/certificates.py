@@ -54,33 +54,41 @@ def equilibrium_state(cfg, objective, activation, key, residual_scale):
     return model, variables, eq
 
 
-def _certificate(cfg, model, variables, eq):
+def certificate(cfg, model, variables, eq):
+    """The certificate of equilibrium ``eq`` (:func:`ssl_geometry.geometry.collapse_certificate`, the variant's dense
+    threshold)."""
     return geometry.collapse_certificate(model, eq.loss_fn, eq.z, variables=variables,
                                          max_dense_dim=cfg.analysis.max_dense_dim)
 
 
-def _lambda_min(cfg, model, variables, eq, activation, key):
+def measured_lambda_min(cfg, model, variables, eq, activation, key):
     """The experiment's measurement (:func:`ssl_geometry.geometry.classify_collapse`): ``(lambda_min, tol)``."""
     res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, activation=activation,
                                      max_dense_dim=cfg.analysis.max_dense_dim, key=key)
     return float(res.lambda_min["full"]), float(res.eig_tol)
 
 
-def certify_cases(cfg, key) -> list[dict]:
+def _whole(tag, fn):
+    """The default ``part``: ``fn()``, nothing stored."""
+    return fn()
+
+
+def certify_cases(cfg, key, part=_whole) -> list[dict]:
     """One certificate row per equilibrium case of :func:`~experiments.collapse_hessians.cases.all_cases`
-    (``case``: its index in the experiment's rows, whose key is ``fold_in(key, case)``)."""
-    out = []
-    for i, (objective, act, bn, state, s) in enumerate(all_cases(cfg)):
-        if state != "equilibrium" or bn:
-            continue
+    (``case``: its index in the experiment's rows, whose key is ``fold_in(key, case)``); each row through
+    ``part("certificate<case>", fn)`` (:func:`experiments.stored_parts.parts`: stored as it ends)."""
+
+    def one(i, objective, act, s):
         model, variables, eq = equilibrium_state(cfg, objective, act, jax.random.fold_in(key, i), s)
-        cert = _certificate(cfg, model, variables, eq)
-        out.append({"case": i, "objective": objective, "activation": act, "residual_scale": s,
-                    "conclusion": cert.conclusion, "critical_scale": cert.critical_scale,
-                    "critical_bounds": list(cert.critical_bounds), "predicted_sign": int(cert.predicted_sign),
-                    "null_dim": int(cert.null_dim), "method": cert.method, "notes": list(cert.notes),
-                    "rho_norm": float(eq.premises.residual_norm)})
-    return out
+        cert = certificate(cfg, model, variables, eq)
+        return {"case": i, "objective": objective, "activation": act, "residual_scale": s,
+                "conclusion": cert.conclusion, "critical_scale": cert.critical_scale,
+                "critical_bounds": list(cert.critical_bounds), "predicted_sign": int(cert.predicted_sign),
+                "null_dim": int(cert.null_dim), "method": cert.method, "notes": list(cert.notes),
+                "rho_norm": float(eq.premises.residual_norm)}
+
+    return [part(f"certificate{i:03d}", lambda i=i, o=o, a=a, s=s: one(i, o, a, s))
+            for i, (o, a, bn, state, s) in enumerate(all_cases(cfg)) if state == "equilibrium" and not bn]
 
 
 def sign_states(rows, certs) -> list[dict]:
@@ -185,37 +193,40 @@ def sweep_range(objective: str, base: float, factor_lo: float, factor_hi: float)
     return factor_lo * base, hi
 
 
-def sweep_states(cfg, key) -> list[dict]:
+def sweep_states(cfg, key, part=_whole) -> list[dict]:
     """The residual sweeps of ``cfg.analysis.critical_sweep`` (``[objective, activation, residual_scale]``
-    each, a state the experiment builds): the base state's certificate, then the measured crossing."""
+    each, a state the experiment builds): the base state's certificate, then the measured crossing; sweep ``j``
+    through ``part("sweep<j>", fn)`` (:func:`experiments.stored_parts.parts`)."""
     a = cfg.analysis
-    wanted = [tuple(w) for w in a.critical_sweep]
     cases = list(all_cases(cfg))
-    out = []
-    for objective, act, base in wanted:
-        idx = [i for i, (o, ac, bn, st, s) in enumerate(cases)
-               if (o, ac, st, bn, s) == (objective, act, "equilibrium", False, base)]
-        if not idx:
-            raise ValueError(f"analysis.critical_sweep lists {objective}/{act}/{base}, which the experiment does "
-                             "not build (no such equilibrium case).")
-        k = jax.random.fold_in(key, idx[0])
-        model, variables, eq = equilibrium_state(cfg, objective, act, k, base)
-        cert = _certificate(cfg, model, variables, eq)
-        lo, hi = sweep_range(objective, base, a.critical_sweep_factors[0], a.critical_sweep_factors[1])
+    return [part(f"sweep{j}", lambda w=w: _sweep(cfg, key, a, cases, *w)) for j, w in enumerate(a.critical_sweep)]
 
-        def sign_at(r, objective=objective, act=act, k=k):
-            m, v, e = equilibrium_state(cfg, objective, act, k, r)
-            if not e.certified:
-                raise RuntimeError(f"the sweep's equilibrium {objective}/{act} at residual scale {r:g} is not "
-                                   "certified.")
-            lmin, _ = _lambda_min(cfg, m, v, e, act, k)
-            return 1 if lmin > 0 else -1
-        found = locate_crossing(sign_at, lo, hi, rtol=a.critical_sweep_rtol)
-        out.append({"label": f"{objective}/{act}/scale {base:g}", "base_scale": base, "certified": bool(eq.certified),
-                    "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
-                    "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
-                    "predicted_crossing": base * cert.critical_scale, "sweep": [lo, hi], **found})
-    return out
+
+def _sweep(cfg, key, a, cases, objective, act, base) -> dict:
+    """One sweep of :func:`sweep_states`."""
+    idx = [i for i, (o, ac, bn, st, s) in enumerate(cases)
+           if (o, ac, st, bn, s) == (objective, act, "equilibrium", False, base)]
+    if not idx:
+        raise ValueError(f"analysis.critical_sweep lists {objective}/{act}/{base}, which the experiment does "
+                         "not build (no such equilibrium case).")
+    k = jax.random.fold_in(key, idx[0])
+    model, variables, eq = equilibrium_state(cfg, objective, act, k, base)
+    cert = certificate(cfg, model, variables, eq)
+    lo, hi = sweep_range(objective, base, a.critical_sweep_factors[0], a.critical_sweep_factors[1])
+
+    def sign_at(r, objective=objective, act=act, k=k):
+        m, v, e = equilibrium_state(cfg, objective, act, k, r)
+        if not e.certified:
+            raise RuntimeError(f"the sweep's equilibrium {objective}/{act} at residual scale {r:g} is not "
+                               "certified.")
+        lmin, _ = measured_lambda_min(cfg, m, v, e, act, k)
+        return 1 if lmin > 0 else -1
+
+    found = locate_crossing(sign_at, lo, hi, rtol=a.critical_sweep_rtol)
+    return {"label": f"{objective}/{act}/scale {base:g}", "base_scale": base, "certified": bool(eq.certified),
+            "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
+            "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
+            "predicted_crossing": base * cert.critical_scale, "sweep": [lo, hi], **found}
 
 
 def decide_critical_residual(states, rtol: float) -> dict:

@@ -1,30 +1,37 @@
-"""Experiment 3's dry run: the paper's widths at 1/8 and 1/4 of its batch, one case per code path, timed at
-both batches and projected to the whole paper variant, with the stationarity search's iterations projected
-apart (a dry case runs a few of them, the variant up to ``analysis.stationarity_max_iter``)."""
+"""Experiment 3's dry run: the paper's widths at 1/8 and 1/4 of its batch, one case per code path, each part of
+:func:`experiments.collapse_hessians.measure` (the cases, the certificates, the critical-residual sweeps, the width
+sweep) timed at both batches, compilation included, and projected to the whole paper variant (:func:`dry_measure`).
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import jax
+import numpy as np
 
-from experiments import projection, stationary_heads
+from experiments import projection
 from experiments.benchmarks import harness
-from experiments.collapse_hessians import widths
-from experiments.collapse_hessians.cases import all_cases, run_case, siamese_problem
+from experiments.collapse_hessians import certificates, widths
+from experiments.collapse_hessians.cases import all_cases, run_case
 from ssl_geometry import geometry
 
 NAME = "collapse_hessians"
 
 #: Honours ``config.dry_run``: the paper's widths at two batches (:func:`batches`), one case per code path
-#: (:func:`_dry_cases`), every operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``);
-#: the projection fits the mean per-case time at the two batches and projects all of the variant's cases at its
-#: batch ``n``, and the stationarity search's further iterations apart (:func:`dry_measure`).
-#: L-BFGS iterations driving a collapsed head to stationarity in a dry case; the iteration-cost probe's two runs.
-DRY_RUN_STATIONARITY_ITERS, ITERATION_PROBE = 5, (5, 25)
+#: (:func:`_dry_cases`), every operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``),
+#: the stationarity search run to its own stop; each unit timed cold (its first call: compilation, as the real run
+#: pays it per case) and warm, projected by :func:`_compiled_projection`.
 #: Timed runs of the width sweep's head at each rung (after one untimed run): :func:`width_part`.
 WIDTH_REPEATS = 2
+#: The projection's method, stored with every part it makes (:func:`_compiled_projection`).
+METHOD = (
+    "warm time a n^p fitted at the two dry batches, projected at the variant's batch per unit, plus the "
+    "measured compilation (cold - warm, not grown with n) per compiled unit; spread: the two batches' "
+    "compilations"
+)
 
 
 def batches(config) -> list[int]:
@@ -35,13 +42,23 @@ def batches(config) -> list[int]:
 
 def _dry_config(config, n: int):
     """The dry-run config: batch ``n`` (at most the variant's), ``max_dense_dim = 1`` (Lanczos for every
-    operator, the paper's path) and :data:`DRY_RUN_STATIONARITY_ITERS` iterations of the stationarity search."""
+    operator, the paper's path), the stationarity search's cap unchanged, and ``checkpoint_dir`` empty (a dry
+    run stores no part)."""
     cfg = config.copy_and_resolve_references()
     cfg.unlock()
     cfg.data.n = min(n, config.data.n)
     cfg.analysis.max_dense_dim = 1
-    cfg.analysis.stationarity_max_iter = min(DRY_RUN_STATIONARITY_ITERS, config.analysis.stationarity_max_iter)
+    if "checkpoint_dir" in cfg:
+        cfg.checkpoint_dir = ""
     return cfg
+
+
+def _kind_activations(config) -> dict[str, str]:
+    """The first activation of ``model.activations`` of each head kind (linear, piecewise, smooth)."""
+    acts: dict[str, str] = {}
+    for act in config.model.activations:
+        acts.setdefault(geometry.head_smoothness(act), act)
+    return acts
 
 
 def _dry_cases(config) -> list:
@@ -49,9 +66,7 @@ def _dry_cases(config) -> list:
     2-core CPU, compilation included): the first equilibrium objective with a linear, a piecewise and a smooth
     head, the others smooth; each loss wiring of the Siamese objectives (SimSiam, BYOL, the first objective
     without a predictor) at the collapsed state, and pseudo-collapsed with BatchNorm alternating on and off."""
-    a, acts = config.analysis, {}
-    for act in config.model.activations:  # first activation of each head kind
-        acts.setdefault(geometry.head_smoothness(act), act)
+    a, acts = config.analysis, _kind_activations(config)
     smooth = acts.get("smooth", config.model.activations[0])
     nan, cases = float("nan"), []
     if "equilibrium" in a.states:
@@ -71,50 +86,158 @@ def _dry_cases(config) -> list:
     return cases
 
 
-def _iteration_points(config, sizes) -> list:
-    """``[[n, seconds per L-BFGS iteration], ...]``: the first collapsed dry case's stationarity search
-    (:func:`experiments.stationary_heads.stationary_head_state`) at batch ``n``, run to each iteration cap of
-    :data:`ITERATION_PROBE` (each once untimed first), the difference of the two times over the difference of the
-    iterations it made (without the rank measurement at the head reached, ``measure_rank=False``: the same cost at
-    both caps, timed with each case).
+def cold_warm(fn) -> tuple[float, float, object]:
+    """``(cold, warm, result)``: the wall times (s) of two successive calls of ``fn`` (results waited for, by
+    :func:`experiments.benchmarks.harness.time_call`); the first pays the compilation, the second does not."""
+    cold, _ = harness.time_call(fn)
+    warm, out = harness.time_call(fn)
+    return cold, warm, out
 
-    Raises:
-      ValueError: when the larger cap made no more iterations, or took no longer (no cost per iteration measured).
-    """
-    cases = [c for c in _dry_cases(_dry_config(config, sizes[0])) if c[3] == "collapsed"]
-    if not cases:
-        return []
-    objective, activation, bn, state, _ = cases[0]
-    key, points = jax.random.PRNGKey(config.seed), []
+
+def _compiled_projection(times, counts, full_size, compiled=None) -> dict:
+    """Project units timed cold and warm at the dry batches: ``times[label] = {n: (cold, warm)}`` (a label's
+    ``(cold, warm)`` the means over the units timed for it), ``counts[label]`` units of it in the variant, of which
+    ``compiled[label]`` (default all) pay their own compilation.
+
+    Per label: the warm times fitted as ``a n^p`` give ``count a N^p`` at the variant's batch ``N``
+    (:func:`experiments.projection.power_law_projection`, stored under ``units``), plus ``compiled`` times the
+    compilation ``max(cold - warm, 0)`` averaged over the batches (it does not grow with ``n``); ``spread_s`` takes
+    each label's smallest then largest compilation of the batches. The record is a ``power_law_projection`` of the
+    whole part's warm time at each batch, ``sum_label count warm(n)`` (its ``exponent`` says how the sum grows;
+    ``projected_s`` is the sum over the labels above), with ``compile_s`` and :data:`METHOD`."""
+    compiled = counts if compiled is None else compiled
+    units, lo, hi, total, comp_all = {}, 0.0, 0.0, 0.0, []
+    for label, per_n in times.items():
+        rec = projection.power_law_projection([[n, w] for n, (_, w) in per_n.items()], full_size, counts[label])
+        comps = [max(c - w, 0.0) for c, w in per_n.values()]
+        comp = compiled[label] * float(np.mean(comps))
+        units[label] = {**rec, "compile_s": comp, "compiled_units": compiled[label]}
+        total, comp_all = total + rec["projected_s"] + comp, comp_all + [comp]
+        lo += rec["projected_s"] + compiled[label] * min(comps)
+        hi += rec["projected_s"] + compiled[label] * max(comps)
+    sizes = sorted({n for per_n in times.values() for n in per_n})
+    whole = [[n, sum(counts[k] * times[k][n][1] for k in times)] for n in sizes]
+    rec = projection.power_law_projection(whole, full_size)
+    return {
+        **rec,
+        "projected_s": total,
+        "spread_s": [lo, hi],
+        "compile_s": comp_all,
+        "count": sum(counts.values()),
+        "method": METHOD,
+        "units": units,
+    }
+
+
+def _mean_pair(pairs) -> tuple[float, float]:
+    return float(np.mean([c for c, _ in pairs])), float(np.mean([w for _, w in pairs]))
+
+
+def cases_part(config, key, sizes) -> tuple[dict, list, dict]:
+    """``(part, rows, iterations)``: every dry case (:func:`_dry_cases`) run cold then warm at each batch (the
+    collapsed cases' stationarity search to its own stop, as the real run), projected per state (equilibrium,
+    collapsed, pseudo-collapsed) to the variant's cases of that state, each paying its compilation
+    (:func:`_compiled_projection`). ``rows``: the smaller batch's cold rows; ``iterations``: per collapsed dry case,
+    ``{n: [L-BFGS iterations, Newton steps]}`` and whether they are the same at both batches (at a collapsed state
+    every row is the same point, so the loss landscape does not depend on ``n``; the search's floating-point path
+    may: the tiny variant's BYOL/swish search stopped one iteration apart at n = 2 and 3, 15 and 14 BFGS)."""
+    full = list(all_cases(config))
+    per_state: dict[str, dict[int, list]] = {}
+    rows, iters = [], {}
     for n in sizes:
         cfg = _dry_config(config, n)
-        model, variables, loss_fn, z1, train, _ = siamese_problem(cfg, objective, activation, bn, state, key)
-        iters, secs = {}, {}
-        for cap in ITERATION_PROBE:
+        for i, (o, a, bn, st, s) in enumerate(_dry_cases(cfg)):
+            cold, warm, row = cold_warm(lambda: run_case(cfg, o, a, bn, st, jax.random.fold_in(key, i), s))
+            per_state.setdefault(st, {}).setdefault(n, []).append((cold, warm))
+            if n == sizes[0]:
+                rows.append(row)
+            if st == "collapsed":
+                iters.setdefault(f"{o}/{a}", {})[n] = [int(row["st_iterations"]), int(row["st_newton_steps"])]
+    for rec in iters.values():
+        rec["same_at_both_batches"] = len({tuple(v) for v in rec.values()}) == 1
+    times = {st: {n: _mean_pair(p) for n, p in per_n.items()} for st, per_n in per_state.items()}
+    counts = {st: sum(1 for c in full if c[3] == st) for st in times}
+    return _compiled_projection(times, counts, config.data.n), rows, iters
 
-            def search(cap=cap):
-                iters[cap] = stationary_heads.stationary_head_state(
-                    model,
-                    variables,
-                    loss_fn,
-                    z1,
-                    key=key,
-                    train=train,
-                    max_iter=cap,
-                    newton_steps=0,
-                    measure_rank=False,
-                )["iterations"]
 
-            secs[cap] = projection.step_time(search, repeats=1)
-        lo, hi = ITERATION_PROBE
-        its, dt = iters[hi] - iters[lo], secs[hi] - secs[lo]
-        if its <= 0 or dt <= 0:
-            raise ValueError(
-                f"{NAME}: the stationarity search at batch {n} made {its} more iterations in {dt:.3g} s "
-                f"more with cap {hi} than with {lo}: no cost per iteration to project."
-            )
-        points.append([n, dt / its])
-    return points
+def _equilibrium_units(config):
+    """The certificates :func:`certificates.certify_cases` makes, per head kind: ``{kind: (objective, activation,
+    residual_scale, count)}``, the first equilibrium objective, activation and scale of that kind, and the number of
+    equilibrium cases (without BatchNorm) of that kind."""
+    out = {}
+    for o, act, bn, st, s in all_cases(config):
+        if st == "equilibrium" and not bn:
+            kind = geometry.head_smoothness(act)
+            first = out.get(kind, (o, act, s, 0))
+            out[kind] = (*first[:3], first[3] + 1)
+    return out
+
+
+def _certificate_unit(cfg, objective, act, key, scale):
+    """One certificate as :func:`certificates.certify_cases` makes it: the equilibrium rebuilt, then certified."""
+    model, variables, eq = certificates.equilibrium_state(cfg, objective, act, key, scale)
+    return certificates.certificate(cfg, model, variables, eq)
+
+
+def certificates_part(config, key, sizes) -> tuple[dict, dict]:
+    """``(part, times)``: per head kind, one equilibrium rebuilt and certified (:func:`_certificate_unit`) cold then
+    warm at each batch, projected to the variant's equilibrium cases of that kind (:func:`_equilibrium_units`), each
+    paying its compilation. ``times``: ``{kind: {n: (cold, warm)}}``, for the sweeps' base certificates."""
+    units = _equilibrium_units(config)
+    times = {}
+    for kind, (o, act, s, _) in units.items():
+        for n in sizes:
+            cfg = _dry_config(config, n)
+            cold, warm, _ = cold_warm(lambda: _certificate_unit(cfg, o, act, key, s))
+            times.setdefault(kind, {})[n] = (cold, warm)
+    counts = {k: u[3] for k, u in units.items()}
+    return _compiled_projection(times, counts, config.data.n), times
+
+
+def sweep_evaluations(lo: float, hi: float, *, factor: float = 2.0, rtol: float = 1e-4) -> int:
+    """The most evaluations :func:`certificates.locate_crossing` makes on ``[lo, hi]``: its grid
+    ``lo factor^j < hi``, ``hi`` evaluated up to the right end ``b`` of the first ``+``/``-`` interval ``[a, b]``,
+    then its bisection, whose longest run is a crossing just above ``a`` (every midpoint negative, ``b`` halving
+    towards ``a`` until ``b - a <= rtol b``); the maximum over the intervals, or the whole grid without a crossing."""
+    grid = [lo]
+    while grid[-1] * factor < hi:
+        grid.append(grid[-1] * factor)
+    grid.append(hi)
+    most = len(grid)
+    for j, (a, b) in enumerate(zip(grid[:-1], grid[1:])):
+        steps = 0
+        while b - a > rtol * b:
+            b, steps = 0.5 * (a + b), steps + 1
+        most = max(most, j + 2 + steps)
+    return most
+
+
+def sweeps_part(config, key, sizes, certificate_times) -> dict:
+    """The critical-residual sweeps (:func:`certificates.sweep_states`): per listed sweep, its base certificate
+    (the certificates part's unit of its head kind, ``certificate_times``) and :func:`sweep_evaluations` evaluations,
+    each an equilibrium rebuilt and classified as ``sign_at`` does; one evaluation is timed cold (at the base scale)
+    then warm (at the sweep's lower end, rebuilt) at each batch, the compilation paid once per sweep."""
+    a = config.analysis
+    times, counts, compiled = {}, {}, {}
+    for objective, act, base in a.critical_sweep:
+        lo, hi = certificates.sweep_range(objective, base, *a.critical_sweep_factors[:2])
+        label, kind = f"{objective}/{act}/scale {base:g}", geometry.head_smoothness(act)
+        for n in sizes:
+            cfg = _dry_config(config, n)
+
+            def evaluate(r):
+                m, v, e = certificates.equilibrium_state(cfg, objective, act, key, r)
+                return certificates.measured_lambda_min(cfg, m, v, e, act, key)
+
+            cold, _ = harness.time_call(lambda: evaluate(base))
+            warm, _ = harness.time_call(lambda: evaluate(lo))
+            times.setdefault(label, {})[n] = (cold, warm)
+        counts[label] = sweep_evaluations(lo, hi, rtol=a.critical_sweep_rtol)
+        compiled[label] = 1
+        cert = f"base certificate ({kind})"
+        times[cert] = certificate_times[kind]
+        counts[cert] = compiled[cert] = counts.get(cert, 0) + 1
+    return _compiled_projection(times, counts, config.data.n, compiled)
 
 
 def width_heads(config) -> dict[str, dict[str, int]]:
@@ -171,42 +294,24 @@ def width_part(config, key, repeats: int = WIDTH_REPEATS) -> dict:
 
 
 def dry_measure(config) -> dict:
-    """The dry run: the cases of :func:`_dry_cases` timed at the batches of :func:`batches` (each once untimed
-    first, so compilation is excluded); the mean time per case, fitted as ``a n^p``, projects every case of the
-    variant at its batch (:func:`experiments.projection.power_law_projection`). A dry case runs
-    :data:`DRY_RUN_STATIONARITY_ITERS` iterations of the stationarity search where the variant runs up to
-    ``analysis.stationarity_max_iter``: the cost of one iteration, measured at the same batches
-    (:func:`_iteration_points`), projects the rest for every collapsed case at the cap (an upper bound: a search
-    stops early where its line search fails). The width sweep is timed at each of its rungs (:func:`width_part`).
-    Nothing is trained: the whole projection is analysis, the sum of the parts (``parts``). The rows are those
-    of the smaller batch. A variant without cases (``paper_widths``) has only the width part."""
-    key, rows = jax.random.PRNGKey(config.seed), []
-
-    def make_step(n):
-        cfg = _dry_config(config, n)
-        cases = _dry_cases(cfg)
-
-        def step():
-            out = [
-                run_case(cfg, o, a, bn, st, jax.random.fold_in(key, i), s) for i, (o, a, bn, st, s) in enumerate(cases)
-            ]
-            if not rows:
-                rows.extend(out)
-            return out
-
-        return step
-
-    sizes = batches(config)
-    full, parts = list(all_cases(config)), {}
+    """The dry run: each part of the real run timed at the batches of :func:`batches`, compilation included, and
+    projected to the variant (:data:`METHOD`, :func:`_compiled_projection`): ``cases`` (:func:`cases_part`),
+    ``certificates`` (:func:`certificates_part`), ``critical_sweeps`` (:func:`sweeps_part`) and ``widths``
+    (:func:`width_part`, measured at each rung), each present where the variant has it. Nothing is trained and
+    nothing is stored (``checkpoint_dir`` is ignored): the whole projection is analysis, the sum of the parts
+    (``parts``). The rows are those of the smaller batch. ``step_time_s``: the mean warm time of a dry case at the
+    larger batch. A variant without cases (``paper_widths``) has only the width part."""
+    key, sizes, parts = jax.random.PRNGKey(config.seed), batches(config), {}
+    full, rows, iters, step = list(all_cases(config)), [], {}, math.nan
     if full:
-        n_cases = len(_dry_cases(_dry_config(config, sizes[0])))
-        points = [[n, t / n_cases] for n, t in projection.time_at_sizes(make_step, sizes, repeats=1)]
-        parts["cases"] = projection.power_law_projection(points, config.data.n, len(full))
-        extra = max(0, config.analysis.stationarity_max_iter - DRY_RUN_STATIONARITY_ITERS)
-        n_collapsed = sum(1 for c in full if c[3] == "collapsed")
-        it_points = _iteration_points(config, sizes) if extra > 0 and n_collapsed else []
-        if it_points:
-            parts["stationarity"] = projection.power_law_projection(it_points, config.data.n, n_collapsed * extra)
+        parts["cases"], rows, iters = cases_part(config, key, sizes)
+        units = parts["cases"]["units"].values()
+        step = statistics.fmean(u["points"][-1][1] for u in units)
+        cert_times = {}
+        if any(c[3] == "equilibrium" for c in full):
+            parts["certificates"], cert_times = certificates_part(config, key, sizes)
+        if config.analysis.critical_sweep:
+            parts["critical_sweeps"] = sweeps_part(config, key, sizes, cert_times)
     if config.analysis.widths:
         parts["widths"] = width_part(config, key)
     first = next(iter(parts))
@@ -219,12 +324,14 @@ def dry_measure(config) -> dict:
     return {
         "cases": rows,
         "dry_run": projection.dry_run_record(
-            parts[first]["points"][-1][1],
+            parts[first]["points"][-1][1] if math.isnan(step) else step,
             analysis=analysis,
             cases_run=len(rows),
             cases_full=len(full),
             batch_full=config.data.n,
             batches=sizes,
-            stationarity_iterations_full=int(config.analysis.stationarity_max_iter),
+            method=METHOD,
+            stationarity_iterations=iters,
+            stationarity_max_iter=int(config.analysis.stationarity_max_iter),
         ),
     }

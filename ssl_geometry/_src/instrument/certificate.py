@@ -34,7 +34,9 @@ Up to the dense limit (``min(max_dense_dim, MATRIX_FREE_ABOVE)``, the latter
 each ``d x d`` block). Above it the certificate is matrix-free on the whole ``n d``-dimensional
 operators: Lanczos (:func:`ssl_geometry.curvature.extreme_eigenvalues`) for the extremes of ``G`` and
 ``M``, and ``s*`` as the root of ``f(s) = lambda_min(G + s M)`` by Newton with ``f'(s) = q^T M q``;
-that path needs ``G > 0`` (a non-trivial ``null(G)`` is refused by name there).
+that path needs ``G > 0`` (a non-trivial ``null(G)`` is refused by name there). Above ``n d =``
+:data:`~ssl_geometry._src.instrument.diagonal_blocks.DENSE_METRIC_MAX` only the blocks ``G_ii`` are formed, in chunks,
+and Gaussian probes of ``J^T H_L J`` decide whether ``H_L`` couples the samples (``_chunked_blocks``).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_finite, check_positive, check_rank
+from ssl_geometry._src.instrument.diagonal_blocks import DENSE_METRIC_MAX, diagonal_sample_blocks
 from ssl_geometry._src.instrument.effective import effective_hvp_operator, sample_blocks
 from ssl_geometry._src.instrument.premises import sign_tolerance
 from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE
@@ -263,9 +266,14 @@ def _blocks(head_fn, loss_fn, z, rounding_probes=None):
 
     ``G_ij`` and ``M_i`` are the effective Hessian's sample blocks
     (:func:`ssl_geometry._src.instrument.effective.sample_blocks`); all of it jitted with the arrays of
-    ``head_fn`` and ``loss_fn`` as arguments (a fresh closure of the same code compiles nothing)."""
-    blocks = sample_blocks(head_fn, loss_fn, z)
+    ``head_fn`` and ``loss_fn`` as arguments (a fresh closure of the same code compiles nothing).
+
+    Above ``n d =`` :data:`~ssl_geometry._src.instrument.diagonal_blocks.DENSE_METRIC_MAX` the ``(n, d, n, d)``
+    metric is not formed: :func:`_chunked_blocks`."""
     n, d = z.shape
+    if n * d > DENSE_METRIC_MAX:
+        return _chunked_blocks(head_fn, loss_fn, z, rounding_probes)
+    blocks = sample_blocks(head_fn, loss_fn, z)
     check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
     head_c, head_consts, _ = closure_convert(head_fn, z)
     scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual, rounding_probes), np.float64)
@@ -283,6 +291,26 @@ def _blocks(head_fn, loss_fn, z, rounding_probes=None):
     Mfull = np.zeros((n, d, n, d))
     Mfull[i, :, i, :] = M
     return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), None
+
+
+def _chunked_blocks(head_fn, loss_fn, z, rounding_probes=None):
+    """:func:`_blocks` above ``n d =`` :data:`DENSE_METRIC_MAX`: the diagonal blocks ``G_ii = J_i^T H_L,ii J_i``
+    in chunks and ``coupled`` from Gaussian probes of ``J^T H_L J`` against ``(G_ii v_i)_i``
+    (:func:`ssl_geometry._src.instrument.diagonal_blocks.diagonal_sample_blocks`, whose docstring gives the
+    formulas and the tolerance). When the samples are coupled, ``(None, None, None, None)``: the ``n d``-dimensional
+    coupled block is above every dense limit, and :func:`_solve_blocks` goes matrix-free on the whole operators (as
+    it does for a coupled block formed densely above its limit)."""
+    blocks = diagonal_sample_blocks(head_fn, loss_fn, z)
+    check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
+    if blocks.coupled:
+        return None, None, None, None
+    head_c, head_consts, _ = closure_convert(head_fn, z)
+    scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual, rounding_probes), np.float64)
+    G = np.asarray(blocks.metric, np.float64)                                                        # (n, d, d)
+    M = np.asarray(blocks.interaction, np.float64)                                                   # (n, d, d)
+    check_finite(G, "metric G = J^T H_L J at the given `z`")
+    check_finite(M, "interaction M = sum rho_a hess h_a at the given `z`")
+    return G, M, scales, np.asarray(blocks.jacobian, np.float64)
 
 
 #: The most entries ``k d^2`` of ``hess h(c)`` that :func:`_rounding_scales` forms exactly; above it, the Frobenius norms
@@ -436,8 +464,11 @@ def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, roundi
     dense = d <= limit
     if dense:
         G, M, m_scales, Jb = _blocks(head_fn, loss_fn, z, rounding_probes)
-        coupled, dense = Jb is None, G.shape[1] <= limit
+        coupled, dense = Jb is None, G is not None and G.shape[1] <= limit
     notes = []
+    if d <= limit and G is None:
+        notes.append(f"H_L couples the samples (Gaussian probes of J^T H_L J) at n d = {n * d} > DENSE_METRIC_MAX = "
+                     f"{DENSE_METRIC_MAX}: the metric's off-diagonal blocks are not formed.")
     if dense:
         if coupled:
             notes.append("H_L couples the samples: G is not block diagonal; one block of size n*d.")
