@@ -274,20 +274,14 @@ def _blocks(head_fn, loss_fn, z, rounding_probes=None):
     if n * d > DENSE_METRIC_MAX:
         return _chunked_blocks(head_fn, loss_fn, z, rounding_probes)
     blocks = sample_blocks(head_fn, loss_fn, z)
-    check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
-    head_c, head_consts, _ = closure_convert(head_fn, z)
-    scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual, rounding_probes), np.float64)
-    G = np.asarray(blocks.metric, np.float64)                                                        # (n, d, n, d)
-    M = np.asarray(blocks.interaction, np.float64)                                                   # (n, d, d)
-    check_finite(G, "metric G = J^T H_L J at the given `z`")
-    check_finite(M, "interaction M = sum rho_a hess h_a at the given `z`")
+    G, M, scales, J = _checked_blocks(blocks, head_fn, z, rounding_probes)                    # G: (n, d, n, d)
     i = np.arange(n)
     off = G.copy()
     off[i, :, i, :] = 0.0
     scale = float(np.max(np.abs(G))) if G.size else 0.0
     coupled = bool(np.max(np.abs(off)) > n * d * np.finfo(np.float64).eps * scale) if n > 1 else False
     if not coupled:
-        return G[i, :, i, :], M, scales, np.asarray(blocks.jacobian, np.float64)
+        return G[i, :, i, :], M, scales, J
     Mfull = np.zeros((n, d, n, d))
     Mfull[i, :, i, :] = M
     return G.reshape(1, n * d, n * d), Mfull.reshape(1, n * d, n * d), scales.max(keepdims=True), None
@@ -301,13 +295,21 @@ def _chunked_blocks(head_fn, loss_fn, z, rounding_probes=None):
     coupled block is above every dense limit, and :func:`_solve_blocks` goes matrix-free on the whole operators (as
     it does for a coupled block formed densely above its limit)."""
     blocks = diagonal_sample_blocks(head_fn, loss_fn, z)
-    check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
     if blocks.coupled:
+        check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
         return None, None, None, None
+    return _checked_blocks(blocks, head_fn, z, rounding_probes)                                # G: (n, d, d)
+
+
+def _checked_blocks(blocks, head_fn, z, rounding_probes):
+    """``(G, M, M rounding scales, J)`` in float64 from the kernel's ``blocks`` (``metric``, ``interaction``,
+    ``residual``, ``jacobian``: :func:`sample_blocks` or :func:`diagonal_sample_blocks`), each checked finite;
+    the scales are :func:`_rounding_scales` at the blocks' residual."""
+    check_finite(blocks.residual, "residual rho = grad_u L at the given `z`")
     head_c, head_consts, _ = closure_convert(head_fn, z)
     scales = np.asarray(_rounding_scales(head_c, head_consts, z, blocks.residual, rounding_probes), np.float64)
-    G = np.asarray(blocks.metric, np.float64)                                                        # (n, d, d)
-    M = np.asarray(blocks.interaction, np.float64)                                                   # (n, d, d)
+    G = np.asarray(blocks.metric, np.float64)
+    M = np.asarray(blocks.interaction, np.float64)
     check_finite(G, "metric G = J^T H_L J at the given `z`")
     check_finite(M, "interaction M = sum rho_a hess h_a at the given `z`")
     return G, M, scales, np.asarray(blocks.jacobian, np.float64)

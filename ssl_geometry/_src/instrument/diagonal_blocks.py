@@ -36,7 +36,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from ssl_geometry._src.checks import check_rank
-from ssl_geometry._src.instrument.effective import flat_problem
+from ssl_geometry._src.instrument.effective import flat_problem, sample_functions
 from ssl_geometry._src.linalg.canonical import closure_convert
 
 __all__ = ["DENSE_METRIC_MAX", "DiagonalBlocks", "diagonal_sample_blocks"]
@@ -110,24 +110,14 @@ def _metric_blocks(Jb, hvp):
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _diagonal_blocks(head_c, loss_c, head_consts, loss_consts, z):
     """``(J, C, M, rho, |r| per probe, tolerance scale per probe)`` (module docstring), jitted."""
-    n, d = z.shape
-
-    def h1(x):
-        return head_c(head_consts, x[None])[0]
-
-    def head(x):
-        return head_c(head_consts, x)
-
-    def loss(u):
-        return loss_c(loss_consts, u)
-
+    h1, head, loss = sample_functions(head_c, head_consts, loss_c, loss_consts)
     u = head(z)
     rho = jax.grad(loss)(u)  # (n, k)
 
     def hvp(t):
         return jax.jvp(jax.grad(loss), (u,), (t,))[1]
 
-    chunk = min(n, SAMPLE_CHUNK)
+    chunk = min(z.shape[0], SAMPLE_CHUNK)
     Jb = jax.lax.map(jax.jacfwd(h1), z, batch_size=chunk)  # (n, k, d)
     Mb = jax.lax.map(lambda a: jax.hessian(lambda x: jnp.vdot(a[1], h1(x)))(a[0]), (z, rho), batch_size=chunk)
     C = _metric_blocks(Jb, hvp)

@@ -146,18 +146,30 @@ def sample_blocks(
     return SampleBlocks(*_sample_blocks(head_c, loss_c, head_consts, loss_consts, z))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _sample_blocks(head_c, loss_c, head_consts, loss_consts, z):
-    """:func:`sample_blocks` on closure-converted ``head_c``, ``loss_c`` (jitted; the arrays are arguments)."""
-    n, d = z.shape
+def sample_functions(head_c, head_consts, loss_c, loss_consts):
+    """``(h1, head, loss)`` of closure-converted ``head_c``, ``loss_c`` and their arrays: ``h1(x) = h(x[None])[0]``
+    (one sample ``(d,) -> (k,)``), ``head(z) = h(z)`` (a batch) and ``loss(u) = L(u)``, for use inside a jitted
+    kernel that takes the arrays as arguments (the sample-block kernels here and in
+    :mod:`ssl_geometry._src.instrument.diagonal_blocks`)."""
 
     def h1(x):
         return head_c(head_consts, x[None])[0]
 
+    def head(x):
+        return head_c(head_consts, x)
+
     def loss(u):
         return loss_c(loss_consts, u)
 
-    u = head_c(head_consts, z)
+    return h1, head, loss
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _sample_blocks(head_c, loss_c, head_consts, loss_consts, z):
+    """:func:`sample_blocks` on closure-converted ``head_c``, ``loss_c`` (jitted; the arrays are arguments)."""
+    n, d = z.shape
+    h1, head, loss = sample_functions(head_c, head_consts, loss_c, loss_consts)
+    u = head(z)
     k = u.shape[1]
     Jb = jax.vmap(jax.jacfwd(h1))(z)  # (n, k, d)
     rho = jax.grad(loss)(u)  # (n, k)
