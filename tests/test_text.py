@@ -14,6 +14,7 @@ import numpy as np
 import optax
 import pytest
 
+from experiments.benchmarks import harness
 from ssl_geometry import heads, losses, text
 
 SENTENCES = [
@@ -513,9 +514,9 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
     reduced sizes they are given and take a time linear in them (the real units run in the paper variant's dry
     run, ``tests/test_dry_run.py``): training from one step of each path at 1/8 and 1/4 of its batch, as the
     schedule's mean step; analysis from one head's evaluation at 1/32 and 1/16 of the evaluation sentences;
-    the record sums the two."""
+    the record sums the two. The stand-ins advance a fake clock that the dry run's timer reads
+    (``harness.interleave``'s ``clock``) instead of sleeping, so the projections are exact whatever the load."""
     import math
-    import time
     import types
 
     import ml_collections
@@ -543,21 +544,24 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
         {"data.n_eval": 4, "train.frozen_steps": 2, "train.finetune_steps": 2, "train.fit_steps": 1},
     )
     seen = {"frozen": [], "finetune": [], "geometry": [], "hessian": []}
+    clock = [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
 
     def frozen(head, hv, bank, c, key):
         assert c.train.frozen_steps == c.train.fit_steps == 1 and bank is BANK
         seen["frozen"].append(c.train.frozen_batch)
-        time.sleep(2e-3 * c.train.frozen_batch)
+        clock[0] += 2e-3 * c.train.frozen_batch
 
     def finetune(model, variables, head, hv, tokens, c, key):
         assert c.train.finetune_steps == 1 and tokens is TOKENS
         seen["finetune"].append(c.train.finetune_batch)
-        time.sleep(1e-2 * c.train.finetune_batch)
+        clock[0] += 1e-2 * c.train.finetune_batch
 
     def geometry(head, hv, z, views, neg, c, key):
         assert z.shape[0] == views.shape[1] == neg.shape[1] == c.data.n_eval and views.shape[0] == 2
         seen["geometry"].append(z.shape[0])
-        time.sleep(1e-2 * z.shape[0])
+        clock[0] += 1e-2 * z.shape[0]
 
     def hessian(head, hv, z1, z2, c, max_dense_dim):
         seen["hessian"].append(z1.shape[0])
@@ -574,23 +578,22 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
     training = D.training_projection(pm, None, None, BANK, TOKENS, full, cfg, jax.random.PRNGKey(0))
     assert seen["frozen"] == [4] * 4 + [8] * 4 and seen["finetune"] == [2] * 3 + [4] * 3  # untimed call, then timed
     assert [p[0] for p in training["points"]] == [2.0, 4.0] and training["full_size"] == 16.0
-    assert training["count"] == 36.0 and 0.6 < training["exponent"] < 1.3 and training["projected_s"] > 0
+    assert training["count"] == 36.0 and training["exponent"] == pytest.approx(1.0, rel=1e-9)
     fr, ft = training["paths"]["frozen"], training["paths"]["finetune"]
     assert [n for n, _ in fr["points"]] == [4, 8] and [n for n, _ in ft["points"]] == [2, 4]
     for i in range(2):  # the unit is the schedule's mean step: (30 t_frozen + 6 t_finetune) / 36
         assert training["points"][i][1] == pytest.approx((30 * fr["points"][i][1] + 6 * ft["points"][i][1]) / 36)
-    # 36 steps of about (30 * 2e-3 * 32 + 6 * 1e-2 * 16) / 36 s at the full batches; rel 0.6: sleeps of 8-40 ms
-    # extrapolated 4x on a 2-core machine (CI measured +46% once); the step count, both paths and the unit's
-    # weights are asserted exactly above
-    assert training["projected_s"] == pytest.approx(30 * 2e-3 * 32 + 6 * 1e-2 * 16, rel=0.6)
+    # 36 steps of (30 * 2e-3 * 32 + 6 * 1e-2 * 16) / 36 s at the full batches
+    assert training["projected_s"] == pytest.approx(30 * 2e-3 * 32 + 6 * 1e-2 * 16, rel=1e-9)
     analysis = D.analysis_projection(pm, None, None, None, None, TOKENS, full, cfg, jax.random.PRNGKey(1), n_heads=3)
     assert seen["geometry"] == [2] * 3 + [4] * 3 and seen["hessian"] == [2] * 6  # H_eff batch: at least 2
     assert [p[0] for p in analysis["points"]] == [2.0, 4.0] and (analysis["full_size"], analysis["count"]) == (
         64.0,
         3.0,
     )
-    # rel 0.6: sleeps of 20-40 ms on a loaded 2-core machine; a wrong head count (1 or 2 for 3) still fails
-    assert math.isfinite(analysis["exponent"]) and analysis["projected_s"] == pytest.approx(3 * 0.64, rel=0.6)
+    # 3 heads of 1e-2 * 64 s each at the full 64 sentences (a wrong head count or exponent fails)
+    assert analysis["exponent"] == pytest.approx(1.0, rel=1e-9)
+    assert math.isfinite(analysis["projected_s"]) and analysis["projected_s"] == pytest.approx(3 * 0.64, rel=1e-9)
     from ssl_geometry import geometry as _geometry
 
     assert seen.pop("dense_dim") == {_geometry.MATRIX_FREE_ABOVE}  # 8 x 3 dimensions at full size: dense
