@@ -1,13 +1,12 @@
 """The width sweep at the paper's widths: the certificate's rounding scale without the (k, d, d) head Hessian, the
 ``paper_widths`` variant (the sweep alone) and the dry run's per-rung projection of the sweep."""
 
-import time
-
 import jax
 import pytest
 
 import experiments.collapse_hessians as E
 from experiments import common
+from experiments.benchmarks import harness
 from experiments.collapse_hessians import constructions, dry_run, widths
 from experiments.configs import collapse_hessians as C
 from ssl_geometry import geometry
@@ -119,21 +118,28 @@ def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compi
     """A fake head costing 4 ms x d (rank drop 2x, bottleneck 1/2x, composed 3x), whose first call per
     (d, construction) costs 50 ms more (its compilation): each rung's projection is its heads times their times, plus
     the compilations once per activation. The timed head of each construction is the first of the sweep's own
-    enumeration (the rank drops: Swish, the activation with a zero of sigma')."""
+    enumeration (the rank drops: Swish, the activation with a zero of sigma'). The fake head advances a fake clock
+    that both of the dry run's timers read (its ``time.perf_counter`` for the first call, ``harness.interleave``'s
+    ``clock`` for the timed ones) instead of sleeping, so the projection is exact whatever the load."""
+    import types
+
     cfg = C.get_config("tiny")  # activations swish and tanh, 1 seed, 1 residual scale
     cfg.unlock()
     cfg.analysis.widths = [[4, 12, 8], [8, 24, 16]]
     cfg.analysis.widths_composed = [[4, 12, 8, 4]]
     cfg.analysis.widths_activations = ["tanh", "swish"]  # the rank drops are timed with the second
-    seen, compiled = [], set()
+    seen, compiled, clock = [], set(), [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    monkeypatch.setattr(dry_run, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     factor = {"random": 1.0, "rank_drop": 2.0, "bottleneck": 0.5, "composed": 3.0, "composed_rank_drop": 3.0}
 
     def fake_head_row(c, dims, act, construction, seed, scale, key):
         seen.append((dims[0], len(dims), act, construction))
         if (dims, construction) not in compiled:
             compiled.add((dims, construction))
-            time.sleep(0.05)
-        time.sleep(0.004 * dims[0] * factor[construction])
+            clock[0] += 0.05
+        clock[0] += 0.004 * dims[0] * factor[construction]
         return {}
 
     monkeypatch.setattr(widths, "head_row", fake_head_row)
@@ -143,13 +149,17 @@ def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compi
     comp = [(c, a) for c, a in (("composed", "tanh"), ("composed_rank_drop", "swish")) for _ in range(3)]
     assert seen == [(d, 3, a, c) for d in (4, 8) for c, a in one] + [(4, 4, a, c) for c, a in comp]
     assert [p[0] for p in part["points"]] == [4, 8] and part["count"] == 13
+    assert [p[1] for p in part["points"]] == pytest.approx([0.004 * 4, 0.004 * 8], rel=1e-9)  # the random head's
     counts = dry_run.width_heads(cfg)
     unit = {w: sum(n * factor[c] for c, n in per.items()) for w, per in counts.items()}
     assert unit == {"4->12->8": 5.0, "8->24->16": 5.0, "4->12->8->4->8": 9.0}
+    work = 0.004 * 4 * 5 + 0.004 * 8 * 5 + 0.004 * 4 * 9  # every head at its median time: 0.384 s
     expect = [0.004 * 4 * 5 + 6 * 0.05, 0.004 * 8 * 5 + 6 * 0.05, 0.004 * 4 * 9 + 4 * 0.05]  # 2 activations x firsts
-    assert part["projected_s"] == pytest.approx(sum(expect), rel=0.25)
-    # per activation: 0.3 and 0.2 (paid once, not per activation: 0.15 and 0.1); a loaded machine's sleeps overshoot
-    assert part["compile_s"] == pytest.approx([0.3, 0.3, 0.2], rel=0.45)
+    assert sum(expect) == pytest.approx(1.184) and part["projected_s"] == pytest.approx(sum(expect), rel=1e-9)
+    # per activation: 0.3 and 0.2 (paid once, not per activation: 0.15 and 0.1)
+    assert part["compile_s"] == pytest.approx([0.3, 0.3, 0.2], rel=1e-9)
+    # every timed run takes the same: from the compilations paid once per rung to paid per activation
+    assert part["spread_s"] == pytest.approx([work + 0.4, work + 0.8], rel=1e-9)
     lo, hi = part["spread_s"]
     assert lo <= part["projected_s"] <= hi
     assert part["projected_s"] - lo >= sum(part["compile_s"]) / 2 - 1e-9  # compilations paid once at the low end

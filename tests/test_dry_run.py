@@ -249,21 +249,26 @@ def test_power_law_projection_names_bad_points_and_flags_a_negative_exponent():
     assert rec["exponent"] == pytest.approx(-1.0) and "noise" in rec["note"] and rec["projected_s"] == 3.0
 
 
-def test_time_at_sizes_excludes_the_first_call():
-    """The first call of each size sleeps 0.2 s (a compilation); the timed calls sleep 0.01 * n / 8 s."""
-    import time
+def test_time_at_sizes_excludes_the_first_call(monkeypatch):
+    """The first call of each size costs 0.2 s (a compilation); the timed calls cost 0.01 * n / 8 s. The calls
+    advance a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead of sleeping, so the times
+    are exact whatever the load: 0.01 and 0.02 s (0.21 and 0.22 s with the first call counted in)."""
+    from experiments.benchmarks import harness
+
+    clock, calls = [0.0], []
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
 
     def make_step(n):
-        calls = []
-
         def step():
-            time.sleep(0.2 if not calls else 0.01 * n / 8)
+            clock[0] += 0.01 * n / 8 if n in calls else 0.2
             calls.append(n)
 
         return step
 
     (n1, t1), (n2, t2) = projection.time_at_sizes(make_step, (8, 16), repeats=1)
-    assert (n1, n2) == (8, 16) and 0.01 <= t1 < 0.1 and 0.02 <= t2 < 0.15
+    assert calls == [8, 8, 16, 16]  # per size: the untimed first call, then the timed one
+    assert (n1, n2) == (8, 16) and t1 == pytest.approx(0.01, rel=1e-9) and t2 == pytest.approx(0.02, rel=1e-9)
 
 
 def test_dry_run_record_projects_training_and_analysis_apart():
@@ -304,14 +309,24 @@ def test_reduced_sizes_are_an_eighth_and_a_quarter_then_half_and_full_and_refuse
         projection.reduced_sizes(2)
 
 
-def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared():
-    """A unit sleeping 1e-5 n^2 s (n = 64 and 128 of 512) projects 10 units at 512 to about 10 * 2.62 s (sleeps of
-    41 and 164 ms: a loaded machine's scheduling jitter of a few ms does not move the fitted exponent out of range)."""
-    import time
+def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared(monkeypatch):
+    """A unit costing 1e-5 n^2 s (n = 64 and 128 of 512: 40.96 and 163.84 ms) projects 10 units at 512 to
+    10 * 1e-5 * 512^2 = 26.2144 s, exponent 2. The unit advances a fake clock that the timer reads
+    (``harness.interleave``'s ``clock``) instead of sleeping, so the fit is exact whatever the load."""
+    from experiments.benchmarks import harness
+
+    clock = [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
 
     def make_unit(n):
-        return lambda: time.sleep(1e-5 * n * n)
+        def unit():
+            clock[0] += 1e-5 * n * n
+
+        return unit
 
     rec = projection.project_at_sizes(make_unit, 512, 10, repeats=1)
     assert [p[0] for p in rec["points"]] == [64.0, 128.0] and rec["full_size"] == 512.0
-    assert 1.6 < rec["exponent"] < 2.2 and rec["projected_s"] == pytest.approx(10 * 2.62, rel=0.35)
+    assert [p[1] for p in rec["points"]] == pytest.approx([1e-5 * 64**2, 1e-5 * 128**2], rel=1e-9)
+    assert rec["exponent"] == pytest.approx(2.0, rel=1e-9)
+    assert rec["projected_s"] == pytest.approx(10 * 1e-5 * 512**2, rel=1e-9)

@@ -676,14 +676,18 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     1024 of 50000, a backbone pass and the heads on its z, 5 1/6 passes; probe fits at 4096 and 8192 images, each
     kind once through the analysis' own fit functions at the paper's 5 epochs and weighted by its count: rotation
     on z x 4 runs, on h(z) x 5 (the untrained head too), class on z and h(z) once; degeneracy images 8, 16 of 256)
-    and projected apart; the analysis total is their sum, its points the costliest part's."""
-    import time
+    and projected apart; the analysis total is their sum, its points the costliest part's. The analysis stand-ins
+    advance a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead of sleeping, so every part
+    is projected exactly whatever the load."""
+    from experiments.benchmarks import harness
 
     c = gconfig.get_config("paper")
     c.dry_run = True
     ab = R.ablation_config(c)
     t = lambda b: 1e-3 * b
-    calls, sizes = [], {"probes": [], "geometry": []}
+    calls, sizes, clock = [], {"probes": [], "geometry": []}, [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
 
     def fake_train(cfg, depth, activation=None, batch=None):  # a timing run: a temporary workdir
         calls.append((depth, activation, batch, cfg.train.checkpoint_every))
@@ -692,7 +696,11 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     def unit(part, seconds_per_image):
         def make(n):
             sizes[part].append(n)
-            return lambda: time.sleep(seconds_per_image * n)
+
+            def run():
+                clock[0] += seconds_per_image * n
+
+            return run
 
         return make
 
@@ -703,7 +711,7 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
             (f_tr, y_tr), (f_te, _) = feats
             classes = int(y_tr.max()) + 1
             fits.append((task, f_tr.shape, f_te.shape[0], hidden, epochs, classes, num_classes))
-            time.sleep(1e-7 * f_tr.size)
+            clock[0] += 1e-7 * f_tr.size
             return {}
 
         return fit
@@ -726,7 +734,12 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     assert D.probe_passes(c, 4) == pytest.approx(passes)
     assert [n for n, _ in probes["points"]] == [512, 1024] and (probes["full_size"], probes["count"]) == (50000, passes)
     assert [n for n, _ in geometry["points"]] == [8, 16] and (geometry["full_size"], geometry["count"]) == (256, 1)
-    assert all(math.isfinite(p["exponent"]) and p["projected_s"] > 0 for p in (probes, geometry))
+    # 2e-4 s a probe image: 5 1/6 passes of 50000 images; 1e-3 s a degeneracy image: one analysis of 256
+    assert [p[1] for p in probes["points"]] == pytest.approx([2e-4 * 512, 2e-4 * 1024], rel=1e-9)
+    assert [p[1] for p in geometry["points"]] == pytest.approx([1e-3 * 8, 1e-3 * 16], rel=1e-9)
+    assert probes["exponent"] == pytest.approx(1.0, rel=1e-9) and geometry["exponent"] == pytest.approx(1.0, rel=1e-9)
+    assert probes["projected_s"] == pytest.approx(passes * 2e-4 * 50000, rel=1e-9)
+    assert geometry["projected_s"] == pytest.approx(1e-3 * 256, rel=1e-9)
     # the fits: each kind at 4096 and 8192 images (test set 1/5 of that), once untimed and once timed per size
     assert D.fit_timing_sizes(c) == [4096, 8192]
     kinds = {
@@ -752,8 +765,14 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     }
     for i in range(2):  # each point is the sum of every kind's time weighted by its count
         assert f["points"][i][1] == pytest.approx(sum(k["fits"] * k["points"][i][1] for k in f["kinds"].values()))
-    assert f["points"][1][1] == pytest.approx(8192 * 1e-7 * (4 * 16 + 5 * 64 + 16 + 64), rel=0.5)  # the sleeps
+    # 1e-7 s a feature: per image 4 x 16 + 5 x 64 (rotation) + 16 + 64 (class) weighted features; 50000 images
+    assert [p[1] for p in f["points"]] == pytest.approx(
+        [n * 1e-7 * (4 * 16 + 5 * 64 + 16 + 64) for n in (4096, 8192)], rel=1e-9
+    )
+    assert f["exponent"] == pytest.approx(1.0, rel=1e-9)
+    assert f["projected_s"] == pytest.approx(50000 * 1e-7 * (4 * 16 + 5 * 64 + 16 + 64), rel=1e-9)
     assert an["projected_s"] == pytest.approx(probes["projected_s"] + f["projected_s"] + geometry["projected_s"])
+    assert an["projected_s"] == pytest.approx(passes * 10 + 2.32 + 0.256, rel=1e-9)  # 51.67 + 2.32 + 0.256 s
     assert an["part_shown"] == "probes" and an["points"] == probes["points"]  # about 52 s against 2 s and 0.26 s
     assert d["projected_wall_time_s"] == d["training_s"] + d["analysis_s"] and d["step_time_s"] == tr["points"][1][1]
     with pytest.raises(ValueError, match="dry_run_examples"):

@@ -326,11 +326,13 @@ def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, mo
     """The dry run times the control's analysis at its own orbit size and at twice the images (the first, untimed
     call is the dry run's analysis itself), fits t = a n^p and projects every analysis of the full variant. The
     analysis is a stand-in taking a time linear in its orbit points (the real one runs in the paper variant's dry
-    run, ``tests/test_dry_run.py``)."""
-    import math
-    import time
+    run, ``tests/test_dry_run.py``) on a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead
+    of sleeping, so the projection is exact whatever the load."""
+    from experiments.benchmarks import harness
 
-    calls = []
+    calls, clock = [], [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
 
     def analyse(
         name,
@@ -349,7 +351,7 @@ def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, mo
     ):
         assert status == PO.STATUS_CONTROL and config.analysis.control_directions == 2  # the full variant's
         calls.append(num_classes * images_per_class * steps)
-        time.sleep(5e-3 * calls[-1])
+        clock[0] += 5e-3 * calls[-1]
         return {"checkpoint": name, "status": status, "call": len(calls)}, [{"checkpoint": name, "call": len(calls)}]
 
     monkeypatch.setattr(PO.D, "analyse", analyse)
@@ -359,8 +361,9 @@ def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, mo
     assert calls == [6, 6, 12, 12]  # untimed (the dry run's own analysis) and timed, at 6 and 12 points
     d, a = m["dry_run"], m["dry_run"]["analysis"]
     assert [p[0] for p in a["points"]] == [6.0, 12.0] and (a["full_size"], a["count"]) == (24.0, 1.0)
-    assert math.isfinite(a["exponent"]) and 0.6 < a["exponent"] < 1.3
-    assert a["projected_s"] == pytest.approx(5e-3 * 24, rel=0.4)
+    # 5 ms an orbit point: 30 and 60 ms at 6 and 12, one analysis at 24 points
+    assert [p[1] for p in a["points"]] == pytest.approx([5e-3 * 6, 5e-3 * 12], rel=1e-9)
+    assert a["exponent"] == pytest.approx(1.0, rel=1e-9) and a["projected_s"] == pytest.approx(5e-3 * 24, rel=1e-9)
     assert "training" not in d and d["projected_wall_time_s"] == d.get("training_s", 0.0) + d["analysis_s"]
     assert d["step_time_s"] == a["points"][-1][1] and (d["unit"], d["orbit_points_full"]) == ("dino_vits16", 24)
     (row,) = [r for r in m["checkpoints"] if r["status"] == PO.STATUS_CONTROL]
