@@ -60,3 +60,15 @@ def no_shape_checks():
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """A clock that the dry runs' timer reads: ``harness.interleave`` times its calls on ``clock[0]`` (the returned
+    one-item list), which a test's stand-ins advance instead of sleeping, so projections are exact whatever the load."""
+    from experiments.benchmarks import harness  # here, not at import: ssl_geometry loads after the shape-check hook
+
+    clock = [0.0]
+    interleave = harness.interleave
+    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    return clock

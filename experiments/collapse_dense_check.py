@@ -24,6 +24,7 @@ stored row, so that the check is known to be about the same state.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -35,10 +36,11 @@ import numpy as np
 from experiments.collapse_hessians.cases import all_cases
 from experiments.collapse_hessians.certificates import equilibrium_state
 from experiments.configs import collapse_hessians as config_module
-from ssl_geometry import activations
+from ssl_geometry import activations, geometry
 
-#: The temperatures of the DINO construction (``collapsed_equilibrium``'s defaults, which the experiment keeps).
-STUDENT_TEMP, TEACHER_TEMP = 0.1, 0.04
+#: The temperatures of the DINO construction: ``collapsed_equilibrium``'s defaults, which the experiment keeps.
+_DEFAULTS = inspect.signature(geometry.collapsed_equilibrium).parameters
+STUDENT_TEMP, TEACHER_TEMP = _DEFAULTS["student_temp"].default, _DEFAULTS["teacher_temp"].default
 
 
 def dense_blocks(W1, W2, act, c, objective, targets) -> dict:
@@ -65,7 +67,7 @@ def dense_blocks(W1, W2, act, c, objective, targets) -> dict:
         P = np.asarray(jax.nn.softmax(jnp.asarray(targets) / TEACHER_TEMP, axis=1))
         rho = (q[None, :] - P) / (n * STUDENT_TEMP)
     else:
-        raise ValueError(f"`objective` must be 'mse_target' or 'dino_fixed_teacher'; got {objective!r}.")
+        raise ValueError(f"`objective` must be one of {geometry.EQUILIBRIUM_OBJECTIVES}; got {objective!r}.")
     G = J.T @ HL @ J
     G = 0.5 * (G + G.T)
     eG = np.linalg.eigvalsh(G)
@@ -98,13 +100,22 @@ def check_case(cfg, index, objective, activation, scale) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", help="a collapse_hessians results.json (its variant's config is rebuilt)")
-    p.add_argument("--objective", choices=["mse_target", "dino_fixed_teacher"], default=None)
+    p.add_argument("--objective", choices=geometry.EQUILIBRIUM_OBJECTIVES, default=None)
     args = p.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
-    res = json.load(open(args.results))
-    cfg = config_module.get_config(res["variant"])
-    rows = res["measurements"]["cases"]
-    certs = {c["case"]: c for c in res["measurements"]["certificates"]}
+    try:
+        with open(args.results) as fh:
+            res = json.load(fh)
+        cfg = config_module.get_config(res["variant"])
+        rows = res["measurements"]["cases"]
+        certs = {c["case"]: c for c in res["measurements"]["certificates"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(
+            f"collapse_dense_check: `results` must be a collapse_hessians results.json with its cases and "
+            f"certificates ({args.results}: {type(e).__name__}: {e})",
+            file=sys.stderr,
+        )
+        return 2
     bad = 0
     for i, (o, act, bn, state, s) in enumerate(all_cases(cfg)):
         if state != "equilibrium" or bn or (args.objective and o != args.objective):

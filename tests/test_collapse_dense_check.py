@@ -43,3 +43,25 @@ def test_closed_forms_match_the_smoke_runs_dense_eigensolve(label):
 def test_the_closed_forms_refuse_an_unknown_objective():
     with pytest.raises(ValueError, match="`objective` must be"):
         D.dense_blocks(np.eye(2), np.eye(2), "tanh", np.ones(2), "simsiam", np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '{"variant": "smoke"}', '{"variant": "bogus"}'])
+def test_the_command_refuses_what_is_not_a_results_file_in_one_line(tmp_path, content):
+    """``python -m experiments.collapse_dense_check PATH``: a missing file, bad JSON, a file without the cases and
+    certificates, or an unknown variant exit 2 with one line naming ``results``, before any state is built."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    p = subprocess.run(
+        [sys.executable, "-m", "experiments.collapse_dense_check", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2, p.stderr
+    (line,) = [x for x in p.stderr.splitlines() if x.startswith("collapse_dense_check:")]
+    assert "`results` must be a collapse_hessians results.json" in line and str(path) in line

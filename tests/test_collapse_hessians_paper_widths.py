@@ -6,7 +6,6 @@ import pytest
 
 import experiments.collapse_hessians as E
 from experiments import common
-from experiments.benchmarks import harness
 from experiments.collapse_hessians import constructions, dry_run, widths
 from experiments.configs import collapse_hessians as C
 from ssl_geometry import geometry
@@ -114,7 +113,7 @@ def test_a_decision_must_hold_exactly_the_claims_its_variant_measures(sweep_alon
     assert len(common._claim_records(E, {"claims": items}, "toy", None, full)) == len(E.CLAIMS)
 
 
-def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compilation(monkeypatch):
+def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compilation(monkeypatch, fake_clock):
     """A fake head costing 4 ms x d (rank drop 2x, bottleneck 1/2x, composed 3x), whose first call per
     (d, construction) costs 50 ms more (its compilation): each rung's projection is its heads times their times, plus
     the compilations once per activation. The timed head of each construction is the first of the sweep's own
@@ -128,9 +127,7 @@ def test_the_dry_run_projects_each_rung_from_its_own_timed_heads_and_their_compi
     cfg.analysis.widths = [[4, 12, 8], [8, 24, 16]]
     cfg.analysis.widths_composed = [[4, 12, 8, 4]]
     cfg.analysis.widths_activations = ["tanh", "swish"]  # the rank drops are timed with the second
-    seen, compiled, clock = [], set(), [0.0]
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    seen, compiled, clock = [], set(), fake_clock
     monkeypatch.setattr(dry_run, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     factor = {"random": 1.0, "rank_drop": 2.0, "bottleneck": 0.5, "composed": 3.0, "composed_rank_drop": 3.0}
 

@@ -249,15 +249,11 @@ def test_power_law_projection_names_bad_points_and_flags_a_negative_exponent():
     assert rec["exponent"] == pytest.approx(-1.0) and "noise" in rec["note"] and rec["projected_s"] == 3.0
 
 
-def test_time_at_sizes_excludes_the_first_call(monkeypatch):
+def test_time_at_sizes_excludes_the_first_call(fake_clock):
     """The first call of each size costs 0.2 s (a compilation); the timed calls cost 0.01 * n / 8 s. The calls
     advance a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead of sleeping, so the times
     are exact whatever the load: 0.01 and 0.02 s (0.21 and 0.22 s with the first call counted in)."""
-    from experiments.benchmarks import harness
-
-    clock, calls = [0.0], []
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    clock, calls = fake_clock, []
 
     def make_step(n):
         def step():
@@ -309,15 +305,11 @@ def test_reduced_sizes_are_an_eighth_and_a_quarter_then_half_and_full_and_refuse
         projection.reduced_sizes(2)
 
 
-def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared(monkeypatch):
+def test_project_at_sizes_fits_a_unit_whose_time_grows_as_n_squared(fake_clock):
     """A unit costing 1e-5 n^2 s (n = 64 and 128 of 512: 40.96 and 163.84 ms) projects 10 units at 512 to
     10 * 1e-5 * 512^2 = 26.2144 s, exponent 2. The unit advances a fake clock that the timer reads
     (``harness.interleave``'s ``clock``) instead of sleeping, so the fit is exact whatever the load."""
-    from experiments.benchmarks import harness
-
-    clock = [0.0]
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    clock = fake_clock
 
     def make_unit(n):
         def unit():

@@ -669,7 +669,7 @@ def test_dry_run_sizes_keep_every_step_small():
     assert (c.model.backbone, c.data.image_size, c.model.head_out) == ("resnet18_cifar", 32, 2048)  # the paper's models
 
 
-def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_two_sizes(monkeypatch):
+def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_two_sizes(monkeypatch, fake_clock):
     """Paper: the main run (9750 updates at 256) at batches 8 and 16, the ablation (3 runs of 4850 at 512) timed by
     its deepest head at 16 and 32: with a step time linear in the batch the training projection is every update at
     its own batch, ``9750 t(256) + 14550 t(512)``. Each analysis part is timed at its two sizes (probe images 512,
@@ -679,15 +679,12 @@ def test_dry_run_projects_the_schedules_mean_update_and_each_analysis_part_from_
     and projected apart; the analysis total is their sum, its points the costliest part's. The analysis stand-ins
     advance a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead of sleeping, so every part
     is projected exactly whatever the load."""
-    from experiments.benchmarks import harness
 
     c = gconfig.get_config("paper")
     c.dry_run = True
     ab = R.ablation_config(c)
     t = lambda b: 1e-3 * b
-    calls, sizes, clock = [], {"probes": [], "geometry": []}, [0.0]
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    calls, sizes, clock = [], {"probes": [], "geometry": []}, fake_clock
 
     def fake_train(cfg, depth, activation=None, batch=None):  # a timing run: a temporary workdir
         calls.append((depth, activation, batch, cfg.train.checkpoint_every))

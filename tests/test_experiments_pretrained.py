@@ -322,17 +322,13 @@ def test_dry_run_overrides_keep_the_papers_models():
     assert _PO._dry_config(c).analysis.max_dense_jacobian == 2**24 // 4 < 2048 * 8192
 
 
-def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, monkeypatch):
+def test_dry_run_projects_one_control_analysis_from_two_orbit_sizes(tmp_path, monkeypatch, fake_clock):
     """The dry run times the control's analysis at its own orbit size and at twice the images (the first, untimed
     call is the dry run's analysis itself), fits t = a n^p and projects every analysis of the full variant. The
     analysis is a stand-in taking a time linear in its orbit points (the real one runs in the paper variant's dry
     run, ``tests/test_dry_run.py``) on a fake clock that the timer reads (``harness.interleave``'s ``clock``) instead
     of sleeping, so the projection is exact whatever the load."""
-    from experiments.benchmarks import harness
-
-    calls, clock = [], [0.0]
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    calls, clock = [], fake_clock
 
     def analyse(
         name,

@@ -14,7 +14,6 @@ import numpy as np
 import optax
 import pytest
 
-from experiments.benchmarks import harness
 from ssl_geometry import heads, losses, text
 
 SENTENCES = [
@@ -509,7 +508,7 @@ def test_experiment_negative_control_must_not_be_a_training_augmentation():
         minilm_geometry._check(c)
 
 
-def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkeypatch):
+def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkeypatch, fake_clock):
     """The dry run's projections (``minilm_geometry.dry_run``), their units replaced by stand-ins that check the
     reduced sizes they are given and take a time linear in them (the real units run in the paper variant's dry
     run, ``tests/test_dry_run.py``): training from one step of each path at 1/8 and 1/4 of its batch, as the
@@ -544,9 +543,7 @@ def test_experiment_dry_run_projects_training_and_analysis_from_two_sizes(monkey
         {"data.n_eval": 4, "train.frozen_steps": 2, "train.finetune_steps": 2, "train.fit_steps": 1},
     )
     seen = {"frozen": [], "finetune": [], "geometry": [], "hessian": []}
-    clock = [0.0]
-    interleave = harness.interleave
-    monkeypatch.setattr(harness, "interleave", lambda fns, **kw: interleave(fns, **{**kw, "clock": lambda: clock[0]}))
+    clock = fake_clock
 
     def frozen(head, hv, bank, c, key):
         assert c.train.frozen_steps == c.train.fit_steps == 1 and bank is BANK
