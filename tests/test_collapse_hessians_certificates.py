@@ -113,22 +113,39 @@ def test_locate_crossing_without_a_sign_change():
         K.locate_crossing(lambda r: 1, 1.0, 0.5)
 
 
-def _w(label, p, m, first=1, sweep=(0.1, 10.0), null_dim=0, certified=True):
+def _w(label, p, m, first=1, sweep="around", null_dim=0, certified=True):
+    """A sweep row; ``sweep="around"``: ``[p / 4, 4 p]``, the registered span around the prediction."""
     return {
         "label": label,
         "predicted_crossing": p,
         "crossing": m,
         "first_sign": first,
-        "sweep": list(sweep),
+        "sweep": [p / 4, 4 * p] if sweep == "around" else (None if sweep is None else list(sweep)),
         "null_dim": null_dim,
         "certified": certified,
         "conclusion": "stable (residual below critical)",
     }
 
 
+def test_sweep_range_is_centred_on_the_prediction_and_capped_for_dino():
+    assert K.sweep_range("mse_target", 7.29, 4) == pytest.approx((7.29 / 4, 29.16))
+    assert K.sweep_range("dino_fixed_teacher", 1.2, 4) == pytest.approx((0.3, K.DINO_MAX_SCALE))  # top capped
+    assert K.sweep_range("dino_fixed_teacher", 0.4, 4) == pytest.approx((0.1, 1.6))  # below the cap: untouched
+    assert K.sweep_range("dino_fixed_teacher", 10.6, 4) is None  # p / 4 = 2.65: nothing of it can be built
+    assert K.sweep_range("dino_fixed_teacher", 4 * K.DINO_MAX_SCALE, 4) is None  # p / 4 at the cap exactly
+    for p in (0.0, float("inf"), float("nan")):  # no crossing predicted: nothing to sweep
+        assert K.sweep_range("mse_target", p, 4) is None
+    with pytest.raises(ValueError, match="span"):
+        K.sweep_range("mse_target", 1.0, 1.0)
+    with pytest.raises(ValueError, match="predicted"):
+        K.sweep_range("mse_target", -1.0, 4)
+
+
 def test_critical_residual_supported():
-    out = K.decide_critical_residual([_w("a", 1.0, 1.005), _w("b", 20.0, None), _w("c", 0.05, None, first=-1)], 0.01)
+    capped = _w("b", 3.0, None, sweep=(0.75, 1.99))  # DINO's cap below p: stable throughout agrees
+    out = K.decide_critical_residual([_w("a", 1.0, 1.005), capped], 0.01)
     assert out["verdict"] == "supported" and out["deciding"]["with_measured_crossing"] == 1
+    assert out["deciding"]["counted"] == 2 and out["deciding"]["not_buildable"] == []
     assert out["deciding"]["max_relative_error"] == pytest.approx(0.005)
 
 
@@ -136,9 +153,9 @@ def test_critical_residual_supported():
     "bad",
     [
         _w("bad", 1.0, 1.02),  # crossing too far from the prediction
-        _w("bad", 5.0, None),  # predicted inside the sweep, none measured
-        _w("bad", 20.0, None, first=-1),  # unstable throughout, but predicted above the sweep
-        _w("bad", float("inf"), 2.0),  # predicted never, measured a crossing
+        _w("bad", 5.0, None),  # stable throughout [p/4, 4p]: the true crossing is above 4p
+        _w("bad", 5.0, None, first=-1),  # unstable from p/4 on: the true crossing is below p/4
+        _w("bad", 3.0, None, first=-1, sweep=(0.75, 1.99)),  # capped, but unstable throughout
     ],
 )
 def test_critical_residual_not_supported_names_the_sweep(bad):
@@ -146,8 +163,20 @@ def test_critical_residual_not_supported_names_the_sweep(bad):
     assert out["verdict"] == "not supported" and out["deciding"]["disagreeing"] == 1 and "bad" in out["reason"]
 
 
-def test_critical_residual_inconclusive_without_a_measured_crossing():
-    assert K.decide_critical_residual([_w("a", 20.0, None)], 0.01)["verdict"] == "inconclusive"
+def test_critical_residual_names_what_it_cannot_build_and_counts_only_swept_states():
+    unbuilt = _w("dino", 10.6, None, sweep=None)
+    out = K.decide_critical_residual([_w("a", 1.0, 1.0), unbuilt], 0.01)
+    assert out["verdict"] == "supported" and out["deciding"]["not_buildable"] == ["dino"]
+    assert out["deciding"]["counted"] == 1 and "not buildable (DINO r < 2): dino" in out["reason"]
+    only = K.decide_critical_residual([unbuilt], 0.01)
+    assert only["verdict"] == "inconclusive" and "dino" in only["reason"]
+    # no crossing predicted (s* = inf): not swept, not counted, and not "not buildable"
+    never = K.decide_critical_residual([_w("inf", float("inf"), None, sweep=None)], 0.01)
+    assert never["verdict"] == "inconclusive" and never["deciding"]["no_crossing_predicted"] == 1
+    assert never["deciding"]["not_buildable"] == []
+
+
+def test_critical_residual_inconclusive_without_a_counted_sweep():
     # not counted: a non-trivial null(G), an uncertified base state
     out = K.decide_critical_residual([_w("x", 1.0, 3.0, null_dim=2), _w("y", 1.0, 3.0, certified=False)], 0.01)
     assert out["verdict"] == "inconclusive" and out["deciding"]["counted"] == 0
@@ -155,9 +184,11 @@ def test_critical_residual_inconclusive_without_a_measured_crossing():
         K.decide_critical_residual([], 0.0)
 
 
-def test_the_registered_threshold_is_the_one_decide_reads():
-    assert claims.claim(K.CRITICAL_RESIDUAL).thresholds == {"crossing_rtol": 0.01}
+def test_the_registered_thresholds_are_the_ones_measure_and_decide_read():
+    assert claims.claim(K.CRITICAL_RESIDUAL).thresholds == {"crossing_rtol": 0.01, "span": 4}
     assert claims.claim(K.REPAIRED_SIGN).combine == claims.claim(K.CRITICAL_RESIDUAL).combine == "theorem"
+    text = claims.rule_text(K.CRITICAL_RESIDUAL)
+    assert "[p / 4, 4 p]" in text and "more than 4x from p" in text and "0.01 p" in text
 
 
 # ----------------------------------------------------------------------------- a real state
@@ -197,6 +228,7 @@ def test_a_real_tanh_equilibrium_prediction_matches_and_its_sweep_crosses_at_s_s
 
     found = K.locate_crossing(sign_at, 0.3, 4.8, rtol=1e-3)
     sweep = {**_w("tanh", 0.3 * cert.critical_scale, found["crossing"], found["first_sign"], (0.3, 4.8))}
+    assert K.sweep_range("mse_target", 0.3 * cert.critical_scale, 4) == pytest.approx((0.3 * s_star / 4, 1.2 * s_star))
     assert found["crossing"] == pytest.approx(0.3 * s_star, rel=1e-3)
     assert K.decide_critical_residual([sweep], 0.01)["verdict"] == "supported"
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments import report_md, suite
+from experiments import claims, report_md, suite
 from experiments.benchmarks import harness
 from experiments.collapse_hessians import certificates, dry_run
 from experiments.collapse_hessians.cases import all_cases
@@ -114,8 +114,8 @@ def test_dry_measure_projects_every_part_of_the_real_run_with_its_compilation(mo
     assert {k: u["count"] for k, u in parts["certificates"]["units"].items()} == kinds
     assert parts["certificates"]["projected_s"] == pytest.approx(4 * (0.5 * N + dry_run_compile))
     ((o, act, base),) = cfg.analysis.critical_sweep
-    lo, hi = certificates.sweep_range(o, base, *cfg.analysis.critical_sweep_factors)
-    evals = dry_run.sweep_evaluations(lo, hi, rtol=cfg.analysis.critical_sweep_rtol)
+    span = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"]
+    evals = dry_run.sweep_evaluations(1 / span, span, rtol=cfg.analysis.critical_sweep_rtol)  # [p/span, span p]
     sweep = parts["critical_sweeps"]
     assert sweep["units"][f"{o}/{act}/scale {base:g}"]["count"] == evals
     assert sweep["projected_s"] == pytest.approx(evals * 0.25 * N + dry_run_compile + 0.5 * N + dry_run_compile)
@@ -144,9 +144,7 @@ def test_the_paper_variant_counts_35_certificates_by_head_kind_and_two_sweeps():
     assert {k: u[3] for k, u in units.items()} == {"linear": 7, "piecewise": 7, "smooth": 21}
     assert {k: u[1] for k, u in units.items()} == {"linear": "identity", "piecewise": "relu", "smooth": "gelu"}
     assert [c[3] for c in dry_run._dry_cases(cfg)] == ["equilibrium"] * 4 + ["collapsed"] * 3
-    assert [
-        dry_run.sweep_evaluations(
-            *certificates.sweep_range(o, b, *cfg.analysis.critical_sweep_factors), rtol=cfg.analysis.critical_sweep_rtol
-        )
-        for o, _, b in cfg.analysis.critical_sweep
-    ] == [18, 17]
+    # each sweep [p / 4, 4 p] around its prediction: 5 grid points, then 10 halvings of a ratio-2 bracket to 1e-3
+    span = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"]
+    assert len(cfg.analysis.critical_sweep) == 2
+    assert dry_run.sweep_evaluations(1 / span, span, rtol=cfg.analysis.critical_sweep_rtol) == 15

@@ -188,6 +188,35 @@ HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
             "escaped; it is now 'not collapsed at start', its own outcome (issue 32, item 5)",
         ),
     ],
+    "thm4.1-repaired-sign": [
+        (
+            "2026-12-07",
+            "af6e30ab8403eb48",
+            "supported (smoke); not supported (paper), 9 of 35",
+            "The rule's words are unchanged (the digest is the same); the measurement it reads changed, and with it the "
+            "code digest, so both stored verdicts were decided by older code and are rerun. At scale paper the nine mismatches were DINO equilibria "
+            "whose lambda_min(H_eff) (1e-7 to 6e-7, confirmed by the independent float64 check "
+            "experiments/collapse_dense_check.py) lay inside the tolerance of Lanczos on the 131072-dimensional H_eff "
+            "at its default 100 steps (3.7e-7 to 1.2e-6), so the measured sign was 0 against a predicted +1: a "
+            "verdict decided by the measurement's resolution. Now the equilibria are measured with "
+            "analysis.equilibrium_lanczos_steps (paper 400) and, while Lanczos leaves the sign unresolved, again "
+            "with the budget doubled up to analysis.equilibrium_lanczos_max_steps (paper 1600); the row records the "
+            "budget used. Smoke and tiny are dense, unchanged (issue 36)",
+        ),
+    ],
+    "thm4.1-critical-residual": [
+        (
+            "2026-12-07",
+            "88dadf244bf8e804",
+            "supported (smoke); inconclusive (paper)",
+            "The sweep was [1/8, 16] x r0, the same for every state. At the paper's sizes the predicted crossings "
+            "r0 s* (7.29 MSE, 10.6 DINO) lay above it, and a sweep stable throughout agreed with any prediction "
+            "beyond its top, so the verdict could only come out inconclusive or supported. Now the sweep is "
+            "[p / span, span p] around the prediction p = r0 s* (span = 4, registered), so a true crossing more "
+            "than 4x from p refutes; a DINO state whose range its construction cannot build (p / 4 >= 1.99) is "
+            "named as not buildable and not counted; inconclusive only when no state is counted (issue 36)",
+        ),
+    ],
     "thm4.1-rank-predicts-stability": [
         (
             "2026-12-06",

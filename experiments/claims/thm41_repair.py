@@ -50,23 +50,26 @@ CLAIMS = [
         rule=(
             "For each listed smooth state (config analysis.critical_sweep) that is certified with null(G) = 0 "
             "and whose certificate makes a prediction (not 'premise violated (G not PSD)'): "
-            "p = r0 s* from its certificate; the equilibrium is rebuilt by collapsed_equilibrium at residual "
-            "scales r on a x2 grid over the configured range (DINO capped at 1.99) and the sign of the "
-            "measured lambda_min(H_eff) located by bisection at the first change from + to -, giving m. A "
-            "state agrees if |m - p| <= {crossing_rtol} p, or, with no sign change on the sweep, if it is stable "
-            "throughout and p lies above the sweep or unstable throughout and p lies below it. Not supported "
-            "if one state disagrees (named); inconclusive if no state has a measured sign change; supported "
-            "otherwise. The construction keeps the head fixed and scales the residual linearly, so "
+            "p = r0 s* from its certificate (a state with no finite p > 0 predicts no crossing and is not counted); "
+            "the equilibrium is rebuilt by collapsed_equilibrium at residual scales r on a x2 grid over "
+            "[p / {span}, {span} p], centred on the prediction (DINO's construction builds only r < 2: its top is "
+            "capped at 1.99, and a DINO state with p / {span} >= 1.99 cannot be swept, is named as not buildable and "
+            "is not counted), and the sign of the measured lambda_min(H_eff) located by bisection at the first "
+            "change from + to -, giving m. A state agrees if |m - p| <= {crossing_rtol} p, or, with no sign change on "
+            "the sweep, if it is stable throughout and p lies above the sweep's (capped) top; disagrees otherwise: a "
+            "true crossing more than {span}x from p leaves the sweep of one sign on the side that refutes p. Not "
+            "supported if one state disagrees (named); inconclusive if no state is counted; supported otherwise. "
+            "The construction keeps the head fixed and scales the residual linearly, so "
             "H_eff(r) = G + (r / r0) M exactly: this tests the code (the certificate's s* against the "
             "experiment's eigensolve), not the theory; the theory is tested where the head is solved anew for "
             "each residual, which this construction does not do."
         ),
-        thresholds={"crossing_rtol": 0.01},
+        thresholds={"crossing_rtol": 0.01, "span": 4},
         controls=(),
         scales=("toy", "smoke", "paper"),
         refuted_by=(
             "one swept state whose measured sign change is farther than crossing_rtol from r0 s*, or "
-            "absent where predicted"
+            "absent from the sweep [p / span, span p] around the prediction"
         ),
         experiments=("collapse_hessians",),
         combine="theorem",

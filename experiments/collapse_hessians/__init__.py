@@ -25,7 +25,7 @@ from __future__ import annotations
 import jax
 
 from experiments import claims, common, rules, stored_parts
-from experiments.collapse_hessians import certificates, width_report, widths
+from experiments.collapse_hessians import certificates, repair_figure, width_report, widths
 from experiments.collapse_hessians.cases import all_cases, margin, online_head, run_case, siamese_problem
 from experiments.collapse_hessians.dry_run import dry_measure
 
@@ -77,7 +77,9 @@ def measure(config) -> dict:
     return {
         "cases": cases,
         "certificates": certificates.certify_cases(config, key, part),  # the repaired Thm 4.1 (certificates.py)
-        "critical_sweeps": certificates.sweep_states(config, key, part),
+        "critical_sweeps": certificates.sweep_states(
+            config, key, claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"], part
+        ),
         "widths": part("widths", lambda: widths.sweep(config, key)),  # rank of J predicted before the state
     }
 
@@ -228,6 +230,16 @@ def figures(results, out_dir) -> None:
     ax.set_title("Thm 4.1: sign of the smallest effective-Hessian eigenvalue")
     common.save_figure(fig, out_dir, "lambda_min_by_case")
     width_report.figure(results["measurements"], out_dir)  # widths.png (width_report.py)
+    rtol = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["crossing_rtol"]
+    repair_figure.figure(results["measurements"], out_dir, rtol)  # repaired.png (repair_figure.py)
+
+
+def _eigensolve(r) -> str:
+    """``dense`` or ``Lanczos, N steps`` (the budget :func:`~experiments.collapse_hessians.cases.classify_resolved`
+    ended with; a row stored before the budget was recorded says only ``lanczos``)."""
+    if r["method"] != "lanczos" or "lanczos_steps" not in r:
+        return r["method"]
+    return f"Lanczos, {r['lanczos_steps']} steps"
 
 
 def report(results, rel_dir) -> str:
@@ -252,6 +264,7 @@ def report(results, rel_dir) -> str:
             "margin lmin(H_eff)/|lmin(M)|": r["margin"],
             "sign": _sign(r),
             "tol": r["eig_tol"],
+            "eigensolve": _eigensolve(r),
         }
         for r in rows
         if r["state"] == "equilibrium"
@@ -334,6 +347,11 @@ def report(results, rel_dir) -> str:
         "",
         *certificates.report_lines(results["measurements"]),
         "",
+        *(
+            [f"![the repaired Thm 4.1: predicted against measured]({rel_dir}/repaired.png)", ""]
+            if repair_figure.drawn(results["measurements"])
+            else []
+        ),
         *width_report.report_lines(results["measurements"], rel_dir),
         "",
         f"![lambda_min by case]({rel_dir}/lambda_min_by_case.png)",

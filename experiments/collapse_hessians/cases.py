@@ -114,9 +114,54 @@ def _row(cfg, res, key_info):
     }
 
 
+def equilibrium_state(cfg, objective, activation, key, residual_scale):
+    """``(model, variables, eq)``: the certified collapsed equilibrium of case ``key`` at ``residual_scale`` -- the
+    projector drawn from ``key``, ``c ~ N(0, I_d)`` from ``fold_in(key, 1)``, the residual from ``fold_in(key, 2)``
+    (:func:`ssl_geometry.geometry.collapsed_equilibrium`). :func:`run_case` and the certificates build it alike."""
+    model = online_head(cfg, activation, False, 1.0, False)
+    variables = model.init(key)
+    c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
+    eq = geometry.collapsed_equilibrium(
+        model,
+        variables,
+        objective,
+        c,
+        cfg.data.n,
+        key=jax.random.fold_in(key, 2),
+        residual_scale=residual_scale,
+        activation=activation,
+    )
+    return model, variables, eq
+
+
+def classify_resolved(cfg, model, variables, loss_fn, z, **opts):
+    """``(classification, steps)``: :func:`ssl_geometry.geometry.classify_collapse` with the Lanczos budget
+    ``steps = analysis.equilibrium_lanczos_steps``, measured again with ``2 steps`` (up to
+    ``analysis.equilibrium_lanczos_max_steps``) while a Lanczos measurement leaves the sign of
+    ``lambda_min(H_eff)`` unresolved, ``|lambda_min| <= eig_tol``.
+
+    Only the measurement is read, never a certificate. A dense result is exact and is never measured again (its
+    ``0`` is a zero eigenvalue); a measurement still unresolved at the cap is returned as it is.
+    """
+    a = cfg.analysis
+    steps, cap = int(a.equilibrium_lanczos_steps), int(a.equilibrium_lanczos_max_steps)
+    if not 0 < steps <= cap:
+        raise ValueError(
+            f"need 0 < analysis.equilibrium_lanczos_steps <= analysis.equilibrium_lanczos_max_steps; got {steps} "
+            f"and {cap}."
+        )
+    while True:
+        res = geometry.classify_collapse(model, loss_fn, z, variables=variables, lanczos_steps=steps, **opts)
+        unresolved = abs(res.lambda_min["full"]) <= res.eig_tol
+        if res.method != "lanczos" or not unresolved or 2 * steps > cap:
+            return res, steps
+        steps *= 2
+
+
 def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=float("nan")):
-    """One row: the state, its Thm 4.1 premises and conclusion (a collapsed state: also the head driven to
-    stationarity there, :func:`experiments.stationary_heads.stationary_head_state`)."""
+    """One row: the state, its Thm 4.1 premises and conclusion (a certified equilibrium: measured by
+    :func:`classify_resolved`; a collapsed state: also the head driven to stationarity there,
+    :func:`experiments.stationary_heads.stationary_head_state`)."""
     info = {
         "objective": objective,
         "activation": activation,
@@ -126,22 +171,11 @@ def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=
     }
     opts = dict(activation=activation, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
     if state == "equilibrium":
-        model = online_head(cfg, activation, False, 1.0, False)
-        variables = model.init(key)
-        c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
-        eq = geometry.collapsed_equilibrium(
-            model,
-            variables,
-            objective,
-            c,
-            cfg.data.n,
-            key=jax.random.fold_in(key, 2),
-            residual_scale=residual_scale,
-            activation=activation,
-        )
-        res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, **opts)
+        model, variables, eq = equilibrium_state(cfg, objective, activation, key, residual_scale)
+        res, steps = classify_resolved(cfg, model, variables, eq.loss_fn, eq.z, **opts)
         return {
             **_row(cfg, res, info),
+            "lanczos_steps": steps,
             "certified": eq.certified,
             "null_dim": eq.null_dim,
             "construction_error": eq.residual_error,

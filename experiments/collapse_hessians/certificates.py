@@ -24,16 +24,18 @@ import itertools
 import math
 
 import jax
-import jax.numpy as jnp
 
 from experiments import common
-from experiments.collapse_hessians.cases import all_cases, online_head
+from experiments.collapse_hessians.cases import all_cases, equilibrium_state
 from ssl_geometry import geometry
 
 REPAIRED_SIGN = "thm4.1-repaired-sign"
 CRITICAL_RESIDUAL = "thm4.1-critical-residual"
 #: The certificate's conclusion that makes no prediction (the premise H_L >= 0 on range(J) fails).
-_NO_PREDICTION = "premise violated (G not PSD)"
+NO_PREDICTION = "premise violated (G not PSD)"
+#: The largest residual scale the DINO construction builds: the teacher probabilities ``q*(1 - (r/2) V_i / max|V|)``
+#: stay positive only for ``r < 2``.
+DINO_MAX_SCALE = 1.99
 
 
 def measured_sign(lambda_min: float, tol: float) -> int:
@@ -41,17 +43,6 @@ def measured_sign(lambda_min: float, tol: float) -> int:
     if not (math.isfinite(lambda_min) and math.isfinite(tol)):
         raise ValueError(f"`lambda_min` and `tol` must be finite; got {lambda_min!r}, {tol!r}.")
     return -1 if lambda_min < -tol else (1 if lambda_min > tol else 0)
-
-
-def equilibrium_state(cfg, objective, activation, key, residual_scale):
-    """``(model, variables, eq)``: the equilibrium :func:`~experiments.collapse_hessians.cases.run_case` builds
-    from ``key`` (same head draw, same ``c``, same residual key), at ``residual_scale``."""
-    model = online_head(cfg, activation, False, 1.0, False)
-    variables = model.init(key)
-    c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
-    eq = geometry.collapsed_equilibrium(model, variables, objective, c, cfg.data.n, key=jax.random.fold_in(key, 2),
-                                        residual_scale=residual_scale, activation=activation)
-    return model, variables, eq
 
 
 def certificate(cfg, model, variables, eq):
@@ -62,9 +53,11 @@ def certificate(cfg, model, variables, eq):
 
 
 def measured_lambda_min(cfg, model, variables, eq, activation, key):
-    """The experiment's measurement (:func:`ssl_geometry.geometry.classify_collapse`): ``(lambda_min, tol)``."""
+    """The experiment's measurement (:func:`ssl_geometry.geometry.classify_collapse`, Lanczos budget
+    ``analysis.equilibrium_lanczos_steps``, never refined: a sweep reads the raw sign): ``(lambda_min, tol)``."""
     res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, activation=activation,
-                                     max_dense_dim=cfg.analysis.max_dense_dim, key=key)
+                                     max_dense_dim=cfg.analysis.max_dense_dim, key=key,
+                                     lanczos_steps=cfg.analysis.equilibrium_lanczos_steps)
     return float(res.lambda_min["full"]), float(res.eig_tol)
 
 
@@ -122,7 +115,7 @@ def decide_repaired_sign(states) -> dict:
     PSD)" make no prediction and are not counted. Not supported if one counted state mismatches (named);
     inconclusive if none is counted; supported otherwise.
     """
-    counted = [s for s in states if s["conclusion"] != _NO_PREDICTION]
+    counted = [s for s in states if s["conclusion"] != NO_PREDICTION]
     bad = [s for s in counted if measured_sign(s["lambda_min"], s["tol"]) != s["predicted_sign"]]
     deciding = {"certified_equilibria": len(states), "predicted": len(counted), "mismatched": len(bad),
                 "predicted_unstable": sum(s["predicted_sign"] < 0 for s in counted),
@@ -184,26 +177,40 @@ def locate_crossing(sign_at, lo: float, hi: float, *, factor: float = 2.0, rtol:
     return {"crossing": 0.5 * (a + b), "bracket": [a, b], "evaluations": evals, "first_sign": signs[0]}
 
 
-def sweep_range(objective: str, base: float, factor_lo: float, factor_hi: float) -> tuple[float, float]:
-    """The residual scales swept: ``[factor_lo r0, factor_hi r0]``, capped below 2 for DINO (the construction's
-    teacher probabilities stay positive only for ``r < 2``; the cap is ``1.99``)."""
-    hi = factor_hi * base
+def sweep_range(objective: str, predicted: float, span: float) -> tuple[float, float] | None:
+    """The residual scales swept around the predicted crossing ``p = r0 s*``: ``[p / span, span p]``, the top capped at
+    :data:`DINO_MAX_SCALE` for DINO (whose construction builds only ``r < 2``).
+
+    ``None`` when there is nothing to sweep: ``p`` is ``0``, NaN or infinite (the certificate predicts no crossing),
+    or, for DINO, ``p / span >= DINO_MAX_SCALE`` (no scale of the range can be built). A true crossing farther than
+    ``span`` from ``p`` leaves the sweep of one sign throughout, on the side of ``p`` that refutes it.
+    """
+    if not span > 1:
+        raise ValueError(f"`span` must be > 1; got {span!r}.")
+    if predicted < 0:
+        raise ValueError(f"`predicted` (the crossing r0 s*) must be >= 0; got {predicted!r}.")
+    if not (math.isfinite(predicted) and predicted > 0):
+        return None
+    lo, hi = predicted / span, predicted * span
     if objective == "dino_fixed_teacher":
-        hi = min(hi, 1.99)
-    return factor_lo * base, hi
+        if lo >= DINO_MAX_SCALE:
+            return None
+        hi = min(hi, DINO_MAX_SCALE)
+    return lo, hi
 
 
-def sweep_states(cfg, key, part=_whole) -> list[dict]:
+def sweep_states(cfg, key, span: float, part=_whole) -> list[dict]:
     """The residual sweeps of ``cfg.analysis.critical_sweep`` (``[objective, activation, residual_scale]``
-    each, a state the experiment builds): the base state's certificate, then the measured crossing; sweep ``j``
-    through ``part("sweep<j>", fn)`` (:func:`experiments.stored_parts.parts`)."""
+    each, a state the experiment builds): the base state's certificate, then the measured crossing on
+    :func:`sweep_range` ``(objective, r0 s*, span)``; sweep ``j`` through ``part("sweep<j>", fn)``
+    (:func:`experiments.stored_parts.parts`)."""
     a = cfg.analysis
     cases = list(all_cases(cfg))
-    return [part(f"sweep{j}", lambda w=w: _sweep(cfg, key, a, cases, *w)) for j, w in enumerate(a.critical_sweep)]
+    return [part(f"sweep{j}", lambda w=w: _sweep(cfg, key, span, cases, *w)) for j, w in enumerate(a.critical_sweep)]
 
 
-def _sweep(cfg, key, a, cases, objective, act, base) -> dict:
-    """One sweep of :func:`sweep_states`."""
+def _sweep(cfg, key, span, cases, objective, act, base) -> dict:
+    """One sweep of :func:`sweep_states` (``sweep`` ``None``, no evaluation, where :func:`sweep_range` is)."""
     idx = [i for i, (o, ac, bn, st, s) in enumerate(cases)
            if (o, ac, st, bn, s) == (objective, act, "equilibrium", False, base)]
     if not idx:
@@ -212,7 +219,14 @@ def _sweep(cfg, key, a, cases, objective, act, base) -> dict:
     k = jax.random.fold_in(key, idx[0])
     model, variables, eq = equilibrium_state(cfg, objective, act, k, base)
     cert = certificate(cfg, model, variables, eq)
-    lo, hi = sweep_range(objective, base, a.critical_sweep_factors[0], a.critical_sweep_factors[1])
+    predicted = base * cert.critical_scale
+    row = {"label": f"{objective}/{act}/scale {base:g}", "objective": objective, "base_scale": base,
+           "certified": bool(eq.certified), "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
+           "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
+           "predicted_crossing": predicted}
+    swept = sweep_range(objective, predicted, span)
+    if swept is None:
+        return {**row, "sweep": None, "crossing": None, "bracket": None, "evaluations": 0, "first_sign": 0}
 
     def sign_at(r, objective=objective, act=act, k=k):
         m, v, e = equilibrium_state(cfg, objective, act, k, r)
@@ -222,54 +236,58 @@ def _sweep(cfg, key, a, cases, objective, act, base) -> dict:
         lmin, _ = measured_lambda_min(cfg, m, v, e, act, k)
         return 1 if lmin > 0 else -1
 
-    found = locate_crossing(sign_at, lo, hi, rtol=a.critical_sweep_rtol)
-    return {"label": f"{objective}/{act}/scale {base:g}", "base_scale": base, "certified": bool(eq.certified),
-            "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
-            "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
-            "predicted_crossing": base * cert.critical_scale, "sweep": [lo, hi], **found}
+    return {**row, "sweep": list(swept), **locate_crossing(sign_at, *swept, rtol=cfg.analysis.critical_sweep_rtol)}
 
 
 def decide_critical_residual(states, rtol: float) -> dict:
     """The rule of ``thm4.1-critical-residual`` on the sweep rows of :func:`sweep_states`.
 
-    Counted: certified base states with ``null_dim = 0`` (full rank: ``0 < s* <= inf``) and a
-    certificate prediction. Per counted state, ``p = predicted_crossing`` and the sweep ``[lo, hi]``:
-    agrees if a crossing ``m`` was measured and ``|m - p| <= rtol p``, or if none was measured and
-    either the sweep is stable throughout and ``p > hi`` or unstable from ``lo`` on and ``p < lo``;
-    disagrees otherwise. Not supported if one
-    disagrees (named); inconclusive if no counted state has a measured crossing; supported otherwise.
+    Eligible: certified base states with ``null_dim = 0`` (full rank: ``0 < s* <= inf``) and a certificate
+    prediction. Of those, a state with no finite crossing ``p = r0 s* > 0`` predicts none to locate, and a DINO state
+    whose sweep :func:`sweep_range` cannot build (``p / span`` at or above the construction's cap) is named in
+    ``not_buildable``; neither is counted. Per counted state, with the sweep ``[lo, hi]`` around ``p``: agrees if a
+    crossing ``m`` was measured and ``|m - p| <= rtol p``, or if none was measured and the sweep is stable
+    throughout with ``p > hi`` (only where DINO's cap cut the sweep below ``span p``); disagrees otherwise (a true
+    crossing farther than the span from ``p`` leaves the sweep of one sign on the wrong side). Not supported if one
+    disagrees (named); inconclusive if none is counted; supported otherwise.
     """
     if not (rtol > 0):
         raise ValueError(f"`rtol` must be positive; got {rtol!r}.")
-    counted = [s for s in states if s["certified"] and s["null_dim"] == 0 and s["conclusion"] != _NO_PREDICTION]
+    eligible = [s for s in states if s["certified"] and s["null_dim"] == 0 and s["conclusion"] != NO_PREDICTION]
+    predicts = [s for s in eligible if math.isfinite(s["predicted_crossing"]) and s["predicted_crossing"] > 0]
+    counted = [s for s in predicts if s["sweep"] is not None]
+    not_buildable = [s["label"] for s in predicts if s["sweep"] is None]
     bad, compared = [], []
     for s in counted:
-        p, (lo, hi), m = s["predicted_crossing"], s["sweep"], s["crossing"]
+        p, hi, m = s["predicted_crossing"], s["sweep"][1], s["crossing"]
         if m is not None:
             compared.append(s)
-            ok = math.isfinite(p) and abs(m - p) <= rtol * p
-        else:  # no sign change on the sweep: the prediction must lie outside it, on the side the sweep shows
-            ok = (s["first_sign"] > 0 and p > hi) or (s["first_sign"] < 0 and p < lo)
+            ok = abs(m - p) <= rtol * p
+        else:  # no sign change on the sweep: only a prediction above a capped sweep that is stable throughout agrees
+            ok = s["first_sign"] > 0 and p > hi
         if not ok:
             bad.append(s)
-    errs = [abs(s["crossing"] - s["predicted_crossing"]) / s["predicted_crossing"] for s in compared
-            if math.isfinite(s["predicted_crossing"])]
-    deciding = {"swept": len(states), "counted": len(counted), "with_measured_crossing": len(compared),
+    errs = [abs(s["crossing"] - s["predicted_crossing"]) / s["predicted_crossing"] for s in compared]
+    deciding = {"listed": len(states), "eligible": len(eligible), "no_crossing_predicted": len(eligible) - len(predicts),
+                "not_buildable": not_buildable, "counted": len(counted), "with_measured_crossing": len(compared),
                 "disagreeing": len(bad), "max_relative_error": max(errs, default=float("nan"))}
     item = {"id": CRITICAL_RESIDUAL, "deciding": deciding}
+    unbuilt = f"; not buildable (DINO r < 2): {', '.join(not_buildable)}" if not_buildable else ""
     if bad:
         return {**item, "verdict": "not supported",
                 "reason": f"{len(bad)} of {len(counted)} sweeps disagree with the predicted crossing: " + ", ".join(
                     f"{s['label']} (predicted r = {s['predicted_crossing']:.4g}, measured "
                     f"{'none' if s['crossing'] is None else format(s['crossing'], '.4g')} on "
-                    f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}])" for s in bad[:5])}
-    if not compared:
+                    f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}])" for s in bad[:5]) + unbuilt}
+    if not counted:
         return {**item, "verdict": "inconclusive",
-                "reason": f"no measured sign change in {len(counted)} counted sweeps ({len(states)} swept)"}
+                "reason": f"no listed state could be swept around its predicted crossing ({len(states)} listed, "
+                          f"{len(eligible)} eligible){unbuilt}"}
     return {**item, "verdict": "supported",
-            "reason": f"the measured crossing matches r0 s* within {rtol:g} in all {len(compared)} sweeps with a "
-                      f"crossing (largest relative error {deciding['max_relative_error']:.2g}); fixed-head family: "
-                      "tests the code, not the theory"}
+            "reason": f"the measured crossing matches r0 s* within {rtol:g} in all {len(counted)} counted sweeps "
+                      f"({len(compared)} with a crossing; largest relative error "
+                      f"{deciding['max_relative_error']:.2g}){unbuilt}; fixed-head family: tests the code, not the "
+                      "theory"}
 
 
 def decide_items(measurements, crossing_rtol: float) -> list[dict]:
@@ -281,6 +299,14 @@ def decide_items(measurements, crossing_rtol: float) -> list[dict]:
                 for cid in (REPAIRED_SIGN, CRITICAL_RESIDUAL)]
     return [decide_repaired_sign(sign_states(measurements["cases"], measurements["certificates"])),
             decide_critical_residual(measurements["critical_sweeps"], crossing_rtol)]
+
+
+def _swept(s) -> str:
+    """The report's ``swept r`` of one sweep row: its range, or why there is none."""
+    if s["sweep"] is not None:
+        return f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}]"
+    p = s["predicted_crossing"]
+    return "none: not buildable (DINO r < 2)" if math.isfinite(p) and p > 0 else "none: no crossing predicted"
 
 
 def report_lines(measurements) -> list[str]:
@@ -295,12 +321,13 @@ def report_lines(measurements) -> list[str]:
              "bracket": f"[{s['critical_bounds'][0]:.4g}, {s['critical_bounds'][1]:.4g}]",
              "predicted sign": s["predicted_sign"], "lambda_min(H_eff)": s["lambda_min"], "tol": s["tol"],
              "measured sign": measured_sign(s["lambda_min"], s["tol"]),
-             "match": (s["conclusion"] == _NO_PREDICTION
+             "match": (s["conclusion"] == NO_PREDICTION
                        or measured_sign(s["lambda_min"], s["tol"]) == s["predicted_sign"])}
             for s in states]
     sweeps = [{"state": s["label"], "s*": s["critical_scale"], "predicted crossing r0 s*": s["predicted_crossing"],
                "measured crossing": "none" if s["crossing"] is None else s["crossing"],
-               "swept r": f"[{s['sweep'][0]:.3g}, {s['sweep'][1]:.3g}]", "evaluations": s["evaluations"]}
+               "swept r": _swept(s),
+               "evaluations": s["evaluations"]}
               for s in measurements["critical_sweeps"]]
     return [("Repaired Thm 4.1 (thm4.1-repaired-sign): the certificate's prediction against the measured "
              "lambda_min(H_eff) at each certified equilibrium (sign -1 unstable, 0 degenerate, +1 stable):"), "",

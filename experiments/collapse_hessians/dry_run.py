@@ -12,7 +12,7 @@ import time
 import jax
 import numpy as np
 
-from experiments import projection
+from experiments import claims, projection
 from experiments.benchmarks import harness
 from experiments.collapse_hessians import certificates, widths
 from experiments.collapse_hessians.cases import all_cases, run_case
@@ -214,13 +214,16 @@ def sweep_evaluations(lo: float, hi: float, *, factor: float = 2.0, rtol: float 
 
 def sweeps_part(config, key, sizes, certificate_times) -> dict:
     """The critical-residual sweeps (:func:`certificates.sweep_states`): per listed sweep, its base certificate
-    (the certificates part's unit of its head kind, ``certificate_times``) and :func:`sweep_evaluations` evaluations,
-    each an equilibrium rebuilt and classified as ``sign_at`` does; one evaluation is timed cold (at the base scale)
-    then warm (at the sweep's lower end, rebuilt) at each batch, the compilation paid once per sweep."""
+    (the certificates part's unit of its head kind, ``certificate_times``) and :func:`sweep_evaluations` evaluations
+    of a sweep ``[p / span, span p]`` (the claim's span; ``p`` is not known before the certificate at full size,
+    and the count depends only on the ratio), each an equilibrium rebuilt and classified as ``sign_at`` does; one
+    evaluation is timed cold (at the base scale) then warm (at ``base / span``, rebuilt) at each batch, the
+    compilation paid once per sweep. A DINO sweep that will prove not buildable is still counted."""
     a = config.analysis
+    span = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"]
     times, counts, compiled = {}, {}, {}
     for objective, act, base in a.critical_sweep:
-        lo, hi = certificates.sweep_range(objective, base, *a.critical_sweep_factors[:2])
+        lo = base / span
         label, kind = f"{objective}/{act}/scale {base:g}", geometry.head_smoothness(act)
         for n in sizes:
             cfg = _dry_config(config, n)
@@ -232,7 +235,7 @@ def sweeps_part(config, key, sizes, certificate_times) -> dict:
             cold, _ = harness.time_call(lambda: evaluate(base))
             warm, _ = harness.time_call(lambda: evaluate(lo))
             times.setdefault(label, {})[n] = (cold, warm)
-        counts[label] = sweep_evaluations(lo, hi, rtol=a.critical_sweep_rtol)
+        counts[label] = sweep_evaluations(1.0 / span, span, rtol=a.critical_sweep_rtol)
         compiled[label] = 1
         cert = f"base certificate ({kind})"
         times[cert] = certificate_times[kind]

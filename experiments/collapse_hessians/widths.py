@@ -37,7 +37,7 @@ from typing import Iterator, NamedTuple
 import jax
 
 from experiments import claims
-from experiments.collapse_hessians.certificates import measured_sign
+from experiments.collapse_hessians.certificates import NO_PREDICTION, measured_sign
 from experiments.collapse_hessians.constructions import (
     COMPOSED,
     CONSTRUCTIONS,
@@ -53,7 +53,6 @@ RANK_PREDICTS_STABILITY = "thm4.1-rank-predicts-stability"
 CLASSES = ("full", "rank-drop", "bottleneck")
 #: The predicted sign of lambda_min(H_eff) per class, at a residual below the state's critical scale.
 PREDICTED_SIGN = {"full": 1, "rank-drop": -1, "bottleneck": 0}
-_NO_PREDICTION = "premise violated (G not PSD)"
 
 
 def predict(d: int, hidden, n_zero) -> dict:
@@ -220,7 +219,7 @@ def outcome(row) -> str:
     """
     if not row["certified"]:
         return "not certified"
-    if row["conclusion"] == _NO_PREDICTION:
+    if row["conclusion"] == NO_PREDICTION:
         return "no prediction"
     if any(x != row["predicted_null_dim"] for x in row["block_null_dims"]):
         return "rank mismatch"
