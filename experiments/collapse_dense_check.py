@@ -18,7 +18,8 @@ library's certificate, Lanczos, loss Hessians or sample-block kernels: only the 
 own keys (:func:`experiments.collapse_hessians.certificates.equilibrium_state`), and ``|rho|`` is compared with the
 stored row, so that the check is known to be about the same state.
 
-    python -m experiments.collapse_dense_check results/collapse_hessians-paper/results.json --objective dino_fixed_teacher
+    python -m experiments.collapse_dense_check results/history/collapse_hessians-paper-21639b2055fae003/results.json \
+        --objective dino_fixed_teacher
 """
 
 from __future__ import annotations
