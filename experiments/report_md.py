@@ -271,8 +271,11 @@ def _code_line(res: dict, current_code: str | None) -> str:
 
 
 def section(e: Entry, report_path: pathlib.Path, dry_run: bool, current_code: str | None = None) -> str:
-    """One experiment's report section (figures linked relative to the report)."""
+    """One experiment's report section (figures linked relative to the report). A run copied into ``results/`` with
+    a ``RUN.md`` beside its results (how it was made: command, segments, loads, per-part times) is linked from the
+    footer, whose ``wall time`` is only the last invocation's where the run was resumed."""
     rel = os.path.relpath(e.out_dir, report_path.parent)
+    how = f"how it was made: [RUN.md]({rel}/RUN.md); " if (pathlib.Path(e.out_dir) / "RUN.md").is_file() else ""
     res, env = e.results, e.results.get("environment", {})
     try:
         body = e.module.report(res, rel)
@@ -286,7 +289,7 @@ def section(e: Entry, report_path: pathlib.Path, dry_run: bool, current_code: st
         f"{_records_and_rules(e, current_code)}\n\n{body}\n\n"
         f"<sub>variant `{res.get('variant')}` ({res.get('scale', '-')} scale), seed {result_seed(res)}, finished "
         f"{result_date(res)}, wall time {res.get('wall_time_s', float('nan')):.1f} s, {_device(env)}, jax "
-        f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; results: `{rel}/results.json`</sub>\n"
+        f"{env.get('versions', {}).get('jax')}; {_code_line(res, current_code)}; {how}results: `{rel}/results.json`</sub>\n"
     )
 
 

@@ -198,6 +198,22 @@ def test_report_pages_carry_their_figures(site):
             assert (built.parent / src).resolve().exists(), f"{built.name}: broken image {src}"
 
 
+def test_report_pages_link_the_run_records_they_cite(site):
+    """A run copied into results/ with its RUN.md is linked from its report page's footer, and the link lands on
+    the record rendered as a page (outside the nav), its title a heading."""
+    runs = sorted(p.parent.name for p in (S.ROOT / "results").glob("*/RUN.md"))
+    assert runs, "no stored run has a RUN.md"
+    for name in runs:
+        built = site / "report" / f"{name}.html"
+        hrefs = re.findall(r'href="([^"]*RUN[^"]*)"', built.read_text())
+        assert hrefs == [f"../results/{name}/RUN.html"], f"{built.name}: {hrefs}"
+        record = (built.parent / hrefs[0]).resolve()
+        title = next(
+            ln[2:] for ln in (S.ROOT / "results" / name / "RUN.md").read_text().splitlines() if ln.startswith("# ")
+        )
+        assert record.exists() and f">{html.escape(title, quote=False)}<" in record.read_text(), f"{name}: not rendered"
+
+
 def test_rendered_notebook_is_its_paired_script_with_outputs():
     """The site renders the .ipynb's stored outputs; its cells must be the jupytext script's, every code
     cell executed (``cd experiments/notebooks && PYTHONPATH=../.. jupyter nbconvert --to notebook

@@ -366,3 +366,19 @@ def test_the_claim_level_part_prints_its_formulas_as_maths_and_its_tables_still_
     # the statement in its <details> too (Thm 4.1's smooth part: "lambda_min(H_eff) < 0")
     item = next(ln for ln in head.splitlines() if ln.startswith("- `thm4.1-smooth-unstable`: "))
     assert r"$\lambda_{\min}(H_{\mathrm{eff}}) < 0$" in item
+
+
+def test_a_run_with_a_run_md_links_it_from_its_footer(tmp_path):
+    """A paper run copied into results/ with its RUN.md is linked (the footer's wall time is the last invocation's
+    alone when the run was resumed); a run without one is not, and the footer still cites its results file last."""
+    e = _entry("objectives", [], variant="paper")
+    e = report_md.Entry(e.name, e.label, e.results, e.module, tmp_path / "results" / "objectives-paper")
+    e.out_dir.mkdir(parents=True)
+    report = tmp_path / "REPORT.md"
+    without = report_md.section(e, report, False, claims.code_digest("objectives"))
+    assert "RUN.md" not in without
+    (e.out_dir / "RUN.md").write_text("# how\n")
+    text = report_md.section(e, report, False, claims.code_digest("objectives"))
+    footer = text.strip().splitlines()[-1]
+    assert "how it was made: [RUN.md](results/objectives-paper/RUN.md); " in footer
+    assert footer.endswith("results: `results/objectives-paper/results.json`</sub>")

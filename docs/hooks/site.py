@@ -33,7 +33,7 @@ import sys
 
 from markdown.extensions.toc import slugify
 from mkdocs.plugins import event_priority
-from mkdocs.structure.files import File
+from mkdocs.structure.files import File, InclusionLevel
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = ("REPORT.md", "BENCHMARKS.md")
@@ -44,6 +44,12 @@ PART_DIR = "report"
 PARTS_NAV = "Experiments"
 NOTEBOOK_DIR = "experiments/notebooks"
 MATHJAX_DEST = "javascripts/mathjax"
+
+
+def _run_records():
+    """The ``RUN.md`` of each run copied into ``results/`` (how it was made), linked from its report page's footer;
+    they join the site outside the nav (``results/history/`` is not read, as by the report)."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results").glob("*/RUN.md"))
 
 
 def _repo_files():
@@ -199,6 +205,17 @@ def on_files(files, config):
     for rel in _repo_files():
         if files.get_file_from_path(rel) is None:
             files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"]))
+    for rel in _run_records():
+        if files.get_file_from_path(rel) is None:
+            files.append(
+                File(
+                    rel,
+                    str(ROOT),
+                    config["site_dir"],
+                    config["use_directory_urls"],
+                    inclusion=InclusionLevel.NOT_IN_NAV,
+                )
+            )
     for rel, (_, text) in _PAGES_CACHE.items():
         if files.get_file_from_path(rel) is None:
             files.append(File.generated(config, rel, content=text))
