@@ -202,20 +202,10 @@ def on_config(config):
 
 @event_priority(100)  # before mkdocs-jupyter turns the notebook into a page
 def on_files(files, config):
-    for rel in _repo_files():
+    listed = [(rel, InclusionLevel.UNDEFINED) for rel in _repo_files()]
+    for rel, inclusion in listed + [(rel, InclusionLevel.NOT_IN_NAV) for rel in _run_records()]:
         if files.get_file_from_path(rel) is None:
-            files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"]))
-    for rel in _run_records():
-        if files.get_file_from_path(rel) is None:
-            files.append(
-                File(
-                    rel,
-                    str(ROOT),
-                    config["site_dir"],
-                    config["use_directory_urls"],
-                    inclusion=InclusionLevel.NOT_IN_NAV,
-                )
-            )
+            files.append(File(rel, str(ROOT), config["site_dir"], config["use_directory_urls"], inclusion=inclusion))
     for rel, (_, text) in _PAGES_CACHE.items():
         if files.get_file_from_path(rel) is None:
             files.append(File.generated(config, rel, content=text))
