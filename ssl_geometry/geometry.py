@@ -12,7 +12,8 @@ For a head ``h: z -> u`` and a loss ``L: u -> R``::
   and :func:`sign_tolerance`, the one sign tolerance of the instrument;
 * :mod:`.whitening` -- Thm 3.1: :func:`whitening_head`, :func:`check_whitening`;
 * :mod:`.thm41` -- Thm 4.1: :func:`thm41_premises`, :func:`collapse_spectrum`,
-  :func:`thm41_conclusion` and their composition :func:`classify_collapse`; :func:`head_smoothness`
+  :func:`thm41_conclusion` and their composition :func:`classify_collapse` (the matrices a spectrum
+  solves, :data:`SPECTRUM_PARTS`, each with its own solver options); :func:`head_smoothness`
   (the head kinds :data:`HEAD_KINDS`, from the smoothness classes of :mod:`ssl_geometry.activations`);
   spectra of matrices above :data:`MATRIX_FREE_ABOVE` (2048) dimensions go through Lanczos with true
   residuals, never a dense eigensolve;
@@ -53,6 +54,7 @@ from ssl_geometry._src.instrument.premises import sign_tolerance as sign_toleran
 from ssl_geometry._src.instrument.thm41 import CONCLUSIONS as CONCLUSIONS
 from ssl_geometry._src.instrument.thm41 import HEAD_KINDS as HEAD_KINDS
 from ssl_geometry._src.instrument.thm41 import MATRIX_FREE_ABOVE as MATRIX_FREE_ABOVE
+from ssl_geometry._src.instrument.thm41 import SPECTRUM_PARTS as SPECTRUM_PARTS
 from ssl_geometry._src.instrument.thm41 import CollapseClassification as CollapseClassification
 from ssl_geometry._src.instrument.thm41 import CollapseSpectrum as CollapseSpectrum
 from ssl_geometry._src.instrument.thm41 import Thm41Premises as Thm41Premises
@@ -83,6 +85,7 @@ __all__ = [
     "check_whitening",
     "CONCLUSIONS",
     "MATRIX_FREE_ABOVE",
+    "SPECTRUM_PARTS",
     "CollapseClassification",
     "CollapseSpectrum",
     "HEAD_KINDS",

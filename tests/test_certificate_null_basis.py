@@ -102,3 +102,71 @@ def test_m_on_null_g_in_one_block_skips_the_other_blocks_critical_scale():
     head_fn, loss_fn, z = _state([[1.0, 0.0], [0.0, 0.0]], [np.zeros((2, 2)), np.diag([0.0, 1.0])], [[0.0, 1.0]])
     alone = geometry.collapse_certificate(head_fn, loss_fn, z)
     assert alone.critical_scale == np.inf and alone.null_curvature_min == pytest.approx(1.0)
+
+
+def _per_sample_state(A, B, r, D):
+    """:func:`_state` with a per-sample ``H_L,ii = D_i`` (``D``: ``(n, k, k)``): ``G_i = A^T D_i A`` differ by sample."""
+    head_fn, _, z = _state(A, B, r)
+    r, D = jnp.asarray(r, jnp.float64), jnp.asarray(D, jnp.float64)
+
+    def loss_fn(u):
+        return jnp.sum(r * u) + 0.5 * jnp.einsum("na,nab,nb->", u, D, u)
+
+    return head_fn, loss_fn, z
+
+
+@pytest.mark.parametrize("rank", [5, 3])
+def test_blocks_that_differ_by_sample_are_each_solved_and_equal_ones_shared_exactly(monkeypatch, rank):
+    # 12 samples, G_i in 3 distinct classes (D_i periodic 3) and M_i in 4 (r_i periodic 4), interleaved: the
+    # certificate shares one eigh among bitwise equal blocks; it must equal the block-by-block dense reference
+    # and, bit for bit, the certificate with no block shared
+    import importlib
+
+    cert_mod = importlib.import_module("ssl_geometry._src.instrument.certificate")
+    rng = np.random.default_rng(0)
+    n, d, k = 12, 5, 7
+    A = rng.standard_normal((k, d))
+    B = rng.standard_normal((k, d, d))
+    B = B + B.transpose(0, 2, 1)
+    A[:, rank:], B[:, rank:, :], B[:, :, rank:] = 0.0, 0.0, 0.0  # rank < d: G = M = 0 on e_rank.. (degenerate)
+    D = np.stack([np.diag(rng.uniform(0.5, 2.0, k)) for _ in range(3)])[np.arange(n) % 3]
+    r = 0.05 * rng.standard_normal((4, k))[np.arange(n) % 4]
+    head_fn, loss_fn, z = _per_sample_state(A, B, r, D)
+    distinct, counts = cert_mod._distinct, []
+    monkeypatch.setattr(cert_mod, "_distinct", lambda X: counts.append(len(distinct(X)[0])) or distinct(X))
+    cert = geometry.collapse_certificate(head_fn, loss_fn, z)
+    assert counts == [3, 4]  # the certificate's G_i and M_i: 3 and 4 distinct blocks
+    # the reference, block by block on the range of J (where G_i > 0): s*_i = 1 / lambda_max(-L^-1 M_i L^-T)
+    s_ref, lmin_g, lmin_m = [], [], []
+    for i in range(n):
+        G = (A.T @ D[i] @ A)[:rank, :rank]
+        M = np.einsum("a,ade->de", r[i], B)[:rank, :rank]
+        Li = np.linalg.inv(np.linalg.cholesky(G))
+        mu = np.linalg.eigvalsh(-Li @ M @ Li.T)[-1]
+        s_ref.append(1.0 / mu if mu > 0 else np.inf)
+        lmin_g.append(np.linalg.eigvalsh(G)[0] if rank == d else 0.0)
+        lmin_m.append(np.linalg.eigvalsh(M)[0] if rank == d else min(np.linalg.eigvalsh(M)[0], 0.0))
+    assert len(set(np.round(s_ref, 12))) == 12  # every block has its own s*_i: a block given another's would show
+    assert cert.critical_scale == pytest.approx(min(s_ref), rel=1e-12)
+    assert cert.lambda_min_metric == pytest.approx(min(lmin_g), abs=1e-12)
+    assert cert.lambda_min_interaction == pytest.approx(min(lmin_m), rel=1e-12)
+    assert cert.null_dim == n * (d - rank) and cert.zero_dim == n * (d - rank)
+    assert cert.conclusion == ("degenerate" if rank < d else "unstable (residual above critical)")
+    monkeypatch.setattr(cert_mod, "_distinct", lambda X: (X, np.arange(len(X))))  # nothing shared
+    alone = geometry.collapse_certificate(head_fn, loss_fn, z)
+    assert repr(alone) == repr(cert)
+
+
+def test_distinct_blocks_are_equal_bit_for_bit():
+    import importlib
+
+    distinct = importlib.import_module("ssl_geometry._src.instrument.certificate")._distinct
+    x = np.random.default_rng(1).standard_normal((3, 4, 4))
+    y = x[[0, 1, 0, 2, 1]].copy()
+    y[4, 2, 3] = np.nextafter(y[4, 2, 3], np.inf)  # one ulp away from block 1
+    y[2, 0, 0] = 0.0
+    y[0, 0, 0] = -0.0  # == 0.0, but not the same bits
+    u, of = distinct(y)
+    assert of.tolist() == [0, 1, 2, 3, 4] and len(u) == 5
+    u, of = distinct(x[[2, 0, 2, 2, 1, 0]])
+    assert of.tolist() == [0, 1, 0, 0, 2, 1] and np.array_equal(u, x[[2, 0, 1]])

@@ -10,6 +10,7 @@ from experiments import claims, report_md, suite
 from experiments.benchmarks import harness
 from experiments.collapse_hessians import certificates, dry_run
 from experiments.collapse_hessians.cases import all_cases
+from ssl_geometry import geometry
 
 
 @pytest.mark.parametrize(
@@ -66,12 +67,16 @@ def _stand_ins(monkeypatch):
         charge((o, a, bn, st), cfg.data.n, st)
         return {"objective": o, "state": st, "st_iterations": 25, "st_newton_steps": 2}
 
-    def certificate_unit(cfg, o, act, key, s):
-        charge(("cert", o, act), cfg.data.n, "certificate")
+    def equilibrium_state(cfg, o, act, key, r):  # built untimed (a certificate's) or inside a sweep's evaluation
+        return o, act, cfg.data.n
 
-    def equilibrium_state(cfg, o, act, key, r):
-        charge(("sweep", o, act), cfg.data.n, "evaluate")
-        return None, None, None
+    def certificate_unit(cfg, state):
+        o, act, n = state
+        charge(("cert", o, act), n, "certificate")
+
+    def measured_lambda_min(cfg, o, act, n, key):  # a sweep's evaluation of the stand-in state (o, act, n)
+        charge(("sweep", o, act), n, "evaluate")
+        return 1.0, 0.0
 
     def time_call(fn):
         out = fn()
@@ -80,7 +85,7 @@ def _stand_ins(monkeypatch):
     monkeypatch.setattr(dry_run, "run_case", run_case)
     monkeypatch.setattr(dry_run, "_certificate_unit", certificate_unit)
     monkeypatch.setattr(certificates, "equilibrium_state", equilibrium_state)
-    monkeypatch.setattr(certificates, "measured_lambda_min", lambda *a: (1.0, 0.0))
+    monkeypatch.setattr(certificates, "measured_lambda_min", measured_lambda_min)
     monkeypatch.setattr(harness, "time_call", time_call)
     width = {
         "points": [[4, 1.0]],
@@ -118,7 +123,8 @@ def test_dry_measure_projects_every_part_of_the_real_run_with_its_compilation(mo
     evals = dry_run.sweep_evaluations(1 / span, span, rtol=cfg.analysis.critical_sweep_rtol)  # [p/span, span p]
     sweep = parts["critical_sweeps"]
     assert sweep["units"][f"{o}/{act}/scale {base:g}"]["count"] == evals
-    assert sweep["projected_s"] == pytest.approx(evals * 0.25 * N + dry_run_compile + 0.5 * N + dry_run_compile)
+    # the base certificate is the certificates part's: a sweep adds only its evaluations, compiled once
+    assert sweep["projected_s"] == pytest.approx(evals * 0.25 * N + dry_run_compile)
     assert d["projected_wall_time_s"] == pytest.approx(sum(p["projected_s"] for p in parts.values()))
     assert parts["widths"]["projected_s"] == 7.0 and d["method"] == dry_run.METHOD
     its = d["stationarity_iterations"]["byol/swish"]
@@ -144,6 +150,10 @@ def test_the_paper_variant_counts_35_certificates_by_head_kind_and_two_sweeps():
     assert {k: u[3] for k, u in units.items()} == {"linear": 7, "piecewise": 7, "smooth": 21}
     assert {k: u[1] for k, u in units.items()} == {"linear": "identity", "piecewise": "relu", "smooth": "gelu"}
     assert [c[3] for c in dry_run._dry_cases(cfg)] == ["equilibrium"] * 4 + ["collapsed"] * 3
+    # the dry run times the real run's paths: H_eff above the dense limit, the certificate's 512 x 512 blocks dense
+    dry = dry_run._dry_config(cfg, dry_run.batches(cfg)[0])
+    assert dry.analysis.max_dense_dim == cfg.analysis.max_dense_dim == 4096 and dry.data.n == 32
+    assert dry.data.n * dry.data.d > geometry.MATRIX_FREE_ABOVE >= dry.data.d
     # each sweep [p / 4, 4 p] around its prediction: 5 grid points, then 10 halvings of a ratio-2 bracket to 1e-3
     span = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"]
     assert len(cfg.analysis.critical_sweep) == 2

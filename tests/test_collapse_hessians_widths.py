@@ -347,3 +347,11 @@ def test_heads_of_enumerates_every_head_once_and_skips_rank_drops_without_a_zero
         kk = jax.random.fold_in(kk, i)
     np.testing.assert_array_equal(specs[4].key, kk)
     assert len({tuple(np.asarray(jax.random.key_data(s.key)).ravel()) for s in specs}) == len(specs)
+
+
+def test_a_variant_that_sweeps_no_width_draws_no_figure_and_says_so(tmp_path):
+    """The paper variant (its width sweep is paper_widths): no empty ``widths.png``, no empty table."""
+    none = {"widths": {"rows": [], "seconds_by_width": {}, "seconds": 0.0}}
+    WR.figure(none, tmp_path)
+    assert not (tmp_path / "widths.png").exists()
+    assert WR.report_lines(none, "fig") == ["Widths (thm4.1-rank-predicts-stability): no width swept in this variant."]

@@ -131,6 +131,36 @@ def test_no_options_equals_every_functions_old_defaults_written_out():
     assert {r["num_steps"] for r in s2.residual_norms.values()} == {3}
 
 
+def test_collapse_spectrum_solves_the_parts_asked_for_each_with_its_own_options():
+    """A part alone gives the numbers it gives beside the others (its Lanczos key is fixed by its place in
+    SPECTRUM_PARTS), a mapping sets each part's budget, and a bad ``parts`` or ``options`` is refused by name."""
+    rng = np.random.default_rng(2)
+    x, W = jnp.asarray(rng.standard_normal((5, 3))), jnp.asarray(rng.standard_normal((3, 3)))
+    tgt = jnp.asarray(rng.standard_normal((5, 3)))
+    head, lf = (lambda z: jnp.tanh(z @ W)), (lambda u: losses.negative_cosine(u, tgt))
+    every = geometry.collapse_spectrum(head, lf, x, max_dense_dim=1, options=SolverOptions(num_steps=9))
+    assert geometry.SPECTRUM_PARTS == ("full", "metric", "interaction") == tuple(every.lambda_min)
+    for part in geometry.SPECTRUM_PARTS:
+        alone = geometry.collapse_spectrum(
+            head, lf, x, max_dense_dim=1, options=SolverOptions(num_steps=9), parts=[part]
+        )
+        assert alone.lambda_min == {part: every.lambda_min[part]} and alone.sign_tol == {part: every.sign_tol[part]}
+    mixed = geometry.collapse_spectrum(
+        head, lf, x, max_dense_dim=1, parts=("interaction", "full"), options={"full": SolverOptions(num_steps=9)}
+    )
+    assert tuple(mixed.lambda_min) == ("full", "interaction") and mixed.lambda_min["full"] == every.lambda_min["full"]
+    assert mixed.residual_norms["full"]["num_steps"] == 9 and mixed.residual_norms["interaction"]["num_steps"] == 15
+    dense = geometry.collapse_spectrum(head, lf, x, parts=("metric",))
+    assert dense.method == "dense" and tuple(dense.lambda_min) == ("metric",)
+    for bad in ((), ("full", "full"), ("hessian",)):
+        with pytest.raises(ValueError, match="`parts` must be a non-empty subset"):
+            geometry.collapse_spectrum(head, lf, x, parts=bad)
+    with pytest.raises(ValueError, match="`options` names parts that are not solved: \\['metric'\\]"):
+        geometry.collapse_spectrum(head, lf, x, parts=("full",), options={"metric": SolverOptions()})
+    with pytest.raises(TypeError, match="options"):  # the runtime type check, or checked_options without it
+        geometry.collapse_spectrum(head, lf, x, options={"full": 100})
+
+
 # ----------------------------------------------------------------------------- one convention for extra arguments
 
 

@@ -194,7 +194,8 @@ HISTORY: dict[str, list[tuple[str, str, str, str]]] = {
             "af6e30ab8403eb48",
             "supported (smoke); not supported (paper), 9 of 35",
             "The rule's words are unchanged (the digest is the same); the measurement it reads changed, and with it the "
-            "code digest, so both stored verdicts were decided by older code and are rerun. At scale paper the nine mismatches were DINO equilibria "
+            "code digest, so both stored verdicts were decided by older code and are rerun. At scale paper the nine "
+            "mismatches were DINO equilibria "
             "whose lambda_min(H_eff) (1e-7 to 6e-7, confirmed by the independent float64 check "
             "experiments/collapse_dense_check.py) lay inside the tolerance of Lanczos on the 131072-dimensional H_eff "
             "at its default 100 steps (3.7e-7 to 1.2e-6), so the measured sign was 0 against a predicted +1: a "

@@ -70,16 +70,12 @@ def measure(config) -> dict:
     key = jax.random.PRNGKey(config.seed)
     # each case, certificate and sweep stored as it ends; a resumed run of the same code and config reuses them
     part = stored_parts.parts(config.get("checkpoint_dir"), NAME, config)
-    cases = [
-        part(f"case{i:03d}", lambda i=i, c=c: run_case(config, *c[:4], jax.random.fold_in(key, i), c[4]))
-        for i, c in enumerate(all_cases(config))
-    ]
+    cases, certs = certificates.cases_and_certificates(config, key, run_case, part)  # certificates.py
+    span = claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"]
     return {
         "cases": cases,
-        "certificates": certificates.certify_cases(config, key, part),  # the repaired Thm 4.1 (certificates.py)
-        "critical_sweeps": certificates.sweep_states(
-            config, key, claims.claim(certificates.CRITICAL_RESIDUAL).thresholds["span"], part
-        ),
+        "certificates": certs,  # the repaired Thm 4.1
+        "critical_sweeps": certificates.sweep_states(config, key, span, cases, certs, part),
         "widths": part("widths", lambda: widths.sweep(config, key)),  # rank of J predicted before the state
     }
 

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from experiments import stationary_heads
-from ssl_geometry import as_function, geometry, heads, losses
+from ssl_geometry import as_function, curvature, geometry, heads, losses
 
 
 def online_head(cfg, activation, batch_norm, scale, predictor):
@@ -117,7 +117,9 @@ def _row(cfg, res, key_info):
 def equilibrium_state(cfg, objective, activation, key, residual_scale):
     """``(model, variables, eq)``: the certified collapsed equilibrium of case ``key`` at ``residual_scale`` -- the
     projector drawn from ``key``, ``c ~ N(0, I_d)`` from ``fold_in(key, 1)``, the residual from ``fold_in(key, 2)``
-    (:func:`ssl_geometry.geometry.collapsed_equilibrium`). :func:`run_case` and the certificates build it alike."""
+    (:func:`ssl_geometry.geometry.collapsed_equilibrium`), with Thm 4.1's premises at it (``eq.premises``: the
+    activation and the variant's dense threshold; ``H_L``'s Lanczos run the library's, 100 steps from ``PRNGKey(0)``,
+    since ``H_L`` only has to be PSD). :func:`run_case`, its certificate and the sweeps build it alike."""
     model = online_head(cfg, activation, False, 1.0, False)
     variables = model.init(key)
     c = jax.random.normal(jax.random.fold_in(key, 1), (cfg.data.d,), jnp.float64)
@@ -130,15 +132,29 @@ def equilibrium_state(cfg, objective, activation, key, residual_scale):
         key=jax.random.fold_in(key, 2),
         residual_scale=residual_scale,
         activation=activation,
+        max_dense_dim=cfg.analysis.max_dense_dim,
     )
     return model, variables, eq
 
 
-def classify_resolved(cfg, model, variables, loss_fn, z, **opts):
-    """``(classification, steps)``: :func:`ssl_geometry.geometry.classify_collapse` with the Lanczos budget
+def spectrum(cfg, model, variables, eq, key, steps, parts=geometry.SPECTRUM_PARTS):
+    """:func:`ssl_geometry.geometry.collapse_spectrum` of ``parts`` at equilibrium ``eq``: ``H_eff`` (``"full"``) with
+    the Lanczos budget ``steps``, ``G`` and ``M`` with ``analysis.metric_interaction_lanczos_steps`` (their extremes
+    are reported, only the sign of ``lambda_min(H_eff)`` decides)."""
+    side = curvature.SolverOptions(num_steps=int(cfg.analysis.metric_interaction_lanczos_steps))
+    opts = {p: curvature.SolverOptions(num_steps=steps) if p == "full" else side for p in parts}
+    head_fn = as_function(model, variables, train=False)
+    return geometry.collapse_spectrum(
+        head_fn, eq.loss_fn, eq.z, max_dense_dim=cfg.analysis.max_dense_dim, key=key, options=opts, parts=parts
+    )
+
+
+def classify_resolved(cfg, model, variables, eq, key):
+    """``(classification, steps)``: Thm 4.1's conclusion (:func:`ssl_geometry.geometry.thm41_conclusion`) from the
+    premises the construction measured (``eq.premises``) and :func:`spectrum`, ``H_eff`` with the Lanczos budget
     ``steps = analysis.equilibrium_lanczos_steps``, measured again with ``2 steps`` (up to
-    ``analysis.equilibrium_lanczos_max_steps``) while a Lanczos measurement leaves the sign of
-    ``lambda_min(H_eff)`` unresolved, ``|lambda_min| <= eig_tol``.
+    ``analysis.equilibrium_lanczos_max_steps``; ``H_eff`` alone, ``G`` and ``M`` are kept) while a Lanczos measurement
+    leaves the sign of ``lambda_min(H_eff)`` unresolved, ``|lambda_min| <= tol``.
 
     Only the measurement is read, never a certificate. A dense result is exact and is never measured again (its
     ``0`` is a zero eigenvalue); a measurement still unresolved at the cap is returned as it is.
@@ -150,17 +166,27 @@ def classify_resolved(cfg, model, variables, loss_fn, z, **opts):
             f"need 0 < analysis.equilibrium_lanczos_steps <= analysis.equilibrium_lanczos_max_steps; got {steps} "
             f"and {cap}."
         )
+    side = spectrum(cfg, model, variables, eq, key, steps, parts=("metric", "interaction"))
     while True:
-        res = geometry.classify_collapse(model, loss_fn, z, variables=variables, lanczos_steps=steps, **opts)
-        unresolved = abs(res.lambda_min["full"]) <= res.eig_tol
-        if res.method != "lanczos" or not unresolved or 2 * steps > cap:
-            return res, steps
+        full = spectrum(cfg, model, variables, eq, key, steps, parts=("full",))
+        unresolved = abs(full.lambda_min["full"]) <= full.sign_tol["full"]
+        if full.method != "lanczos" or not unresolved or 2 * steps > cap:
+            break
         steps *= 2
+    merged = full._replace(
+        **{
+            f: {**getattr(side, f), **getattr(full, f)}
+            for f in ("lambda_min", "lambda_max", "sign_tol", "residual_norms")
+        },
+        notes=tuple(dict.fromkeys(side.notes + full.notes)),
+    )
+    return geometry.thm41_conclusion(eq.premises, merged), steps
 
 
-def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=float("nan")):
+def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=float("nan"), built=None):
     """One row: the state, its Thm 4.1 premises and conclusion (a certified equilibrium: measured by
-    :func:`classify_resolved`; a collapsed state: also the head driven to stationarity there,
+    :func:`classify_resolved`, the state from ``built()`` where given, the run's one build of it shared with its
+    certificate, else :func:`equilibrium_state`; a collapsed state: also the head driven to stationarity there,
     :func:`experiments.stationary_heads.stationary_head_state`)."""
     info = {
         "objective": objective,
@@ -171,8 +197,8 @@ def run_case(cfg, objective, activation, batch_norm, state, key, residual_scale=
     }
     opts = dict(activation=activation, max_dense_dim=cfg.analysis.max_dense_dim, key=key)
     if state == "equilibrium":
-        model, variables, eq = equilibrium_state(cfg, objective, activation, key, residual_scale)
-        res, steps = classify_resolved(cfg, model, variables, eq.loss_fn, eq.z, **opts)
+        model, variables, eq = built() if built else equilibrium_state(cfg, objective, activation, key, residual_scale)
+        res, steps = classify_resolved(cfg, model, variables, eq, key)
         return {
             **_row(cfg, res, info),
             "lanczos_steps": steps,

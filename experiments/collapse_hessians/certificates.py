@@ -20,13 +20,14 @@ The measurement functions rebuild the equilibria from the same keys as
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
 import jax
 
 from experiments import common
-from experiments.collapse_hessians.cases import all_cases, equilibrium_state
+from experiments.collapse_hessians.cases import all_cases, equilibrium_state, spectrum
 from ssl_geometry import geometry
 
 REPAIRED_SIGN = "thm4.1-repaired-sign"
@@ -52,13 +53,23 @@ def certificate(cfg, model, variables, eq):
                                          max_dense_dim=cfg.analysis.max_dense_dim)
 
 
-def measured_lambda_min(cfg, model, variables, eq, activation, key):
-    """The experiment's measurement (:func:`ssl_geometry.geometry.classify_collapse`, Lanczos budget
-    ``analysis.equilibrium_lanczos_steps``, never refined: a sweep reads the raw sign): ``(lambda_min, tol)``."""
-    res = geometry.classify_collapse(model, eq.loss_fn, eq.z, variables=variables, activation=activation,
-                                     max_dense_dim=cfg.analysis.max_dense_dim, key=key,
-                                     lanczos_steps=cfg.analysis.equilibrium_lanczos_steps)
-    return float(res.lambda_min["full"]), float(res.eig_tol)
+def measured_lambda_min(cfg, model, variables, eq, key):
+    """The experiment's measurement of ``lambda_min(H_eff)`` alone (:func:`~experiments.collapse_hessians.cases.spectrum`,
+    Lanczos budget ``analysis.equilibrium_lanczos_steps``, never refined: a sweep reads the raw sign): ``(lambda_min,
+    tol)``."""
+    spec = spectrum(cfg, model, variables, eq, key, int(cfg.analysis.equilibrium_lanczos_steps), parts=("full",))
+    return float(spec.lambda_min["full"]), float(spec.sign_tol["full"])
+
+
+def certificate_row(cfg, i, objective, act, s, state) -> dict:
+    """The certificate row of equilibrium case ``i`` (``state``: its ``(model, variables, eq)``)."""
+    model, variables, eq = state
+    cert = certificate(cfg, model, variables, eq)
+    return {"case": i, "objective": objective, "activation": act, "residual_scale": s,
+            "conclusion": cert.conclusion, "critical_scale": cert.critical_scale,
+            "critical_bounds": list(cert.critical_bounds), "predicted_sign": int(cert.predicted_sign),
+            "null_dim": int(cert.null_dim), "method": cert.method, "notes": list(cert.notes),
+            "rho_norm": float(eq.premises.residual_norm)}
 
 
 def _whole(tag, fn):
@@ -66,22 +77,22 @@ def _whole(tag, fn):
     return fn()
 
 
-def certify_cases(cfg, key, part=_whole) -> list[dict]:
-    """One certificate row per equilibrium case of :func:`~experiments.collapse_hessians.cases.all_cases`
-    (``case``: its index in the experiment's rows, whose key is ``fold_in(key, case)``); each row through
-    ``part("certificate<case>", fn)`` (:func:`experiments.stored_parts.parts`: stored as it ends)."""
-
-    def one(i, objective, act, s):
-        model, variables, eq = equilibrium_state(cfg, objective, act, jax.random.fold_in(key, i), s)
-        cert = certificate(cfg, model, variables, eq)
-        return {"case": i, "objective": objective, "activation": act, "residual_scale": s,
-                "conclusion": cert.conclusion, "critical_scale": cert.critical_scale,
-                "critical_bounds": list(cert.critical_bounds), "predicted_sign": int(cert.predicted_sign),
-                "null_dim": int(cert.null_dim), "method": cert.method, "notes": list(cert.notes),
-                "rho_norm": float(eq.premises.residual_norm)}
-
-    return [part(f"certificate{i:03d}", lambda i=i, o=o, a=a, s=s: one(i, o, a, s))
-            for i, (o, a, bn, state, s) in enumerate(all_cases(cfg)) if state == "equilibrium" and not bn]
+def cases_and_certificates(cfg, key, run_case, part=_whole) -> tuple[list, list]:
+    """``(rows, certificates)``: per case ``i`` of :func:`~experiments.collapse_hessians.cases.all_cases` (key
+    ``fold_in(key, i)``) its row, ``part("case<i>", run_case(...))``, and for an equilibrium case right after it
+    its certificate, ``part("certificate<i>", ...)`` (:func:`experiments.stored_parts.parts`: each stored as it
+    ends). The two share one build of the equilibrium, made when the first of them is computed (a stored part
+    needs none)."""
+    rows, certs = [], []
+    for i, (o, a, bn, st, s) in enumerate(all_cases(cfg)):
+        k = jax.random.fold_in(key, i)
+        built = functools.cache(lambda o=o, a=a, k=k, s=s: equilibrium_state(cfg, o, a, k, s))
+        rows.append(part(f"case{i:03d}", lambda o=o, a=a, bn=bn, st=st, k=k, s=s, b=built: run_case(
+            cfg, o, a, bn, st, k, s, built=b)))
+        if st == "equilibrium" and not bn:
+            certs.append(part(f"certificate{i:03d}", lambda i=i, o=o, a=a, s=s, b=built: certificate_row(
+                cfg, i, o, a, s, b())))
+    return rows, certs
 
 
 def sign_states(rows, certs) -> list[dict]:
@@ -199,17 +210,18 @@ def sweep_range(objective: str, predicted: float, span: float) -> tuple[float, f
     return lo, hi
 
 
-def sweep_states(cfg, key, span: float, part=_whole) -> list[dict]:
+def sweep_states(cfg, key, span: float, rows, certs, part=_whole) -> list[dict]:
     """The residual sweeps of ``cfg.analysis.critical_sweep`` (``[objective, activation, residual_scale]``
-    each, a state the experiment builds): the base state's certificate, then the measured crossing on
-    :func:`sweep_range` ``(objective, r0 s*, span)``; sweep ``j`` through ``part("sweep<j>", fn)``
-    (:func:`experiments.stored_parts.parts`)."""
+    each, a state the experiment builds): from the base state's row and certificate (``rows`` and ``certs`` of
+    :func:`cases_and_certificates`), the measured crossing on :func:`sweep_range` ``(objective, r0 s*, span)``;
+    sweep ``j`` through ``part("sweep<j>", fn)`` (:func:`experiments.stored_parts.parts`)."""
     a = cfg.analysis
     cases = list(all_cases(cfg))
-    return [part(f"sweep{j}", lambda w=w: _sweep(cfg, key, span, cases, *w)) for j, w in enumerate(a.critical_sweep)]
+    return [part(f"sweep{j}", lambda w=w: _sweep(cfg, key, span, cases, rows, certs, *w))
+            for j, w in enumerate(a.critical_sweep)]
 
 
-def _sweep(cfg, key, span, cases, objective, act, base) -> dict:
+def _sweep(cfg, key, span, cases, rows, certs, objective, act, base) -> dict:
     """One sweep of :func:`sweep_states` (``sweep`` ``None``, no evaluation, where :func:`sweep_range` is)."""
     idx = [i for i, (o, ac, bn, st, s) in enumerate(cases)
            if (o, ac, st, bn, s) == (objective, act, "equilibrium", False, base)]
@@ -217,13 +229,12 @@ def _sweep(cfg, key, span, cases, objective, act, base) -> dict:
         raise ValueError(f"analysis.critical_sweep lists {objective}/{act}/{base}, which the experiment does "
                          "not build (no such equilibrium case).")
     k = jax.random.fold_in(key, idx[0])
-    model, variables, eq = equilibrium_state(cfg, objective, act, k, base)
-    cert = certificate(cfg, model, variables, eq)
-    predicted = base * cert.critical_scale
+    cert = next(c for c in certs if c["case"] == idx[0])
+    predicted = base * cert["critical_scale"]
     row = {"label": f"{objective}/{act}/scale {base:g}", "objective": objective, "base_scale": base,
-           "certified": bool(eq.certified), "conclusion": cert.conclusion, "null_dim": int(cert.null_dim),
-           "critical_scale": cert.critical_scale, "critical_bounds": list(cert.critical_bounds),
-           "predicted_crossing": predicted}
+           "certified": bool(rows[idx[0]]["certified"]), "conclusion": cert["conclusion"],
+           "null_dim": int(cert["null_dim"]), "critical_scale": cert["critical_scale"],
+           "critical_bounds": list(cert["critical_bounds"]), "predicted_crossing": predicted}
     swept = sweep_range(objective, predicted, span)
     if swept is None:
         return {**row, "sweep": None, "crossing": None, "bracket": None, "evaluations": 0, "first_sign": 0}
@@ -233,7 +244,7 @@ def _sweep(cfg, key, span, cases, objective, act, base) -> dict:
         if not e.certified:
             raise RuntimeError(f"the sweep's equilibrium {objective}/{act} at residual scale {r:g} is not "
                                "certified.")
-        lmin, _ = measured_lambda_min(cfg, m, v, e, act, k)
+        lmin, _ = measured_lambda_min(cfg, m, v, e, k)
         return 1 if lmin > 0 else -1
 
     return {**row, "sweep": list(swept), **locate_crossing(sign_at, *swept, rtol=cfg.analysis.critical_sweep_rtol)}

@@ -21,7 +21,8 @@ from ssl_geometry import geometry
 NAME = "collapse_hessians"
 
 #: Honours ``config.dry_run``: the paper's widths at two batches (:func:`batches`), one case per code path
-#: (:func:`_dry_cases`), every operator through Lanczos (at the paper's sizes every one exceeds ``max_dense_dim``),
+#: (:func:`_dry_cases`), each matrix on the real run's path (the variant's ``max_dense_dim``: ``H_eff``, ``G`` and ``M``
+#: through Lanczos, the certificate's ``d x d`` sample blocks dense),
 #: the stationarity search run to its own stop; each unit timed cold (its first call: compilation, as the real run
 #: pays it per case) and warm, projected by :func:`_compiled_projection`.
 #: Timed runs of the width sweep's head at each rung (after one untimed run): :func:`width_part`.
@@ -41,13 +42,13 @@ def batches(config) -> list[int]:
 
 
 def _dry_config(config, n: int):
-    """The dry-run config: batch ``n`` (at most the variant's), ``max_dense_dim = 1`` (Lanczos for every
-    operator, the paper's path), the stationarity search's cap unchanged, and ``checkpoint_dir`` empty (a dry
-    run stores no part)."""
+    """The dry-run config: batch ``n`` (at most the variant's), everything else the variant's (its ``max_dense_dim``
+    sends each matrix down the real run's path: at the paper's widths ``n d >= 16384`` puts ``H_eff``, ``G`` and ``M``
+    above every dense limit, while the certificate's ``512 x 512`` sample blocks stay dense), the stationarity
+    search's cap unchanged, and ``checkpoint_dir`` empty (a dry run stores no part)."""
     cfg = config.copy_and_resolve_references()
     cfg.unlock()
     cfg.data.n = min(n, config.data.n)
-    cfg.analysis.max_dense_dim = 1
     if "checkpoint_dir" in cfg:
         cfg.checkpoint_dir = ""
     return cfg
@@ -173,25 +174,26 @@ def _equilibrium_units(config):
     return out
 
 
-def _certificate_unit(cfg, objective, act, key, scale):
-    """One certificate as :func:`certificates.certify_cases` makes it: the equilibrium rebuilt, then certified."""
-    model, variables, eq = certificates.equilibrium_state(cfg, objective, act, key, scale)
-    return certificates.certificate(cfg, model, variables, eq)
+def _certificate_unit(cfg, state):
+    """One certificate as :func:`certificates.cases_and_certificates` makes it: of the equilibrium its case built
+    (``state``), so the build is the case's time, not the certificate's."""
+    return certificates.certificate(cfg, *state)
 
 
 def certificates_part(config, key, sizes) -> tuple[dict, dict]:
-    """``(part, times)``: per head kind, one equilibrium rebuilt and certified (:func:`_certificate_unit`) cold then
-    warm at each batch, projected to the variant's equilibrium cases of that kind (:func:`_equilibrium_units`), each
-    paying its compilation. ``times``: ``{kind: {n: (cold, warm)}}``, for the sweeps' base certificates."""
+    """The certificates' part: per head kind, one equilibrium built (untimed: its case pays it) and certified
+    (:func:`_certificate_unit`) cold then warm at each batch, projected to the variant's equilibrium cases of that
+    kind (:func:`_equilibrium_units`), each paying its compilation."""
     units = _equilibrium_units(config)
     times = {}
     for kind, (o, act, s, _) in units.items():
         for n in sizes:
             cfg = _dry_config(config, n)
-            cold, warm, _ = cold_warm(lambda: _certificate_unit(cfg, o, act, key, s))
+            state = certificates.equilibrium_state(cfg, o, act, key, s)
+            cold, warm, _ = cold_warm(lambda: _certificate_unit(cfg, state))
             times.setdefault(kind, {})[n] = (cold, warm)
     counts = {k: u[3] for k, u in units.items()}
-    return _compiled_projection(times, counts, config.data.n), times
+    return _compiled_projection(times, counts, config.data.n)
 
 
 def sweep_evaluations(lo: float, hi: float, *, factor: float = 2.0, rtol: float = 1e-4) -> int:
@@ -212,11 +214,11 @@ def sweep_evaluations(lo: float, hi: float, *, factor: float = 2.0, rtol: float 
     return most
 
 
-def sweeps_part(config, key, sizes, certificate_times) -> dict:
-    """The critical-residual sweeps (:func:`certificates.sweep_states`): per listed sweep, its base certificate
-    (the certificates part's unit of its head kind, ``certificate_times``) and :func:`sweep_evaluations` evaluations
-    of a sweep ``[p / span, span p]`` (the claim's span; ``p`` is not known before the certificate at full size,
-    and the count depends only on the ratio), each an equilibrium rebuilt and classified as ``sign_at`` does; one
+def sweeps_part(config, key, sizes) -> dict:
+    """The critical-residual sweeps (:func:`certificates.sweep_states`): per listed sweep (its base certificate is the
+    certificates part's) :func:`sweep_evaluations` evaluations of a sweep ``[p / span, span p]`` (the claim's span;
+    ``p`` is not known before the certificate at full size, and the count depends only on the ratio), each an
+    equilibrium rebuilt and its ``lambda_min(H_eff)`` measured as ``sign_at`` does; one
     evaluation is timed cold (at the base scale) then warm (at ``base / span``, rebuilt) at each batch, the
     compilation paid once per sweep. A DINO sweep that will prove not buildable is still counted."""
     a = config.analysis
@@ -224,22 +226,19 @@ def sweeps_part(config, key, sizes, certificate_times) -> dict:
     times, counts, compiled = {}, {}, {}
     for objective, act, base in a.critical_sweep:
         lo = base / span
-        label, kind = f"{objective}/{act}/scale {base:g}", geometry.head_smoothness(act)
+        label = f"{objective}/{act}/scale {base:g}"
         for n in sizes:
             cfg = _dry_config(config, n)
 
             def evaluate(r):
                 m, v, e = certificates.equilibrium_state(cfg, objective, act, key, r)
-                return certificates.measured_lambda_min(cfg, m, v, e, act, key)
+                return certificates.measured_lambda_min(cfg, m, v, e, key)
 
             cold, _ = harness.time_call(lambda: evaluate(base))
             warm, _ = harness.time_call(lambda: evaluate(lo))
             times.setdefault(label, {})[n] = (cold, warm)
         counts[label] = sweep_evaluations(1.0 / span, span, rtol=a.critical_sweep_rtol)
         compiled[label] = 1
-        cert = f"base certificate ({kind})"
-        times[cert] = certificate_times[kind]
-        counts[cert] = compiled[cert] = counts.get(cert, 0) + 1
     return _compiled_projection(times, counts, config.data.n, compiled)
 
 
@@ -310,11 +309,10 @@ def dry_measure(config) -> dict:
         parts["cases"], rows, iters = cases_part(config, key, sizes)
         units = parts["cases"]["units"].values()
         step = statistics.fmean(u["points"][-1][1] for u in units)
-        cert_times = {}
         if any(c[3] == "equilibrium" for c in full):
-            parts["certificates"], cert_times = certificates_part(config, key, sizes)
+            parts["certificates"] = certificates_part(config, key, sizes)
         if config.analysis.critical_sweep:
-            parts["critical_sweeps"] = sweeps_part(config, key, sizes, cert_times)
+            parts["critical_sweeps"] = sweeps_part(config, key, sizes)
     if config.analysis.widths:
         parts["widths"] = width_part(config, key)
     first = next(iter(parts))

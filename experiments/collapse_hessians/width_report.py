@@ -52,6 +52,8 @@ def report_lines(measurements, rel_dir) -> list[str]:
     if "widths" not in measurements:
         return ["Widths (thm4.1-rank-predicts-stability): not measured (dry run)."]
     w = measurements["widths"]
+    if not w["rows"]:  # the paper variant: its width sweep is the sibling variant paper_widths
+        return ["Widths (thm4.1-rank-predicts-stability): no width swept in this variant."]
     cost = ", ".join(f"{k}: {v:.1f} s" for k, v in w["seconds_by_width"].items())
     return [
         (
@@ -91,8 +93,9 @@ def figure(measurements, out_dir) -> None:
     """``widths.png``: the stable fraction of the certified equilibria against ``d`` (colour: activation, marker and
     line style: construction, :data:`STYLES`) and the median critical residual ``r s*`` of the initialiser's
     full-rank heads (one hidden layer and composed), log x; the activations are offset slightly in ``x`` and the
-    constructions by :data:`CONSTRUCTION_DY` in ``y``, so that equal values stay visible. Nothing in a dry run."""
-    if "widths" not in measurements:
+    constructions by :data:`CONSTRUCTION_DY` in ``y``, so that equal values stay visible. Nothing in a dry run or
+    where no width was swept."""
+    if "widths" not in measurements or not measurements["widths"]["rows"]:
         return
     rows = summary(measurements["widths"]["rows"])
     fig, axes = plotting.figure(1, 2, height=3.0)

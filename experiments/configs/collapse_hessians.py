@@ -79,6 +79,10 @@ def base() -> ml_collections.ConfigDict:
         # below max_dense_dim (smoke, tiny) the eigensolve is dense and neither enters
         equilibrium_lanczos_steps=100,
         equilibrium_lanczos_max_steps=100,
+        # the Lanczos budget of G and M at those equilibria (their extremes are reported, the margin reads
+        # lambda_min(M); only the sign of lambda_min(H_eff) decides, so only H_eff gets the budget above and its
+        # refinement: experiments/collapse_hessians/cases.py, spectrum)
+        metric_interaction_lanczos_steps=100,
         # collapsed states: quasi-Newton iterations driving the head to stationarity (scipy BFGS up to 4096 head
         # parameters, the jitted L-BFGS beyond: experiments/stationary_heads.py)
         stationarity_max_iter=400,
@@ -149,7 +153,8 @@ VARIANTS = {
         # gave tol 1.9e-7 and 400 steps 3.2e-8 (2026-12-07); dino/identity/1.8 needed 800
         "analysis.equilibrium_lanczos_steps": 400,
         "analysis.equilibrium_lanczos_max_steps": 1600,
-        "expected_runtime": "its dry run projects it (docs/dry_run_paper.md); never yet run to the end",
+        "expected_runtime": "hours on a 2-core CPU (the run of 28579f9 took 256.9 min of part time; its dry run "
+        "projects this code: docs/dry_run_paper.md)",
     },
 }
 

@@ -1,18 +1,16 @@
 """Thm 4.1 repaired: a certificate that predicts, from one collapsed state, whether it is unstable.
 
-docs/theory.md, section "Thm 4.1 repaired: when a collapsed equilibrium is unstable", derives what
-this module computes. At a collapsed state ``z_i = c`` of a sample-wise head and a loss whose
-Hessian ``H_L`` has no blocks coupling two samples, the effective Hessian is block diagonal by
-sample, block ``i`` being ``G_i + M_i`` with
+docs/theory.md, section "Thm 4.1 repaired: when a collapsed equilibrium is unstable", derives what this module computes.
+At a collapsed state ``z_i = c`` of a sample-wise head and a loss whose Hessian ``H_L`` has no blocks coupling two
+samples, the effective Hessian is block diagonal by sample, block ``i`` being ``G_i + M_i`` with
 
     G_i = J^T H_L,ii J,      M_i = sum_a rho_ia hess h_a(c),      J = dh/dz(c).
 
-Along the family ``rho -> s rho`` (head, ``c`` and ``H_L`` fixed; ``s = 1`` is the given state)
-block ``i`` is ``G_i + s M_i`` and ``f_i(s) = lambda_min(G_i + s M_i)`` is concave in ``s`` (a
-minimum of affine functions) with ``f_i(0) = lambda_min(G_i) >= 0`` where ``H_L >= 0``. So the
-block is stable on ``[0, s*_i]`` and unstable beyond, and ``s* = min_i s*_i`` is the critical
-residual scale. :func:`collapse_certificate` computes it per block (``N_i = null(G_i)``,
-``Q_i`` an orthonormal basis of it, ``B_i = Q_i^T M_i Q_i``):
+Along the family ``rho -> s rho`` (head, ``c`` and ``H_L`` fixed; ``s = 1`` is the given state) block ``i`` is
+``G_i + s M_i`` and ``f_i(s) = lambda_min(G_i + s M_i)`` is concave in ``s`` (a minimum of affine functions) with
+``f_i(0) = lambda_min(G_i) >= 0`` where ``H_L >= 0``. So the block is stable on ``[0, s*_i]`` and unstable beyond, and
+``s* = min_i s*_i`` is the critical residual scale. :func:`collapse_certificate` computes it per block
+(``N_i = null(G_i)``, ``Q_i`` an orthonormal basis of it, ``B_i = Q_i^T M_i Q_i``):
 
 ``Q_i`` comes from the SVD of ``J_i`` when ``null(J_i) = null(G_i)`` (whose error is the square root of that
 of ``eigh(G_i)``'s null vectors; ``_null_basis``), and ``B_i`` is decided to that error:
@@ -41,6 +39,7 @@ and Gaussian probes of ``J^T H_L J`` decide whether ``H_L`` couples the samples 
 from __future__ import annotations
 
 import functools
+import zlib
 from typing import Callable, NamedTuple
 
 import jax
@@ -198,15 +197,13 @@ def _null_basis(eG, vG, null, J, m_scale, eps):
     return vG[:, null], float(m_tol)
 
 
-def _block(G, M, eG, vG, eM, m_scale, dtype, notes, J=None, skip_s=False):
+def _block(G, M, eG, vG, eM, m_scale, dtype, notes, J=None, skip_s=False, eigh_M=None):
     """The per-block quantities of the module docstring, as a dict (``eG, vG``: ``eigh(G)``; ``eM``: ``M``'s
-    eigenvalues; ``J``: the block's Jacobian ``(k, d)``, ``None`` for coupled blocks). ``skip_s``: stop after
-    ``null(G)`` (``s*_i = 0`` when ``M`` acts on it, else ``inf`` as a placeholder)."""
-    eps = float(np.finfo(np.dtype(dtype)).eps)
-    g_tol = sign_tolerance(eG, dtype)
-    m_norm = float(np.max(np.abs(eM)))
+    eigenvalues; ``J``: the block's Jacobian ``(k, d)``, ``None`` for coupled blocks; ``eigh_M``: ``eigh(M)`` when
+    called). ``skip_s``: stop after ``null(G)`` (``s*_i = 0`` when ``M`` acts on it, else ``inf`` as a placeholder)."""
+    eps, g_tol = float(np.finfo(np.dtype(dtype)).eps), sign_tolerance(eG, dtype)
     out = {"lmin_G": float(eG[0]), "lmax_G": float(eG[-1]), "lmin_M": float(eM[0]), "lmax_M": float(eM[-1]),
-           "g_tol": g_tol, "m_norm": m_norm}
+           "g_tol": g_tol}
     if eG[0] < -g_tol:
         return {**out, "psd": False, "null_dim": 0, "null_curv": 0.0, "null_min": 0.0, "coupling": 0.0,
                 "zero_dim": 0, "m_tol": 0.0, "s": float("nan"), "lower": float("nan"), "upper": float("nan")}
@@ -226,17 +223,15 @@ def _block(G, M, eG, vG, eM, m_scale, dtype, notes, J=None, skip_s=False):
     else:
         K = Q
         res.update(null_curv=0.0, null_min=0.0, coupling=0.0, zero_dim=0)
-    if skip_s:
+    if skip_s or K.shape[1] == G.shape[0]:  # K^perp = {0}: G' and M' are empty
         return {**res, "s": float("inf"), "lower": float("inf"), "upper": float("inf")}
     if K.shape[1]:
         V = np.linalg.svd(K, full_matrices=True)[0][:, K.shape[1]:]  # orthonormal basis of K^perp
         Gp, Mp = _sym(V.T @ G @ V), _sym(V.T @ M @ V)
-    else:
-        Gp, Mp = G, M
-    if Gp.shape[0] == 0:
-        return {**res, "s": float("inf"), "lower": float("inf"), "upper": float("inf")}
-    eGp, vGp = np.linalg.eigh(Gp)
-    eMp, vMp = np.linalg.eigh(Mp)
+        (eGp, vGp), (eMp, vMp) = np.linalg.eigh(Gp), np.linalg.eigh(Mp)
+    else:  # G' = G and M' = M exactly: G's decomposition is the one given, M's is shared by the blocks equal to it
+        Gp, Mp, eGp, vGp = G, M, eG, vG
+        eMp, vMp = np.linalg.eigh(M) if eigh_M is None else eigh_M()
     m_neg = eMp[0] < -m_tol
     # bracket: Weyl below, Rayleigh quotients at q (bottom of G') and w (bottom of M') above
     q, w = vGp[:, 0], vMp[:, 0]
@@ -329,8 +324,7 @@ def _rounding_scales(head_c, head_consts, z, rho, probes=None):
     :data:`ROUNDING_PROBES`) Rademacher ``v`` (key 0: the same state gives the same scale), with ``H_a v`` for every
     ``a`` at once as the forward derivative of ``J(x)`` along ``v``, one probe at a time (the memory of one
     ``(k, d)`` Jacobian). It sets a rounding tolerance (``dim eps`` times it), not a deciding number."""
-    k = int(rho.shape[1])
-    d = int(z.shape[1])
+    k, d = int(rho.shape[1]), int(z.shape[1])
     exact = probes is None and k * d * d <= EXACT_SCALE_ENTRIES
     return _rounding_scales_jit(head_c, exact, ROUNDING_PROBES if probes is None else int(probes), head_consts, z, rho)
 
@@ -458,6 +452,20 @@ def _conclusion(s_star: float, zero_dim: int, critical_rtol: float) -> tuple[str
     return CERTIFICATE_CONCLUSIONS[2], 1
 
 
+def _distinct(X):
+    """``(X_u, of)``: the bitwise distinct blocks of the stack ``X`` and ``X[b] = X_u[of[b]]``. A batched ``eigh``
+    makes the same LAPACK call on each block as on one matrix, so one decomposition serves every copy of a block
+    exactly (at a collapsed state every ``G_i = J^T H_L,ii J`` is often the same matrix)."""
+    first, seen = np.arange(len(X)), {}
+    for b in range(len(X)):
+        bits = np.ascontiguousarray(X[b]).view(np.uint64)
+        same = seen.setdefault(zlib.crc32(bits), [])  # candidates, compared bit by bit
+        first[b] = next((a for a in same if np.array_equal(np.ascontiguousarray(X[a]).view(np.uint64), bits)), b)
+        same += [b] if first[b] == b else []
+    u = np.unique(first)
+    return (X if u.size == len(X) else X[u]), np.searchsorted(u, first)
+
+
 def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, rounding_probes=None):
     """Each block's ``G``/``M`` spectra and ``s*_i`` (dense ``eigh``, or Lanczos above the dense limit):
     ``(per-block dicts, interaction_sum, blocks, block_dim, dense, notes)``."""
@@ -475,14 +483,17 @@ def _solve_blocks(head_fn, loss_fn, z, max_dense_dim, lanczos_steps, key, roundi
         if coupled:
             notes.append("H_L couples the samples: G is not block diagonal; one block of size n*d.")
         Gs, Ms = 0.5 * (G + np.swapaxes(G, 1, 2)), 0.5 * (M + np.swapaxes(M, 1, 2))
-        (eG, vG), eM = np.linalg.eigh(Gs), np.linalg.eigvalsh(Ms)   # all blocks in one batched call
+        (Gu, g_of), (Mu, m_of) = _distinct(Gs), _distinct(Ms)
+        # each distinct block in one batched call (eigvalsh, not eigh's values: they differ in the last bits)
+        (eG, vG), eM = np.linalg.eigh(Gu), np.linalg.eigvalsh(Mu)
+        eigh_M = functools.lru_cache(maxsize=16)(lambda u: np.linalg.eigh(Mu[u]))  # shared by equal blocks M_i
         # what follows has sizes that depend on each block's null space: block by block, on the host
-        args = [(Gs[b], Ms[b], eG[b], vG[b], eM[b], float(m_scales[b]), z.dtype, notes, None if coupled else Jb[b])
-                for b in range(G.shape[0])]
+        args = [(Gs[b], Ms[b], eG[g_of[b]], vG[g_of[b]], eM[m_of[b]], float(m_scales[b]), z.dtype, notes,
+                 None if coupled else Jb[b]) for b in range(G.shape[0])]
         # null(G) first: when M acts on it in one block (s* = 0) or G is not PSD, no other block's s*_i is needed
         per = [_block(*a, skip_s=True) for a in args]
         if all(p["psd"] and p["s"] > 0.0 for p in per):
-            per = [_block(*a) for a in args]
+            per = [_block(*a, eigh_M=functools.partial(eigh_M, int(m_of[b]))) for b, a in enumerate(args)]
         m_sum = np.linalg.norm(_sym(M.sum(axis=0)), 2) if not coupled else float("nan")
         m_max = float(np.max(m_scales))
         m_sum = float(m_sum / m_max) if m_max > 0 else float("nan")

@@ -20,7 +20,7 @@ Every sign decision uses :func:`ssl_geometry.geometry.sign_tolerance`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -40,7 +40,8 @@ from ssl_geometry._src.models import activations as _act
 from ssl_geometry._src.models.base import Model, as_function
 
 __all__ = [
-    "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "MATRIX_FREE_ABOVE", "Thm41Premises",
+    "CONCLUSIONS", "CollapseClassification", "CollapseSpectrum", "HEAD_KINDS", "MATRIX_FREE_ABOVE", "SPECTRUM_PARTS",
+    "Thm41Premises",
     "classify_collapse", "collapse_spectrum", "head_smoothness",
     "thm41_conclusion", "thm41_premises",
 ]
@@ -404,6 +405,25 @@ def lanczos_extremes(raw_mv, args, dim, dtype, *, key, num_steps, options: Solve
     return lo, hi, info
 
 
+#: The matrices :func:`collapse_spectrum` solves, in the order that fixes each one's Lanczos key: ``H_eff``, ``G``, ``M``.
+SPECTRUM_PARTS = ("full", "metric", "interaction")
+
+
+def _part_options(options, parts) -> tuple[tuple, dict]:
+    """``(names, {name: SolverOptions})``: ``parts`` in :data:`SPECTRUM_PARTS` order (a non-empty subset, no repeats)
+    and each part's options with :data:`SPECTRUM_DEFAULTS` filled in, from one ``SolverOptions`` or a mapping per
+    part; anything else is refused naming ``parts`` or ``options``."""
+    got = tuple(parts) if not isinstance(parts, str) else (parts,)
+    if not got or len(set(got)) != len(got) or not set(got) <= set(SPECTRUM_PARTS):
+        raise ValueError(f"`parts` must be a non-empty subset of {SPECTRUM_PARTS} without repeats; got {parts!r}.")
+    names = tuple(n for n in SPECTRUM_PARTS if n in got)
+    if not isinstance(options, Mapping):
+        return names, dict.fromkeys(names, checked_options(options, SPECTRUM_DEFAULTS))
+    if set(options) - set(names):
+        raise ValueError(f"`options` names parts that are not solved: {sorted(set(options) - set(names))}.")
+    return names, {n: checked_options(options.get(n, SolverOptions()), SPECTRUM_DEFAULTS) for n in names}
+
+
 def collapse_spectrum(
     head_fn: Callable[[Array], Array],
     loss_fn: Callable[[Array], Array],
@@ -412,7 +432,8 @@ def collapse_spectrum(
     per_sample: bool = False,
     max_dense_dim: int = MATRIX_FREE_ABOVE,
     key: Array | None = None,
-    options: SolverOptions = SolverOptions(),
+    options: SolverOptions | Mapping[str, SolverOptions] = SolverOptions(),
+    parts: Sequence[str] = SPECTRUM_PARTS,
 ) -> CollapseSpectrum:
     """``lambda_min``/``lambda_max`` of ``H_eff = G + M``, ``G`` and ``M`` at ``z``.
 
@@ -424,15 +445,20 @@ def collapse_spectrum(
     says (``notes`` records where that overrode it); a smaller ``max_dense_dim`` moves the
     threshold down (``max_dense_dim=1``: Lanczos for every size). ``options`` (a
     :class:`~ssl_geometry.curvature.SolverOptions`; ``num_steps=None`` means a budget of 100 steps per matrix,
-    clamped to ``n*d``, and the other ``None`` fields the solver's defaults) says how each Lanczos run stops.
+    clamped to ``n*d``, and the other ``None`` fields the solver's defaults) says how each Lanczos run stops;
+    a mapping ``{part: SolverOptions}`` gives each part its own (a part it leaves out: ``SolverOptions()``), e.g.
+    a larger budget for ``H_eff``, whose sign decides, than for ``G`` and ``M``. ``parts`` (a non-empty subset of
+    :data:`SPECTRUM_PARTS`: ``"full"`` is ``H_eff``, ``"metric"`` ``G``, ``"interaction"`` ``M``) says which
+    matrices are solved; the result's dictionaries hold those keys only. Part ``i`` of :data:`SPECTRUM_PARTS`
+    starts its Lanczos run from ``fold_in(key, i)`` whichever others are solved, so a part gives the same
+    numbers alone as beside the others.
     """
     z = jnp.asarray(z)
-    options = checked_options(options, SPECTRUM_DEFAULTS)
+    names, per_part = _part_options(options, parts)
     _, _, _, _, _ = flat_problem(head_fn, loss_fn, z)  # shapes, finiteness, an empty batch: named before any work
     dim, dtype = int(z.size), z.dtype
     key = jax.random.PRNGKey(0) if key is None else key
     lmin, lmax, tols, res_norms = {}, {}, {}, {}
-    names = ("full", "metric", "interaction")
     dense, route_notes = _dense_route(dim, max_dense_dim, "H_eff, G and M")
     notes = list(route_notes)
     if dense:
@@ -444,10 +470,10 @@ def collapse_spectrum(
             lmin[name], lmax[name], tols[name] = float(e[0]), float(e[-1]), sign_tolerance(e, dtype)
     else:
         method = "lanczos"
-        for i, name in enumerate(names):
+        for name in names:
             mv, args = effective_hvp_operator(head_fn, loss_fn, z, part=name)
-            lo, hi, res = lanczos_extremes(mv, args, dim, dtype, key=jax.random.fold_in(key, i),
-                                            num_steps=options.num_steps, options=options)
+            opts, k = per_part[name], jax.random.fold_in(key, SPECTRUM_PARTS.index(name))
+            lo, hi, res = lanczos_extremes(mv, args, dim, dtype, key=k, num_steps=opts.num_steps, options=opts)
             lmin[name], lmax[name], res_norms[name] = lo, hi, res
             tols[name] = sign_tolerance([lo, hi], dtype, dim=dim, residual=res["min"])
             if not res["converged"]:
